@@ -1,0 +1,52 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "syncagent",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "syncagent", targets: ["syncagent"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+    ],
+    targets: [
+        // Pure: events, the fold, job parsing, scheduling and recovery decisions. No I/O.
+        .target(
+            name: "SyncAgentCore",
+            dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]
+        ),
+        // C edge: typed wrappers for libcurl's variadic functions.
+        .target(
+            name: "CCurlShims",
+            linkerSettings: [.linkedLibrary("curl")]
+        ),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CLibnotify", pkgConfig: "libnotify", providers: [.apt(["libnotify-dev"])]),
+        // The engine: the event loop and its effect shells (SQLite, inotify, curl, libnotify).
+        .target(
+            name: "SyncAgent",
+            dependencies: [
+                "SyncAgentCore", "CCurlShims", "CSQLite", "CLibnotify",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The CLI: parsing and printing only.
+        .executableTarget(
+            name: "syncagent",
+            dependencies: [
+                "SyncAgent", "SyncAgentCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore"]),
+        .testTarget(name: "SyncAgentTests", dependencies: ["SyncAgent", "SyncAgentCore"]),
+        .testTarget(name: "syncagentCLITests", dependencies: ["SyncAgentCore"]),
+    ],
+    swiftLanguageModes: [.v5]
+)

@@ -1,0 +1,45 @@
+#ifndef SYNCAGENT_CCURLSHIMS_H
+#define SYNCAGENT_CCURLSHIMS_H
+
+#include <curl/curl.h>
+#include <signal.h>
+
+/*
+ * Swift cannot call C variadic functions, and curl_easy_setopt,
+ * curl_easy_getinfo and curl_multi_setopt are variadic. Each wrapper below
+ * fixes the argument type that one family of options expects, so a wrong
+ * type is a compile error in Swift instead of undefined behaviour in C.
+ */
+
+/* Options that take a long (flags, counts, timeouts). */
+CURLcode sa_easy_setopt_long(CURL *easy, CURLoption option, long value);
+/* Options that take a curl_off_t (offsets and byte rates beyond 2 GiB). */
+CURLcode sa_easy_setopt_off(CURL *easy, CURLoption option, curl_off_t value);
+/* Options that take a C string; curl copies it. */
+CURLcode sa_easy_setopt_string(CURL *easy, CURLoption option, const char *value);
+/* Options that take an opaque pointer (user data, slists). */
+CURLcode sa_easy_setopt_pointer(CURL *easy, CURLoption option, void *value);
+
+/* CURLOPT_WRITEFUNCTION and CURLOPT_HEADERFUNCTION share this signature. */
+typedef size_t (*sa_data_callback)(char *data, size_t size, size_t count, void *context);
+CURLcode sa_easy_set_write_callback(CURL *easy, sa_data_callback callback, void *context);
+CURLcode sa_easy_set_header_callback(CURL *easy, sa_data_callback callback, void *context);
+
+CURLcode sa_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
+CURLcode sa_easy_getinfo_off(CURL *easy, CURLINFO info, curl_off_t *value);
+CURLcode sa_easy_getinfo_string(CURL *easy, CURLINFO info, const char **value);
+CURLcode sa_easy_getinfo_pointer(CURL *easy, CURLINFO info, void **value);
+
+CURLMcode sa_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
+
+/* CURLMsg.data is a union; Swift reads it awkwardly, so pick the field here. */
+CURLcode sa_msg_result(const CURLMsg *message);
+
+/* sys/signalfd.h is not part of Glibc's Swift module map. Blocks SIGTERM,
+ * SIGINT (and SIGPIPE, which curl may raise) and returns an fd that becomes
+ * readable when a stop signal arrives, so the event loop polls for it. */
+int sa_stop_signal_fd(void);
+/* Reads one pending signal from that fd; returns its number or -1. */
+int sa_read_signal(int fd);
+
+#endif

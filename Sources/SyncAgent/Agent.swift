@@ -1,0 +1,317 @@
+import CCurlShims
+import Foundation
+import Logging
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The agent: one loop on one thread around `curl_multi_poll`, with the
+/// inbox's inotify fd and a signalfd beside curl's sockets. Every wake-up:
+/// take jobs → finish attempts → schedule → announce → commit the batch of
+/// new events in one transaction. The `EventLog` is the only mutable state
+/// that matters, and only this loop touches it.
+public final class Agent {
+    public static let exitAllFinished: Int32 = 0
+    public static let exitSomeFailed: Int32 = 4
+
+    private let config: AgentConfig
+    private let paths: AgentPaths
+    private let logger: Logger
+    private let notifier: NoticePosting
+    private let settings: TransferSettings
+
+    private var log: EventLog!
+    private var intake: Intake!
+    private let multi = CurlMulti()
+    /// In-flight attempts by their curl easy handle.
+    private var attempts: [UnsafeMutableRawPointer: DownloadAttempt] = [:]
+    private var attemptByTask: [String: UnsafeMutableRawPointer] = [:]
+    /// Set whenever something could let a queued task start or a batch drain.
+    private var needsScheduling = true
+    private var failedThisRun = 0
+    /// When a waiting task (not_before, retry backoff) becomes startable;
+    /// recomputed at each scheduling pass, not on every wake-up.
+    private var nextTimedWakeMs: Int64?
+
+    public init(config: AgentConfig, paths: AgentPaths, logger: Logger) {
+        self.config = config
+        self.paths = paths
+        self.logger = logger
+        self.notifier = DesktopNotifier(logger: logger)
+        self.settings = TransferSettings(config: config)
+    }
+
+    /// Runs until SIGTERM/SIGINT (exit 0) or, with `exitWhenIdle`, until the
+    /// inbox is empty and nothing is queued or running (0, or 4 if a task failed).
+    public func run(exitWhenIdle: Bool) throws -> Int32 {
+        try FileSystem.makeDirectory(paths.stateDir)
+        let lock = try StateLock(path: paths.lockFile, stateDir: paths.stateDir)
+        defer { withExtendedLifetime(lock) {} }
+        // Blocked before anything slow, so a stop signal during start-up is not lost.
+        let signalFd = sa_stop_signal_fd()
+        guard signalFd >= 0 else { throw SystemError(operation: "signalfd", errno: errno) }
+        defer { close(signalFd) }
+
+        log = try EventLog(store: EventStore(writingTo: paths.eventLog))
+        log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current)))
+        resumeInterruptedTasks()
+        try log.commit()
+
+        let watcher = try InboxWatcher(directory: paths.inbox)
+        try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
+        intake = try Intake(inbox: paths.inbox,
+                            parser: JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify),
+                            log: log, logger: logger)
+        intake.applyControl = { [unowned self] control in self.apply(control) }
+        logger.info("agent started", metadata: [
+            "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
+        for name in watcher.scan() { intake.take(name, closedAfterWriting: false) }
+
+        var stopSignal: Int32?
+        while true {
+            if needsScheduling {
+                needsScheduling = false
+                startReadyTasks()
+                try announceDrainedBatches()
+            }
+            try commit()
+
+            if exitWhenIdle && isIdle(watcher) { break }
+            let ready = multi.poll(extraFds: [watcher.fd, signalFd], timeoutMs: pollTimeoutMs())
+            if ready.contains(signalFd) {
+                stopSignal = sa_read_signal(signalFd)
+                break
+            }
+            if ready.contains(watcher.fd) {
+                let changes = watcher.drain()
+                // On overflow the queue lost names: the directory itself is the truth.
+                let names = changes.overflowed ? watcher.scan() : changes.names
+                for name in names { intake.take(name, closedAfterWriting: true) }
+                needsScheduling = true
+            }
+            let now = FileSystem.monotonicMs
+            if let due = intake.nextRetryMs, due <= now {
+                intake.takeDueRetries(nowMs: now)
+                needsScheduling = true
+            }
+            if let wake = nextTimedWakeMs, wake <= FileSystem.nowMs {
+                needsScheduling = true
+            }
+            multi.perform()
+            for (easy, result) in multi.completed() { finishAttempt(easy, result) }
+        }
+
+        if let stopSignal {
+            pauseAllForStop()
+            log.record(.agentStopped(AgentStopped(reason: stopSignal == SIGINT ? "SIGINT" : "SIGTERM")))
+            try commit()
+            logger.info("agent stopped", metadata: ["signal": "\(stopSignal)"])
+            return Self.exitAllFinished
+        }
+        log.record(.agentStopped(AgentStopped(reason: "idle")))
+        try commit()
+        logger.info("agent idle, exiting", metadata: ["failed": "\(failedThisRun)"])
+        return failedThisRun > 0 ? Self.exitSomeFailed : Self.exitAllFinished
+    }
+
+    private func commit() throws {
+        try log.commit()
+        intake.map { $0.removeTakenFiles() }
+    }
+
+    private func isIdle(_ watcher: InboxWatcher) -> Bool {
+        guard log.state.activeCount == 0, attempts.isEmpty, intake.isIdle, log.state.owedNotices.isEmpty else { return false }
+        let leftovers = watcher.scan()
+        if leftovers.isEmpty { return true }
+        // Files whose inotify events are still queued: take them now.
+        for name in leftovers { intake.take(name, closedAfterWriting: false) }
+        needsScheduling = true
+        return false
+    }
+
+    private func pollTimeoutMs() -> Int32 {
+        var timeout: Int64 = 1000
+        if let due = intake.nextRetryMs { timeout = min(timeout, due - FileSystem.monotonicMs) }
+        if let wake = nextTimedWakeMs { timeout = min(timeout, wake - FileSystem.nowMs) }
+        return Int32(max(0, timeout))
+    }
+
+    // MARK: - Recovery
+
+    /// Tasks the last agent left running (crash) or paused on its way out go
+    /// back to the queue at the offset the log vouches for, no further.
+    private func resumeInterruptedTasks() {
+        for task in log.state.orderedTasks {
+            let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
+            guard interrupted else { continue }
+            let offset = trustedOffset(for: task)
+            let reason = task.phase == .running ? "agent restarted after an unclean stop" : "agent restarted"
+            log.record(.resumed(Resumed(bytes: offset, reason: reason)), task: task.id)
+            logger.info("task resumed", metadata: ["task.id": "\(task.id)", "offset": "\(offset)"])
+        }
+        for (_, batch) in log.state.owedNotices.sorted(by: { $0.key < $1.key }) {
+            post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
+        }
+    }
+
+    /// The resume offset: the logged bytes, if the partial file holds them and
+    /// a validator guards the range; else 0. The file is cut to match.
+    private func trustedOffset(for task: TaskState) -> Int64 {
+        var offset: Int64 = 0
+        if case .resume(let at, _) = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs),
+           let size = FileSystem.size(task.partPath), size >= at {
+            offset = at
+        }
+        if FileSystem.exists(task.partPath) { truncate(task.partPath, off_t(offset)) }
+        return offset
+    }
+
+    // MARK: - Scheduling and attempts
+
+    private func startReadyTasks() {
+        let now = FileSystem.nowMs
+        for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits) {
+            guard let task = log.state[id] else { continue }
+            start(task)
+        }
+        nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)
+    }
+
+    private func start(_ task: TaskState) {
+        if FileSystem.exists(task.spec.dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
+            if task.spec.overwrite == .skip {
+                let size = FileSystem.size(task.spec.dest) ?? 0
+                log.record(.finished(Finished(bytes: size, dest: task.spec.dest)), task: task.id)
+            } else {
+                fail(task, reason: "\(task.spec.dest) already exists (overwrite = \"fail\")", code: "dest_exists")
+            }
+            needsScheduling = true
+            return
+        }
+        let offset = task.bytes > 0 ? trustedOffset(for: task) : 0
+        let attempt: DownloadAttempt
+        do {
+            attempt = try DownloadAttempt(task: task, offset: offset, settings: settings) { [unowned self] id, body in
+                self.log.record(body, task: id)
+            }
+        } catch {
+            fail(task, reason: "cannot start: \(error)", code: "local_error")
+            return
+        }
+        log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
+        attempts[attempt.easy] = attempt
+        attemptByTask[task.id] = attempt.easy
+        multi.add(attempt.easy)
+    }
+
+    /// Removes an attempt from curl; its partial file keeps the durable bytes.
+    @discardableResult
+    private func detach(_ id: String) -> DownloadAttempt? {
+        guard let easy = attemptByTask.removeValue(forKey: id), let attempt = attempts.removeValue(forKey: easy) else { return nil }
+        multi.remove(easy)
+        return attempt
+    }
+
+    private func finishAttempt(_ easy: UnsafeMutableRawPointer, _ result: CURLcode) {
+        guard let attempt = attempts[easy] else { return }
+        let id = attempt.taskID
+        let outcome = attempt.outcome(result)
+        detach(id)
+        needsScheduling = true
+        guard let task = log.state[id] else { return }
+
+        switch outcome {
+        case .complete(let bytes):
+            switch Publisher.publish(task) {
+            case .published(let path, let sha256):
+                log.record(.finished(Finished(bytes: bytes, dest: path, sha256: sha256)), task: id)
+                logger.info("task finished", metadata: ["task.id": "\(id)", "dest": "\(path)", "bytes": "\(bytes)"])
+            case .failed(let reason, let code):
+                fail(task, reason: reason, code: code)
+            }
+        case .transient(let reason, let retryAfterMs, let restartFromZero):
+            let allowed = task.spec.retries ?? config.retries
+            guard task.attempts <= allowed else {
+                fail(task, reason: "gave up after \(task.attempts) attempts: \(reason)", code: "retries_exhausted")
+                return
+            }
+            let delay = SchedulerPolicy.retryDelayMs(attempt: task.attempts, retryAfterMs: retryAfterMs,
+                                                     jitter: Double.random(in: 0...1))
+            let bytes = restartFromZero ? 0 : attempt.durable
+            log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: delay, bytes: bytes)), task: id)
+            logger.notice("task will retry", metadata: ["task.id": "\(id)", "reason": "\(reason)", "delay_ms": "\(delay)"])
+        case .permanent(let reason, let code):
+            fail(task, reason: reason, code: code)
+        }
+    }
+
+    private func fail(_ task: TaskState, reason: String, code: String) {
+        unlink(task.partPath)
+        log.record(.failed(Failed(reason: reason, code: code, bytes: 0)), task: task.id)
+        failedThisRun += 1
+        logger.error("task failed", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+    }
+
+    private func pauseAllForStop() {
+        for id in Array(attemptByTask.keys).sorted() {
+            guard let attempt = detach(id) else { continue }
+            attempt.flush()
+            log.record(.paused(Paused(bytes: attempt.durable, reason: .agentStopping)), task: id)
+        }
+    }
+
+    // MARK: - Control jobs
+
+    private func apply(_ control: ControlJob) -> String? {
+        let targets: [TaskState]
+        if control.task == "*" {
+            targets = log.state.orderedTasks
+        } else if let task = log.state[control.task] {
+            targets = [task]
+        } else {
+            return "key \"task\": no task has the id \"\(control.task)\""
+        }
+        for task in targets {
+            switch control.action {
+            case .pause where task.phase.isActive:
+                let bytes = detach(task.id).map { attempt -> Int64 in attempt.flush(); return attempt.durable } ?? task.bytes
+                log.record(.paused(Paused(bytes: bytes, reason: .user)), task: task.id)
+            case .resume where task.phase == .paused:
+                log.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
+            case .cancel where !task.phase.isEnded:
+                let bytes = detach(task.id).map { attempt -> Int64 in attempt.flush(); return attempt.durable } ?? task.bytes
+                unlink(task.partPath)
+                log.record(.cancelled(Cancelled(bytes: bytes)), task: task.id)
+            default:
+                continue
+            }
+        }
+        needsScheduling = true
+        return nil
+    }
+
+    // MARK: - Notifications
+
+    /// `batch_finished` is committed before the notice goes out and
+    /// `notified` right after, so a restart posts each notice once.
+    private func announceDrainedBatches() throws {
+        let drained = Notices.drainedBatches(in: log.state)
+        let ownNotices = log.state.orderedTasks.filter(\.owesOwnNotice)
+        guard !drained.isEmpty || !ownNotices.isEmpty else { return }
+        for task in ownNotices {
+            post(Notices.ownNotice(for: task), batch: nil, task: task.id)
+        }
+        for batch in drained { log.record(.batchFinished(batch)) }
+        try commit()
+        for batch in drained {
+            post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
+        }
+    }
+
+    private func post(_ notice: Notice, batch: String?, task: String?) {
+        let warning = notifier.post(notice)
+        log.record(.notified(Notified(batch: batch, summary: notice.summary, delivered: warning == nil, warning: warning)),
+                   task: task)
+    }
+}

@@ -1,0 +1,196 @@
+import CSQLite
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public struct StoreError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
+}
+
+/// The SQLite event log (SPEC §6): WAL, mode 0600, versioned migrations,
+/// batched appends in one transaction, ordered streaming reads.
+public final class EventStore {
+    public let path: String
+    private var db: OpaquePointer?
+    private var insert: OpaquePointer?
+    /// Highest seq in the file; the writer numbers new events from here.
+    public private(set) var lastSeq: Int64 = 0
+
+    /// Named, ordered schema steps; `PRAGMA user_version` says how many ran.
+    static let migrations: [(name: String, sql: String)] = [
+        ("create events", """
+            CREATE TABLE events (
+              seq   INTEGER PRIMARY KEY,
+              at_ms INTEGER NOT NULL,
+              task  TEXT,
+              type  TEXT NOT NULL,
+              data  TEXT NOT NULL
+            );
+            """),
+        ("index events by task", "CREATE INDEX events_by_task ON events(task, seq);"),
+    ]
+
+    /// Opens (creating if needed) for writing. Only the agent holding the
+    /// state-dir lock writes.
+    public init(writingTo path: String) throws {
+        self.path = path
+        // Created here so SQLite inherits 0600 for the file and its -wal/-shm.
+        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { fchmod(fd, 0o600); close(fd) }
+        try open(flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+        try execute("PRAGMA journal_mode=WAL")
+        // Durability comes from the WAL fsync at each commit of a batch.
+        try execute("PRAGMA synchronous=FULL")
+        try migrate()
+        lastSeq = try readLastSeq()
+        insert = try prepare("INSERT INTO events(seq, at_ms, task, type, data) VALUES (?, ?, ?, ?, ?)")
+    }
+
+    /// Opens for reading while an agent may be writing (status, replay, events).
+    /// A missing log reads as empty.
+    public init(readingFrom path: String) throws {
+        self.path = path
+        guard FileSystem.exists(path) else { return }
+        try open(flags: SQLITE_OPEN_READONLY)
+        lastSeq = try readLastSeq()
+    }
+
+    deinit {
+        sqlite3_finalize(insert)
+        sqlite3_close_v2(db)
+    }
+
+    private func open(flags: Int32) throws {
+        let code = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, nil)
+        guard code == SQLITE_OK else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "error \(code)"
+            throw StoreError(message: "cannot open event log \(path): \(message)")
+        }
+        sqlite3_busy_timeout(db, 5000)
+    }
+
+    private func error(_ what: String) -> StoreError {
+        StoreError(message: "\(what) in \(path): \(String(cString: sqlite3_errmsg(db)))")
+    }
+
+    private func execute(_ sql: String) throws {
+        guard sqlite3_exec(db, sql, nil, nil, nil) == SQLITE_OK else { throw error("\"\(sql.prefix(40))\" failed") }
+    }
+
+    private func prepare(_ sql: String) throws -> OpaquePointer? {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK else { throw error("cannot prepare") }
+        return statement
+    }
+
+    public func schemaVersion() throws -> Int {
+        guard db != nil else { return 0 }
+        let statement = try prepare("PRAGMA user_version")
+        defer { sqlite3_finalize(statement) }
+        return sqlite3_step(statement) == SQLITE_ROW ? Int(sqlite3_column_int(statement, 0)) : 0
+    }
+
+    private func migrate() throws {
+        let current = try schemaVersion()
+        guard current < Self.migrations.count else { return }
+        try execute("BEGIN IMMEDIATE")
+        do {
+            for index in current..<Self.migrations.count {
+                try execute(Self.migrations[index].sql)
+            }
+            try execute("PRAGMA user_version = \(Self.migrations.count)")
+            try execute("COMMIT")
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    private func readLastSeq() throws -> Int64 {
+        guard try schemaVersion() > 0 else { return 0 }
+        let statement = try prepare("SELECT COALESCE(MAX(seq), 0) FROM events")
+        defer { sqlite3_finalize(statement) }
+        return sqlite3_step(statement) == SQLITE_ROW ? sqlite3_column_int64(statement, 0) : 0
+    }
+
+    /// Group commit: every event of the batch lands in one transaction, one fsync.
+    public func append(_ events: [Event]) throws {
+        guard !events.isEmpty else { return }
+        guard let insert else { throw StoreError(message: "event log \(path) is open read-only") }
+        try execute("BEGIN IMMEDIATE")
+        do {
+            for event in events {
+                sqlite3_reset(insert)
+                sqlite3_bind_int64(insert, 1, event.seq)
+                sqlite3_bind_int64(insert, 2, event.atMs)
+                if let task = event.task {
+                    sqlite3_bind_text(insert, 3, task, -1, SQLITE_TRANSIENT)
+                } else {
+                    sqlite3_bind_null(insert, 3)
+                }
+                sqlite3_bind_text(insert, 4, event.type, -1, SQLITE_TRANSIENT)
+                sqlite3_bind_text(insert, 5, EventCoding.data(of: event.body), -1, SQLITE_TRANSIENT)
+                guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot append event \(event.seq)") }
+            }
+            try execute("COMMIT")
+            lastSeq = max(lastSeq, events.last!.seq)
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// A raw row, for `events`: what the log holds, before decoding.
+    public struct Row {
+        public var seq: Int64
+        public var atMs: Int64
+        public var task: String?
+        public var type: String
+        public var data: String
+    }
+
+    /// Streams rows in seq order, one at a time: memory stays flat however long the log.
+    public func forEachRow(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
+                           _ body: (Row) throws -> Void) throws {
+        guard db != nil, try schemaVersion() > 0 else { return }
+        let filter = task == nil ? "" : " AND task = ?3"
+        let statement = try prepare("SELECT seq, at_ms, task, type, data FROM events WHERE seq > ?1 AND seq <= ?2\(filter) ORDER BY seq")
+        defer { sqlite3_finalize(statement) }
+        sqlite3_bind_int64(statement, 1, seq)
+        sqlite3_bind_int64(statement, 2, last)
+        if let task { sqlite3_bind_text(statement, 3, task, -1, SQLITE_TRANSIENT) }
+        while true {
+            let code = sqlite3_step(statement)
+            if code == SQLITE_DONE { return }
+            guard code == SQLITE_ROW else { throw error("cannot read events") }
+            try body(Row(
+                seq: sqlite3_column_int64(statement, 0),
+                atMs: sqlite3_column_int64(statement, 1),
+                task: sqlite3_column_text(statement, 2).map { String(cString: $0) },
+                type: String(cString: sqlite3_column_text(statement, 3)),
+                data: String(cString: sqlite3_column_text(statement, 4))))
+        }
+    }
+
+    /// Streams decoded events in seq order.
+    public func forEach(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
+                        _ body: (Event) throws -> Void) throws {
+        try forEachRow(after: seq, through: last, task: task) { row in
+            let decoded = try EventCoding.body(type: row.type, data: row.data, seq: row.seq)
+            try body(Event(seq: row.seq, atMs: row.atMs, task: row.task, body: decoded))
+        }
+    }
+
+    /// The fold of the log up to `last`: what `status` and `replay` show.
+    public func replay(through last: Int64 = .max) throws -> AgentState {
+        var state = AgentState()
+        try forEach(through: last) { state.apply($0) }
+        return state
+    }
+}
+
+/// SQLite's "copy this string now" destructor, which Swift cannot spell directly.
+let SQLITE_TRANSIENT = unsafeBitCast(-1, to: sqlite3_destructor_type.self)

@@ -1,0 +1,86 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A failed system call, with what was attempted and errno in words.
+public struct SystemError: Error, CustomStringConvertible {
+    public var operation: String
+    public var errno: Int32
+    public var description: String { "\(operation): \(String(cString: strerror(errno)))" }
+}
+
+/// Every syscall goes through here: retries EINTR, turns -1 into a typed error.
+@discardableResult
+func syscall<T: FixedWidthInteger>(_ operation: @autoclosure () -> String, _ call: () -> T) throws -> T {
+    while true {
+        let result = call()
+        if result != -1 { return result }
+        if errno == EINTR { continue }
+        throw SystemError(operation: operation(), errno: errno)
+    }
+}
+
+enum FileSystem {
+    static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
+        do {
+            try FileManager.default.createDirectory(
+                atPath: path, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: Int(mode)])
+        } catch {
+            throw SystemError(operation: "create directory \(path)", errno: Glibc.errno == 0 ? EIO : Glibc.errno)
+        }
+    }
+
+    static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+
+    static func size(_ path: String) -> Int64? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return Int64(info.st_size)
+    }
+
+    /// A rename is only durable once its directory is synced.
+    static func syncDirectory(of path: String) {
+        let directory = (path as NSString).deletingLastPathComponent
+        let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        fsync(fd)
+        close(fd)
+    }
+
+    /// Writes a small file atomically: temp name, fsync, rename.
+    static func writeAtomically(_ text: String, to path: String, mode: mode_t = 0o644) throws {
+        let temp = path + ".tmp"
+        let fd = try syscall("create \(temp)") { open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode) }
+        defer { close(fd) }
+        var bytes = Array(text.utf8)
+        var written = 0
+        while written < bytes.count {
+            let count = try bytes.withUnsafeMutableBytes { buffer in
+                try syscall("write \(temp)") { write(fd, buffer.baseAddress! + written, buffer.count - written) }
+            }
+            written += count
+        }
+        bytes.removeAll()
+        try syscall("fsync \(temp)") { fsync(fd) }
+        try syscall("rename \(temp)") { rename(temp, path) }
+        syncDirectory(of: path)
+    }
+
+    static var nowMs: Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+
+    /// For intervals: immune to clock changes.
+    static var monotonicMs: Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+}

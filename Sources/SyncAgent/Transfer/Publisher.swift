@@ -1,0 +1,90 @@
+import Crypto
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `didFinishDownloadingToURL`: the flushed partial file is checked against
+/// the job's checksum, then renamed to its destination atomically.
+enum Publisher {
+    enum Result: Equatable {
+        case published(path: String, sha256: String)
+        case failed(reason: String, code: String)
+    }
+
+    static func publish(_ task: TaskState) -> Result {
+        let part = task.partPath
+        let digests: (sha256: String, md5: String?)
+        do {
+            digests = try hash(part, md5: task.spec.md5 != nil)
+        } catch {
+            return .failed(reason: "cannot read \(part): \(error)", code: "read_error")
+        }
+        if let expected = task.spec.sha256, expected != digests.sha256 {
+            return .failed(reason: "sha256 mismatch: expected \(expected), got \(digests.sha256)", code: "checksum_mismatch")
+        }
+        if let expected = task.spec.md5, expected != digests.md5 {
+            return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: "checksum_mismatch")
+        }
+
+        let dest: String
+        switch placement(for: task.spec) {
+        case .target(let path): dest = path
+        case .refuse(let reason): return .failed(reason: reason, code: "dest_exists")
+        }
+        guard rename(part, dest) == 0 else {
+            return .failed(reason: "cannot move \(part) to \(dest): \(String(cString: strerror(errno)))", code: "rename_error")
+        }
+        FileSystem.syncDirectory(of: dest)
+        return .published(path: dest, sha256: digests.sha256)
+    }
+
+    enum Placement: Equatable {
+        case target(String)
+        case refuse(String)
+    }
+
+    /// Where the file goes given `overwrite` and what is already there.
+    static func placement(for spec: TaskSpec) -> Placement {
+        guard FileSystem.exists(spec.dest) else { return .target(spec.dest) }
+        switch spec.overwrite {
+        case .replace:
+            return .target(spec.dest)
+        case .fail, .skip:
+            return .refuse("\(spec.dest) already exists (overwrite = \"\(spec.overwrite.rawValue)\")")
+        case .rename:
+            // debian.iso → debian.1.iso, debian.2.iso, …
+            let url = URL(fileURLWithPath: spec.dest)
+            let ext = url.pathExtension
+            let stem = url.deletingPathExtension().path
+            for number in 1... {
+                let candidate = ext.isEmpty ? "\(stem).\(number)" : "\(stem).\(number).\(ext)"
+                if !FileSystem.exists(candidate) { return .target(candidate) }
+            }
+            fatalError("unreachable")
+        }
+    }
+
+    /// Streams the file through SHA-256 (and MD5 when asked): memory stays flat.
+    static func hash(_ path: String, md5 wantsMD5: Bool) throws -> (sha256: String, md5: String?) {
+        let fd = try syscall("open \(path)") { open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        defer { close(fd) }
+        var sha = SHA256()
+        var md5 = Insecure.MD5()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = try buffer.withUnsafeMutableBytes { raw in
+                try syscall("read \(path)") { read(fd, raw.baseAddress, raw.count) }
+            }
+            if count == 0 { break }
+            buffer.withUnsafeBytes { raw in
+                let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<count])
+                sha.update(bufferPointer: chunk)
+                if wantsMD5 { md5.update(bufferPointer: chunk) }
+            }
+        }
+        let hex = { (bytes: any Sequence<UInt8>) in bytes.map { String(format: "%02x", $0) }.joined() }
+        return (hex(sha.finalize()), wantsMD5 ? hex(md5.finalize()) : nil)
+    }
+}

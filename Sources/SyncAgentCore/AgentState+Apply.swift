@@ -1,0 +1,143 @@
+import Foundation
+
+extension AgentState {
+    /// Replay: the state a log describes.
+    public static func replay<S: Sequence>(_ events: S) -> AgentState where S.Element == Event {
+        var state = AgentState()
+        for event in events { state.apply(event) }
+        return state
+    }
+
+    /// The fold. The running agent, `status` and `replay` all compute state
+    /// with this one function, so what they show cannot drift apart.
+    public mutating func apply(_ event: Event) {
+        lastSeq = max(lastSeq, event.seq)
+        switch event.body {
+        case .created(let spec):
+            guard let id = event.task, tasks[id] == nil else { orphanEvents.append(event.seq); return }
+            tasks[id] = TaskState(id: id, spec: spec, seq: event.seq, atMs: event.atMs)
+            order.append(id)
+            if let source = spec.source { takenSources.insert(source.identity) }
+            countActive(id, was: nil, now: .queued)
+        case .rejected(let rejection):
+            rejected.append(rejection)
+        case .agentStarted(let started):
+            runningAgentPid = started.pid
+        case .agentStopped:
+            runningAgentPid = nil
+        case .batchFinished(let batch):
+            let key = BatchKey(batch.batch)
+            let announced = Set(batch.finished + batch.failed)
+            endedSinceNotice[key]?.removeAll { announced.contains($0) }
+            if endedSinceNotice[key]?.isEmpty == true { endedSinceNotice[key] = nil }
+            owedNotices[key] = batch
+        case .notified(let notice):
+            if let id = event.task {
+                tasks[id]?.owesOwnNotice = false
+            } else {
+                owedNotices[BatchKey(notice.batch)] = nil
+            }
+        default:
+            guard let id = event.task, var task = tasks[id] else { orphanEvents.append(event.seq); return }
+            let before = task.phase
+            task.apply(event)
+            task.lastSeq = event.seq
+            task.updatedAtMs = event.atMs
+            tasks[id] = task
+            if before != task.phase { countActive(id, was: before, now: task.phase) }
+        }
+    }
+
+    /// Keeps the per-batch active counts and the "ended since notice" lists
+    /// current, so finding a drained batch never scans every task.
+    private mutating func countActive(_ id: String, was old: TaskPhase?, now new: TaskPhase) {
+        guard let task = tasks[id] else { return }
+        let key = BatchKey(task.spec.batch)
+        let wasActive = old?.isActive ?? false
+        if wasActive != new.isActive {
+            let delta = new.isActive ? 1 : -1
+            activeCount += delta
+            activeByBatch[key, default: 0] += delta
+            if activeByBatch[key] == 0 { activeByBatch[key] = nil }
+        }
+        let endsCounted = new == .finished || new == .failed
+        if endsCounted, task.spec.notify != .none, !(old == .finished || old == .failed) {
+            endedSinceNotice[key, default: []].append(id)
+        }
+    }
+}
+
+extension TaskState {
+    mutating func apply(_ event: Event) {
+        switch event.body {
+        case .started(let started):
+            phase = .running
+            attempts = started.attempt
+            bytes = started.offset
+            currentURL = started.url
+            error = nil
+            errorCode = nil
+            pauseReason = nil
+            notBeforeMs = nil
+        case .progressed(let progress):
+            let elapsedMs = event.atMs - updatedAtMs
+            if progress.bytes > bytes, elapsedMs > 0 {
+                speed = (progress.bytes - bytes) * 1000 / elapsedMs
+            }
+            bytes = progress.bytes
+            if let total = progress.total { self.total = total }
+            if let etag = progress.etag { self.etag = etag }
+            if let lastModified = progress.lastModified { self.lastModified = lastModified }
+            if let reason = progress.restartReason {
+                restartReason = reason
+                // Validators belonged to the old representation.
+                if progress.etag == nil { etag = nil }
+                if progress.lastModified == nil { lastModified = nil }
+            }
+        case .paused(let paused):
+            phase = .paused
+            bytes = paused.bytes
+            pauseReason = paused.reason
+            speed = 0
+        case .resumed(let resumed):
+            phase = .queued
+            bytes = resumed.bytes
+            pauseReason = nil
+            speed = 0
+        case .redirected(let redirect):
+            currentURL = redirect.to
+            redirects += 1
+        case .retrying(let retry):
+            phase = .queued
+            bytes = retry.bytes
+            error = retry.reason
+            notBeforeMs = event.atMs + retry.delayMs
+            speed = 0
+        case .finished(let finished):
+            phase = .finished
+            bytes = finished.bytes
+            total = finished.bytes
+            spec.dest = finished.dest
+            error = nil
+            errorCode = nil
+            endedAtMs = event.atMs
+            speed = 0
+            owesOwnNotice = spec.notify == .each
+        case .failed(let failure):
+            phase = .failed
+            bytes = failure.bytes
+            error = failure.reason
+            errorCode = failure.code
+            endedAtMs = event.atMs
+            speed = 0
+            owesOwnNotice = spec.notify == .each
+        case .cancelled(let cancelled):
+            phase = .cancelled
+            bytes = cancelled.bytes
+            endedAtMs = event.atMs
+            speed = 0
+        case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified:
+            break
+        }
+    }
+}

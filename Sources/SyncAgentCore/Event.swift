@@ -1,0 +1,202 @@
+import Foundation
+
+/// One fact in the event log. The log is an ordered list of these; every
+/// state the agent, `status` and `replay` show is the fold of such a list.
+public struct Event: Equatable, Sendable {
+    /// Position in the log's total order; assigned by the single writer.
+    public var seq: Int64
+    /// Unix epoch milliseconds.
+    public var atMs: Int64
+    /// The task this fact is about; nil for agent-level facts.
+    public var task: String?
+    public var body: EventBody
+
+    public init(seq: Int64 = 0, atMs: Int64, task: String? = nil, body: EventBody) {
+        self.seq = seq
+        self.atMs = atMs
+        self.task = task
+        self.body = body
+    }
+
+    /// The `type` column.
+    public var type: String { body.type }
+}
+
+/// What happened. Each case's payload is the `data` JSON object of the row.
+public enum EventBody: Equatable, Sendable {
+    case created(TaskSpec)
+    case started(Started)
+    case progressed(Progressed)
+    case paused(Paused)
+    case resumed(Resumed)
+    case redirected(Redirected)
+    case retrying(Retrying)
+    case finished(Finished)
+    case failed(Failed)
+    case cancelled(Cancelled)
+    case rejected(Rejected)
+    case agentStarted(AgentStarted)
+    case agentStopped(AgentStopped)
+    case batchFinished(BatchFinished)
+    case notified(Notified)
+
+    public static let allTypes = [
+        "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
+        "finished", "failed", "cancelled", "rejected",
+        "agent_started", "agent_stopped", "batch_finished", "notified",
+    ]
+
+    public var type: String {
+        switch self {
+        case .created: "created"
+        case .started: "started"
+        case .progressed: "progressed"
+        case .paused: "paused"
+        case .resumed: "resumed"
+        case .redirected: "redirected"
+        case .retrying: "retrying"
+        case .finished: "finished"
+        case .failed: "failed"
+        case .cancelled: "cancelled"
+        case .rejected: "rejected"
+        case .agentStarted: "agent_started"
+        case .agentStopped: "agent_stopped"
+        case .batchFinished: "batch_finished"
+        case .notified: "notified"
+        }
+    }
+}
+
+// MARK: - Payloads
+
+/// An attempt began: the request went out asking for bytes from `offset`.
+public struct Started: Codable, Equatable, Sendable {
+    public var attempt: Int
+    public var offset: Int64
+    public var url: String
+    public init(attempt: Int, offset: Int64, url: String) {
+        self.attempt = attempt; self.offset = offset; self.url = url
+    }
+}
+
+/// Bytes up to `bytes` are flushed to the partial file (rule 2: durable
+/// before claimed). Validators arrive with the first progress of a response.
+public struct Progressed: Codable, Equatable, Sendable {
+    public var bytes: Int64
+    public var total: Int64?
+    public var etag: String?
+    public var lastModified: String?
+    /// Set when the offset went back to 0 because the server would not resume.
+    public var restartReason: String?
+    public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
+                restartReason: String? = nil) {
+        self.bytes = bytes; self.total = total; self.etag = etag
+        self.lastModified = lastModified; self.restartReason = restartReason
+    }
+}
+
+/// Why a task stopped without ending. Only `user` pauses survive a restart;
+/// the others are resumed by the next agent.
+public enum PauseReason: String, Codable, Equatable, Sendable {
+    case user
+    case agentStopping = "agent_stopping"
+}
+
+public struct Paused: Codable, Equatable, Sendable {
+    public var bytes: Int64
+    public var reason: PauseReason
+    public init(bytes: Int64, reason: PauseReason) { self.bytes = bytes; self.reason = reason }
+}
+
+/// The task goes back to the queue and will continue from `bytes`
+/// (NSURLSession's `didResumeAtOffset`).
+public struct Resumed: Codable, Equatable, Sendable {
+    public var bytes: Int64
+    public var reason: String
+    public init(bytes: Int64, reason: String) { self.bytes = bytes; self.reason = reason }
+}
+
+public struct Redirected: Codable, Equatable, Sendable {
+    public var from: String
+    public var to: String
+    public var status: Int
+    public init(from: String, to: String, status: Int) { self.from = from; self.to = to; self.status = status }
+}
+
+/// A transient failure: the task waits `delayMs` and tries again from `bytes`.
+public struct Retrying: Codable, Equatable, Sendable {
+    public var attempt: Int
+    public var reason: String
+    public var delayMs: Int64
+    public var bytes: Int64
+    public init(attempt: Int, reason: String, delayMs: Int64, bytes: Int64) {
+        self.attempt = attempt; self.reason = reason; self.delayMs = delayMs; self.bytes = bytes
+    }
+}
+
+/// The file is verified and published at `dest`.
+public struct Finished: Codable, Equatable, Sendable {
+    public var bytes: Int64
+    public var dest: String
+    public var sha256: String?
+    public init(bytes: Int64, dest: String, sha256: String? = nil) {
+        self.bytes = bytes; self.dest = dest; self.sha256 = sha256
+    }
+}
+
+public struct Failed: Codable, Equatable, Sendable {
+    /// Words for the user: "server answered 404 for https://…".
+    public var reason: String
+    /// Machine-readable: "http_404", "curl_7", "checksum_mismatch", …
+    public var code: String
+    public var bytes: Int64
+    public init(reason: String, code: String, bytes: Int64) {
+        self.reason = reason; self.code = code; self.bytes = bytes
+    }
+}
+
+public struct Cancelled: Codable, Equatable, Sendable {
+    public var bytes: Int64
+    public init(bytes: Int64) { self.bytes = bytes }
+}
+
+/// A job file that could not become a task; it now sits in `INBOX/rejected/`.
+public struct Rejected: Codable, Equatable, Sendable {
+    public var file: String
+    public var error: String
+    public init(file: String, error: String) { self.file = file; self.error = error }
+}
+
+public struct AgentStarted: Codable, Equatable, Sendable {
+    public var pid: Int32
+    public var version: String
+    public init(pid: Int32, version: String) { self.pid = pid; self.version = version }
+}
+
+public struct AgentStopped: Codable, Equatable, Sendable {
+    public var reason: String
+    public init(reason: String) { self.reason = reason }
+}
+
+/// Every task of a batch that was active has ended; a notification is owed.
+public struct BatchFinished: Codable, Equatable, Sendable {
+    /// nil for the default batch (tasks without a `batch` key).
+    public var batch: String?
+    public var finished: [String]
+    public var failed: [String]
+    public init(batch: String?, finished: [String], failed: [String]) {
+        self.batch = batch; self.finished = finished; self.failed = failed
+    }
+}
+
+/// A notification was handed to the desktop (or could not be: `delivered`
+/// false with the warning). Either way it is never posted again.
+public struct Notified: Codable, Equatable, Sendable {
+    public var batch: String?
+    public var summary: String
+    public var delivered: Bool
+    public var warning: String?
+    public init(batch: String?, summary: String, delivered: Bool, warning: String? = nil) {
+        self.batch = batch; self.summary = summary; self.delivered = delivered; self.warning = warning
+    }
+}

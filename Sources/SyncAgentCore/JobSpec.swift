@@ -1,0 +1,208 @@
+import Foundation
+
+/// A parsed, validated job file: a transfer to create, or a control request.
+public enum Job: Equatable, Sendable {
+    case transfer(id: String?, spec: TaskSpec)
+    case control(ControlJob)
+}
+
+public struct ControlJob: Equatable, Sendable {
+    public enum Action: String, CaseIterable, Sendable { case pause, resume, cancel }
+    public var action: Action
+    /// A task id, or `*` for every task.
+    public var task: String
+    public init(action: Action, task: String) { self.action = action; self.task = task }
+}
+
+/// Turns the bytes of a job file into a `Job`, or a `KeyError` whose
+/// sentence goes into `INBOX/rejected/NAME.error`. Pure: the caller reads the file.
+public struct JobParser: Sendable {
+    public static let maximumSize = 64 * 1024
+
+    /// Absolute; every destination must stay inside it.
+    public var downloadDir: String
+    public var defaultNotify: NotifyMode
+
+    public init(downloadDir: String, defaultNotify: NotifyMode = .batch) {
+        self.downloadDir = PathRules.normalize(downloadDir)
+        self.defaultNotify = defaultNotify
+    }
+
+    static let transferKeys: Set<String> = [
+        "url", "kind", "dest", "id", "sha256", "md5", "priority", "overwrite", "not_before",
+        "batch", "notify", "retries", "max_speed", "headers",
+        // upload and data jobs:
+        "method", "body_file", "form_field", "form",
+    ]
+    static let controlKeys: Set<String> = ["action", "task"]
+
+    public func parse(_ bytes: [UInt8], source: JobSource? = nil) throws -> Job {
+        if bytes.count > Self.maximumSize {
+            throw KeyError(key: nil, "the job file is \(bytes.count) bytes, over the 64 KiB limit")
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw KeyError(key: nil, "the job file is not UTF-8 text")
+        }
+        let reader = try TOMLReader.parse(text)
+        if reader.has("action") {
+            return .control(try parseControl(reader))
+        }
+        return try parseTransfer(reader, source: source)
+    }
+
+    private func parseControl(_ reader: TOMLReader) throws -> ControlJob {
+        try reader.rejectUnknownKeys(allowed: Self.controlKeys)
+        guard let action = try reader.choice("action", ControlJob.Action.self) else {
+            throw KeyError(key: "action", "is missing")
+        }
+        guard let task = try reader.string("task"), !task.isEmpty else {
+            throw KeyError(key: "task", "is missing: a control job names a task id, or \"*\" for all")
+        }
+        return ControlJob(action: action, task: task)
+    }
+
+    private func parseTransfer(_ reader: TOMLReader, source: JobSource?) throws -> Job {
+        try reader.rejectUnknownKeys(allowed: Self.transferKeys)
+        guard let url = try reader.string("url") else {
+            throw KeyError(key: "url", "is missing: every transfer job needs a url")
+        }
+        try URLRules.checkTransferURL(url, key: "url")
+
+        let kind = try reader.choice("kind", TransferKind.self) ?? .download
+        guard kind == .download else {
+            throw KeyError(key: "kind", "\"\(kind.rawValue)\" is not supported by this agent yet; it runs download jobs")
+        }
+        for key in ["method", "body_file", "form_field", "form"] where reader.has(key) {
+            throw KeyError(key: key, "applies to upload and data jobs only, not to a download")
+        }
+
+        let id = try reader.string("id")
+        if let id { try IDRules.check(id) }
+
+        let destInput = try reader.string("dest") ?? URLRules.fileName(from: url)
+        let dest = try PathRules.resolve(destInput, inside: downloadDir, key: "dest")
+
+        let sha256 = try reader.string("sha256").map { try Self.hexDigest($0, key: "sha256", length: 64) }
+        let md5 = try reader.string("md5").map { try Self.hexDigest($0, key: "md5", length: 32) }
+
+        var batch = try reader.string("batch")
+        if let name = batch {
+            if name.isEmpty || name.count > 128 {
+                throw KeyError(key: "batch", "must be a name of 1 to 128 characters")
+            }
+        } else {
+            batch = nil
+        }
+
+        let spec = TaskSpec(
+            url: url,
+            kind: kind,
+            dest: dest,
+            sha256: sha256,
+            md5: md5,
+            priority: try reader.int("priority", in: -1_000_000...1_000_000) ?? 0,
+            overwrite: try reader.choice("overwrite", OverwriteMode.self) ?? .rename,
+            headers: try reader.headers("headers"),
+            batch: batch,
+            notify: try reader.choice("notify", NotifyMode.self) ?? defaultNotify,
+            retries: try reader.int("retries", in: 0...100),
+            maxSpeed: try reader.byteCount("max_speed"),
+            notBeforeMs: try reader.instantMs("not_before"),
+            source: source
+        )
+        return .transfer(id: id, spec: spec)
+    }
+
+    static func hexDigest(_ text: String, key: String, length: Int) throws -> String {
+        let lower = text.lowercased()
+        guard lower.count == length, lower.allSatisfy(\.isHexDigit) else {
+            throw KeyError(key: key, "must be \(length) hexadecimal digits")
+        }
+        return lower
+    }
+}
+
+public enum IDRules {
+    /// Ids appear in file names and command lines: keep them plain.
+    public static func check(_ id: String) throws {
+        let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        guard !id.isEmpty, id.count <= 64, id != "*", !id.hasPrefix("."),
+              id.unicodeScalars.allSatisfy({ allowed.contains($0) }) else {
+            throw KeyError(key: "id", "must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'")
+        }
+    }
+}
+
+public enum URLRules {
+    /// HTTP and HTTPS only, with a host: for the job URL and every redirect.
+    public static func checkTransferURL(_ url: String, key: String) throws {
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased() else {
+            throw KeyError(key: key, "is not a valid URL: \"\(url)\"")
+        }
+        guard scheme == "http" || scheme == "https" else {
+            throw KeyError(key: key, "must be an http or https URL, not \(scheme): \"\(url)\"")
+        }
+        guard let host = components.host, !host.isEmpty else {
+            throw KeyError(key: key, "has no host: \"\(url)\"")
+        }
+    }
+
+    public static func isTransferURL(_ url: String) -> Bool {
+        (try? checkTransferURL(url, key: "url")) != nil
+    }
+
+    /// The default destination: the URL's last path segment, decoded.
+    public static func fileName(from url: String) -> String {
+        let path = URLComponents(string: url)?.path ?? ""
+        let last = path.split(separator: "/").last.map(String.init) ?? ""
+        let decoded = (last.removingPercentEncoding ?? last).replacingOccurrences(of: "/", with: "_")
+        if decoded.isEmpty || decoded == "." || decoded == ".." { return "index.html" }
+        return decoded
+    }
+
+    /// `host:port` with the scheme's default port: what `max_per_host` counts.
+    public static func hostKey(_ url: String) -> String {
+        guard let components = URLComponents(string: url) else { return url }
+        let host = components.host?.lowercased() ?? ""
+        let port = components.port ?? (components.scheme?.lowercased() == "https" ? 443 : 80)
+        return "\(host):\(port)"
+    }
+}
+
+public enum PathRules {
+    /// Collapses `.`, `..` and repeated slashes without touching the disk.
+    public static func normalize(_ path: String) -> String {
+        var parts: [Substring] = []
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." { if !parts.isEmpty { parts.removeLast() }; continue }
+            parts.append(part)
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    /// `dest` relative to `downloadDir` (or absolute inside it) → absolute path.
+    public static func resolve(_ dest: String, inside downloadDir: String, key: String) throws -> String {
+        if dest.isEmpty || dest.hasSuffix("/") {
+            throw KeyError(key: key, "must name a file, not \"\(dest)\"")
+        }
+        if dest.contains("\0") {
+            throw KeyError(key: key, "contains a NUL character")
+        }
+        let root = normalize(downloadDir)
+        let joined = dest.hasPrefix("/") ? dest : root + "/" + dest
+        let resolved = normalize(joined)
+        guard resolved.hasPrefix(root == "/" ? "/" : root + "/"), resolved != root else {
+            throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)")
+        }
+        return resolved
+    }
+}
+
+public enum InboxRules {
+    /// `*.job`, except names still being written or hidden (SPEC §4.1).
+    public static func isJobFileName(_ name: String) -> Bool {
+        name.hasSuffix(".job") && name.count > 4 && !name.hasPrefix(".")
+            && !name.hasSuffix(".tmp") && !name.hasSuffix(".part") && !name.hasSuffix("~")
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+
+/// A desktop notification to post: the words and how loud.
+public struct Notice: Equatable, Sendable {
+    public var summary: String
+    public var body: String
+    public var critical: Bool
+    public init(summary: String, body: String, critical: Bool) {
+        self.summary = summary; self.body = body; self.critical = critical
+    }
+}
+
+/// When the agent owes the desktop a notification, and what it says (SPEC §8).
+public enum Notices {
+    /// Batches whose active tasks have all ended since their last notice.
+    /// The default batch waits until no task at all is queued or running.
+    public static func drainedBatches(in state: AgentState) -> [BatchFinished] {
+        var drained: [BatchFinished] = []
+        for (key, ended) in state.endedSinceNotice.sorted(by: { $0.key < $1.key }) where !ended.isEmpty {
+            let stillActive = key.name == nil ? state.activeCount : state.activeByBatch[key, default: 0]
+            guard stillActive == 0 else { continue }
+            let finished = ended.filter { state.tasks[$0]?.phase == .finished }
+            let failed = ended.filter { state.tasks[$0]?.phase == .failed }
+            drained.append(BatchFinished(batch: key.name, finished: finished, failed: failed))
+        }
+        return drained
+    }
+
+    /// Names of files are listed when there are few enough to read at a glance.
+    static let namesListedUpTo = 5
+
+    public static func notice(for batch: BatchFinished, in state: AgentState) -> Notice {
+        let finished = batch.finished.count
+        let failed = batch.failed.count
+        var summary: String
+        if failed == 0 {
+            summary = finished == 1 ? "1 transfer finished" : "\(finished) transfers finished"
+        } else if finished == 0 {
+            summary = failed == 1 ? "1 transfer failed" : "\(failed) transfers failed"
+        } else {
+            summary = "\(finished) finished, \(failed) failed"
+        }
+        if let name = batch.batch { summary = "\(name): \(summary)" }
+
+        var lines: [String] = []
+        let ids = batch.failed + batch.finished
+        if ids.count <= namesListedUpTo {
+            for id in ids {
+                guard let task = state.tasks[id] else { continue }
+                let name = (task.spec.dest as NSString).lastPathComponent
+                lines.append(task.phase == .failed ? "✗ \(name): \(task.error ?? "failed")" : "✓ \(name)")
+            }
+        }
+        return Notice(summary: summary, body: lines.joined(separator: "\n"), critical: failed > 0)
+    }
+
+    /// `notify = "each"`: one per task, on top of its batch's.
+    public static func ownNotice(for task: TaskState) -> Notice {
+        let name = (task.spec.dest as NSString).lastPathComponent
+        if task.phase == .failed {
+            return Notice(summary: "\(name) failed", body: task.error ?? "", critical: true)
+        }
+        return Notice(summary: "\(name) finished", body: ByteCount.format(task.bytes), critical: false)
+    }
+}

@@ -1,0 +1,58 @@
+import Foundation
+
+/// What a restart does with a task, and why — `syncagent replay` prints these
+/// and the agent follows the same decisions on start-up.
+public enum RecoveryPlan: Equatable, Sendable {
+    /// Ended: nothing to do.
+    case nothing(TaskPhase)
+    /// Never got bytes: a fresh request.
+    case startFromZero
+    /// Continue with `Range: bytes=N-`, guarded by `If-Range` when a validator is known.
+    case resume(at: Int64, ifRange: String?)
+    /// Bytes were logged but cannot be trusted to match the server's file.
+    case restartFromZero(reason: String)
+    /// Waits for `syncagent resume`.
+    case staysPaused(at: Int64)
+    /// Waits for its start time or retry backoff.
+    case waitUntil(ms: Int64)
+
+    public static func plan(for task: TaskState, nowMs: Int64) -> RecoveryPlan {
+        switch task.phase {
+        case .finished, .failed, .cancelled:
+            return .nothing(task.phase)
+        case .paused where task.pauseReason == .user:
+            return .staysPaused(at: task.bytes)
+        case .queued, .running, .paused:
+            if task.bytes == 0 {
+                if let wait = task.notBeforeMs, wait > nowMs { return .waitUntil(ms: wait) }
+                return .startFromZero
+            }
+            guard let validator = task.etag.flatMap(strongETag) ?? task.lastModified else {
+                return .restartFromZero(reason: "the server sent no validator (ETag or Last-Modified) to resume against")
+            }
+            return .resume(at: task.bytes, ifRange: validator)
+        }
+    }
+
+    /// Weak ETags (`W/"…"`) cannot guard a byte range (RFC 9110 §13.1.5).
+    public static func strongETag(_ etag: String) -> String? {
+        etag.hasPrefix("W/") ? nil : etag
+    }
+
+    /// The plan in words, for `replay`.
+    public var words: String {
+        switch self {
+        case .nothing(let phase): "nothing: \(phase.rawValue)"
+        case .startFromZero: "start from 0"
+        case .resume(let offset, let validator?): "resume at byte \(offset) with If-Range: \(validator)"
+        case .resume(let offset, nil): "resume at byte \(offset)"
+        case .restartFromZero(let reason): "restart from 0: \(reason)"
+        case .staysPaused(let offset): "stay paused at byte \(offset) until resumed"
+        case .waitUntil(let ms): "wait until \(Self.iso8601(ms)), then start from 0"
+        }
+    }
+
+    static func iso8601(_ ms: Int64) -> String {
+        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+import TOMLKit
+
+/// A problem with one key of a TOML document (job or config), in words.
+public struct KeyError: Error, Equatable, CustomStringConvertible, Sendable {
+    public var key: String?
+    public var problem: String
+    public init(key: String?, _ problem: String) { self.key = key; self.problem = problem }
+
+    /// One human sentence naming the key and the problem.
+    public var description: String {
+        guard let key else { return problem }
+        return "key \"\(key)\" \(problem)"
+    }
+}
+
+/// Typed, checked access to a TOML table: each accessor names the key in
+/// its error, and `rejectUnknownKeys` turns typos into errors, not silence.
+struct TOMLReader {
+    let table: TOMLTable
+    /// Dotted prefix for nested tables ("headers.").
+    let prefix: String
+
+    init(_ table: TOMLTable, prefix: String = "") {
+        self.table = table
+        self.prefix = prefix
+    }
+
+    static func parse(_ text: String) throws -> TOMLReader {
+        do {
+            return TOMLReader(try TOMLTable(string: text))
+        } catch let error as TOMLParseError {
+            let position = error.source.begin
+            throw KeyError(key: nil, "is not valid TOML: \(error.description) at line \(position.line), column \(position.column)")
+        }
+    }
+
+    var keys: [String] { table.keys }
+
+    func has(_ key: String) -> Bool { table.contains(key: key) }
+
+    func rejectUnknownKeys(allowed: Set<String>) throws {
+        for key in table.keys.sorted() where !allowed.contains(key) {
+            throw KeyError(key: prefix + key, "is not a known key")
+        }
+    }
+
+    private func typeName(_ value: TOMLValueConvertible) -> String {
+        switch value.type {
+        case .string: "a string"
+        case .int: "an integer"
+        case .double: "a number with a fraction"
+        case .bool: "true or false"
+        case .table: "a table"
+        case .array: "an array"
+        case .date: "a date"
+        case .time: "a time"
+        case .dateTime: "a date-time"
+        }
+    }
+
+    private func mismatch(_ key: String, expected: String, got value: TOMLValueConvertible) -> KeyError {
+        KeyError(key: prefix + key, "must be \(expected), not \(typeName(value))")
+    }
+
+    func string(_ key: String) throws -> String? {
+        guard let value = table[key] else { return nil }
+        guard let string = value.string else { throw mismatch(key, expected: "a string", got: value) }
+        return string
+    }
+
+    func int(_ key: String, in range: ClosedRange<Int>? = nil) throws -> Int? {
+        guard let value = table[key] else { return nil }
+        guard let int = value.int else { throw mismatch(key, expected: "an integer", got: value) }
+        if let range, !range.contains(int) {
+            throw KeyError(key: prefix + key, "must be between \(range.lowerBound) and \(range.upperBound), not \(int)")
+        }
+        return int
+    }
+
+    /// Durations are whole seconds.
+    func seconds(_ key: String) throws -> Int? {
+        try int(key, in: 1...Int(Int32.max))
+    }
+
+    func choice<E: RawRepresentable & CaseIterable>(_ key: String, _: E.Type) throws -> E? where E.RawValue == String {
+        guard let raw = try string(key) else { return nil }
+        guard let value = E(rawValue: raw) else {
+            let names = E.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+            throw KeyError(key: prefix + key, "must be one of \(names), not \"\(raw)\"")
+        }
+        return value
+    }
+
+    /// A byte rate such as `2000000`, `"512K"` or `"2M"` (powers of 1024).
+    func byteCount(_ key: String) throws -> Int64? {
+        guard let value = table[key] else { return nil }
+        if let int = value.int, int > 0 { return Int64(int) }
+        if let text = value.string, let count = ByteCount.parse(text), count > 0 { return count }
+        throw KeyError(key: prefix + key, "must be a positive number of bytes such as 2000000, \"512K\" or \"2M\"")
+    }
+
+    /// A TOML offset date-time (`2026-11-22T03:00:00Z`) or the same as a string.
+    func instantMs(_ key: String) throws -> Int64? {
+        guard let value = table[key] else { return nil }
+        if let dateTime = value.dateTime, let offset = dateTime.offset {
+            var components = DateComponents()
+            components.year = dateTime.date.year
+            components.month = dateTime.date.month
+            components.day = dateTime.date.day
+            components.hour = dateTime.time.hour
+            components.minute = dateTime.time.minute
+            components.second = dateTime.time.second
+            components.nanosecond = dateTime.time.nanoSecond
+            var calendar = Calendar(identifier: .gregorian)
+            calendar.timeZone = TimeZone(identifier: "UTC")!
+            if let date = calendar.date(from: components) {
+                return Int64((date.timeIntervalSince1970 - Double(offset.offset) * 60) * 1000)
+            }
+        }
+        if let text = value.string, let date = ISO8601DateFormatter().date(from: text) {
+            return Int64(date.timeIntervalSince1970 * 1000)
+        }
+        throw KeyError(key: prefix + key, "must be a date-time with a time zone, such as 2026-11-22T03:00:00Z")
+    }
+
+    func subtable(_ key: String) throws -> TOMLReader? {
+        guard let value = table[key] else { return nil }
+        guard let table = value.table else { throw mismatch(key, expected: "a table", got: value) }
+        return TOMLReader(table, prefix: prefix + key + ".")
+    }
+
+    /// `[headers]`: names are HTTP tokens, values single-line strings.
+    func headers(_ key: String) throws -> [Header] {
+        guard let table = try subtable(key) else { return [] }
+        var headers: [Header] = []
+        for name in table.keys.sorted() {
+            guard let value = try table.string(name) else { continue }
+            let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+            if name.isEmpty || name.unicodeScalars.contains(where: { !tokenCharacters.contains($0) }) {
+                throw KeyError(key: "\(key).\(name)", "is not a valid HTTP header name")
+            }
+            if value.contains(where: { $0 == "\r" || $0 == "\n" }) {
+                throw KeyError(key: "\(key).\(name)", "must be a single line")
+            }
+            headers.append(Header(name: name, value: value))
+        }
+        return headers
+    }
+}
+
+public enum ByteCount {
+    /// `"2M"` → 2097152. Accepts an optional `B`/`iB` suffix after K, M, G.
+    public static func parse(_ text: String) -> Int64? {
+        var digits = text.trimmingCharacters(in: .whitespaces).uppercased()
+        for suffix in ["IB", "B"] where digits.hasSuffix(suffix) && digits.count > suffix.count {
+            digits.removeLast(suffix.count)
+        }
+        var multiplier: Int64 = 1
+        if let last = digits.last, let power = ["K": 1, "M": 2, "G": 3][String(last)] {
+            multiplier = Int64(1) << (10 * power)
+            digits.removeLast()
+        }
+        guard let number = Double(digits), number >= 0, number * Double(multiplier) < 9e18 else { return nil }
+        return Int64(number * Double(multiplier))
+    }
+
+    /// 1536 → "1.5 KiB".
+    public static func format(_ bytes: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+    }
+}

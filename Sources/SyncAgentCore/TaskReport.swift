@@ -1,0 +1,71 @@
+import Foundation
+
+/// One task as `status --json` and `replay --json` print it (SPEC §3).
+/// Header values that are credentials never appear here.
+public struct TaskReport: Codable, Equatable, Sendable {
+    public var id: String
+    public var kind: String
+    public var state: String
+    public var url: String
+    public var currentURL: String
+    public var dest: String
+    public var bytes: Int64
+    public var total: Int64?
+    public var percent: Double?
+    public var speed: Int64
+    public var attempts: Int
+    public var redirects: Int
+    public var priority: Int
+    public var batch: String?
+    public var error: String?
+    public var errorCode: String?
+    public var etag: String?
+    public var lastModified: String?
+    public var headers: [String]
+    public var createdAtMs: Int64
+    public var updatedAtMs: Int64
+    public var lastSeq: Int64
+    /// `replay` only: what a restart would do.
+    public var plan: String?
+
+    enum CodingKeys: String, CodingKey {
+        case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
+        case error, etag, headers, plan
+        case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
+        case createdAtMs = "created_at_ms", updatedAtMs = "updated_at_ms", lastSeq = "last_seq"
+    }
+
+    public init(_ task: TaskState, plan: RecoveryPlan? = nil) {
+        id = task.id
+        kind = task.spec.kind.rawValue
+        state = task.phase.rawValue
+        url = task.spec.url
+        currentURL = task.currentURL
+        dest = task.spec.dest
+        bytes = task.bytes
+        total = task.total
+        percent = task.percent.map { ($0 * 10).rounded() / 10 }
+        speed = task.speed
+        attempts = task.attempts
+        redirects = task.redirects
+        priority = task.spec.priority
+        batch = task.spec.batch
+        error = task.error
+        errorCode = task.errorCode
+        etag = task.etag
+        lastModified = task.lastModified
+        headers = task.spec.headers.map(\.printable)
+        createdAtMs = task.createdAtMs
+        updatedAtMs = task.updatedAtMs
+        lastSeq = task.lastSeq
+        self.plan = plan?.words
+    }
+
+    /// `{"tasks": [...]}`, keys sorted so output is stable.
+    public static func json(_ reports: [TaskReport]) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(["tasks": reports])) ?? Data("{\"tasks\": []}".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+}

@@ -1,0 +1,69 @@
+import ArgumentParser
+import Foundation
+import SyncAgent
+import SyncAgentCore
+
+/// pause / resume / cancel travel through the inbox as control jobs
+/// (SPEC §4.3), so they work whether or not the agent is running.
+struct ControlTarget: ParsableArguments {
+    @Argument(help: "The task id.")
+    var id: String?
+
+    @Flag(name: .long, help: "Every task.")
+    var all = false
+
+    func validate() throws {
+        if all == (id != nil) { throw ValidationError("give a task id or --all") }
+    }
+
+    var task: String { all ? "*" : id! }
+}
+
+func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOptions) throws {
+    let resolved = try global.resolve()
+    if task != "*" {
+        let state = try? EventStore(readingFrom: resolved.paths.eventLog).replay()
+        if let state, state[task] == nil {
+            throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog)")
+        }
+    }
+    let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n"
+    let path: String
+    do {
+        path = try InboxWriter(inbox: resolved.paths.inbox).write(text, prefix: action.rawValue)
+    } catch {
+        throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)")
+    }
+    let who = task == "*" ? "every task" : "task \(task)"
+    print("\(action.rawValue) requested for \(who): \(path)")
+}
+
+struct PauseCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pause",
+        abstract: "Pause a task (or --all), keeping its partial file and validators.",
+        discussion: "Example:\n  syncagent pause debian-13")
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var target: ControlTarget
+    func run() throws { try sendControl(.pause, task: target.task, global: global) }
+}
+
+struct ResumeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resume",
+        abstract: "Resume a paused task (or --all) from its durable offset.",
+        discussion: "Example:\n  syncagent resume --all")
+    @OptionGroup var global: GlobalOptions
+    @OptionGroup var target: ControlTarget
+    func run() throws { try sendControl(.resume, task: target.task, global: global) }
+}
+
+struct CancelCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cancel",
+        abstract: "Cancel a task and remove its partial file.",
+        discussion: "Example:\n  syncagent cancel debian-13")
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The task id.") var id: String
+    func run() throws { try sendControl(.cancel, task: id, global: global) }
+}

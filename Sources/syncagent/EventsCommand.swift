@@ -1,0 +1,66 @@
+import ArgumentParser
+import Foundation
+import SyncAgent
+import SyncAgentCore
+
+struct EventsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "events",
+        abstract: "Print the raw event log, oldest first.",
+        discussion: """
+            Credentials in headers are shown as <redacted>.
+
+            Example:
+              syncagent events --task debian-13
+              syncagent events --json --follow
+            """)
+
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(help: "One JSON object per line.")
+    var json = false
+
+    @Option(help: "Only this task's events.")
+    var task: String?
+
+    @Flag(help: "Keep printing new events, like tail -f.")
+    var follow = false
+
+    func run() throws {
+        var last: Int64 = 0
+        repeat {
+            // Re-opened each round: the agent may create the log after we start.
+            let store = try openLog(global)
+            try store.forEachRow(after: last, task: task) { row in
+                print(json ? EventLine.json(row) : EventLine.text(row))
+                last = row.seq
+            }
+            // Rows of other tasks still move the cursor on.
+            last = max(last, store.lastSeq)
+            if follow {
+                fflush(stdout)
+                usleep(200_000)
+            }
+        } while follow
+    }
+}
+
+/// How one log row is printed, with secrets redacted.
+enum EventLine {
+    static func redactedData(_ row: EventStore.Row) -> String {
+        guard row.type == "created", case .created(let spec)? = try? EventCoding.body(type: row.type, data: row.data) else {
+            return row.data
+        }
+        return EventCoding.data(of: .created(spec.redacted))
+    }
+
+    static func text(_ row: EventStore.Row) -> String {
+        let time = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(row.atMs) / 1000))
+        return "\(row.seq)\t\(time)\t\(row.task ?? "-")\t\(row.type)\t\(redactedData(row))"
+    }
+
+    static func json(_ row: EventStore.Row) -> String {
+        let task = row.task.map { "\"\($0)\"" } ?? "null"
+        return "{\"seq\":\(row.seq),\"at_ms\":\(row.atMs),\"task\":\(task),\"type\":\"\(row.type)\",\"data\":\(redactedData(row))}"
+    }
+}

@@ -1,0 +1,112 @@
+import ArgumentParser
+import Foundation
+import SyncAgent
+import SyncAgentCore
+
+struct StatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show the tasks the event log describes (read-only; safe while the agent runs).",
+        discussion: """
+            Example:
+              syncagent status
+              syncagent status --json | jq '.tasks[] | select(.state == "failed")'
+              syncagent status --task debian-13
+            """)
+
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(help: "Print {\"tasks\": [...]} as JSON.")
+    var json = false
+
+    @Flag(help: "Redraw live progress until interrupted.")
+    var watch = false
+
+    @Option(help: "Show one task in full, with its events.")
+    var task: String?
+
+    func run() throws {
+        let store = try openLog(global)
+        if watch {
+            while true {
+                let state = try store.replay()
+                print("\u{1B}[H\u{1B}[2J" + TaskTable.render(state.orderedTasks, bars: true), terminator: "")
+                fflush(stdout)
+                usleep(500_000)
+            }
+        }
+        let state = try store.replay()
+        if let id = task {
+            guard let one = state[id] else { throw fail("no task has the id \"\(id)\"") }
+            if json {
+                print(TaskReport.json([TaskReport(one)]))
+            } else {
+                print(TaskTable.detail(one))
+                print("events:")
+                try store.forEachRow(task: id) { print("  " + EventLine.text($0)) }
+            }
+            return
+        }
+        if json {
+            print(TaskReport.json(state.orderedTasks.map { TaskReport($0) }))
+        } else {
+            print(TaskTable.render(state.orderedTasks, bars: false), terminator: "")
+        }
+    }
+}
+
+func openLog(_ global: GlobalOptions) throws -> EventStore {
+    let resolved = try global.resolve()
+    do {
+        return try EventStore(readingFrom: resolved.paths.eventLog)
+    } catch {
+        throw fail("\(error)")
+    }
+}
+
+/// The human table of `status` and `replay`.
+enum TaskTable {
+    static func render(_ tasks: [TaskState], bars: Bool, plans: [String: String] = [:]) -> String {
+        if tasks.isEmpty { return "no tasks\n" }
+        var rows = [["ID", "KIND", "STATE", "BYTES", "%", "SPEED", "DEST"]]
+        for task in tasks {
+            let size = task.total.map { "\(ByteCount.format(task.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(task.bytes)
+            let percent = task.percent.map { String(format: "%.0f", $0) } ?? "-"
+            var dest = task.spec.dest
+            if bars, let value = task.percent {
+                let filled = Int(value / 5)
+                dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: 20 - filled) + "] " + dest
+            }
+            let speed = task.phase == .running ? ByteCount.format(task.speed) + "/s" : "-"
+            rows.append([task.id, task.spec.kind.rawValue, task.phase.rawValue, size, percent, speed, dest])
+            if let error = task.error, task.phase == .failed || task.phase == .queued {
+                rows.append(["", "", "", "", "", "", "  " + error])
+            }
+            if let plan = plans[task.id] { rows.append(["", "", "", "", "", "", "  plan: " + plan]) }
+        }
+        let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { row in
+            zip(row.dropLast(), widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) + "  " }.joined() + row.last!
+        }.joined(separator: "\n") + "\n"
+    }
+
+    static func detail(_ task: TaskState) -> String {
+        var lines = [
+            "id:          \(task.id)",
+            "kind:        \(task.spec.kind.rawValue)",
+            "state:       \(task.phase.rawValue)",
+            "url:         \(task.spec.url)",
+            "current url: \(task.currentURL)",
+            "dest:        \(task.spec.dest)",
+            "bytes:       \(task.bytes)" + (task.total.map { " of \($0)" } ?? ""),
+            "attempts:    \(task.attempts)",
+            "priority:    \(task.spec.priority)",
+        ]
+        if let batch = task.spec.batch { lines.append("batch:       \(batch)") }
+        if let etag = task.etag { lines.append("etag:        \(etag)") }
+        if let lastModified = task.lastModified { lines.append("modified:    \(lastModified)") }
+        for header in task.spec.headers { lines.append("header:      \(header.printable)") }
+        if let error = task.error { lines.append("error:       \(error)") }
+        return lines.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,61 @@
+import ArgumentParser
+import Foundation
+import Logging
+import SyncAgent
+
+@main
+struct SyncAgentCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "syncagent",
+        abstract: "Background HTTP transfers for the Linux desktop: drop a job file, get the file, get told.",
+        discussion: """
+            Drop a *.job file into the inbox (or use `syncagent submit`) and the agent downloads it,
+            resumes it after a crash, and posts one desktop notification when everything is done.
+
+            Example:
+              syncagent run &
+              syncagent submit https://example.com/debian.iso --dest isos/debian.iso
+              syncagent status
+            """,
+        version: SyncAgentVersion.current,
+        subcommands: [
+            RunCommand.self, SubmitCommand.self, StatusCommand.self, ReplayCommand.self, EventsCommand.self,
+            PauseCommand.self, ResumeCommand.self, CancelCommand.self,
+        ]
+    )
+}
+
+/// `--config`, `--state-dir`, `--inbox`: every command takes them (SPEC §3).
+struct GlobalOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("Config file (default: $XDG_CONFIG_HOME/syncagent/config.toml).", valueName: "file"))
+    var config: String?
+
+    @Option(name: .customLong("state-dir"), help: ArgumentHelp("State directory holding events.sqlite (default: $XDG_STATE_HOME/syncagent).", valueName: "dir"))
+    var stateDir: String?
+
+    @Option(name: .long, help: ArgumentHelp("Inbox watched for *.job files (default: $XDG_DATA_HOME/syncagent/inbox).", valueName: "dir"))
+    var inbox: String?
+
+    func resolve() throws -> ResolvedConfig {
+        do {
+            return try ResolvedConfig.load(configFile: config, stateDir: stateDir, inbox: inbox)
+        } catch let error as ConfigError {
+            throw ValidationError(error.description)
+        }
+    }
+}
+
+/// Prints one line on stderr and exits non-zero: the CLI's error shape.
+func fail(_ message: String, code: Int32 = 1) -> ExitCode {
+    FileHandle.standardError.write(Data("syncagent: \(message)\n".utf8))
+    return ExitCode(code)
+}
+
+func bootstrapLogging() {
+    let level = ProcessInfo.processInfo.environment["SYNCAGENT_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = level
+        return handler
+    }
+}
