@@ -1,0 +1,52 @@
+import Foundation
+import Testing
+@testable import SyncAgentCore
+
+@Suite("Event data JSON")
+struct EventCodingTests {
+    static let bodies: [EventBody] = [
+        .created(TaskSpec(url: "https://h/x.iso", dest: "/d/x.iso", sha256: String(repeating: "a", count: 64),
+                          priority: 3, overwrite: .replace, headers: [Header(name: "Authorization", value: "Bearer s3cret")],
+                          batch: "nightly", notify: .each, retries: 2, maxSpeed: 2048, notBeforeMs: 5,
+                          source: JobSource(file: "x.job", identity: "1:2:3:abc"))),
+        .started(Started(attempt: 2, offset: 100, url: "https://h/x.iso")),
+        .progressed(Progressed(bytes: 10, total: 20, etag: "\"e\"", lastModified: "Sun", restartReason: "why")),
+        .paused(Paused(bytes: 7, reason: .agentStopping)),
+        .resumed(Resumed(bytes: 7, reason: "agent restarted")),
+        .redirected(Redirected(from: "http://a", to: "http://b", status: 302)),
+        .retrying(Retrying(attempt: 1, reason: "503", delayMs: 2000, bytes: 5)),
+        .finished(Finished(bytes: 20, dest: "/d/x.iso", sha256: "ff")),
+        .failed(Failed(reason: "server answered 404", code: "http_404", bytes: 0)),
+        .cancelled(Cancelled(bytes: 3)),
+        .rejected(Rejected(file: "bad.job", error: "key \"url\" is missing")),
+        .agentStarted(AgentStarted(pid: 9, version: "0.1.0")),
+        .agentStopped(AgentStopped(reason: "SIGTERM")),
+        .batchFinished(BatchFinished(batch: "n", finished: ["a"], failed: ["b"])),
+        .notified(Notified(batch: "n", summary: "1 finished, 1 failed", delivered: false, warning: "no bus")),
+    ]
+
+    @Test(arguments: bodies)
+    func roundTrips(_ body: EventBody) throws {
+        let data = EventCoding.data(of: body)
+        #expect(try EventCoding.body(type: body.type, data: data) == body)
+    }
+
+    @Test func everyTypeHasAnExample() {
+        #expect(Set(Self.bodies.map(\.type)) == Set(EventBody.allTypes))
+    }
+
+    @Test func keysAreSnakeCase() {
+        let data = EventCoding.data(of: .retrying(Retrying(attempt: 1, reason: "r", delayMs: 2, bytes: 3)))
+        #expect(data == #"{"attempt":1,"bytes":3,"delay_ms":2,"reason":"r"}"#)
+    }
+
+    @Test func unknownTypeNamesTheEvent() {
+        #expect(throws: EventCoding.DecodingFailure.self) { try EventCoding.body(type: "exploded", data: "{}", seq: 7) }
+    }
+
+    @Test func redactedSpecHidesCredentialsOnly() {
+        let spec = TaskSpec(url: "http://h", dest: "/d", headers: [
+            Header(name: "Authorization", value: "Bearer x"), Header(name: "Accept", value: "text/plain")])
+        #expect(spec.redacted.headers.map(\.printable) == ["Authorization: <redacted>", "Accept: text/plain"])
+    }
+}

@@ -1,0 +1,181 @@
+import Foundation
+import Testing
+@testable import SyncAgentCore
+
+@Suite("The fold: every event type")
+struct FoldTests {
+    @Test func createdAddsAQueuedTaskInOrder() {
+        var log = LogBuilder()
+        log.create("b")
+        log.create("a")
+        let state = log.state
+        #expect(state.order == ["b", "a"])
+        #expect(state["a"]?.phase == .queued)
+        #expect(state["a"]?.currentURL == state["a"]?.spec.url)
+        #expect(state.activeCount == 2)
+        #expect(state.takenSources == ["identity-a", "identity-b"])
+        #expect(state.lastSeq == 2)
+    }
+
+    @Test func startedProgressedFinished() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        #expect(log.state["t"]?.phase == .running)
+        #expect(log.state["t"]?.attempts == 1)
+        _ = log.add(.progressed(Progressed(bytes: 500, total: 1000, etag: "\"v1\"", lastModified: "Mon")), task: "t", afterMs: 1000)
+        var task = log.state["t"]!
+        #expect(task.bytes == 500)
+        #expect(task.total == 1000)
+        #expect(task.etag == "\"v1\"")
+        #expect(task.lastModified == "Mon")
+        #expect(task.speed == 500)
+        #expect(task.percent == 50)
+        _ = log.add(.finished(Finished(bytes: 1000, dest: "/downloads/t.1.bin")), task: "t")
+        task = log.state["t"]!
+        #expect(task.phase == .finished)
+        #expect(task.spec.dest == "/downloads/t.1.bin")
+        #expect(task.endedAtMs != nil)
+        #expect(log.state.activeCount == 0)
+        #expect(log.state.endedSinceNotice[BatchKey(nil)] == ["t"])
+    }
+
+    @Test func restartReasonResetsOffsetAndValidators() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        _ = log.add(.progressed(Progressed(bytes: 500, total: 1000, etag: "\"v1\"")), task: "t")
+        _ = log.add(.progressed(Progressed(bytes: 0, restartReason: "the server ignored Range")), task: "t")
+        let task = log.state["t"]!
+        #expect(task.bytes == 0)
+        #expect(task.etag == nil)
+        #expect(task.restartReason == "the server ignored Range")
+    }
+
+    @Test func pausedAndResumed() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        _ = log.add(.paused(Paused(bytes: 300, reason: .user)), task: "t")
+        #expect(log.state["t"]?.phase == .paused)
+        #expect(log.state["t"]?.pauseReason == .user)
+        #expect(log.state["t"]?.bytes == 300)
+        #expect(log.state.activeCount == 0)
+        _ = log.add(.resumed(Resumed(bytes: 300, reason: "resumed by the user")), task: "t")
+        #expect(log.state["t"]?.phase == .queued)
+        #expect(log.state["t"]?.pauseReason == nil)
+        #expect(log.state.activeCount == 1)
+    }
+
+    @Test func redirectedKeepsOriginalURLAndMovesCurrent() {
+        var log = LogBuilder()
+        log.create("t", url: "http://a/start")
+        _ = log.add(.redirected(Redirected(from: "http://a/start", to: "http://b/next", status: 302)), task: "t")
+        _ = log.add(.redirected(Redirected(from: "http://b/next", to: "http://c/final", status: 301)), task: "t")
+        let task = log.state["t"]!
+        #expect(task.spec.url == "http://a/start")
+        #expect(task.currentURL == "http://c/final")
+        #expect(task.redirects == 2)
+    }
+
+    @Test func retryingQueuesWithBackoff() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        let retry = log.add(.retrying(Retrying(attempt: 1, reason: "server answered 503", delayMs: 2000, bytes: 400)), task: "t")
+        let task = log.state["t"]!
+        #expect(task.phase == .queued)
+        #expect(task.bytes == 400)
+        #expect(task.error == "server answered 503")
+        #expect(task.notBeforeMs == retry.atMs + 2000)
+        _ = log.add(.started(Started(attempt: 2, offset: 400, url: "http://h/x")), task: "t")
+        #expect(log.state["t"]?.error == nil)
+        #expect(log.state["t"]?.notBeforeMs == nil)
+        #expect(log.state["t"]?.attempts == 2)
+    }
+
+    @Test func failedKeepsReasonAndCode() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.failed(Failed(reason: "server answered 404 Not Found for http://h/x", code: "http_404", bytes: 0)), task: "t")
+        let task = log.state["t"]!
+        #expect(task.phase == .failed)
+        #expect(task.error == "server answered 404 Not Found for http://h/x")
+        #expect(task.errorCode == "http_404")
+        #expect(log.state.endedSinceNotice[BatchKey(nil)] == ["t"])
+    }
+
+    @Test func cancelledIsEndedButNotAnnounced() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.cancelled(Cancelled(bytes: 10)), task: "t")
+        #expect(log.state["t"]?.phase == .cancelled)
+        #expect(log.state.activeCount == 0)
+        #expect(log.state.endedSinceNotice.isEmpty)
+    }
+
+    @Test func rejectedIsAgentLevel() {
+        var log = LogBuilder()
+        _ = log.add(.rejected(Rejected(file: "bad.job", error: "key \"url\" is missing")))
+        #expect(log.state.rejected == [Rejected(file: "bad.job", error: "key \"url\" is missing")])
+        #expect(log.state.tasks.isEmpty)
+    }
+
+    @Test func agentStartedAndStopped() {
+        var log = LogBuilder()
+        _ = log.add(.agentStarted(AgentStarted(pid: 42, version: "0.1.0")))
+        #expect(log.state.runningAgentPid == 42)
+        _ = log.add(.agentStopped(AgentStopped(reason: "idle")))
+        #expect(log.state.runningAgentPid == nil)
+    }
+
+    @Test func batchFinishedOwesANoticeUntilNotified() {
+        var log = LogBuilder()
+        log.create("a")
+        log.create("b")
+        log.runToEnd("a")
+        _ = log.add(.failed(Failed(reason: "404", code: "http_404", bytes: 0)), task: "b")
+        let batch = BatchFinished(batch: nil, finished: ["a"], failed: ["b"])
+        #expect(Notices.drainedBatches(in: log.state) == [batch])
+        _ = log.add(.batchFinished(batch))
+        #expect(log.state.endedSinceNotice.isEmpty)
+        #expect(log.state.owedNotices[BatchKey(nil)] == batch)
+        #expect(Notices.drainedBatches(in: log.state).isEmpty)
+        _ = log.add(.notified(Notified(batch: nil, summary: "1 finished, 1 failed", delivered: true)))
+        #expect(log.state.owedNotices.isEmpty)
+    }
+
+    @Test func notifiedForOneTaskClearsItsOwnNotice() {
+        var log = LogBuilder()
+        log.create("t", notify: .each)
+        log.runToEnd("t")
+        #expect(log.state["t"]?.owesOwnNotice == true)
+        _ = log.add(.notified(Notified(batch: nil, summary: "t.bin finished", delivered: true)), task: "t")
+        #expect(log.state["t"]?.owesOwnNotice == false)
+        #expect(log.state.endedSinceNotice[BatchKey(nil)] == ["t"])
+    }
+
+    @Test func eventsForUnknownTasksAreKeptAsOrphans() {
+        var log = LogBuilder()
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h")), task: "ghost")
+        #expect(log.state.orphanEvents == [1])
+        #expect(log.state.tasks.isEmpty)
+    }
+
+    @Test func everyEventTypeIsCoveredByTheseTests() {
+        // A new event type must come with its fold test above.
+        #expect(EventBody.allTypes.count == 15)
+    }
+
+    @Test func replayingAPrefixGivesTheStateAtThatPoint() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        _ = log.add(.progressed(Progressed(bytes: 100, total: 200, etag: "\"e\"")), task: "t")
+        log.runToEnd("t", bytes: 200)
+        let prefix = AgentState.replay(log.events.prefix(3))
+        #expect(prefix["t"]?.phase == .running)
+        #expect(prefix["t"]?.bytes == 100)
+        #expect(prefix.lastSeq == 3)
+    }
+}

@@ -1,0 +1,170 @@
+import Foundation
+import Testing
+@testable import SyncAgentCore
+
+@Suite("Job files")
+struct JobParserTests {
+    let parser = JobParser(downloadDir: "/home/me/Downloads")
+
+    func parse(_ text: String) throws -> Job { try parser.parse(Array(text.utf8)) }
+
+    func rejection(_ text: String) -> String? {
+        do {
+            _ = try parse(text)
+            return nil
+        } catch {
+            return (error as? KeyError)?.description
+        }
+    }
+
+    @Test func fullDownloadJob() throws {
+        let job = try parse("""
+            url = "https://example.com/isos/debian.iso"
+            dest = "isos/debian.iso"
+            id = "debian-13"
+            sha256 = "\(String(repeating: "AB", count: 32))"
+            priority = 5
+            overwrite = "replace"
+            not_before = 2026-11-22T03:00:00Z
+            batch = "nightly"
+            notify = "each"
+            retries = 3
+            max_speed = "2M"
+            [headers]
+            Authorization = "Bearer abc"
+            """)
+        guard case .transfer(let id, let spec) = job else { Issue.record("not a transfer"); return }
+        #expect(id == "debian-13")
+        #expect(spec.url == "https://example.com/isos/debian.iso")
+        #expect(spec.dest == "/home/me/Downloads/isos/debian.iso")
+        #expect(spec.sha256 == String(repeating: "ab", count: 32))
+        #expect(spec.priority == 5)
+        #expect(spec.overwrite == .replace)
+        #expect(spec.notBeforeMs == 1_795_316_400_000)
+        #expect(spec.batch == "nightly")
+        #expect(spec.notify == .each)
+        #expect(spec.retries == 3)
+        #expect(spec.maxSpeed == 2_097_152)
+        #expect(spec.headers == [Header(name: "Authorization", value: "Bearer abc")])
+    }
+
+    @Test func defaultsComeFromTheURL() throws {
+        guard case .transfer(let id, let spec) = try parse(#"url = "http://h/files/a%20b.txt?x=1""#) else { return }
+        #expect(id == nil)
+        #expect(spec.dest == "/home/me/Downloads/a b.txt")
+        #expect(spec.kind == .download)
+        #expect(spec.overwrite == .rename)
+        #expect(spec.notify == .batch)
+        #expect(spec.priority == 0)
+    }
+
+    @Test func bareHostDownloadsIndexHTML() throws {
+        guard case .transfer(_, let spec) = try parse(#"url = "http://h/""#) else { return }
+        #expect(spec.dest == "/home/me/Downloads/index.html")
+    }
+
+    @Test func controlJob() throws {
+        #expect(try parse("action = \"pause\"\ntask = \"*\"") == .control(ControlJob(action: .pause, task: "*")))
+        #expect(rejection("action = \"explode\"\ntask = \"x\"") == #"key "action" must be one of "pause", "resume", "cancel", not "explode""#)
+        #expect(rejection("action = \"cancel\"") == #"key "task" is missing: a control job names a task id, or "*" for all"#)
+    }
+
+    // SPEC §4.1: unparsable, unknown key, missing url, bad value, forbidden destination, over 64 KiB.
+
+    @Test func unparsable() {
+        let error = rejection("url = \"http://h/x\"\nthis is not toml")
+        #expect(error?.hasPrefix("is not valid TOML:") == true)
+        #expect(error?.contains("line 2") == true)
+    }
+
+    @Test func unknownKey() {
+        #expect(rejection("url = \"http://h/x\"\ncolour = \"red\"") == #"key "colour" is not a known key"#)
+    }
+
+    @Test func missingURL() {
+        #expect(rejection("dest = \"x\"") == #"key "url" is missing: every transfer job needs a url"#)
+    }
+
+    @Test(arguments: [
+        ("url = \"ftp://h/x\"", #"key "url" must be an http or https URL, not ftp: "ftp://h/x""#),
+        ("url = \"file:///etc/passwd\"", #"key "url" must be an http or https URL, not file: "file:///etc/passwd""#),
+        ("url = 5", #"key "url" must be a string, not an integer"#),
+        ("url = \"http://h/x\"\npriority = \"high\"", #"key "priority" must be an integer, not a string"#),
+        ("url = \"http://h/x\"\nsha256 = \"abc\"", #"key "sha256" must be 64 hexadecimal digits"#),
+        ("url = \"http://h/x\"\noverwrite = \"clobber\"", #"key "overwrite" must be one of "rename", "replace", "skip", "fail", not "clobber""#),
+        ("url = \"http://h/x\"\nretries = 1000", #"key "retries" must be between 0 and 100, not 1000"#),
+        ("url = \"http://h/x\"\nmax_speed = \"fast\"", #"key "max_speed" must be a positive number of bytes such as 2000000, "512K" or "2M""#),
+        ("url = \"http://h/x\"\nid = \"a b\"", #"key "id" must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'"#),
+        ("url = \"http://h/x\"\nkind = \"upload\"", #"key "kind" "upload" is not supported by this agent yet; it runs download jobs"#),
+        ("url = \"http://h/x\"\n[headers]\n\"Bad Name\" = \"v\"", #"key "headers.Bad Name" is not a valid HTTP header name"#),
+    ])
+    func badValue(_ text: String, _ expected: String) {
+        #expect(rejection(text) == expected)
+    }
+
+    @Test(arguments: ["../../etc/passwd", "/etc/passwd", "a/../../b", "sub/"])
+    func forbiddenDestination(_ dest: String) {
+        let error = rejection("url = \"http://h/x\"\ndest = \"\(dest)\"")
+        #expect(error?.hasPrefix("key \"dest\"") == true)
+    }
+
+    @Test func absoluteDestinationInsideDownloadDirIsFine() throws {
+        guard case .transfer(_, let spec) = try parse("url = \"http://h/x\"\ndest = \"/home/me/Downloads/a/./b/../c\"") else { return }
+        #expect(spec.dest == "/home/me/Downloads/a/c")
+    }
+
+    @Test func overSixtyFourKiB() {
+        let text = "url = \"http://h/x\"\n#" + String(repeating: "x", count: 65 * 1024)
+        #expect(rejection(text) == "the job file is \(text.utf8.count) bytes, over the 64 KiB limit")
+    }
+
+    @Test func notUTF8() {
+        #expect(throws: KeyError(key: nil, "the job file is not UTF-8 text")) {
+            try parser.parse([0x75, 0x72, 0x6C, 0xFF, 0xFE])
+        }
+    }
+
+    @Test func inboxNames() {
+        #expect(InboxRules.isJobFileName("a.job"))
+        for ignored in [".a.job", "a.job.tmp", "a.job.part", "a.job~", "a.txt", ".job"] {
+            #expect(!InboxRules.isJobFileName(ignored), "\(ignored)")
+        }
+    }
+
+    @Test func byteCounts() {
+        #expect(ByteCount.parse("2M") == 2_097_152)
+        #expect(ByteCount.parse("512K") == 524_288)
+        #expect(ByteCount.parse("1.5GiB") == 1_610_612_736)
+        #expect(ByteCount.parse("100") == 100)
+        #expect(ByteCount.parse("lots") == nil)
+        #expect(ByteCount.format(1536) == "1.5 KiB")
+    }
+}
+
+@Suite("config.toml")
+struct AgentConfigTests {
+    @Test func defaultsMatchTheSpec() throws {
+        let config = try AgentConfig.parse("")
+        #expect(config.maxActive == 4)
+        #expect(config.maxPerHost == 6)
+        #expect(config.retries == 5)
+        #expect(config.connectTimeout == 30)
+        #expect(config.idleTimeout == 60)
+        #expect(config.totalTimeout == 604_800)
+        #expect(config.maxRedirects == 10)
+        #expect(config.notify == .batch)
+        #expect(config.cookies == .persistent)
+    }
+
+    @Test func unknownKeyIsNamed() {
+        #expect(throws: KeyError(key: "max_actve", "is not a known key")) { try AgentConfig.parse("max_actve = 3") }
+    }
+
+    @Test func valuesAreRead() throws {
+        let config = try AgentConfig.parse("max_active = 8\nmax_speed = \"1M\"\ndownload_dir = \"/tmp/d\"\n[headers]\nX-A = \"b\"")
+        #expect(config.maxActive == 8)
+        #expect(config.maxSpeed == 1_048_576)
+        #expect(config.downloadDir == "/tmp/d")
+        #expect(config.headers == [Header(name: "X-A", value: "b")])
+    }
+}

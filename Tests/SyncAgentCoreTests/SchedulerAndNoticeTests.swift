@@ -1,0 +1,159 @@
+import Foundation
+import Testing
+@testable import SyncAgentCore
+
+@Suite("Scheduler policy")
+struct SchedulerTests {
+    let roomy = SchedulerLimits(maxActive: 10, maxPerHost: 10)
+
+    @Test func higherPriorityFirstThenFIFO() {
+        var log = LogBuilder()
+        log.create("low1", priority: 0)
+        log.create("high", priority: 5)
+        log.create("low2", priority: 0)
+        log.create("mid", priority: 1)
+        let order = SchedulerPolicy.tasksToStart(in: log.state, nowMs: log.nowMs, limits: roomy)
+        #expect(order == ["high", "mid", "low1", "low2"])
+    }
+
+    @Test func maxActiveCountsRunningTasks() {
+        var log = LogBuilder()
+        for id in ["a", "b", "c", "d"] { log.create(id) }
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://x/a")), task: "a")
+        let chosen = SchedulerPolicy.tasksToStart(in: log.state, nowMs: log.nowMs, limits: SchedulerLimits(maxActive: 2, maxPerHost: 10))
+        #expect(chosen == ["b"])
+    }
+
+    @Test func maxPerHostSkipsToOtherHosts() {
+        var log = LogBuilder()
+        log.create("a1", url: "http://a.test/1")
+        log.create("a2", url: "http://a.test:80/2")
+        log.create("b1", url: "http://b.test/1")
+        let chosen = SchedulerPolicy.tasksToStart(in: log.state, nowMs: log.nowMs, limits: SchedulerLimits(maxActive: 10, maxPerHost: 1))
+        #expect(chosen == ["a1", "b1"])
+    }
+
+    @Test func notBeforeAndBackoffWait() {
+        var log = LogBuilder()
+        log.create("later", notBeforeMs: 5_000_000)
+        log.create("now")
+        let state = log.state
+        #expect(SchedulerPolicy.tasksToStart(in: state, nowMs: log.nowMs, limits: roomy) == ["now"])
+        #expect(SchedulerPolicy.nextWakeMs(in: state, nowMs: log.nowMs) == 5_000_000)
+        #expect(SchedulerPolicy.tasksToStart(in: state, nowMs: 5_000_000, limits: roomy).contains("later"))
+    }
+
+    @Test func pausedAndEndedTasksNeverStart() {
+        var log = LogBuilder()
+        log.create("p")
+        log.create("f")
+        _ = log.add(.paused(Paused(bytes: 0, reason: .user)), task: "p")
+        log.runToEnd("f")
+        #expect(SchedulerPolicy.tasksToStart(in: log.state, nowMs: log.nowMs, limits: roomy).isEmpty)
+    }
+
+    @Test func retryDelayGrowsIsJitteredAndHonoursRetryAfter() {
+        #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: nil, jitter: 1) == 1000)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: nil, jitter: 0) == 500)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: 3, retryAfterMs: nil, jitter: 1) == 4000)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: 40, retryAfterMs: nil, jitter: 1) == 300_000)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: 2000, jitter: 1) == 2000)
+    }
+}
+
+@Suite("Batch notifications")
+struct NoticeTests {
+    @Test func defaultBatchWaitsForEveryActiveTask() {
+        var log = LogBuilder()
+        log.create("a")
+        log.create("b", batch: "nightly")
+        log.runToEnd("a")
+        // "b" (another batch) is still queued: the default batch is not drained yet.
+        #expect(Notices.drainedBatches(in: log.state).isEmpty)
+        log.runToEnd("b")
+        let drained = Notices.drainedBatches(in: log.state)
+        #expect(drained == [BatchFinished(batch: nil, finished: ["a"], failed: []),
+                            BatchFinished(batch: "nightly", finished: ["b"], failed: [])])
+    }
+
+    @Test func namedBatchDrainsOnItsOwn() {
+        var log = LogBuilder()
+        log.create("n1", batch: "nightly")
+        log.create("other")
+        log.runToEnd("n1")
+        #expect(Notices.drainedBatches(in: log.state) == [BatchFinished(batch: "nightly", finished: ["n1"], failed: [])])
+    }
+
+    @Test func notifyNoneIsLeftOut() {
+        var log = LogBuilder()
+        log.create("quiet", notify: .none)
+        log.runToEnd("quiet")
+        #expect(Notices.drainedBatches(in: log.state).isEmpty)
+    }
+
+    @Test func summaryWords() {
+        var log = LogBuilder()
+        for index in 0..<20 { log.create("t\(index)") }
+        let state = log.state
+        let twenty = Notices.notice(for: BatchFinished(batch: nil, finished: (0..<20).map { "t\($0)" }, failed: []), in: state)
+        #expect(twenty.summary == "20 transfers finished")
+        #expect(twenty.body.isEmpty)
+        #expect(!twenty.critical)
+        let mixed = Notices.notice(for: BatchFinished(batch: "nightly", finished: (0..<18).map { "t\($0)" }, failed: ["t18", "t19"]), in: state)
+        #expect(mixed.summary == "nightly: 18 finished, 2 failed")
+        #expect(mixed.critical)
+        #expect(Notices.notice(for: BatchFinished(batch: nil, finished: ["t1"], failed: []), in: state).summary == "1 transfer finished")
+    }
+
+    @Test func fewFilesAreNamed() {
+        var log = LogBuilder()
+        log.create("a")
+        log.runToEnd("a")
+        let notice = Notices.notice(for: BatchFinished(batch: nil, finished: ["a"], failed: []), in: log.state)
+        #expect(notice.body == "✓ a.bin")
+    }
+}
+
+@Suite("Recovery plans")
+struct RecoveryPlanTests {
+    func task(_ build: (inout LogBuilder) -> Void) -> TaskState {
+        var log = LogBuilder()
+        log.create("t")
+        build(&log)
+        return log.state["t"]!
+    }
+
+    @Test func finishedNeedsNothing() {
+        let finished = task { $0.runToEnd("t") }
+        #expect(RecoveryPlan.plan(for: finished, nowMs: 0).words == "nothing: finished")
+    }
+
+    @Test func queuedStartsFromZero() {
+        #expect(RecoveryPlan.plan(for: task { _ in }, nowMs: 0) == .startFromZero)
+    }
+
+    @Test func interruptedWithStrongETagResumes() {
+        let running = task {
+            _ = $0.add(.started(Started(attempt: 1, offset: 0, url: "http://h/t")), task: "t")
+            _ = $0.add(.progressed(Progressed(bytes: 4096, total: 9000, etag: "\"abc\"")), task: "t")
+        }
+        #expect(RecoveryPlan.plan(for: running, nowMs: 0).words == "resume at byte 4096 with If-Range: \"abc\"")
+    }
+
+    @Test func weakETagFallsBackToLastModified() {
+        let running = task {
+            _ = $0.add(.progressed(Progressed(bytes: 10, etag: "W/\"abc\"", lastModified: "Sun, 22 Nov 2026 02:00:00 GMT")), task: "t")
+        }
+        #expect(RecoveryPlan.plan(for: running, nowMs: 0) == .resume(at: 10, ifRange: "Sun, 22 Nov 2026 02:00:00 GMT"))
+    }
+
+    @Test func noValidatorRestarts() {
+        let running = task { _ = $0.add(.progressed(Progressed(bytes: 10)), task: "t") }
+        #expect(RecoveryPlan.plan(for: running, nowMs: 0).words == "restart from 0: the server sent no validator (ETag or Last-Modified) to resume against")
+    }
+
+    @Test func userPauseStaysPaused() {
+        let paused = task { _ = $0.add(.paused(Paused(bytes: 55, reason: .user)), task: "t") }
+        #expect(RecoveryPlan.plan(for: paused, nowMs: 0) == .staysPaused(at: 55))
+    }
+}
