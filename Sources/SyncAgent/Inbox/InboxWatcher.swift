@@ -35,6 +35,7 @@ final class InboxWatcher {
     /// Everything inotify has queued, without blocking.
     func drain() -> Changes {
         var changes = Changes()
+        var seen = Set<String>()
         while true {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
@@ -50,7 +51,8 @@ final class InboxWatcher {
                     if nameLength > 0 {
                         let nameBytes = UnsafeRawBufferPointer(start: base + headerSize, count: nameLength)
                         let name = String(decoding: nameBytes.prefix { $0 != 0 }, as: UTF8.self)
-                        if InboxRules.isJobFileName(name) { changes.names.append(name) }
+                        // One name can come twice (closed, then renamed over): once is enough.
+                        if InboxRules.isJobFileName(name), seen.insert(name).inserted { changes.names.append(name) }
                     }
                     offset += headerSize + nameLength
                 }

@@ -1,0 +1,103 @@
+import Foundation
+import Testing
+@testable import SyncAgent
+@testable import SyncAgentCore
+
+@Suite("SQLite event log")
+struct EventStoreTests {
+    let directory = TempDirectory()
+    var path: String { directory.file("events.sqlite") }
+
+    func event(_ seq: Int64, _ body: EventBody, task: String? = "t") -> Event {
+        Event(seq: seq, atMs: 1000 + seq, task: task, body: body)
+    }
+
+    @Test func freshLogIsMigratedPrivateAndInWALMode() throws {
+        let store = try EventStore(writingTo: path)
+        #expect(try store.schemaVersion() == EventStore.migrations.count)
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        try store.append([event(1, .agentStarted(AgentStarted(pid: 1, version: "x")), task: nil)])
+        #expect(FileManager.default.fileExists(atPath: path + "-wal"))
+        let walMode = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.posixPermissions] as? Int
+        #expect(walMode == 0o600)
+    }
+
+    @Test func appendedEventsReadBackInOrderAfterReopen() throws {
+        let spec = TaskSpec(url: "http://h/x", dest: "/d/x")
+        let events = [
+            event(1, .created(spec)),
+            event(2, .started(Started(attempt: 1, offset: 0, url: "http://h/x"))),
+            event(3, .progressed(Progressed(bytes: 5, total: 10))),
+            event(4, .finished(Finished(bytes: 10, dest: "/d/x"))),
+        ]
+        do {
+            let store = try EventStore(writingTo: path)
+            try store.append(Array(events.prefix(2)))
+            try store.append(Array(events.suffix(2)))
+            #expect(store.lastSeq == 4)
+        }
+        let reopened = try EventStore(writingTo: path)
+        #expect(reopened.lastSeq == 4)
+        var read: [Event] = []
+        try reopened.forEach { read.append($0) }
+        #expect(read == events)
+        #expect(try reopened.replay() == AgentState.replay(events))
+        #expect(try reopened.replay(through: 2)["t"]?.phase == .running)
+    }
+
+    @Test func readerSeesCommittedEventsWhileWriterIsOpen() throws {
+        let writer = try EventStore(writingTo: path)
+        try writer.append([event(1, .created(TaskSpec(url: "http://h/x", dest: "/d/x")))])
+        let reader = try EventStore(readingFrom: path)
+        #expect(try reader.replay().tasks.count == 1)
+        try writer.append([event(2, .cancelled(Cancelled(bytes: 0)))])
+        #expect(try reader.replay()["t"]?.phase == .cancelled)
+    }
+
+    @Test func missingLogReadsAsEmpty() throws {
+        let reader = try EventStore(readingFrom: directory.file("nothing.sqlite"))
+        #expect(try reader.replay() == AgentState())
+        #expect(!FileManager.default.fileExists(atPath: directory.file("nothing.sqlite")))
+    }
+
+    @Test func duplicateSeqRollsBackTheWholeBatch() throws {
+        let store = try EventStore(writingTo: path)
+        try store.append([event(1, .cancelled(Cancelled(bytes: 0)))])
+        #expect(throws: StoreError.self) {
+            try store.append([event(2, .cancelled(Cancelled(bytes: 0))), event(1, .cancelled(Cancelled(bytes: 0)))])
+        }
+        var count = 0
+        try store.forEachRow { _ in count += 1 }
+        #expect(count == 1)
+    }
+
+    @Test func taskFilterUsesOnlyThatTasksRows() throws {
+        let store = try EventStore(writingTo: path)
+        try store.append([event(1, .cancelled(Cancelled(bytes: 0)), task: "a"),
+                          event(2, .cancelled(Cancelled(bytes: 0)), task: "b")])
+        var tasks: [String?] = []
+        try store.forEachRow(task: "b") { tasks.append($0.task) }
+        #expect(tasks == ["b"])
+    }
+}
+
+@Suite("The agent's event log: record, apply, commit")
+struct EventLogTests {
+    let directory = TempDirectory()
+
+    @Test func stateIsTheFoldOfWhatWasWritten() throws {
+        let log = try EventLog(store: EventStore(writingTo: directory.file("events.sqlite")), clock: { 5000 })
+        log.record(.created(TaskSpec(url: "http://h/x", dest: "/d/x")), task: "t")
+        log.record(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        #expect(log.state["t"]?.phase == .running)
+        #expect(log.hasPending)
+        try log.commit()
+        #expect(!log.hasPending)
+        let replayed = try EventStore(readingFrom: directory.file("events.sqlite")).replay()
+        #expect(replayed == log.state)
+        // Numbering continues across reopen.
+        let again = try EventLog(store: EventStore(writingTo: directory.file("events.sqlite")))
+        #expect(again.record(.cancelled(Cancelled(bytes: 0)), task: "t").seq == 3)
+    }
+}

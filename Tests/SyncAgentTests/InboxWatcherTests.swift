@@ -1,0 +1,42 @@
+import Foundation
+import Testing
+@testable import SyncAgent
+
+@Suite("inotify on the inbox")
+struct InboxWatcherTests {
+    let directory = TempDirectory()
+
+    /// inotify delivers asynchronously: read until the names arrive or 2 s pass.
+    func drainUntil(_ watcher: InboxWatcher, count: Int) -> [String] {
+        var names: [String] = []
+        for _ in 0..<200 where names.count < count {
+            names += watcher.drain().names
+            if names.count < count { usleep(10_000) }
+        }
+        return names
+    }
+
+    @Test func closedAndMovedInJobsAreReportedTempNamesAreNot() throws {
+        let inbox = directory.file("inbox")
+        let watcher = try InboxWatcher(directory: inbox)
+        FileManager.default.createFile(atPath: inbox + "/written.job", contents: Data("url = \"http://h/x\"".utf8))
+        FileManager.default.createFile(atPath: inbox + "/.hidden.job", contents: Data())
+        FileManager.default.createFile(atPath: inbox + "/moving.job.tmp", contents: Data())
+        FileManager.default.createFile(atPath: inbox + "/notes.txt", contents: Data())
+        #expect(rename(inbox + "/moving.job.tmp", inbox + "/moved.job") == 0)
+        let names = drainUntil(watcher, count: 2)
+        #expect(names == ["written.job", "moved.job"])
+    }
+
+    @Test func scanListsJobsOldestFirst() throws {
+        let inbox = directory.file("inbox")
+        let watcher = try InboxWatcher(directory: inbox)
+        for (index, name) in ["b.job", "a.job", "c.job.tmp"].enumerated() {
+            let path = inbox + "/" + name
+            FileManager.default.createFile(atPath: path, contents: Data())
+            var times = [timespec(tv_sec: 1_000_000 + index, tv_nsec: 0), timespec(tv_sec: 1_000_000 + index, tv_nsec: 0)]
+            utimensat(AT_FDCWD, path, &times, 0)
+        }
+        #expect(watcher.scan() == ["b.job", "a.job"])
+    }
+}
