@@ -44,9 +44,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Real servers for the tests: nginx, a private D-Bus with dbusmock, the agent binary.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore"]),
-        .testTarget(name: "SyncAgentTests", dependencies: ["SyncAgent", "SyncAgentCore"]),
-        .testTarget(name: "syncagentCLITests", dependencies: ["SyncAgentCore"]),
+        .testTarget(name: "SyncAgentTests", dependencies: ["SyncAgent", "SyncAgentCore", "TestSupport"]),
+        .testTarget(name: "syncagentCLITests", dependencies: ["SyncAgentCore", "TestSupport"]),
     ],
     swiftLanguageModes: [.v5]
 )

@@ -34,6 +34,9 @@ public final class Agent {
     /// recomputed at each scheduling pass, not on every wake-up.
     private var nextTimedWakeMs: Int64?
 
+    /// The state the agent holds: always the fold of the log it writes.
+    public var state: AgentState { log?.state ?? AgentState() }
+
     public init(config: AgentConfig, paths: AgentPaths, logger: Logger) {
         self.config = config
         self.paths = paths

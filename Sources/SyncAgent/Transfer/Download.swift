@@ -99,13 +99,18 @@ final class DownloadAttempt {
         // A stall detector, not a deadline: fail when under 1 byte/s for idle_timeout.
         sa_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
         sa_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, settings.idleTimeout)
-        sa_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, 512 * 1024)
         sa_easy_setopt_string(easy, CURLOPT_USERAGENT, settings.userAgent)
         if let proxy = settings.proxy { sa_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
         if let caFile = settings.caFile { sa_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
+        // Large reads keep syscalls and callbacks few on fast links. A rate
+        // limit needs small ones: curl reads up to 100 buffers per perform
+        // call before it checks the rate, so a big buffer overshoots it.
+        var bufferSize = 512 * 1024
         if let speed = task.spec.maxSpeed ?? settings.maxSpeed {
             sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(speed))
+            bufferSize = Int(min(max(speed / 800, 1024), Int64(bufferSize)))
         }
+        sa_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, bufferSize)
 
         var headers = settings.headers
         for header in task.spec.headers {

@@ -1,0 +1,55 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A private D-Bus session bus with python-dbusmock's notification daemon on
+/// it, logging every Notify call: the real libnotify path, observable.
+public final class NotificationDaemon {
+    public let busAddress: String
+    public let callLog: String
+    private let bus: ChildProcess
+    private let mock: ChildProcess
+
+    public init(in directory: TempDirectory) throws {
+        let socket = directory.file("bus")
+        busAddress = "unix:path=\(socket)"
+        callLog = directory.file("notify.log")
+        bus = try ChildProcess("/usr/bin/dbus-daemon", ["--session", "--nofork", "--address=\(busAddress)"],
+                               environment: ProcessInfo.processInfo.environment, outputIn: directory.path, name: "dbus")
+        guard eventually(within: 10, { FileManager.default.fileExists(atPath: socket) }) else {
+            throw TestFailure("dbus-daemon did not start: \(bus.stderr)")
+        }
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SESSION_BUS_ADDRESS"] = busAddress
+        // Debian's python3, where python3-dbusmock is installed.
+        mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--template", "notification_daemon", "-l", callLog],
+                                environment: environment, outputIn: directory.path, name: "dbusmock")
+        let owned = eventually(within: 20) {
+            let check = try? ChildProcess("/usr/bin/dbus-send", [
+                "--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.Notifications",
+            ], environment: environment, outputIn: directory.path, name: "dbus-send")
+            check?.wait(seconds: 5)
+            return check?.stdout.contains("boolean true") ?? false
+        }
+        guard owned else { throw TestFailure("dbusmock did not come up: \(mock.stderr)") }
+    }
+
+    /// One entry per Notify call: the line dbusmock logged (app name, summary, body…).
+    public var notifyCalls: [String] {
+        let text = (try? String(contentsOfFile: callLog, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map(String.init).filter { line in
+            guard let space = line.firstIndex(of: " ") else { return false }
+            return Double(line[..<space]) != nil && line[line.index(after: space)...].hasPrefix("Notify ")
+        }
+    }
+
+    deinit {
+        // SIGKILL: children of the test runner may inherit a blocked SIGTERM.
+        mock.signal(SIGKILL)
+        mock.wait(seconds: 5)
+        bus.signal(SIGKILL)
+        bus.wait(seconds: 5)
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("End to end: the real binary, nginx and a notification daemon", .serialized)
+struct EndToEndTests {
+    /// SPEC §4.1 + §8, issue 2's first proof: 20 jobs at once, 20 identical
+    /// files, the whole lifecycle in the log, exactly one notification.
+    @Test func twentyJobsDroppedAtOnce() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+
+        var served: [String: Data] = [:]
+        for index in 0..<20 {
+            let size = index < 3 ? (index + 1) << 20 : 4096 * (index + 1)
+            served["file\(index).bin"] = try nginx.serve("file\(index).bin", size: size, seed: UInt64(index))
+        }
+        // The first job is throttled so the agent is surely running when the rest arrive.
+        try harness.drop("job00.job", "url = \"\(nginx.url("file0.bin"))\"\nmax_speed = \"512K\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "started" }) ?? false })
+
+        let staging = harness.directory.file("staging")
+        try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+        for index in 1..<20 {
+            try "url = \"\(nginx.url("file\(index).bin"))\"\n".write(toFile: "\(staging)/job\(index).job", atomically: false, encoding: .utf8)
+        }
+        for index in 1..<20 {
+            #expect(rename("\(staging)/job\(index).job", "\(harness.inbox)/job\(index).job") == 0)
+        }
+
+        #expect(agent.wait(seconds: 120) == 0, "agent stderr: \(agent.stderr.suffix(2000))")
+        for (name, data) in served {
+            #expect(FileManager.default.contents(atPath: "\(harness.downloads)/\(name)") == data, "\(name)")
+        }
+        #expect(harness.jobFiles().isEmpty)
+
+        let tasks = try harness.statusTasks()
+        #expect(tasks.count == 20)
+        #expect(tasks.allSatisfy { $0["state"] as? String == "finished" })
+
+        let events = try harness.events()
+        for task in tasks {
+            let id = task["id"] as? String
+            let types = Set(events.filter { $0.task == id }.map(\.type))
+            #expect(types.isSuperset(of: ["created", "started", "progressed", "finished"]), "\(id ?? "?"): \(types)")
+        }
+        let calls = daemon.notifyCalls
+        #expect(calls.count == 1)
+        #expect(calls.first?.contains("\"syncagent\"") == true)
+        #expect(calls.first?.contains("\"20 transfers finished\"") == true)
+        #expect(events.filter { $0.type == "notified" }.count == 1)
+    }
+
+    /// Jobs dropped while no agent runs are taken by the start-up scan.
+    @Test func jobsDroppedWhileStoppedAreTakenAtStart() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        for index in 0..<5 {
+            try nginx.serve("offline\(index).bin", size: 10_000 + index)
+            let job = "url = \"\(nginx.url("offline\(index).bin"))\"\ndest = \"offline/\(index).bin\"\n"
+            // Both ways a job can arrive: renamed in, or written in place.
+            if index % 2 == 0 { try harness.drop("o\(index).job", job) } else { try harness.write("o\(index).job", job) }
+        }
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0, "agent stderr: \(agent.stderr.suffix(2000))")
+        #expect(harness.jobFiles().isEmpty)
+        let tasks = try harness.statusTasks()
+        #expect(tasks.count == 5)
+        #expect(tasks.allSatisfy { $0["state"] as? String == "finished" })
+        for index in 0..<5 {
+            #expect(FileManager.default.contents(atPath: "\(harness.downloads)/offline/\(index).bin")
+                == FileManager.default.contents(atPath: "\(nginx.root)/offline\(index).bin"))
+        }
+    }
+
+    /// Every rejection case of SPEC §4.1: the job moves to rejected/ with its
+    /// sentence beside it, a `rejected` event is logged, the agent goes on.
+    @Test func badJobsAreRejectedWithTheirReason() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("good.bin", size: 1000)
+        let url = nginx.url("good.bin")
+        let huge = "url = \"\(url)\"\n#" + String(repeating: "x", count: 70_000)
+        let cases: [(name: String, job: String, error: String)] = [
+            ("unparsable.job", "url = \"\(url)\"\nnot toml at all", "unparsable.job: is not valid TOML:"),
+            ("unknown.job", "url = \"\(url)\"\ncolour = \"red\"", "unknown.job: key \"colour\" is not a known key"),
+            ("nourl.job", "dest = \"x.bin\"", "nourl.job: key \"url\" is missing: every transfer job needs a url"),
+            ("badvalue.job", "url = \"\(url)\"\npriority = \"high\"", "badvalue.job: key \"priority\" must be an integer, not a string"),
+            ("escape.job", "url = \"\(url)\"\ndest = \"../../etc/passwd\"", "escape.job: key \"dest\" \"../../etc/passwd\" is outside download_dir \(harness.downloads)"),
+            ("huge.job", huge, "huge.job: the job file is \(huge.utf8.count) bytes, over the 64 KiB limit"),
+            ("scheme.job", "url = \"ftp://127.0.0.1/x\"", "scheme.job: key \"url\" must be an http or https URL, not ftp: \"ftp://127.0.0.1/x\""),
+        ]
+        for bad in cases { try harness.drop(bad.name, bad.job) }
+        try harness.drop("good.job", "url = \"\(url)\"\n")
+
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0, "agent stderr: \(agent.stderr.suffix(2000))")
+        for bad in cases {
+            let moved = "\(harness.inbox)/rejected/\(bad.name)"
+            #expect(FileManager.default.contents(atPath: moved) == Data(bad.job.utf8), "\(bad.name) kept as it was")
+            let sentence = (try? String(contentsOfFile: moved + ".error", encoding: .utf8)) ?? ""
+            #expect(sentence.hasPrefix(bad.error), "\(bad.name): \(sentence)")
+        }
+        #expect(harness.jobFiles().isEmpty)
+        let events = try harness.events()
+        #expect(Set(events.filter { $0.type == "rejected" }.compactMap { $0.data["file"] as? String }) == Set(cases.map(\.name)))
+        #expect(try harness.statusTasks().map { $0["state"] as? String } == ["finished"])
+    }
+
+    @Test func withoutADBusSessionTheAgentWarnsOnceAndGoesOn() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        for index in 0..<2 {
+            try nginx.serve("n\(index).bin", size: 2000)
+            try harness.drop("n\(index).job", "url = \"\(nginx.url("n\(index).bin"))\"\n")
+        }
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0)
+        #expect(agent.stderr.components(separatedBy: "no desktop notification").count - 1 == 1, "\(agent.stderr)")
+        let notified = try harness.events().filter { $0.type == "notified" }
+        #expect(notified.count == 1)
+        #expect(notified.first?.data["delivered"] as? Bool == false)
+        #expect(notified.first?.data["summary"] as? String == "2 transfers finished")
+    }
+
+    @Test func failedTaskMakesExitStatusFourAndSaysWhy() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try harness.drop("gone.job", "url = \"\(nginx.url("gone.bin"))\"\nid = \"gone\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 4)
+        let task = try harness.statusTasks().first
+        #expect(task?["state"] as? String == "failed")
+        #expect(task?["error"] as? String == "server answered 404 Not Found for \(nginx.url("gone.bin"))")
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/gone.bin"))
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/gone.bin.part"))
+    }
+}
