@@ -1,0 +1,159 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("The syncagent command line", .serialized)
+struct CommandLineTests {
+    @Test(arguments: ["run", "submit", "status", "replay", "events", "pause", "resume", "cancel"])
+    func everyCommandsHelpShowsAnExample(_ command: String) throws {
+        let harness = try AgentHarness()
+        let result = try harness.run([command, "--help"], flags: false)
+        #expect(result.status == 0)
+        #expect(result.stdout.contains("Example"))
+        #expect(result.stdout.contains("--state-dir"))
+    }
+
+    @Test func unknownConfigKeyIsAnErrorNamingIt() throws {
+        let harness = try AgentHarness(config: "max_actve = 3\n")
+        let result = try harness.run(["status"])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains("key \"max_actve\" is not a known key"))
+        #expect(result.stderr.contains(harness.configFile))
+    }
+
+    @Test func submitWritesAJobTheAgentTakes() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("s.bin", size: 3000)
+        let submitted = try harness.run(["submit", nginx.url("s.bin"), "--dest", "sub/s.bin", "--priority", "3",
+                                         "--header", "Authorization: Bearer topsecret"])
+        #expect(submitted.status == 0)
+        let path = submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(path.hasPrefix(harness.inbox + "/") && path.hasSuffix(".job"))
+        #expect(FileManager.default.fileExists(atPath: path))
+
+        let bad = try harness.run(["submit", "ftp://127.0.0.1/x"])
+        #expect(bad.status != 0)
+        #expect(bad.stderr.contains("key \"url\" must be an http or https URL"))
+
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0)
+        let task = try harness.statusTasks().first
+        #expect(task?["state"] as? String == "finished")
+        #expect(task?["priority"] as? Int == 3)
+        #expect(task?["dest"] as? String == "\(harness.downloads)/sub/s.bin")
+        #expect(task?["headers"] as? [String] == ["Authorization: <redacted>"])
+
+        // No command prints the credential.
+        for command in [["status"], ["status", "--json"], ["replay"], ["replay", "--json"], ["events"], ["events", "--json"]] {
+            let output = try harness.run(command).stdout
+            #expect(!output.contains("topsecret"), "\(command)")
+        }
+        #expect(try harness.run(["events"]).stdout.contains("<redacted>"))
+    }
+
+    @Test func oneAgentPerStateDirectory() throws {
+        let harness = try AgentHarness()
+        let first = try harness.startAgent()
+        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        let second = try harness.run(["run"], seconds: 30)
+        #expect(second.status == 3)
+        #expect(second.stderr.contains("agent pid \(first.pid) is already running on state dir \(harness.stateDir)"))
+        first.signal(SIGTERM)
+        #expect(first.wait(seconds: 5) == 0)
+        #expect(try harness.events().last?.type == "agent_stopped")
+    }
+
+    /// SIGTERM pauses a running transfer at its durable offset and exits 0
+    /// within 5 s; the next start resumes it with Range and finishes the file.
+    @Test func sigtermPausesAndTheNextStartResumes() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("big.bin", size: 8 << 20)
+        try harness.drop("big.job", "url = \"\(nginx.url("big.bin"))\"\nid = \"big\"\nmax_speed = \"2M\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) {
+            ((try? harness.statusTasks().first?["bytes"] as? Int) ?? 0) > 0
+        })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 5) == 0)
+        let paused = try harness.events().last { $0.type == "paused" }
+        let offset = paused?.data["bytes"] as? Int ?? 0
+        #expect(paused?.data["reason"] as? String == "agent_stopping")
+        #expect(offset > 0 && offset < data.count)
+        let replay = try harness.replayTasks().first
+        #expect(replay?["state"] as? String == "paused")
+        #expect((replay?["plan"] as? String)?.hasPrefix("resume at byte \(offset) with If-Range: \"") == true)
+
+        let again = try harness.startAgent(exitWhenIdle: true)
+        #expect(again.wait(seconds: 60) == 0)
+        let events = try harness.events()
+        #expect(events.last { $0.type == "resumed" }?.data["bytes"] as? Int == offset)
+        #expect(events.last { $0.type == "started" }?.data["offset"] as? Int == offset)
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/big.bin") == data)
+        // The second request asked for the rest only: nginx answered 206.
+        let log = try String(contentsOfFile: nginx.accessLog, encoding: .utf8)
+        #expect(log.contains("/big.bin 206 \(data.count - offset)"))
+        #expect(try harness.run(["replay", "--verify"]).stdout.contains("every file on disk matches the log"))
+    }
+
+    @Test func pauseResumeAndCancelTravelThroughTheInbox() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("slow.bin", size: 4 << 20)
+        try nginx.serve("other.bin", size: 4 << 20, seed: 2)
+        try harness.drop("slow.job", "url = \"\(nginx.url("slow.bin"))\"\nid = \"slow\"\nmax_speed = \"1M\"\n")
+        try harness.drop("other.job", "url = \"\(nginx.url("other.bin"))\"\nid = \"other\"\nmax_speed = \"1M\"\n")
+        let agent = try harness.startAgent()
+        func state(_ id: String) -> String? {
+            (try? harness.statusTasks().first { $0["id"] as? String == id }?["state"] as? String) ?? nil
+        }
+        #expect(eventually(within: 20) { state("slow") == "running" && state("other") == "running" })
+
+        let pause = try harness.run(["pause", "slow"])
+        #expect(pause.status == 0)
+        #expect(pause.stdout.hasPrefix("pause requested for task slow"))
+        #expect(eventually { state("slow") == "paused" })
+        #expect(FileManager.default.fileExists(atPath: "\(harness.downloads)/slow.bin.part"))
+
+        #expect(try harness.run(["cancel", "other"]).status == 0)
+        #expect(eventually { state("other") == "cancelled" })
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/other.bin.part"))
+
+        #expect(try harness.run(["resume", "--all"]).status == 0)
+        #expect(eventually(within: 30) { state("slow") == "finished" })
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/slow.bin")
+            == FileManager.default.contents(atPath: "\(nginx.root)/slow.bin"))
+
+        let unknown = try harness.run(["pause", "nope"])
+        #expect(unknown.status != 0)
+        #expect(unknown.stderr.contains("no task has the id \"nope\""))
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 5) == 0)
+    }
+
+    @Test func replayUntilShowsThePast() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("r.bin", size: 5000)
+        try harness.drop("r.job", "url = \"\(nginx.url("r.bin"))\"\nid = \"r\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0)
+        let events = try harness.events()
+        let created = try #require(events.first { $0.type == "created" })
+        let past = try harness.replayTasks(["--until", "\(created.seq)"]).first
+        #expect(past?["state"] as? String == "queued")
+        #expect(past?["plan"] as? String == "start from 0")
+        #expect(past?["last_seq"] as? Int == created.seq)
+        let now = try harness.replayTasks().first
+        #expect(now?["plan"] as? String == "nothing: finished")
+
+        try FileManager.default.removeItem(atPath: "\(harness.downloads)/r.bin")
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.status == 5)
+        #expect(verify.stdout.contains("mismatch: r: \(harness.downloads)/r.bin is missing"))
+    }
+}
