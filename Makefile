@@ -5,10 +5,9 @@ SHELL := /bin/bash
 
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock
-BENCH_PACKAGES := curl aria2 valgrind
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test build release deps test-deps bench-deps bench clean
+.PHONY: run test build release deps test-deps clean
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -25,9 +24,6 @@ deps:
 test-deps: deps
 	$(call apt_install,$(TEST_PACKAGES))
 
-bench-deps: test-deps
-	$(call apt_install,$(BENCH_PACKAGES))
-
 build: deps
 	swift build
 
@@ -40,9 +36,6 @@ run: release
 test: test-deps
 	swift build --build-tests
 	swift test
-
-bench: bench-deps
-	bench/run.sh
 
 clean:
 	rm -rf .build

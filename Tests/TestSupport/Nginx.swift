@@ -34,6 +34,10 @@ public final class Nginx {
               server {
                 listen 127.0.0.1:\(port);
                 root \(root);
+                # /hop/X → 302 → /X, and /hop2/X → 301 → /hop/X: redirect chains.
+                location /hop/ { rewrite ^/hop/(.*)$ /$1 redirect; }
+                location /hop2/ { rewrite ^/hop2/(.*)$ /hop/$1 permanent; }
+                location = /to-file { return 302 file:///etc/passwd; }
               }
             }
             """

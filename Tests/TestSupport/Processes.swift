@@ -117,3 +117,19 @@ public final class TempDirectory {
 
     public func file(_ name: String) -> String { path + "/" + name }
 }
+
+/// SHA-256 in hex, computed by coreutils so the tests do not share the agent's code.
+public func sha256Hex(_ data: Data) -> String {
+    let path = NSTemporaryDirectory() + "/sha-\(UUID().uuidString)"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    try? data.write(to: URL(fileURLWithPath: path))
+    let process = Process()
+    let pipe = Pipe()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+    process.arguments = [path]
+    process.standardOutput = pipe
+    try? process.run()
+    let output = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: output, as: UTF8.self).split(separator: " ").first.map(String.init) ?? ""
+}

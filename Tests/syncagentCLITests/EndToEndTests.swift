@@ -142,3 +142,65 @@ struct EndToEndTests {
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/gone.bin.part"))
     }
 }
+
+@Suite("Transfers against nginx", .serialized)
+struct TransferTests {
+    @Test func redirectChainIsFollowedAndLoggedHopByHop() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("target.bin", size: 7000)
+        try harness.drop("r.job", "url = \"\(nginx.url("hop2/target.bin"))\"\nid = \"r\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0)
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/target.bin") == data)
+        let hops = try harness.events().filter { $0.type == "redirected" }
+        #expect(hops.map { $0.data["from"] as? String } == [nginx.url("hop2/target.bin"), nginx.url("hop/target.bin")])
+        #expect(hops.map { $0.data["to"] as? String } == [nginx.url("hop/target.bin"), nginx.url("target.bin")])
+        #expect(hops.map { $0.data["status"] as? Int } == [301, 302])
+        let task = try harness.statusTasks().first
+        #expect(task?["url"] as? String == nginx.url("hop2/target.bin"))
+        #expect(task?["current_url"] as? String == nginx.url("target.bin"))
+    }
+
+    @Test func redirectToFileIsRefused() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try harness.drop("f.job", "url = \"\(nginx.url("to-file"))\"\ndest = \"f.txt\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 4)
+        let task = try harness.statusTasks().first
+        #expect(task?["state"] as? String == "failed")
+        #expect((task?["error"] as? String)?.hasPrefix("refused a redirect to a scheme other than http or https") == true)
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/f.txt"))
+    }
+
+    @Test func checksumIsVerifiedBeforePublishing() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("c.bin", size: 100_000)
+        let good = sha256Hex(data)
+        let bad = String(repeating: "0", count: 64)
+        try harness.drop("good.job", "url = \"\(nginx.url("c.bin"))\"\ndest = \"good.bin\"\nsha256 = \"\(good)\"\n")
+        try harness.drop("bad.job", "url = \"\(nginx.url("c.bin"))\"\ndest = \"bad.bin\"\nsha256 = \"\(bad)\"\nid = \"bad\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 4)
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/good.bin") == data)
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/bad.bin"))
+        let failed = try harness.statusTasks().first { $0["id"] as? String == "bad" }
+        #expect(failed?["error"] as? String == "sha256 mismatch: expected \(bad), got \(good)")
+    }
+
+    @Test func existingDestinationIsKeptAndTheNewFileRenamed() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("doc.txt", size: 100)
+        try FileManager.default.createDirectory(atPath: harness.downloads, withIntermediateDirectories: true)
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: "\(harness.downloads)/doc.txt"))
+        try harness.drop("d.job", "url = \"\(nginx.url("doc.txt"))\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0)
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/doc.txt") == Data("mine".utf8))
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/doc.1.txt") == data)
+        #expect(try harness.statusTasks().first?["dest"] as? String == "\(harness.downloads)/doc.1.txt")
+    }
+}
