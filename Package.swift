@@ -45,7 +45,7 @@ let package = Package(
             ]
         ),
         // Real servers for the tests: nginx, a private D-Bus with dbusmock, the agent binary.
-        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .target(name: "TestSupport", path: "Tests/TestSupport", exclude: ["fault_server.py"]),
         .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore"]),
         .testTarget(name: "SyncAgentTests", dependencies: ["SyncAgent", "SyncAgentCore", "TestSupport"]),
         .testTarget(name: "syncagentCLITests", dependencies: ["SyncAgentCore", "TestSupport"]),

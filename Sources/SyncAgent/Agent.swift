@@ -30,6 +30,8 @@ public final class Agent {
     /// Set whenever something could let a queued task start or a batch drain.
     private var needsScheduling = true
     private var failedThisRun = 0
+    /// `finished` is recorded with its final path; the rename waits for the commit.
+    private var renamesAfterCommit: [(part: String, dest: String)] = []
     /// When a waiting task (not_before, retry backoff) becomes startable;
     /// recomputed at each scheduling pass, not on every wake-up.
     private var nextTimedWakeMs: Int64?
@@ -103,6 +105,7 @@ public final class Agent {
             }
             multi.perform()
             for (easy, result) in multi.completed() { finishAttempt(easy, result) }
+            abortStalledAttempts()
         }
 
         if let stopSignal {
@@ -118,9 +121,20 @@ public final class Agent {
         return failedThisRun > 0 ? Self.exitSomeFailed : Self.exitAllFinished
     }
 
+    /// Group commit, then the file-system effects that must follow it:
+    /// taken jobs leave the inbox, finished files take their final name.
     private func commit() throws {
+        let tookJobs = intake?.hasTakenFiles ?? false
         try log.commit()
+        if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
+        if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
+        for (part, dest) in renamesAfterCommit {
+            if let problem = Publisher.complete(part: part, to: dest) {
+                logger.error("cannot publish", metadata: ["dest": "\(dest)", "error": "\(problem)"])
+            }
+        }
+        renamesAfterCommit.removeAll()
     }
 
     private func isIdle(_ watcher: InboxWatcher) -> Bool {
@@ -146,6 +160,8 @@ public final class Agent {
     /// back to the queue at the offset the log vouches for, no further.
     private func resumeInterruptedTasks() {
         for task in log.state.orderedTasks {
+            // Died between committing `finished` and the rename: finish the rename.
+            if task.phase == .finished { Publisher.complete(part: task.partPath, to: task.dest) }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
             let offset = trustedOffset(for: task)
@@ -218,17 +234,29 @@ public final class Agent {
 
     private func finishAttempt(_ easy: UnsafeMutableRawPointer, _ result: CURLcode) {
         guard let attempt = attempts[easy] else { return }
+        finish(attempt, attempt.outcome(result))
+    }
+
+    private func abortStalledAttempts() {
+        let now = FileSystem.monotonicMs
+        for attempt in attempts.values where attempt.isStalled(nowMs: now) {
+            finish(attempt, attempt.stalledOutcome())
+        }
+    }
+
+    private func finish(_ attempt: DownloadAttempt, _ outcome: AttemptOutcome) {
         let id = attempt.taskID
-        let outcome = attempt.outcome(result)
         detach(id)
         needsScheduling = true
         guard let task = log.state[id] else { return }
 
         switch outcome {
         case .complete(let bytes):
-            switch Publisher.publish(task) {
-            case .published(let path, let sha256):
+            CrashPoint.downloadComplete.reached { try? log.commit() }
+            switch Publisher.prepare(task) {
+            case .ready(let path, let sha256):
                 log.record(.finished(Finished(bytes: bytes, dest: path, sha256: sha256)), task: id)
+                renamesAfterCommit.append((task.partPath, path))
                 logger.info("task finished", metadata: ["task.id": "\(id)", "dest": "\(path)", "bytes": "\(bytes)"])
             case .failed(let reason, let code):
                 fail(task, reason: reason, code: code)
@@ -307,6 +335,7 @@ public final class Agent {
         }
         for batch in drained { log.record(.batchFinished(batch)) }
         try commit()
+        if !drained.isEmpty { CrashPoint.batchFinishedCommitted.reached() }
         for batch in drained {
             post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
         }

@@ -117,7 +117,7 @@ extension TaskState {
             phase = .finished
             bytes = finished.bytes
             total = finished.bytes
-            spec.dest = finished.dest
+            publishedPath = finished.dest
             error = nil
             errorCode = nil
             endedAtMs = event.atMs

@@ -41,7 +41,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         state = task.phase.rawValue
         url = task.spec.url
         currentURL = task.currentURL
-        dest = task.spec.dest
+        dest = task.dest
         bytes = task.bytes
         total = task.total
         percent = task.percent.map { ($0 * 10).rounded() / 10 }

@@ -52,7 +52,14 @@ public struct TaskState: Equatable, Sendable {
 
     public var hostKey: String { URLRules.hostKey(currentURL) }
 
-    /// The partial file downloads stream into.
+    /// Where `finished` published the file (may differ from the requested
+    /// `spec.dest` with `overwrite = "rename"`).
+    public var publishedPath: String?
+
+    /// The file as the user should look for it.
+    public var dest: String { publishedPath ?? spec.dest }
+
+    /// The partial file downloads stream into: beside the requested destination.
     public var partPath: String { spec.dest + ".part" }
 
     /// 0…100 when the size is known.

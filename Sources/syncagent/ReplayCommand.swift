@@ -63,8 +63,8 @@ enum DiskCheck {
         }
         switch task.phase {
         case .finished:
-            guard let actual = size(task.spec.dest) else { return ["\(task.id): \(task.spec.dest) is missing"] }
-            if actual != task.bytes { return ["\(task.id): \(task.spec.dest) has \(actual) bytes, the log says \(task.bytes)"] }
+            guard let actual = size(task.dest) else { return ["\(task.id): \(task.dest) is missing"] }
+            if actual != task.bytes { return ["\(task.id): \(task.dest) has \(actual) bytes, the log says \(task.bytes)"] }
             return []
         case .queued, .running, .paused where task.bytes > 0:
             guard let actual = size(task.partPath) else { return ["\(task.id): \(task.partPath) is missing; \(task.bytes) bytes were logged"] }

@@ -72,7 +72,7 @@ enum TaskTable {
         for task in tasks {
             let size = task.total.map { "\(ByteCount.format(task.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(task.bytes)
             let percent = task.percent.map { String(format: "%.0f", $0) } ?? "-"
-            var dest = task.spec.dest
+            var dest = task.dest
             if bars, let value = task.percent {
                 let filled = Int(value / 5)
                 dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: 20 - filled) + "] " + dest
@@ -97,7 +97,7 @@ enum TaskTable {
             "state:       \(task.phase.rawValue)",
             "url:         \(task.spec.url)",
             "current url: \(task.currentURL)",
-            "dest:        \(task.spec.dest)",
+            "dest:        \(task.dest)",
             "bytes:       \(task.bytes)" + (task.total.map { " of \($0)" } ?? ""),
             "attempts:    \(task.attempts)",
             "priority:    \(task.spec.priority)",

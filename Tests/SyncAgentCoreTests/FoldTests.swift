@@ -34,7 +34,8 @@ struct FoldTests {
         _ = log.add(.finished(Finished(bytes: 1000, dest: "/downloads/t.1.bin")), task: "t")
         task = log.state["t"]!
         #expect(task.phase == .finished)
-        #expect(task.spec.dest == "/downloads/t.1.bin")
+        #expect(task.dest == "/downloads/t.1.bin")
+        #expect(task.partPath == "/downloads/t.bin.part")
         #expect(task.endedAtMs != nil)
         #expect(log.state.activeCount == 0)
         #expect(log.state.endedSinceNotice[BatchKey(nil)] == ["t"])

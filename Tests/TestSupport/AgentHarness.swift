@@ -13,6 +13,8 @@ public final class AgentHarness {
     public var configFile: String { directory.file("config.toml") }
     /// Set to a private bus to let the agent reach a notification daemon.
     public var busAddress: String?
+    /// Added to the agent's environment (e.g. SYNCAGENT_CRASHPOINT).
+    public var extraEnvironment: [String: String] = [:]
 
     public init(config: String = "") throws {
         try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
@@ -29,6 +31,7 @@ public final class AgentHarness {
             "SYNCAGENT_LOG_LEVEL": "debug",
         ]
         if let busAddress { environment["DBUS_SESSION_BUS_ADDRESS"] = busAddress }
+        environment.merge(extraEnvironment) { $1 }
         return environment
     }
 

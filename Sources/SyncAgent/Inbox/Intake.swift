@@ -110,6 +110,8 @@ final class Intake {
     /// Job files whose events are recorded but maybe not yet committed.
     private var takenAwaitingCommit: [String] = []
 
+    var hasTakenFiles: Bool { !takenAwaitingCommit.isEmpty }
+
     /// Called after the log committed: a taken job leaves the inbox only
     /// when its task is durable, so a crash in between loses nothing (and
     /// the identity check keeps it from becoming two tasks).

@@ -34,6 +34,8 @@ final class DownloadAttempt {
     /// Bytes the log vouches for.
     private(set) var durable: Int64
     private var lastFlushMs = FileSystem.monotonicMs
+    /// When the server last sent anything (headers or body): the stall detector's clock.
+    private(set) var lastActivityMs = FileSystem.monotonicMs
 
     // What the current response said.
     private var status = 0
@@ -96,9 +98,6 @@ final class DownloadAttempt {
         sa_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
         sa_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         sa_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, settings.connectTimeout)
-        // A stall detector, not a deadline: fail when under 1 byte/s for idle_timeout.
-        sa_easy_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, 1)
-        sa_easy_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, settings.idleTimeout)
         sa_easy_setopt_string(easy, CURLOPT_USERAGENT, settings.userAgent)
         if let proxy = settings.proxy { sa_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
         if let caFile = settings.caFile { sa_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
@@ -143,6 +142,7 @@ final class DownloadAttempt {
     // MARK: - Callbacks (run inside curl_multi_perform, on the loop thread)
 
     private func receiveHeader(_ line: UnsafeRawBufferPointer) {
+        lastActivityMs = FileSystem.monotonicMs
         let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if text.hasPrefix("HTTP/") {
             let previousStatus = status
@@ -199,6 +199,7 @@ final class DownloadAttempt {
         }
         written += Int64(count)
         let now = FileSystem.monotonicMs
+        lastActivityMs = now
         if written - durable >= settings.progressIntervalBytes || now - lastFlushMs >= settings.progressIntervalMs {
             flush()
         }
@@ -255,7 +256,14 @@ final class DownloadAttempt {
             return .transient(reason: reason, retryAfterMs: retryAfterMs, restartFromZero: false)
         }
         if status == 416 {
-            return .transient(reason: reason, retryAfterMs: nil, restartFromZero: true)
+            // The range starts at or past the end: if what we hold is exactly
+            // the server's size, the file is complete (a restart came after
+            // the last byte); verification decides the rest.
+            let size = contentRangeTotal ?? total
+            if requestedOffset > 0, size == requestedOffset { return .complete(bytes: requestedOffset) }
+            let sizeWords = size.map { "its file has \($0) bytes" } ?? "it did not say its size"
+            return .transient(reason: "server answered 416 for byte \(requestedOffset) and \(sizeWords)",
+                              retryAfterMs: nil, restartFromZero: true)
         }
         return .permanent(reason: reason, code: "http_\(status)")
     }
@@ -273,6 +281,19 @@ final class DownloadAttempt {
             validatorsLogged = true
         }
         sink(taskID, .progressed(progress))
+    }
+
+    /// `idle_timeout` (NSURLSession's timeoutIntervalForRequest): no byte for
+    /// that long. Checked by the loop, because curl's low-speed check averages
+    /// over several seconds and fires late.
+    func isStalled(nowMs: Int64) -> Bool {
+        nowMs - lastActivityMs >= Int64(settings.idleTimeout) * 1000
+    }
+
+    func stalledOutcome() -> AttemptOutcome {
+        flush()
+        return .transient(reason: "no data for \(settings.idleTimeout) s (idle_timeout) from \(currentURL)",
+                          retryAfterMs: nil, restartFromZero: false)
     }
 
     /// After curl reports the transfer done: what happened, in our terms.

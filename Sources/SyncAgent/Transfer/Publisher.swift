@@ -5,15 +5,18 @@ import SyncAgentCore
 import Glibc
 #endif
 
-/// `didFinishDownloadingToURL`: the flushed partial file is checked against
-/// the job's checksum, then renamed to its destination atomically.
+/// `didFinishDownloadingToURL`, in two steps around a commit: `prepare`
+/// checks the flushed partial file and picks the final path, the agent
+/// records `finished` with that path and commits, then `complete` renames.
+/// A crash between the commit and the rename is finished by `complete` on
+/// the next start, so a published file never appears twice.
 enum Publisher {
-    enum Result: Equatable {
-        case published(path: String, sha256: String)
+    enum Verdict: Equatable {
+        case ready(path: String, sha256: String)
         case failed(reason: String, code: String)
     }
 
-    static func publish(_ task: TaskState) -> Result {
+    static func prepare(_ task: TaskState) -> Verdict {
         let part = task.partPath
         let digests: (sha256: String, md5: String?)
         do {
@@ -27,17 +30,22 @@ enum Publisher {
         if let expected = task.spec.md5, expected != digests.md5 {
             return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: "checksum_mismatch")
         }
-
-        let dest: String
         switch placement(for: task.spec) {
-        case .target(let path): dest = path
+        case .target(let path): return .ready(path: path, sha256: digests.sha256)
         case .refuse(let reason): return .failed(reason: reason, code: "dest_exists")
         }
+    }
+
+    /// Moves `DEST.part` to the path `finished` recorded. Idempotent: if the
+    /// partial file is gone the rename already happened.
+    @discardableResult
+    static func complete(part: String, to dest: String) -> String? {
+        guard FileSystem.exists(part) else { return nil }
         guard rename(part, dest) == 0 else {
-            return .failed(reason: "cannot move \(part) to \(dest): \(String(cString: strerror(errno)))", code: "rename_error")
+            return "cannot move \(part) to \(dest): \(String(cString: strerror(errno)))"
         }
         FileSystem.syncDirectory(of: dest)
-        return .published(path: dest, sha256: digests.sha256)
+        return nil
     }
 
     enum Placement: Equatable {

@@ -1,0 +1,29 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Crash injection for the durability tests: with `SYNCAGENT_CRASHPOINT=NAME`
+/// the agent dies (`_exit`, no cleanup — as under `kill -9`) the moment it
+/// reaches that point, so a test can hit each narrow window on purpose
+/// instead of hoping a random kill lands there.
+enum CrashPoint: String {
+    /// New tasks are committed; their job files are still in the inbox.
+    case intakeCommitted = "intake-committed"
+    /// A body is complete, flushed and logged; `finished` is not recorded yet.
+    case downloadComplete = "download-complete"
+    /// `batch_finished` is committed; the notification is not posted yet.
+    case batchFinishedCommitted = "batch-finished-committed"
+    /// `finished` is committed; `DEST.part` is not renamed yet.
+    case finishedCommitted = "finished-committed"
+
+    private static let armed = ProcessInfo.processInfo.environment["SYNCAGENT_CRASHPOINT"].flatMap(CrashPoint.init(rawValue:))
+
+    /// `beforeDying` runs only when armed: e.g. a commit, to land exactly in
+    /// the window after it.
+    func reached(beforeDying: () -> Void = {}) {
+        guard Self.armed == self else { return }
+        beforeDying()
+        _exit(137)
+    }
+}

@@ -1,0 +1,63 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The project's own misbehaving HTTP server (fault_server.py beside this
+/// file): drops, stalls, ignored or wrong ranges, changing ETags, 416, 5xx.
+public final class FaultServer {
+    public let root: String
+    public let port: Int
+    public let requestLog: String
+    private let server: ChildProcess
+
+    public init(in directory: TempDirectory) throws {
+        root = directory.file("fault-www")
+        requestLog = directory.file("fault-requests.log")
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: requestLog, contents: nil)
+        port = freePort()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fault_server.py").path
+        server = try ChildProcess("/usr/bin/python3", [script, "--port", "\(port)", "--root", root, "--log", requestLog],
+                                  environment: [:], outputIn: directory.path, name: "fault-server")
+        guard eventually(within: 10, { canConnect(port: port) }) else {
+            throw TestFailure("fault server did not start: \(server.stderr)")
+        }
+    }
+
+    /// `name` with faults as query parameters, e.g. `url("f.bin", "drop_after=1000")`.
+    public func url(_ name: String, _ faults: String = "") -> String {
+        "http://127.0.0.1:\(port)/\(name)" + (faults.isEmpty ? "" : "?" + faults)
+    }
+
+    @discardableResult
+    public func serve(_ name: String, size: Int, seed: UInt64 = 7) throws -> Data {
+        var generator = SplitMix64(seed: seed &+ UInt64(size))
+        let data = Data((0..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) })
+        try data.write(to: URL(fileURLWithPath: root + "/" + name))
+        return data
+    }
+
+    public struct Request: Equatable {
+        public var path: String
+        public var status: Int
+        public var range: String?
+        public var bytesSent: Int
+    }
+
+    /// Every request answered so far, in order.
+    public var requests: [Request] {
+        let text = (try? String(contentsOfFile: requestLog, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ").map(String.init)
+            guard fields.count >= 5, let status = Int(fields[2]), let sent = Int(fields[fields.count - 1]) else { return nil }
+            let range = fields[3...(fields.count - 2)].joined(separator: " ")
+            return Request(path: fields[1], status: status, range: range == "-" ? nil : range, bytesSent: sent)
+        }
+    }
+
+    deinit {
+        server.signal(SIGKILL)
+        server.wait(seconds: 5)
+    }
+}

@@ -1,0 +1,202 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Each resume edge case of SPEC §7 against the fault server: the file
+/// ends byte-identical, the log says why, a mismatched body is never appended.
+@Suite("Resume edge cases", .serialized)
+struct ResumeTests {
+    let size = 3 << 20
+    let dropAt = 1 << 20
+
+    /// Runs one job to completion and returns the harness, server and served bytes.
+    func download(_ faults: String, file: String = "f.bin", config: String = "") throws -> (AgentHarness, FaultServer, Data, Int32?) {
+        let harness = try AgentHarness(config: config)
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve(file, size: size)
+        try harness.drop("j.job", "url = \"\(server.url(file, faults))\"\nid = \"j\"\ndest = \"\(file)\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        let status = agent.wait(seconds: 60)
+        return (harness, server, data, status)
+    }
+
+    func fileMatches(_ harness: AgentHarness, _ data: Data, _ name: String = "f.bin") -> Bool {
+        FileManager.default.contents(atPath: "\(harness.downloads)/\(name)") == data
+    }
+
+    @Test func droppedConnectionResumesWithRangeAndIfRange() throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        let requests = server.requests
+        #expect(requests.count == 2)
+        #expect(requests[0].bytesSent == dropAt)
+        #expect(requests[1].status == 206)
+        #expect(requests[1].range == "bytes=\(dropAt)-")
+        // Not one byte fetched twice: the drop flushed what had arrived.
+        #expect(requests.map(\.bytesSent).reduce(0, +) == size)
+        let events = try harness.events()
+        #expect(events.contains { $0.type == "retrying" && $0.data["bytes"] as? Int == dropAt })
+        #expect(events.last { $0.type == "started" }?.data["offset"] as? Int == dropAt)
+    }
+
+    @Test func serverIgnoringRangeRestartsFromZero() throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&ignore_range=1")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        #expect(server.requests.last?.status == 200)
+        let restart = try harness.events().last { $0.type == "progressed" && $0.data["restart_reason"] != nil }
+        #expect(restart?.data["restart_reason"] as? String == "the server ignored Range and sent the whole file")
+        #expect(restart?.data["bytes"] as? Int == 0)
+    }
+
+    @Test func changedValidatorRestartsFromZero() throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&etag_changes=1")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        #expect(server.requests.last?.status == 200)
+        let reason = try harness.events().last { $0.data["restart_reason"] != nil }?.data["restart_reason"] as? String
+        #expect(reason?.hasPrefix("the file changed on the server (validator \"") == true)
+    }
+
+    @Test func wrongContentRangeIsNeverAppended() throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&wrong_range=1")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        let reason = try harness.events().first { $0.type == "retrying" && ($0.data["reason"] as? String)?.contains("when asked for") == true }
+        #expect(reason?.data["reason"] as? String == "server sent bytes from \(dropAt - 1000) when asked for \(dropAt)")
+        #expect(reason?.data["bytes"] as? Int == 0)
+        #expect(server.requests.last?.range == nil)
+    }
+
+    @Test func missingContentRangeIsNeverAppended() throws {
+        let (harness, _, data, status) = try download("drop_after=\(dropAt)&drop_times=1&no_content_range=1")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        let events = try harness.events()
+        #expect(events.contains { ($0.data["reason"] as? String) == "server sent bytes from nowhere (no Content-Range) when asked for \(dropAt)" })
+    }
+
+    /// Killed after the last byte was flushed but before `finished`: the
+    /// restart asks for the rest, gets 416, verifies what is on disk, finishes.
+    @Test func rangeNotSatisfiableOnACompleteFileFinishes() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("f.bin", size: size)
+        let sha = sha256Hex(data)
+        try harness.drop("j.job", "url = \"\(server.url("f.bin"))\"\nid = \"j\"\nsha256 = \"\(sha)\"\n")
+        harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": "download-complete"]
+        let crashed = try harness.startAgent(exitWhenIdle: true)
+        #expect(crashed.wait(seconds: 60) == 137)
+        #expect(try harness.replayTasks().first?["bytes"] as? Int == size)
+
+        harness.extraEnvironment = [:]
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0)
+        #expect(fileMatches(harness, data))
+        #expect(server.requests.last?.status == 416)
+        #expect(server.requests.last?.range == "bytes=\(size)-")
+        let finished = try harness.events().filter { $0.type == "finished" }
+        #expect(finished.count == 1)
+        #expect(finished.first?.data["sha256"] as? String == sha)
+    }
+
+    @Test func serviceUnavailableHonoursRetryAfterAndKeepsBytes() throws {
+        let (harness, server, data, status) = try download("fail_status=503&fail_times=1&retry_after=2")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        let events = try harness.events()
+        let retry = try #require(events.first { $0.type == "retrying" })
+        #expect(retry.data["reason"] as? String == "server answered 503 Service Unavailable for \(server.url("f.bin", "fail_status=503&fail_times=1&retry_after=2"))")
+        #expect((retry.data["delay_ms"] as? Int ?? 0) >= 2000)
+        let starts = events.filter { $0.type == "started" }.map(\.seq)
+        #expect(starts.count == 2)
+        #expect(server.requests.map(\.status) == [503, 200])
+    }
+
+    @Test func stallIsCaughtByIdleTimeoutAndResumed() throws {
+        let (harness, server, data, status) = try download("stall_after=\(dropAt)&stall=8", config: "idle_timeout = 2\n")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        let retry = try harness.events().first { $0.type == "retrying" }
+        #expect((retry?.data["reason"] as? String)?.hasPrefix("no data for 2 s (idle_timeout)") == true)
+        // Caught after the 2 s of silence, not after the server's 8 s stall.
+        // Each request stalls after 1 MiB; each retry resumes where the last stopped.
+        #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", "bytes=\(2 * dropAt)-"])
+    }
+}
+
+/// Kill -9 inside each narrow window, on purpose (SYNCAGENT_CRASHPOINT):
+/// nothing lost, nothing doubled.
+@Suite("Crash windows", .serialized)
+struct CrashWindowTests {
+    @Test func killedBetweenRecordingAJobAndRemovingItMakesOneTask() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("once.bin", size: 5000)
+        let job = "url = \"\(nginx.url("once.bin"))\"\n"
+        try harness.drop("once.job", job)
+        harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": "intake-committed"]
+        let crashed = try harness.startAgent(exitWhenIdle: true)
+        #expect(crashed.wait(seconds: 30) == 137)
+        #expect(harness.jobFiles() == ["once.job"])
+
+        harness.extraEnvironment = [:]
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0)
+        #expect(harness.jobFiles().isEmpty)
+        #expect(try harness.events().filter { $0.type == "created" }.count == 1)
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/once.bin") == data)
+
+        // The same content dropped again later is a new task.
+        try harness.drop("once.job", job)
+        let again = try harness.startAgent(exitWhenIdle: true)
+        #expect(again.wait(seconds: 30) == 0)
+        #expect(try harness.events().filter { $0.type == "created" }.count == 2)
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/once.1.bin") == data)
+    }
+
+    @Test func killedBetweenFinishedAndRenamePublishesOnce() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("pub.bin", size: 5000)
+        try harness.drop("pub.job", "url = \"\(nginx.url("pub.bin"))\"\n")
+        harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": "finished-committed"]
+        let crashed = try harness.startAgent(exitWhenIdle: true)
+        #expect(crashed.wait(seconds: 30) == 137)
+        #expect(FileManager.default.fileExists(atPath: "\(harness.downloads)/pub.bin.part"))
+
+        harness.extraEnvironment = [:]
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0)
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/pub.bin") == data)
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/pub.1.bin"))
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/pub.bin.part"))
+        #expect(try harness.events().filter { $0.type == "finished" || $0.type == "started" }.count == 2)
+    }
+
+    @Test func killedBeforeNotifyingPostsExactlyOnce() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+        try nginx.serve("n.bin", size: 5000)
+        try harness.drop("n.job", "url = \"\(nginx.url("n.bin"))\"\n")
+        harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": "batch-finished-committed"]
+        let crashed = try harness.startAgent(exitWhenIdle: true)
+        #expect(crashed.wait(seconds: 30) == 137)
+        #expect(daemon.notifyCalls.isEmpty)
+
+        harness.extraEnvironment = [:]
+        for _ in 0..<2 {
+            let agent = try harness.startAgent(exitWhenIdle: true)
+            #expect(agent.wait(seconds: 30) == 0)
+        }
+        #expect(daemon.notifyCalls.count == 1)
+        #expect(try harness.events().filter { $0.type == "notified" }.count == 1)
+        #expect(try harness.events().filter { $0.type == "finished" }.count == 1)
+    }
+}
