@@ -339,6 +339,9 @@ public final class Agent {
         for batch in drained {
             post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
         }
+        // `notified` goes to disk right away: the window in which a crash
+        // would repeat the notification stays a few microseconds wide.
+        try commit()
     }
 
     private func post(_ notice: Notice, batch: String?, task: String?) {

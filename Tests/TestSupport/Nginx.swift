@@ -24,7 +24,7 @@ public final class Nginx {
             error_log \(prefix)/error.log;
             events { worker_connections 1024; }
             http {
-              log_format bytes '$request_uri $status $body_bytes_sent';
+              log_format bytes '$request_uri $status $body_bytes_sent "$http_range" "$http_if_range"';
               access_log \(accessLog) bytes;
               client_body_temp_path \(prefix)/body;
               proxy_temp_path \(prefix)/proxy;
@@ -38,6 +38,8 @@ public final class Nginx {
                 location /hop/ { rewrite ^/hop/(.*)$ /$1 redirect; }
                 location /hop2/ { rewrite ^/hop2/(.*)$ /hop/$1 permanent; }
                 location = /to-file { return 302 file:///etc/passwd; }
+                # /slow/X serves X at 8 MB/s per connection: transfers long enough to kill.
+                location /slow/ { alias \(root)/; limit_rate 8m; }
               }
             }
             """
@@ -50,6 +52,28 @@ public final class Nginx {
     }
 
     public func url(_ name: String) -> String { "http://127.0.0.1:\(port)/\(name)" }
+
+    public struct Request {
+        public var uri: String
+        public var status: Int
+        public var bytesSent: Int
+        public var range: String
+        public var ifRange: String
+    }
+
+    /// The access log, one entry per answered request.
+    public var requests: [Request] {
+        let text = (try? String(contentsOfFile: accessLog, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            // nginx writes a quote inside a logged header as \x22.
+            let quoted = line.split(separator: "\"", omittingEmptySubsequences: false)
+                .map { $0.replacingOccurrences(of: "\\x22", with: "\"") }
+            let fields = quoted[0].split(separator: " ").map(String.init)
+            guard fields.count >= 3, quoted.count >= 4, let status = Int(fields[1]), let sent = Int(fields[2]) else { return nil }
+            return Request(uri: fields[0], status: status, bytesSent: sent,
+                           range: quoted[1] == "-" ? "" : quoted[1], ifRange: quoted[3] == "-" ? "" : quoted[3])
+        }
+    }
 
     /// Writes a file of `size` pseudo-random bytes (seeded: reproducible) to serve.
     @discardableResult
