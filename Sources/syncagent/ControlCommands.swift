@@ -22,9 +22,9 @@ struct ControlTarget: ParsableArguments {
 func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOptions) throws {
     let resolved = try global.resolve()
     if task != "*" {
-        let state = try? EventStore(readingFrom: resolved.paths.eventLog).replay()
-        if let state, state[task] == nil {
-            throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog)")
+        let known = (try? EventStore(readingFrom: resolved.paths.eventLog).replay())?[task] != nil
+        if !known && !pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) {
+            throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")
         }
     }
     let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n"
@@ -66,4 +66,18 @@ struct CancelCommand: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The task id.") var id: String
     func run() throws { try sendControl(.cancel, task: id, global: global) }
+}
+
+/// Ids named by jobs still waiting in the inbox: a control job dropped after
+/// them is applied after them, so they count as known.
+func pendingJobIDs(inbox: String, downloadDir: String) -> Set<String> {
+    let parser = JobParser(downloadDir: downloadDir)
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []
+    var ids = Set<String>()
+    for name in names where InboxRules.isJobFileName(name) {
+        guard let data = FileManager.default.contents(atPath: inbox + "/" + name),
+              case .transfer(let id?, _)? = try? parser.parse([UInt8](data)) else { continue }
+        ids.insert(id)
+    }
+    return ids
 }

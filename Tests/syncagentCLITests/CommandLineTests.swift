@@ -157,3 +157,34 @@ struct CommandLineTests {
         #expect(verify.stdout.contains("mismatch: r: \(harness.downloads)/r.bin is missing"))
     }
 }
+
+@Suite("Control while the agent is stopped", .serialized)
+struct StoppedControlTests {
+    @Test func pauseResumeAndCancelWaitInTheInboxForTheNextStart() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("k.bin", size: 2 << 20)
+        try nginx.serve("c.bin", size: 2 << 20, seed: 3)
+        try harness.drop("k.job", "url = \"\(nginx.url("k.bin"))\"\nid = \"keep\"\n")
+        try harness.drop("c.job", "url = \"\(nginx.url("c.bin"))\"\nid = \"drop\"\n")
+
+        // Both tasks exist only as jobs in the inbox; no agent runs.
+        #expect(try harness.run(["pause", "keep"]).status == 0)
+        #expect(try harness.run(["cancel", "drop"]).status == 0)
+        let first = try harness.startAgent(exitWhenIdle: true)
+        #expect(first.wait(seconds: 60) == 0)
+        func states() throws -> [String: String] {
+            Dictionary(uniqueKeysWithValues: try harness.statusTasks().map { ($0["id"] as! String, $0["state"] as! String) })
+        }
+        #expect(try states() == ["keep": "paused", "drop": "cancelled"])
+        #expect(try harness.replayTasks(["--task", "keep"]).first?["plan"] as? String == "stay paused at byte 0 until resumed")
+
+        #expect(try harness.run(["resume", "keep"]).status == 0)
+        let second = try harness.startAgent(exitWhenIdle: true)
+        #expect(second.wait(seconds: 60) == 0)
+        #expect(try states() == ["keep": "finished", "drop": "cancelled"])
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/k.bin") == data)
+        #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/c.bin"))
+        #expect(try harness.events().filter { $0.type == "started" }.count == 1)
+    }
+}
