@@ -44,6 +44,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Writes large event logs for `make bench`.
+        .executableTarget(name: "syncagent-loggen", dependencies: ["SyncAgent", "SyncAgentCore"], path: "bench/LogGen"),
         // Real servers for the tests: nginx, a private D-Bus with dbusmock, the agent binary.
         .target(name: "TestSupport", path: "Tests/TestSupport", exclude: ["fault_server.py"]),
         .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore"]),

@@ -38,13 +38,10 @@ extension AgentState {
                 owedNotices[BatchKey(notice.batch)] = nil
             }
         default:
-            guard let id = event.task, var task = tasks[id] else { orphanEvents.append(event.seq); return }
-            let before = task.phase
-            task.apply(event)
-            task.lastSeq = event.seq
-            task.updatedAtMs = event.atMs
-            tasks[id] = task
-            if before != task.phase { countActive(id, was: before, now: task.phase) }
+            guard let id = event.task, let index = tasks.index(forKey: id) else { orphanEvents.append(event.seq); return }
+            // Mutated in place through the index: no copy of the task, one hash lookup.
+            let change = tasks.values[index].apply(event)
+            if change.before != change.after { countActive(id, was: change.before, now: change.after) }
         }
     }
 
@@ -68,7 +65,14 @@ extension AgentState {
 }
 
 extension TaskState {
-    mutating func apply(_ event: Event) {
+    /// Returns the phase before and after, so the caller never has to copy
+    /// the task out of its dictionary to compare.
+    mutating func apply(_ event: Event) -> (before: TaskPhase, after: TaskPhase) {
+        let before = phase
+        defer {
+            lastSeq = event.seq
+            updatedAtMs = event.atMs
+        }
         switch event.body {
         case .started(let started):
             phase = .running
@@ -139,5 +143,6 @@ extension TaskState {
         case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified:
             break
         }
+        return (before, phase)
     }
 }

@@ -51,23 +51,38 @@ public enum EventCoding {
     }
 
     public static func body(type: String, data: String, seq: Int64 = 0) throws -> EventBody {
-        let json = Data(data.utf8)
+        var utf8 = data
+        return try utf8.withUTF8 { try body(type: type, data: UnsafeRawBufferPointer($0), seq: seq) }
+    }
+
+    /// Decodes in place from the log's bytes. The payloads every transfer
+    /// writes many of go through `JSONReader`; the rare ones through `JSONDecoder`.
+    public static func body(type: String, data: UnsafeRawBufferPointer, seq: Int64 = 0) throws -> EventBody {
+        do {
+            var reader = JSONReader(data)
+            switch type {
+            case "progressed": return .progressed(try Progressed(reading: &reader))
+            case "created": return .created(try TaskSpec(reading: &reader))
+            case "started": return .started(try Started(reading: &reader))
+            case "paused": return .paused(try Paused(reading: &reader))
+            case "resumed": return .resumed(try Resumed(reading: &reader))
+            case "retrying": return .retrying(try Retrying(reading: &reader))
+            case "finished": return .finished(try Finished(reading: &reader))
+            case "failed": return .failed(try Failed(reading: &reader))
+            case "cancelled": return .cancelled(try Cancelled(reading: &reader))
+            case "redirected": return .redirected(try Redirected(reading: &reader))
+            default: break
+            }
+        } catch let error as JSONReader.Malformed {
+            throw DecodingFailure(seq: seq, type: type, underlying: error.description)
+        }
+        let json = Data(data)
         func decode<T: Decodable>(_: T.Type) throws -> T {
             do { return try decoder.decode(T.self, from: json) } catch {
                 throw DecodingFailure(seq: seq, type: type, underlying: String(describing: error))
             }
         }
         switch type {
-        case "created": return .created(try decode(TaskSpec.self))
-        case "started": return .started(try decode(Started.self))
-        case "progressed": return .progressed(try decode(Progressed.self))
-        case "paused": return .paused(try decode(Paused.self))
-        case "resumed": return .resumed(try decode(Resumed.self))
-        case "redirected": return .redirected(try decode(Redirected.self))
-        case "retrying": return .retrying(try decode(Retrying.self))
-        case "finished": return .finished(try decode(Finished.self))
-        case "failed": return .failed(try decode(Failed.self))
-        case "cancelled": return .cancelled(try decode(Cancelled.self))
         case "rejected": return .rejected(try decode(Rejected.self))
         case "agent_started": return .agentStarted(try decode(AgentStarted.self))
         case "agent_stopped": return .agentStopped(try decode(AgentStopped.self))
@@ -76,5 +91,205 @@ public enum EventCoding {
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }
+    }
+}
+
+private func required<T>(_ value: T?, _ key: String) throws -> T {
+    guard let value else { throw JSONReader.Malformed(offset: 0, expected: "key \"\(key)\"") }
+    return value
+}
+
+// The hand-written readers below mirror the Codable encodings (snake_case keys);
+// EventCodingTests round-trips every type through both.
+
+extension Started {
+    init(reading reader: inout JSONReader) throws {
+        var attempt: Int64?, offset: Int64?, url: String?
+        try reader.readObject { key, value in
+            switch key {
+            case "attempt": attempt = try value.readInt()
+            case "offset": offset = try value.readInt()
+            case "url": url = try value.readString()
+            default: try value.skipValue()
+            }
+        }
+        self.init(attempt: Int(try required(attempt, "attempt")), offset: try required(offset, "offset"), url: try required(url, "url"))
+    }
+}
+
+extension Progressed {
+    init(reading reader: inout JSONReader) throws {
+        var bytes: Int64?, total: Int64?, etag: String?, lastModified: String?, restartReason: String?
+        try reader.readObject { key, value in
+            switch key {
+            case "bytes": bytes = try value.readInt()
+            case "total": total = try value.readOptional { try $0.readInt() }
+            case "etag": etag = try value.readOptional { try $0.readString() }
+            case "last_modified": lastModified = try value.readOptional { try $0.readString() }
+            case "restart_reason": restartReason = try value.readOptional { try $0.readString() }
+            default: try value.skipValue()
+            }
+        }
+        self.init(bytes: try required(bytes, "bytes"), total: total, etag: etag, lastModified: lastModified, restartReason: restartReason)
+    }
+}
+
+extension Paused {
+    init(reading reader: inout JSONReader) throws {
+        var bytes: Int64?, reason: PauseReason?
+        try reader.readObject { key, value in
+            switch key {
+            case "bytes": bytes = try value.readInt()
+            case "reason": reason = PauseReason(rawValue: try value.readString())
+            default: try value.skipValue()
+            }
+        }
+        self.init(bytes: try required(bytes, "bytes"), reason: try required(reason, "reason"))
+    }
+}
+
+extension Resumed {
+    init(reading reader: inout JSONReader) throws {
+        var bytes: Int64?, reason: String?
+        try reader.readObject { key, value in
+            switch key {
+            case "bytes": bytes = try value.readInt()
+            case "reason": reason = try value.readString()
+            default: try value.skipValue()
+            }
+        }
+        self.init(bytes: try required(bytes, "bytes"), reason: try required(reason, "reason"))
+    }
+}
+
+extension Retrying {
+    init(reading reader: inout JSONReader) throws {
+        var attempt: Int64?, reason: String?, delayMs: Int64?, bytes: Int64?
+        try reader.readObject { key, value in
+            switch key {
+            case "attempt": attempt = try value.readInt()
+            case "reason": reason = try value.readString()
+            case "delay_ms": delayMs = try value.readInt()
+            case "bytes": bytes = try value.readInt()
+            default: try value.skipValue()
+            }
+        }
+        self.init(attempt: Int(try required(attempt, "attempt")), reason: try required(reason, "reason"),
+                  delayMs: try required(delayMs, "delay_ms"), bytes: try required(bytes, "bytes"))
+    }
+}
+
+extension Finished {
+    init(reading reader: inout JSONReader) throws {
+        var bytes: Int64?, dest: String?, sha256: String?
+        try reader.readObject { key, value in
+            switch key {
+            case "bytes": bytes = try value.readInt()
+            case "dest": dest = try value.readString()
+            case "sha256": sha256 = try value.readOptional { try $0.readString() }
+            default: try value.skipValue()
+            }
+        }
+        self.init(bytes: try required(bytes, "bytes"), dest: try required(dest, "dest"), sha256: sha256)
+    }
+}
+
+extension Failed {
+    init(reading reader: inout JSONReader) throws {
+        var reason: String?, code: String?, bytes: Int64?
+        try reader.readObject { key, value in
+            switch key {
+            case "reason": reason = try value.readString()
+            case "code": code = try value.readString()
+            case "bytes": bytes = try value.readInt()
+            default: try value.skipValue()
+            }
+        }
+        self.init(reason: try required(reason, "reason"), code: try required(code, "code"), bytes: try required(bytes, "bytes"))
+    }
+}
+
+extension Cancelled {
+    init(reading reader: inout JSONReader) throws {
+        var bytes: Int64?
+        try reader.readObject { key, value in
+            switch key {
+            case "bytes": bytes = try value.readInt()
+            default: try value.skipValue()
+            }
+        }
+        self.init(bytes: try required(bytes, "bytes"))
+    }
+}
+
+extension Redirected {
+    init(reading reader: inout JSONReader) throws {
+        var from: String?, to: String?, status: Int64?
+        try reader.readObject { key, value in
+            switch key {
+            case "from": from = try value.readString()
+            case "to": to = try value.readString()
+            case "status": status = try value.readInt()
+            default: try value.skipValue()
+            }
+        }
+        self.init(from: try required(from, "from"), to: try required(to, "to"), status: Int(try required(status, "status")))
+    }
+}
+
+extension TaskSpec {
+    init(reading reader: inout JSONReader) throws {
+        var url: String?, kind = TransferKind.download, dest: String?, sha256: String?, md5: String?
+        var priority: Int64 = 0, overwrite = OverwriteMode.rename, headers: [Header] = [], batch: String?
+        var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
+        func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
+            let raw = try value.readString()
+            guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
+            return choice
+        }
+        try reader.readObject { key, value in
+            switch key {
+            case "url": url = try value.readString()
+            case "kind": kind = try choice(&value, "kind")
+            case "dest": dest = try value.readString()
+            case "sha256": sha256 = try value.readOptional { try $0.readString() }
+            case "md5": md5 = try value.readOptional { try $0.readString() }
+            case "priority": priority = try value.readInt()
+            case "overwrite": overwrite = try choice(&value, "overwrite")
+            case "batch": batch = try value.readOptional { try $0.readString() }
+            case "notify": notify = try choice(&value, "notify")
+            case "retries": retries = try value.readOptional { try $0.readInt() }
+            case "max_speed": maxSpeed = try value.readOptional { try $0.readInt() }
+            case "not_before_ms": notBeforeMs = try value.readOptional { try $0.readInt() }
+            case "headers":
+                headers = try value.readArray { element in
+                    var name: String?, text: String?
+                    try element.readObject { key, value in
+                        switch key {
+                        case "name": name = try value.readString()
+                        case "value": text = try value.readString()
+                        default: try value.skipValue()
+                        }
+                    }
+                    return Header(name: try required(name, "name"), value: try required(text, "value"))
+                }
+            case "source":
+                source = try value.readOptional { element in
+                    var file: String?, identity: String?
+                    try element.readObject { key, value in
+                        switch key {
+                        case "file": file = try value.readString()
+                        case "identity": identity = try value.readString()
+                        default: try value.skipValue()
+                        }
+                    }
+                    return JobSource(file: try required(file, "file"), identity: try required(identity, "identity"))
+                }
+            default: try value.skipValue()
+            }
+        }
+        self.init(url: try required(url, "url"), kind: kind, dest: try required(dest, "dest"), sha256: sha256, md5: md5,
+                  priority: Int(priority), overwrite: overwrite, headers: headers, batch: batch, notify: notify,
+                  retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source)
     }
 }

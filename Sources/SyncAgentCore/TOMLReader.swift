@@ -174,6 +174,8 @@ public enum ByteCount {
             value /= 1024
             unit += 1
         }
-        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+        // Not String(format:): status prints thousands of these.
+        let tenths = Int((value * 10).rounded())
+        return unit == 0 ? "\(bytes) B" : "\(tenths / 10).\(tenths % 10) \(units[unit])"
     }
 }

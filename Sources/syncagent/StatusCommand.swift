@@ -71,7 +71,7 @@ enum TaskTable {
         var rows = [["ID", "KIND", "STATE", "BYTES", "%", "SPEED", "DEST"]]
         for task in tasks {
             let size = task.total.map { "\(ByteCount.format(task.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(task.bytes)
-            let percent = task.percent.map { String(format: "%.0f", $0) } ?? "-"
+            let percent = task.percent.map { "\(Int($0.rounded()))" } ?? "-"
             var dest = task.dest
             if bars, let value = task.percent {
                 let filled = Int(value / 5)
@@ -86,7 +86,9 @@ enum TaskTable {
         }
         let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
         return rows.map { row in
-            zip(row.dropLast(), widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) + "  " }.joined() + row.last!
+            zip(row.dropLast(), widths).map { cell, width in
+                cell + String(repeating: " ", count: width - cell.count + 2)
+            }.joined() + row.last!
         }.joined(separator: "\n") + "\n"
     }
 

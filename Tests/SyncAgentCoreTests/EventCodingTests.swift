@@ -50,3 +50,22 @@ struct EventCodingTests {
         #expect(spec.redacted.headers.map(\.printable) == ["Authorization: <redacted>", "Accept: text/plain"])
     }
 }
+
+@Suite("The log's fast JSON reader")
+struct JSONReaderTests {
+    @Test func escapedStringsNullsAndUnknownKeys() throws {
+        let data = #"{"bytes":12,"etag":"\"v\\1\"","future":{"a":[1,"x",null]},"total":null,"restart_reason":"caf\u00e9"}"#
+        let body = try EventCoding.body(type: "progressed", data: data)
+        #expect(body == .progressed(Progressed(bytes: 12, total: nil, etag: "\"v\\1\"", restartReason: "café")))
+    }
+
+    @Test func whitespaceIsAllowed() throws {
+        let body = try EventCoding.body(type: "cancelled", data: " { \"bytes\" : -3 } ")
+        #expect(body == .cancelled(Cancelled(bytes: -3)))
+    }
+
+    @Test(arguments: [#"{"bytes":}"#, #"{"bytes":1"#, #"{"reason":"x"}"#, #"[1]"#, ""])
+    func malformedOrIncompleteDataNamesTheEvent(_ data: String) {
+        #expect(throws: EventCoding.DecodingFailure.self) { try EventCoding.body(type: "cancelled", data: data, seq: 9) }
+    }
+}

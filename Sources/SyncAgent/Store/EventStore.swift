@@ -152,9 +152,10 @@ public final class EventStore {
         public var data: String
     }
 
-    /// Streams rows in seq order, one at a time: memory stays flat however long the log.
-    public func forEachRow(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
-                           _ body: (Row) throws -> Void) throws {
+    /// Steps through the rows in seq order, one at a time, so memory stays
+    /// flat however long the log; `body` sees each row's columns in place.
+    private func step(after seq: Int64, through last: Int64, task: String?,
+                      _ body: (OpaquePointer) throws -> Void) throws {
         guard db != nil, try schemaVersion() > 0 else { return }
         let filter = task == nil ? "" : " AND task = ?3"
         let statement = try prepare("SELECT seq, at_ms, task, type, data FROM events WHERE seq > ?1 AND seq <= ?2\(filter) ORDER BY seq")
@@ -165,7 +166,15 @@ public final class EventStore {
         while true {
             let code = sqlite3_step(statement)
             if code == SQLITE_DONE { return }
-            guard code == SQLITE_ROW else { throw error("cannot read events") }
+            guard code == SQLITE_ROW, let statement else { throw error("cannot read events") }
+            try body(statement)
+        }
+    }
+
+    /// Streams raw rows (for `events`).
+    public func forEachRow(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
+                           _ body: (Row) throws -> Void) throws {
+        try step(after: seq, through: last, task: task) { statement in
             try body(Row(
                 seq: sqlite3_column_int64(statement, 0),
                 atMs: sqlite3_column_int64(statement, 1),
@@ -175,12 +184,17 @@ public final class EventStore {
         }
     }
 
-    /// Streams decoded events in seq order.
+    /// Streams decoded events in seq order, decoding `data` where SQLite holds it.
     public func forEach(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
                         _ body: (Event) throws -> Void) throws {
-        try forEachRow(after: seq, through: last, task: task) { row in
-            let decoded = try EventCoding.body(type: row.type, data: row.data, seq: row.seq)
-            try body(Event(seq: row.seq, atMs: row.atMs, task: row.task, body: decoded))
+        try step(after: seq, through: last, task: task) { statement in
+            let seq = sqlite3_column_int64(statement, 0)
+            let type = String(cString: sqlite3_column_text(statement, 3))
+            let data = UnsafeRawBufferPointer(start: sqlite3_column_text(statement, 4),
+                                              count: Int(sqlite3_column_bytes(statement, 4)))
+            try body(Event(seq: seq, atMs: sqlite3_column_int64(statement, 1),
+                           task: sqlite3_column_text(statement, 2).map { String(cString: $0) },
+                           body: try EventCoding.body(type: type, data: data, seq: seq)))
         }
     }
 

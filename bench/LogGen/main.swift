@@ -1,0 +1,59 @@
+import Foundation
+import SyncAgent
+import SyncAgentCore
+
+// Writes a realistic event log for the replay benchmark:
+//   syncagent-loggen PATH EVENTS [TASKS]
+// Each task: created, started, progressed…, finished — the mix a busy agent records.
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 3, let total = Int(arguments[2]) else {
+    FileHandle.standardError.write(Data("usage: syncagent-loggen PATH EVENTS [TASKS]\n".utf8))
+    exit(2)
+}
+let path = arguments[1]
+let taskCount = arguments.count > 3 ? Int(arguments[3]) ?? 10_000 : 10_000
+let perTask = max(4, total / taskCount)
+let store = try EventStore(writingTo: path)
+var seq = store.lastSeq
+var atMs: Int64 = 1_795_000_000_000
+var batch: [Event] = []
+batch.reserveCapacity(10_000)
+
+func add(_ body: EventBody, task: String?) throws {
+    seq += 1
+    atMs += 7
+    batch.append(Event(seq: seq, atMs: atMs, task: task, body: body))
+    if batch.count == 10_000 {
+        try store.append(batch)
+        batch.removeAll(keepingCapacity: true)
+    }
+}
+
+try add(.agentStarted(AgentStarted(pid: 1, version: SyncAgentVersion.current)), task: nil)
+var written = 1
+var task = 0
+while written < total {
+    let id = String(format: "t%06d", task)
+    let url = "http://127.0.0.1:8080/files/\(id).bin"
+    let size: Int64 = 64 << 20
+    let spec = TaskSpec(url: url, dest: "/nonexistent/bench/\(id).bin", priority: task % 3,
+                        headers: [Header(name: "Authorization", value: "Bearer x")],
+                        source: JobSource(file: "\(id).job", identity: "0:\(task):0:bench"))
+    try add(.created(spec), task: id)
+    try add(.started(Started(attempt: 1, offset: 0, url: url)), task: id)
+    written += 2
+    let steps = min(perTask - 3, total - written - 1)
+    for step in 0..<max(steps, 0) {
+        let bytes = size * Int64(step + 1) / Int64(steps + 1)
+        try add(.progressed(Progressed(bytes: bytes, total: size, etag: step == 0 ? "\"abc-\(task)\"" : nil)), task: id)
+    }
+    written += max(steps, 0)
+    if written < total {
+        try add(.finished(Finished(bytes: size, dest: "/nonexistent/bench/\(id).bin", sha256: String(repeating: "a", count: 64))), task: id)
+        written += 1
+    }
+    task += 1
+}
+try store.append(batch)
+print("wrote \(seq) events for \(task) tasks to \(path)")
