@@ -5,9 +5,10 @@ SHELL := /bin/bash
 
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock
+BENCH_PACKAGES := curl aria2 time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test build release deps test-deps clean
+.PHONY: run test bench build release deps test-deps bench-deps clean
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -24,6 +25,9 @@ deps:
 test-deps: deps
 	$(call apt_install,$(TEST_PACKAGES))
 
+bench-deps: test-deps
+	$(call apt_install,$(BENCH_PACKAGES))
+
 build: deps
 	swift build
 
@@ -36,6 +40,10 @@ run: release
 test: test-deps
 	swift build --build-tests
 	swift test
+
+# Compares syncagent with curl, aria2c and URLSession in one run; writes bench/results.md.
+bench: bench-deps
+	python3 bench/run.py
 
 clean:
 	rm -rf .build

@@ -80,7 +80,11 @@ public final class Agent {
                 startReadyTasks()
                 try announceDrainedBatches()
             }
-            try commit()
+            // Group commit across wake-ups: one WAL fsync per interval at most,
+            // however many events the wake-ups in between recorded.
+            if log.hasPending, FileSystem.monotonicMs - lastCommitMs >= Self.commitIntervalMs {
+                try commit()
+            }
 
             if exitWhenIdle && isIdle(watcher) { break }
             let ready = multi.poll(extraFds: [watcher.fd, signalFd], timeoutMs: pollTimeoutMs())
@@ -123,9 +127,14 @@ public final class Agent {
 
     /// Group commit, then the file-system effects that must follow it:
     /// taken jobs leave the inbox, finished files take their final name.
+    /// Events wait at most this long for their transaction.
+    static let commitIntervalMs: Int64 = 20
+    private var lastCommitMs: Int64 = 0
+
     private func commit() throws {
         let tookJobs = intake?.hasTakenFiles ?? false
         try log.commit()
+        lastCommitMs = FileSystem.monotonicMs
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
@@ -149,6 +158,7 @@ public final class Agent {
 
     private func pollTimeoutMs() -> Int32 {
         var timeout: Int64 = 1000
+        if log.hasPending { timeout = min(timeout, lastCommitMs + Self.commitIntervalMs - FileSystem.monotonicMs) }
         if let due = intake.nextRetryMs { timeout = min(timeout, due - FileSystem.monotonicMs) }
         if let wake = nextTimedWakeMs { timeout = min(timeout, wake - FileSystem.nowMs) }
         return Int32(max(0, timeout))
@@ -254,8 +264,8 @@ public final class Agent {
         case .complete(let bytes):
             CrashPoint.downloadComplete.reached { try? log.commit() }
             switch Publisher.prepare(task) {
-            case .ready(let path, let sha256):
-                log.record(.finished(Finished(bytes: bytes, dest: path, sha256: sha256)), task: id)
+            case .ready(let path):
+                log.record(.finished(Finished(bytes: bytes, dest: path, sha256: task.spec.sha256)), task: id)
                 renamesAfterCommit.append((task.partPath, path))
                 logger.info("task finished", metadata: ["task.id": "\(id)", "dest": "\(path)", "bytes": "\(bytes)"])
             case .failed(let reason, let code):

@@ -69,3 +69,42 @@ struct JSONReaderTests {
         #expect(throws: EventCoding.DecodingFailure.self) { try EventCoding.body(type: "cancelled", data: data, seq: 9) }
     }
 }
+
+@Suite("Hand-written event JSON matches JSONEncoder's")
+struct JSONWriterTests {
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    func reference<T: Encodable>(_ value: T) throws -> String {
+        String(decoding: try Self.encoder.encode(value), as: UTF8.self)
+    }
+
+    @Test func sameBytesForEveryHotPayload() throws {
+        let tricky = "quote \" backslash \\ tab \t newline \n bell \u{07} slash / café"
+        for body in EventCodingTests.bodies {
+            let expected: String
+            switch body {
+            case .started(let p): expected = try reference(p)
+            case .progressed(let p): expected = try reference(p)
+            case .paused(let p): expected = try reference(p)
+            case .resumed(let p): expected = try reference(p)
+            case .retrying(let p): expected = try reference(p)
+            case .finished(let p): expected = try reference(p)
+            case .failed(let p): expected = try reference(p)
+            case .cancelled(let p): expected = try reference(p)
+            case .redirected(let p): expected = try reference(p)
+            default: continue
+            }
+            #expect(EventCoding.data(of: body) == expected)
+        }
+        let failure = Failed(reason: tricky, code: "x", bytes: 1)
+        #expect(EventCoding.data(of: .failed(failure)) == (try reference(failure)))
+        #expect(try EventCoding.body(type: "failed", data: EventCoding.data(of: .failed(failure))) == .failed(failure))
+        let sparse = Progressed(bytes: 5)
+        #expect(EventCoding.data(of: .progressed(sparse)) == #"{"bytes":5}"#)
+    }
+}

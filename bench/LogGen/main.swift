@@ -31,9 +31,9 @@ func add(_ body: EventBody, task: String?) throws {
 }
 
 try add(.agentStarted(AgentStarted(pid: 1, version: SyncAgentVersion.current)), task: nil)
-var written = 1
-var task = 0
-while written < total {
+// Every task: created, started, progressed × (perTask − 3), finished.
+let tasks = max(1, (total - 4 + perTask - 1) / perTask)
+for task in 0..<tasks {
     let id = String(format: "t%06d", task)
     let url = "http://127.0.0.1:8080/files/\(id).bin"
     let size: Int64 = 64 << 20
@@ -42,18 +42,17 @@ while written < total {
                         source: JobSource(file: "\(id).job", identity: "0:\(task):0:bench"))
     try add(.created(spec), task: id)
     try add(.started(Started(attempt: 1, offset: 0, url: url)), task: id)
-    written += 2
-    let steps = min(perTask - 3, total - written - 1)
-    for step in 0..<max(steps, 0) {
+    let steps = perTask - 3
+    for step in 0..<steps {
         let bytes = size * Int64(step + 1) / Int64(steps + 1)
         try add(.progressed(Progressed(bytes: bytes, total: size, etag: step == 0 ? "\"abc-\(task)\"" : nil)), task: id)
     }
-    written += max(steps, 0)
-    if written < total {
-        try add(.finished(Finished(bytes: size, dest: "/nonexistent/bench/\(id).bin", sha256: String(repeating: "a", count: 64))), task: id)
-        written += 1
-    }
-    task += 1
+    try add(.finished(Finished(bytes: size, dest: "/nonexistent/bench/\(id).bin", sha256: String(repeating: "a", count: 64))), task: id)
 }
+// A real log ends its busy day announced and notified.
+let ids = (0..<tasks).map { String(format: "t%06d", $0) }
+try add(.batchFinished(BatchFinished(batch: nil, finished: ids, failed: [])), task: nil)
+try add(.notified(Notified(batch: nil, summary: "\(tasks) transfers finished", delivered: true)), task: nil)
+try add(.agentStopped(AgentStopped(reason: "idle")), task: nil)
 try store.append(batch)
-print("wrote \(seq) events for \(task) tasks to \(path)")
+print("wrote \(seq) events for \(tasks) tasks to \(path)")

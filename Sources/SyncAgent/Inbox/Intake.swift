@@ -178,7 +178,7 @@ struct JobFile {
             throw KeyError(key: nil, "the job file is \(info.st_size) bytes, over the 64 KiB limit")
         }
         bytes.removeSubrange(filled...)
-        let digest = SHA256.hash(data: bytes).prefix(12).map { String(format: "%02x", $0) }.joined()
+        let digest = Hex.string(SHA256.hash(data: bytes).prefix(12))
         let ctime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
         let identity = "\(info.st_dev):\(info.st_ino):\(ctime):\(digest)"
         let modifiedMs = Int64(info.st_mtim.tv_sec) * 1000 + Int64(info.st_mtim.tv_nsec) / 1_000_000

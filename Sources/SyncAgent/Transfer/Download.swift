@@ -143,10 +143,10 @@ final class DownloadAttempt {
 
     private func receiveHeader(_ line: UnsafeRawBufferPointer) {
         lastActivityMs = FileSystem.monotonicMs
-        let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        if text.hasPrefix("HTTP/") {
+        let header = HeaderLine(line)
+        if let code = header.statusCode {
             let previousStatus = status
-            status = Int(text.split(separator: " ").dropFirst().first ?? "") ?? 0
+            status = code
             if (300..<400).contains(previousStatus) {
                 var effective: UnsafePointer<CChar>?
                 sa_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective)
@@ -161,20 +161,19 @@ final class DownloadAttempt {
             retryAfterMs = nil
             return
         }
-        guard let colon = text.firstIndex(of: ":") else { return }
-        let name = text[..<colon].lowercased()
-        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        switch name {
-        case "etag": etag = value
-        case "last-modified": lastModified = value
-        case "retry-after": retryAfterMs = Int64(value).map { $0 * 1000 }
-        case "content-range":
-            // bytes START-END/TOTAL
+        // Only these four become Strings; every other header is skipped in place.
+        if let value = header.value(ifNamed: "etag") {
+            etag = value
+        } else if let value = header.value(ifNamed: "last-modified") {
+            lastModified = value
+        } else if let value = header.value(ifNamed: "retry-after") {
+            retryAfterMs = Int64(value).map { $0 * 1000 }
+        } else if let value = header.value(ifNamed: "content-range") {
+            // bytes START-END/TOTAL, or bytes */TOTAL
             let spec = value.drop { $0 != " " }.trimmingCharacters(in: .whitespaces)
             let parts = spec.split(separator: "/")
             contentRangeStart = parts.first.flatMap { Int64($0.split(separator: "-").first ?? "") }
             contentRangeTotal = parts.count > 1 ? Int64(parts[1]) : nil
-        default: break
         }
     }
 
@@ -363,4 +362,38 @@ enum HTTPStatus {
 
 public enum SyncAgentVersion {
     public static let current = "0.1.0"
+}
+
+/// One header line as curl hands it over, read in place.
+struct HeaderLine {
+    let bytes: UnsafeRawBufferPointer
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    /// `HTTP/1.1 206 Partial Content` → 206.
+    var statusCode: Int? {
+        guard bytes.count >= 12, bytes[0] == UInt8(ascii: "H"), bytes[1] == UInt8(ascii: "T"),
+              bytes[2] == UInt8(ascii: "T"), bytes[3] == UInt8(ascii: "P"), bytes[4] == UInt8(ascii: "/"),
+              let space = bytes.firstIndex(of: UInt8(ascii: " ")), space + 3 < bytes.count else { return nil }
+        var code = 0
+        for index in space + 1...space + 3 {
+            let digit = Int(bytes[index]) - 0x30
+            guard (0...9).contains(digit) else { return nil }
+            code = code * 10 + digit
+        }
+        return code
+    }
+
+    /// The trimmed value if this line is `name: value` (name matched ignoring case).
+    func value(ifNamed lowercaseName: StaticString) -> String? {
+        let count = lowercaseName.utf8CodeUnitCount
+        guard bytes.count > count, bytes[count] == UInt8(ascii: ":") else { return nil }
+        for index in 0..<count where bytes[index] | 0x20 != lowercaseName.utf8Start[index] { return nil }
+        var start = count + 1
+        var end = bytes.count
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
+        while start < end, isSpace(bytes[start]) { start += 1 }
+        while end > start, isSpace(bytes[end - 1]) { end -= 1 }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+    }
 }

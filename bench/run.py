@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""syncagent's benchmarks: the same workloads, in one run, the tools alternating.
+
+Workloads (loopback nginx on 127.0.0.1, files generated here):
+  1. one 1 GiB file
+  2. 2,000 files of 16 KiB, CONCURRENCY at once
+  3. replay of a 1,000,000-event log (`syncagent replay`) and agent start-up on it
+  4. peak RSS of the agent holding 10,000 queued jobs
+  5. latency from a job's rename into the inbox to its `started` event
+
+Tools: syncagent (jobs in its inbox, `run --exit-when-idle`, end to end),
+curl (one process; -Z --parallel-max N for many files), aria2c (-i list -j N)
+and a FoundationNetworking URLSession program (bench/URLSessionPeer).
+
+Prints a Markdown table of medians, ratios to curl, and peak RSS, and writes
+it to bench/results.md. Options: --rounds N (default 3), --quick (smaller
+sizes, for trying the harness out).
+"""
+import argparse
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONCURRENCY = 6
+
+
+def sh(*args, **kwargs):
+    return subprocess.run(args, check=True, **kwargs)
+
+
+def timed(command, env=None, cwd=None):
+    """Runs a command under GNU time: (wall seconds, peak RSS KiB)."""
+    stats = os.path.join(WORK, "time.out")
+    started = time.perf_counter()
+    result = subprocess.run(["/usr/bin/time", "-o", stats, "-f", "%M"] + command,
+                            env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        sys.exit(f"benchmark command failed ({result.returncode}): {' '.join(command)}\n{result.stderr.decode()[-2000:]}")
+    with open(stats) as f:
+        rss = int(f.read().strip().splitlines()[-1])
+    return wall, rss
+
+
+def fresh(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def write_random(path, size):
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            chunk = min(left, 8 << 20)
+            f.write(os.urandom(chunk))
+            left -= chunk
+
+
+class Nginx:
+    def __init__(self, www):
+        self.prefix = fresh(os.path.join(WORK, "nginx"))
+        self.port = 18600 + os.getpid() % 1000
+        conf = os.path.join(self.prefix, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""
+worker_processes 1;
+daemon off;
+pid {self.prefix}/nginx.pid;
+error_log {self.prefix}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 100000;
+  client_body_temp_path {self.prefix}/body;
+  server {{ listen 127.0.0.1:{self.port}; root {www}; }}
+}}
+""")
+        self.process = subprocess.Popen(["/usr/sbin/nginx", "-p", self.prefix, "-c", conf])
+        for _ in range(100):
+            if subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{self.port}/"]).returncode in (0, 22):
+                break
+            time.sleep(0.05)
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def stop(self):
+        self.process.send_signal(signal.SIGQUIT)
+        self.process.wait(timeout=10)
+
+
+# ---------------------------------------------------------------- the tools
+
+
+def syncagent_env():
+    env = dict(os.environ)
+    env.pop("DBUS_SESSION_BUS_ADDRESS", None)
+    env["SYNCAGENT_LOG_LEVEL"] = "error"
+    return env
+
+
+def syncagent_world(name, out):
+    state = fresh(os.path.join(WORK, name, "state"))
+    inbox = fresh(os.path.join(WORK, name, "inbox"))
+    config = os.path.join(WORK, name, "config.toml")
+    with open(config, "w") as f:
+        f.write(f'download_dir = "{out}"\nmax_active = {CONCURRENCY}\nmax_per_host = {CONCURRENCY}\nnotify = "none"\n')
+    return state, inbox, config
+
+
+def run_syncagent(urls, out):
+    """Jobs written into the inbox, then the agent until idle: end to end."""
+    state, inbox, config = syncagent_world("syncagent-run", out)
+    script = os.path.join(WORK, "drop-and-run.sh")
+    jobs = os.path.join(WORK, "syncagent-jobs")
+    fresh(jobs)
+    for index, (url, dest) in enumerate(urls):
+        with open(os.path.join(jobs, f"{index:05d}.job"), "w") as f:
+            f.write(f'url = "{url}"\ndest = "{dest}"\n')
+    with open(script, "w") as f:
+        f.write(f"""set -e
+mv {jobs}/*.job {inbox}/ 2>/dev/null || find {jobs} -name '*.job' -exec mv -t {inbox}/ {{}} +
+exec {SYNCAGENT} run --exit-when-idle --config {config} --state-dir {state} --inbox {inbox}
+""")
+    return timed(["bash", script], env=syncagent_env())
+
+
+def run_curl(urls, out):
+    if len(urls) == 1:
+        url, dest = urls[0]
+        return timed(["curl", "-s", "-f", "-o", os.path.join(out, dest), url])
+    listing = os.path.join(WORK, "curl.config")
+    with open(listing, "w") as f:
+        for url, dest in urls:
+            f.write(f'url = "{url}"\noutput = "{os.path.join(out, dest)}"\n')
+    return timed(["curl", "-s", "-f", "-Z", "--parallel-max", str(CONCURRENCY), "--config", listing])
+
+
+def run_aria2c(urls, out):
+    listing = os.path.join(WORK, "aria2.list")
+    with open(listing, "w") as f:
+        for url, dest in urls:
+            f.write(f"{url}\n  out={dest}\n")
+    return timed(["aria2c", "-q", "-i", listing, "-j", str(CONCURRENCY), "-x1", "-s1", "-d", out,
+                  "--file-allocation=none", "--allow-overwrite=true", "--auto-file-renaming=false",
+                  "--console-log-level=error", "--summary-interval=0"])
+
+
+def run_urlsession(urls, out):
+    listing = os.path.join(WORK, "urlsession.list")
+    with open(listing, "w") as f:
+        for url, dest in urls:
+            f.write(f"{url} {os.path.join(out, dest)}\n")
+    return timed([URLSESSION_PEER, listing, str(CONCURRENCY)])
+
+
+TOOLS = [("syncagent", run_syncagent), ("curl", run_curl), ("aria2c", run_aria2c), ("URLSession", run_urlsession)]
+
+
+def transfer_workload(title, urls, expected_sizes, rounds):
+    results = {name: [] for name, _ in TOOLS}
+    for round_index in range(rounds):
+        # Alternate the order so no tool always runs first (cold) or last.
+        order = TOOLS[round_index % len(TOOLS):] + TOOLS[:round_index % len(TOOLS)]
+        for name, run in order:
+            out = fresh(os.path.join(WORK, "out"))
+            wall, rss = run(urls, out)
+            for dest, size in expected_sizes.items():
+                path = os.path.join(out, dest)
+                if not os.path.exists(path) or os.path.getsize(path) != size:
+                    sys.exit(f"{name}: {dest} missing or wrong size after {title}")
+            results[name].append((wall, rss))
+            print(f"  {title}: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
+    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
+
+
+# ---------------------------------------------------------------- syncagent alone
+
+
+def replay_workload(events, rounds):
+    state = fresh(os.path.join(WORK, "replay", "state"))
+    pristine = os.path.join(WORK, "replay", "pristine.sqlite")
+    sh(LOGGEN, pristine, str(events), stdout=subprocess.DEVNULL)
+    # Fold the WAL into the main file, so copying one file copies the whole log.
+    with sqlite3.connect(pristine) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    config = os.path.join(WORK, "replay", "config.toml")
+    with open(config, "w") as f:
+        f.write(f'download_dir = "{os.path.join(WORK, "replay", "out")}"\nnotify = "none"\n')
+    inbox = fresh(os.path.join(WORK, "replay", "inbox"))
+    flags = ["--config", config, "--state-dir", state, "--inbox", inbox]
+    replays, startups = [], []
+    for _ in range(rounds):
+        shutil.copy(pristine, os.path.join(state, "events.sqlite"))
+        replays.append(timed([SYNCAGENT, "replay"] + flags, env=syncagent_env()))
+        startups.append(timed([SYNCAGENT, "run", "--exit-when-idle"] + flags, env=syncagent_env()))
+    pick = lambda runs: (statistics.median(w for w, _ in runs), max(r for _, r in runs))
+    return pick(replays), pick(startups)
+
+
+def wait_for(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def count(database, sql, *params):
+    try:
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as db:
+            return db.execute(sql, params).fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def queued_rss_workload(nginx, jobs):
+    """Peak RSS of an agent holding `jobs` queued tasks (they wait for not_before)."""
+    out = fresh(os.path.join(WORK, "queued-out"))
+    state, inbox, config = syncagent_world("queued", out)
+    for index in range(jobs):
+        with open(os.path.join(inbox, f"q{index:05d}.job"), "w") as f:
+            f.write(f'url = "{nginx.url("small/f0000.bin")}"\ndest = "q{index}.bin"\nnot_before = 2099-01-01T00:00:00Z\n')
+    started = time.perf_counter()
+    agent = subprocess.Popen([SYNCAGENT, "run", "--config", config, "--state-dir", state, "--inbox", inbox],
+                             env=syncagent_env(), stderr=subprocess.DEVNULL)
+    database = os.path.join(state, "events.sqlite")
+    taken = wait_for(lambda: count(database, "SELECT COUNT(*) FROM events WHERE type = 'created'") >= jobs, 300)
+    intake = time.perf_counter() - started
+    with open(f"/proc/{agent.pid}/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    agent.send_signal(signal.SIGTERM)
+    agent.wait(timeout=30)
+    if not taken:
+        sys.exit("the agent did not take every queued job")
+    return rss, intake
+
+
+def latency_workload(nginx, drops):
+    """Milliseconds from a job's rename into the inbox to its `started` event."""
+    out = fresh(os.path.join(WORK, "latency-out"))
+    state, inbox, config = syncagent_world("latency", out)
+    agent = subprocess.Popen([SYNCAGENT, "run", "--config", config, "--state-dir", state, "--inbox", inbox],
+                             env=syncagent_env(), stderr=subprocess.DEVNULL)
+    database = os.path.join(state, "events.sqlite")
+    wait_for(lambda: count(database, "SELECT COUNT(*) FROM events WHERE type = 'agent_started'") >= 1, 30)
+    staging = fresh(os.path.join(WORK, "latency-staging"))
+    latencies = []
+    for index in range(drops):
+        job = os.path.join(staging, f"l{index}.job")
+        with open(job, "w") as f:
+            f.write(f'url = "{nginx.url("small/f0000.bin")}"\nid = "lat{index}"\ndest = "l{index}.bin"\n')
+        dropped_ms = time.time() * 1000
+        os.rename(job, os.path.join(inbox, f"l{index}.job"))
+        wait_for(lambda: count(database, "SELECT COUNT(*) FROM events WHERE task = ? AND type = 'finished'", f"lat{index}") >= 1, 30)
+        started_ms = count(database, "SELECT at_ms FROM events WHERE task = ? AND type = 'started'", f"lat{index}")
+        latencies.append(started_ms - dropped_ms)
+    agent.send_signal(signal.SIGTERM)
+    agent.wait(timeout=30)
+    return statistics.median(latencies), max(latencies)
+
+
+# ---------------------------------------------------------------- main
+
+
+def build():
+    print("building (release)…", flush=True)
+    sh("swift", "build", "-c", "release", "--product", "syncagent", cwd=ROOT)
+    sh("swift", "build", "-c", "release", "--product", "syncagent-loggen", cwd=ROOT)
+    peer = os.path.join(ROOT, "bench", "URLSessionPeer")
+    sh("swift", "build", "-c", "release", "--package-path", peer)
+    binaries = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    peer_bin = subprocess.run(["swift", "build", "-c", "release", "--package-path", peer, "--show-bin-path"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    return os.path.join(binaries, "syncagent"), os.path.join(binaries, "syncagent-loggen"), os.path.join(peer_bin, "URLSessionPeer")
+
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    mem = next((int(l.split()[1]) // (1024 * 1024) for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
+    curl = subprocess.run(["curl", "--version"], capture_output=True, text=True).stdout.split("\n")[0].split(" ")[1]
+    aria = subprocess.run(["aria2c", "--version"], capture_output=True, text=True).stdout.split("\n")[0].split(" ")[-1]
+    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, curl {curl}, aria2c {aria}, nginx on 127.0.0.1"
+
+
+def main():
+    global WORK, SYNCAGENT, LOGGEN, URLSESSION_PEER
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="small sizes: try the harness, not a result")
+    options = parser.parse_args()
+    WORK = fresh(os.environ.get("BENCH_DIR", "/tmp/syncagent-bench"))
+    SYNCAGENT, LOGGEN, URLSESSION_PEER = build()
+
+    big = (64 if options.quick else 1024) << 20
+    smalls = 200 if options.quick else 2000
+    events = 100_000 if options.quick else 1_000_000
+    queued = 1_000 if options.quick else 10_000
+
+    www = fresh(os.path.join(WORK, "www"))
+    write_random(os.path.join(www, "big.bin"), big)
+    os.makedirs(os.path.join(www, "small"))
+    for index in range(smalls):
+        write_random(os.path.join(www, "small", f"f{index:04d}.bin"), 16 << 10)
+    nginx = Nginx(www)
+    try:
+        print(f"1. one {big >> 20} MiB file", flush=True)
+        one = transfer_workload("1 file", [(nginx.url("big.bin"), "big.bin")], {"big.bin": big}, options.rounds)
+        print(f"2. {smalls} files of 16 KiB", flush=True)
+        many_urls = [(nginx.url(f"small/f{i:04d}.bin"), f"f{i:04d}.bin") for i in range(smalls)]
+        many = transfer_workload("many files", many_urls, {d: 16 << 10 for _, d in many_urls}, options.rounds)
+        print(f"3. replay of {events} events", flush=True)
+        replay, startup = replay_workload(events, options.rounds)
+        print(f"4. {queued} queued jobs", flush=True)
+        queued_rss, intake = queued_rss_workload(nginx, queued)
+        print("5. inbox-to-started latency", flush=True)
+        latency, worst = latency_workload(nginx, 50)
+    finally:
+        nginx.stop()
+
+    mib = lambda kib: f"{kib / 1024:.1f} MiB"
+    lines = [
+        f"Machine: {machine()}. {options.rounds} rounds, medians; "
+        f"concurrency {CONCURRENCY}; peak RSS is the highest of the rounds.",
+        "",
+        "| workload | syncagent | curl | aria2c | URLSession |",
+        "|---|---|---|---|---|",
+    ]
+    for title, results in [(f"one {big >> 20} MiB file", one), (f"{smalls} × 16 KiB files", many)]:
+        curl = results["curl"][0]
+        cells = [f"{results[n][0]:.2f} s ({results[n][0] / curl:.2f}× curl)" for n, _ in TOOLS]
+        lines.append(f"| {title}: wall time | " + " | ".join(cells) + " |")
+        lines.append(f"| {title}: peak RSS | " + " | ".join(mib(results[n][1]) for n, _ in TOOLS) + " |")
+    lines += [
+        "",
+        "| syncagent alone | figure | target |",
+        "|---|---|---|",
+        f"| `replay` of {events:,} events | {replay[0]:.2f} s, peak RSS {mib(replay[1])} | ≤ 2 s |",
+        f"| agent start-up on that log (`run --exit-when-idle`) | {startup[0]:.2f} s, peak RSS {mib(startup[1])} | ≤ 2 s |",
+        f"| peak RSS holding {queued:,} queued jobs | {mib(queued_rss)} (all taken in {intake:.2f} s) | ≤ 40 MiB |",
+        f"| inbox rename → `started` | median {latency:.1f} ms, worst {worst:.1f} ms (50 drops) | median ≤ 10 ms |",
+    ]
+    table = "\n".join(lines)
+    print("\n" + table)
+    if not options.quick:
+        with open(os.path.join(ROOT, "bench", "results.md"), "w") as f:
+            f.write(f"<!-- make bench, {time.strftime('%Y-%m-%d')} -->\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
