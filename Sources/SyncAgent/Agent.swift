@@ -338,10 +338,11 @@ public final class Agent {
     /// `notified` right after, so a restart posts each notice once.
     private func announceDrainedBatches() throws {
         let drained = Notices.drainedBatches(in: log.state)
-        let ownNotices = log.state.orderedTasks.filter(\.owesOwnNotice)
+        let ownNotices = log.state.owedOwnNotices.sorted()
         guard !drained.isEmpty || !ownNotices.isEmpty else { return }
-        for task in ownNotices {
-            post(Notices.ownNotice(for: task), batch: nil, task: task.id)
+        for id in ownNotices {
+            guard let task = log.state[id] else { continue }
+            post(Notices.ownNotice(for: task), batch: nil, task: id)
         }
         for batch in drained { log.record(.batchFinished(batch)) }
         try commit()

@@ -34,6 +34,7 @@ extension AgentState {
         case .notified(let notice):
             if let id = event.task {
                 tasks[id]?.owesOwnNotice = false
+                owedOwnNotices.remove(id)
             } else {
                 owedNotices[BatchKey(notice.batch)] = nil
             }
@@ -41,14 +42,27 @@ extension AgentState {
             guard let id = event.task, let index = tasks.index(forKey: id) else { orphanEvents.append(event.seq); return }
             // Mutated in place through the index: no copy of the task, one hash lookup.
             let change = tasks.values[index].apply(event)
-            if change.before != change.after { countActive(id, was: change.before, now: change.after) }
+            if change.before != change.after {
+                countActive(id, was: change.before, now: change.after)
+            } else if change.after == .queued {
+                // Still queued, but its start time or host may have changed.
+                countActive(id, was: .queued, now: .queued)
+            }
+            if change.before == .running, change.after == .running, change.hostBefore != change.hostAfter {
+                // A running transfer moved host (a redirect): its max_per_host slot moves with it.
+                runningByHost[change.hostBefore, default: 1] -= 1
+                if runningByHost[change.hostBefore] == 0 { runningByHost[change.hostBefore] = nil }
+                runningByHost[change.hostAfter, default: 0] += 1
+            }
         }
     }
 
-    /// Keeps the per-batch active counts and the "ended since notice" lists
-    /// current, so finding a drained batch never scans every task.
+    /// Keeps the derived indexes current on every phase change — the run
+    /// queue, running counts, per-batch active counts, "ended since notice"
+    /// — so scheduling and announcing never scan every task.
     private mutating func countActive(_ id: String, was old: TaskPhase?, now new: TaskPhase) {
-        guard let task = tasks[id] else { return }
+        guard let index = tasks.index(forKey: id) else { return }
+        let task = tasks.values[index]
         let key = BatchKey(task.spec.batch)
         let wasActive = old?.isActive ?? false
         if wasActive != new.isActive {
@@ -57,18 +71,44 @@ extension AgentState {
             activeByBatch[key, default: 0] += delta
             if activeByBatch[key] == 0 { activeByBatch[key] = nil }
         }
+        if old == .queued { runQueue.remove(priority: task.spec.priority, seq: task.createdSeq) }
+        if old == .queued && new == .queued {
+            runQueue.insert(RunQueue.Entry(priority: task.spec.priority, seq: task.createdSeq, id: id,
+                                           hostKey: task.hostKey, notBeforeMs: task.notBeforeMs))
+            return
+        }
+        if new == .queued {
+            runQueue.insert(RunQueue.Entry(priority: task.spec.priority, seq: task.createdSeq, id: id,
+                                           hostKey: task.hostKey, notBeforeMs: task.notBeforeMs))
+        }
+        if old == .running {
+            runningCount -= 1
+            runningByHost[task.hostKey, default: 1] -= 1
+            if runningByHost[task.hostKey] == 0 { runningByHost[task.hostKey] = nil }
+        }
+        if new == .running {
+            runningCount += 1
+            runningByHost[task.hostKey, default: 0] += 1
+        }
         let endsCounted = new == .finished || new == .failed
         if endsCounted, task.spec.notify != .none, !(old == .finished || old == .failed) {
             endedSinceNotice[key, default: []].append(id)
         }
+        if endsCounted, task.owesOwnNotice { owedOwnNotices.insert(id) }
     }
 }
 
 extension TaskState {
-    /// Returns the phase before and after, so the caller never has to copy
-    /// the task out of its dictionary to compare.
-    mutating func apply(_ event: Event) -> (before: TaskPhase, after: TaskPhase) {
+    struct Change {
+        var before: TaskPhase, after: TaskPhase
+        var hostBefore: String, hostAfter: String
+    }
+
+    /// Returns what changed, so the caller never has to copy the task out of
+    /// its dictionary to compare.
+    mutating func apply(_ event: Event) -> Change {
         let before = phase
+        let hostBefore = hostKey
         defer {
             lastSeq = event.seq
             updatedAtMs = event.atMs
@@ -143,6 +183,6 @@ extension TaskState {
         case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified:
             break
         }
-        return (before, phase)
+        return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey)
     }
 }

@@ -56,13 +56,30 @@ public enum EventCoding {
         case .redirected(let p):
             json.field("from", p.from); json.field("status", p.status); json.field("to", p.to)
             return json.finish()
+        case .created(let p):
+            json.field("batch", p.batch); json.field("dest", p.dest)
+            json.field("headers", json: JSONWriter.array(p.headers.map { header in
+                var object = JSONWriter()
+                object.field("name", header.name); object.field("value", header.value)
+                return object.finish()
+            }))
+            json.field("kind", p.kind.rawValue); json.field("max_speed", p.maxSpeed); json.field("md5", p.md5)
+            json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
+            json.field("overwrite", p.overwrite.rawValue); json.field("priority", p.priority)
+            json.field("retries", p.retries.map(Int64.init)); json.field("sha256", p.sha256)
+            json.field("source", json: p.source.map { source in
+                var object = JSONWriter()
+                object.field("file", source.file); object.field("identity", source.identity)
+                return object.finish()
+            })
+            json.field("url", p.url)
+            return json.finish()
         default:
             break
         }
         let bytes: Data
         do {
             switch body {
-            case .created(let p): bytes = try encoder.encode(p)
             case .rejected(let p): bytes = try encoder.encode(p)
             case .agentStarted(let p): bytes = try encoder.encode(p)
             case .agentStopped(let p): bytes = try encoder.encode(p)

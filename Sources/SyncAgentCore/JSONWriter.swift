@@ -45,6 +45,22 @@ struct JSONWriter {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    mutating func field(_ name: StaticString, _ value: Bool) {
+        key(name)
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    /// A nested object or array, already written.
+    mutating func field(_ name: StaticString, json value: String?) {
+        guard let value else { return }
+        key(name)
+        bytes.append(contentsOf: value.utf8)
+    }
+
+    static func array(_ elements: [String]) -> String {
+        "[" + elements.joined(separator: ",") + "]"
+    }
+
     consuming func finish() -> String {
         bytes.append(UInt8(ascii: "}"))
         return String(decoding: bytes, as: UTF8.self)

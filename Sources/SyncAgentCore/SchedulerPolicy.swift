@@ -9,42 +9,31 @@ public struct SchedulerLimits: Equatable, Sendable {
 /// (state, now) → which queued tasks start now. Higher `priority` first,
 /// first-created first within a priority; bounded overall and per host.
 public enum SchedulerPolicy {
+    /// Walks the run queue from the front (it is kept in start order by the
+    /// fold), skipping tasks that must wait or whose host is full.
     public static func tasksToStart(in state: AgentState, nowMs: Int64, limits: SchedulerLimits) -> [String] {
-        var running = 0
-        var perHost: [String: Int] = [:]
-        var ready: [TaskState] = []
-        for task in state.tasks.values {
-            switch task.phase {
-            case .running:
-                running += 1
-                perHost[task.hostKey, default: 0] += 1
-            case .queued where (task.notBeforeMs ?? 0) <= nowMs:
-                ready.append(task)
-            default:
-                break
-            }
-        }
-        guard running < limits.maxActive, !ready.isEmpty else { return [] }
-        ready.sort { ($0.spec.priority, -$0.createdSeq) > ($1.spec.priority, -$1.createdSeq) }
-
+        var free = limits.maxActive - state.runningCount
+        guard free > 0 else { return [] }
+        var perHost = state.runningByHost
         var chosen: [String] = []
-        for task in ready {
-            if running + chosen.count >= limits.maxActive { break }
-            let host = task.hostKey
-            if perHost[host, default: 0] >= limits.maxPerHost { continue }
-            perHost[host, default: 0] += 1
-            chosen.append(task.id)
+        for entry in state.runQueue.entries {
+            if let wait = entry.notBeforeMs, wait > nowMs { continue }
+            if perHost[entry.hostKey, default: 0] >= limits.maxPerHost { continue }
+            perHost[entry.hostKey, default: 0] += 1
+            chosen.append(entry.id)
+            free -= 1
+            if free == 0 { break }
         }
         return chosen
     }
 
     /// When a queued task that waits (not_before, backoff) becomes startable.
     public static func nextWakeMs(in state: AgentState, nowMs: Int64) -> Int64? {
-        state.tasks.values
-            .filter { $0.phase == .queued }
-            .compactMap(\.notBeforeMs)
-            .filter { $0 > nowMs }
-            .min()
+        var earliest: Int64?
+        for entry in state.runQueue.entries {
+            if let wait = entry.notBeforeMs, wait > nowMs, wait < (earliest ?? .max) { earliest = wait }
+        }
+        return earliest
     }
 
     /// Exponential backoff with jitter (1 s, 2 s, 4 s … capped at 5 min);

@@ -20,7 +20,11 @@ public struct TaskState: Equatable, Sendable {
     public var attempts: Int = 0
     public var error: String?
     public var errorCode: String?
-    public var currentURL: String
+    public var currentURL: String {
+        didSet { hostKey = URLRules.hostKey(currentURL) }
+    }
+    /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
+    public private(set) var hostKey: String
     public var redirects: Int = 0
     public var etag: String?
     public var lastModified: String?
@@ -43,14 +47,13 @@ public struct TaskState: Equatable, Sendable {
         self.id = id
         self.spec = spec
         self.currentURL = spec.url
+        self.hostKey = URLRules.hostKey(spec.url)
         self.notBeforeMs = spec.notBeforeMs
         self.createdSeq = seq
         self.lastSeq = seq
         self.createdAtMs = atMs
         self.updatedAtMs = atMs
     }
-
-    public var hostKey: String { URLRules.hostKey(currentURL) }
 
     /// Where `finished` published the file (may differ from the requested
     /// `spec.dest` with `overwrite = "rename"`).
@@ -89,6 +92,14 @@ public struct AgentState: Equatable, Sendable {
     public internal(set) var endedSinceNotice: [BatchKey: [String]] = [:]
     /// `batch_finished` recorded, `notified` not yet: a restart must post these.
     public internal(set) var owedNotices: [BatchKey: BatchFinished] = [:]
+    /// Queued tasks in start order.
+    public internal(set) var runQueue = RunQueue()
+    /// Tasks in the `running` phase.
+    public internal(set) var runningCount = 0
+    /// Running tasks per `host:port`.
+    public internal(set) var runningByHost: [String: Int] = [:]
+    /// Ended `notify = "each"` tasks whose own notification is not posted yet.
+    public internal(set) var owedOwnNotices: Set<String> = []
     /// Active (queued or running) task count per batch, to know when one drains.
     public internal(set) var activeByBatch: [BatchKey: Int] = [:]
     public internal(set) var activeCount = 0

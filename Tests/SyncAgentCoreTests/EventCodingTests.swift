@@ -97,6 +97,7 @@ struct JSONWriterTests {
             case .failed(let p): expected = try reference(p)
             case .cancelled(let p): expected = try reference(p)
             case .redirected(let p): expected = try reference(p)
+            case .created(let p): expected = try reference(p)
             default: continue
             }
             #expect(EventCoding.data(of: body) == expected)
@@ -104,6 +105,8 @@ struct JSONWriterTests {
         let failure = Failed(reason: tricky, code: "x", bytes: 1)
         #expect(EventCoding.data(of: .failed(failure)) == (try reference(failure)))
         #expect(try EventCoding.body(type: "failed", data: EventCoding.data(of: .failed(failure))) == .failed(failure))
+        let minimal = TaskSpec(url: "http://h/x", dest: "/d/x")
+        #expect(EventCoding.data(of: .created(minimal)) == (try reference(minimal)))
         let sparse = Progressed(bytes: 5)
         #expect(EventCoding.data(of: .progressed(sparse)) == #"{"bytes":5}"#)
     }

@@ -164,8 +164,10 @@ struct JobFile {
         guard (info.st_mode & S_IFMT) == S_IFREG else {
             throw KeyError(key: nil, "the job is not a regular file")
         }
-        // One byte over the limit is enough to know it is too big.
-        var bytes = [UInt8](repeating: 0, count: JobParser.maximumSize + 1)
+        // Sized from fstat (a job is small); one byte over the limit is enough
+        // to know it is too big, however the file grows meanwhile.
+        let capacity = min(Int(info.st_size), JobParser.maximumSize) + 1
+        var bytes = [UInt8](repeating: 0, count: capacity)
         var filled = 0
         while filled < bytes.count {
             let got = try bytes.withUnsafeMutableBytes { buffer in
@@ -174,7 +176,7 @@ struct JobFile {
             if got == 0 { break }
             filled += got
         }
-        if filled > JobParser.maximumSize {
+        if filled > JobParser.maximumSize || Int(info.st_size) > JobParser.maximumSize {
             throw KeyError(key: nil, "the job file is \(info.st_size) bytes, over the 64 KiB limit")
         }
         bytes.removeSubrange(filled...)

@@ -1,0 +1,45 @@
+/// The queued tasks in the order they should start: higher priority first,
+/// first created first within a priority. Kept by the fold, so a scheduling
+/// pass walks entries from the front instead of sorting every task.
+public struct RunQueue: Equatable, Sendable {
+    public struct Entry: Equatable, Sendable {
+        public var priority: Int
+        public var seq: Int64
+        public var id: String
+        /// `host:port` of the URL the next attempt goes to (max_per_host).
+        public var hostKey: String
+        /// Not startable before this (not_before, retry backoff).
+        public var notBeforeMs: Int64?
+
+        /// Sort order: priority descending, then creation ascending.
+        func precedes(_ other: Entry) -> Bool {
+            priority != other.priority ? priority > other.priority : seq < other.seq
+        }
+    }
+
+    public private(set) var entries: [Entry] = []
+
+    public init() {}
+
+    public var count: Int { entries.count }
+
+    /// First index whose entry does not precede `entry` (binary search).
+    private func insertionIndex(of entry: Entry) -> Int {
+        var low = 0, high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if entries[middle].precedes(entry) { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    mutating func insert(_ entry: Entry) {
+        entries.insert(entry, at: insertionIndex(of: entry))
+    }
+
+    mutating func remove(priority: Int, seq: Int64) {
+        let probe = Entry(priority: priority, seq: seq, id: "", hostKey: "", notBeforeMs: nil)
+        let index = insertionIndex(of: probe)
+        if index < entries.count, entries[index].seq == seq { entries.remove(at: index) }
+    }
+}
