@@ -39,12 +39,13 @@ public final class Agent {
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
 
-    public init(config: AgentConfig, paths: AgentPaths, logger: Logger) {
+    public init(config: AgentConfig, paths: AgentPaths, logger: Logger) throws {
         self.config = config
         self.paths = paths
         self.logger = logger
         self.notifier = DesktopNotifier(logger: logger)
         self.settings = TransferSettings(config: config)
+        self.syncer = try DataSyncer()
     }
 
     /// Runs until SIGTERM/SIGINT (exit 0) or, with `exitWhenIdle`, until the
@@ -87,7 +88,8 @@ public final class Agent {
             }
 
             if exitWhenIdle && isIdle(watcher) { break }
-            let ready = multi.poll(extraFds: [watcher.fd, signalFd], timeoutMs: pollTimeoutMs())
+            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd], timeoutMs: pollTimeoutMs())
+            if ready.contains(syncer.fd) { publishSynced(syncer.drain()) }
             if ready.contains(signalFd) {
                 stopSignal = sa_read_signal(signalFd)
                 break
@@ -112,6 +114,9 @@ public final class Agent {
             abortStalledAttempts()
         }
 
+        // Bodies already complete are published, not paused.
+        syncer.waitForAll()
+        publishSynced(syncer.drain())
         if let stopSignal {
             pauseAllForStop()
             log.record(.agentStopped(AgentStopped(reason: stopSignal == SIGINT ? "SIGINT" : "SIGTERM")))
@@ -131,6 +136,31 @@ public final class Agent {
     static let commitIntervalMs: Int64 = 20
     private var lastCommitMs: Int64 = 0
 
+    /// Complete bodies whose data is being made durable, by task id.
+    private var awaitingSync: [String: (attempt: DownloadAttempt, bytes: Int64)] = [:]
+    private let syncer: DataSyncer
+
+    /// Bodies the syncer reports durable: verify, then record them finished.
+    private func publishSynced(_ ids: [String]) {
+        for id in ids {
+            guard let (attempt, bytes) = awaitingSync.removeValue(forKey: id) else { continue }
+            attempt.claimSynced()
+            CrashPoint.downloadComplete.reached { try? log.commit() }
+            // Paused or cancelled meanwhile: the body stays a partial file (a
+            // resume then meets 416 and finishes), or is already gone.
+            guard let task = log.state[id], task.phase == .running else { continue }
+            switch Publisher.prepare(task) {
+            case .ready(let path):
+                log.record(.finished(Finished(bytes: bytes, dest: path, sha256: task.spec.sha256)), task: id)
+                renamesAfterCommit.append((task.partPath, path))
+                logger.info("task finished", metadata: ["task.id": "\(id)", "dest": "\(path)", "bytes": "\(bytes)"])
+            case .failed(let reason, let code):
+                fail(task, reason: reason, code: code)
+            }
+        }
+        needsScheduling = true
+    }
+
     private func commit() throws {
         let tookJobs = intake?.hasTakenFiles ?? false
         try log.commit()
@@ -138,16 +168,22 @@ public final class Agent {
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
+        var directories = Set<String>()
         for (part, dest) in renamesAfterCommit {
             if let problem = Publisher.complete(part: part, to: dest) {
                 logger.error("cannot publish", metadata: ["dest": "\(dest)", "error": "\(problem)"])
             }
+            directories.insert((dest as NSString).deletingLastPathComponent)
         }
+        // A rename is durable once its directory is synced: once per directory, not per file.
+        for directory in directories { FileSystem.syncDirectory(of: directory + "/.") }
         renamesAfterCommit.removeAll()
     }
 
     private func isIdle(_ watcher: InboxWatcher) -> Bool {
-        guard log.state.activeCount == 0, attempts.isEmpty, intake.isIdle, log.state.owedNotices.isEmpty else { return false }
+        // needsScheduling: a pass (which also announces drained batches) is still due.
+        guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, awaitingSync.isEmpty, intake.isIdle,
+              log.state.owedNotices.isEmpty else { return false }
         let leftovers = watcher.scan()
         if leftovers.isEmpty { return true }
         // Files whose inotify events are still queued: take them now.
@@ -157,6 +193,8 @@ public final class Agent {
     }
 
     private func pollTimeoutMs() -> Int32 {
+        // A scheduling pass is due: look at the sockets, but do not sleep.
+        if needsScheduling { return 0 }
         var timeout: Int64 = 1000
         if log.hasPending { timeout = min(timeout, lastCommitMs + Self.commitIntervalMs - FileSystem.monotonicMs) }
         if let due = intake.nextRetryMs { timeout = min(timeout, due - FileSystem.monotonicMs) }
@@ -171,7 +209,10 @@ public final class Agent {
     private func resumeInterruptedTasks() {
         for task in log.state.orderedTasks {
             // Died between committing `finished` and the rename: finish the rename.
-            if task.phase == .finished { Publisher.complete(part: task.partPath, to: task.dest) }
+            if task.phase == .finished, FileSystem.exists(task.partPath),
+               Publisher.complete(part: task.partPath, to: task.dest) == nil {
+                FileSystem.syncDirectory(of: task.dest)
+            }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
             let offset = trustedOffset(for: task)
@@ -200,7 +241,8 @@ public final class Agent {
 
     private func startReadyTasks() {
         let now = FileSystem.nowMs
-        for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits) {
+        let completing = Array(awaitingSync.keys)
+        for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits, completing: completing) {
             guard let task = log.state[id] else { continue }
             start(task)
         }
@@ -262,15 +304,9 @@ public final class Agent {
 
         switch outcome {
         case .complete(let bytes):
-            CrashPoint.downloadComplete.reached { try? log.commit() }
-            switch Publisher.prepare(task) {
-            case .ready(let path):
-                log.record(.finished(Finished(bytes: bytes, dest: path, sha256: task.spec.sha256)), task: id)
-                renamesAfterCommit.append((task.partPath, path))
-                logger.info("task finished", metadata: ["task.id": "\(id)", "dest": "\(path)", "bytes": "\(bytes)"])
-            case .failed(let reason, let code):
-                fail(task, reason: reason, code: code)
-            }
+            // Published once its data is durable (see DataSyncer).
+            awaitingSync[id] = (attempt, bytes)
+            syncer.sync(attempt.partFileDescriptor, taskID: id)
         case .transient(let reason, let retryAfterMs, let restartFromZero):
             let allowed = task.spec.retries ?? config.retries
             guard task.attempts <= allowed else {

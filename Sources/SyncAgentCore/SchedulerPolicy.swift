@@ -11,10 +11,14 @@ public struct SchedulerLimits: Equatable, Sendable {
 public enum SchedulerPolicy {
     /// Walks the run queue from the front (it is kept in start order by the
     /// fold), skipping tasks that must wait or whose host is full.
-    public static func tasksToStart(in state: AgentState, nowMs: Int64, limits: SchedulerLimits) -> [String] {
-        var free = limits.maxActive - state.runningCount
+    /// - Parameter completing: running tasks whose transfer is over and which
+    ///   only wait to be recorded as finished; they hold no connection, so no slot.
+    public static func tasksToStart(in state: AgentState, nowMs: Int64, limits: SchedulerLimits,
+                                    completing: [String] = []) -> [String] {
+        var free = limits.maxActive - state.runningCount + completing.count
         guard free > 0 else { return [] }
         var perHost = state.runningByHost
+        for id in completing { if let host = state[id]?.hostKey { perHost[host, default: 1] -= 1 } }
         var chosen: [String] = []
         for entry in state.runQueue.entries {
             if let wait = entry.notBeforeMs, wait > nowMs { continue }

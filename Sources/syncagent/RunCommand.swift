@@ -24,9 +24,9 @@ struct RunCommand: ParsableCommand {
     func run() throws {
         let resolved = try global.resolve()
         bootstrapLogging()
-        let agent = Agent(config: resolved.config, paths: resolved.paths, logger: Logger(label: "syncagent"))
         let status: Int32
         do {
+            let agent = try Agent(config: resolved.config, paths: resolved.paths, logger: Logger(label: "syncagent"))
             status = try agent.run(exitWhenIdle: exitWhenIdle)
         } catch let error as AgentAlreadyRunning {
             throw fail(error.description, code: 3)

@@ -20,7 +20,7 @@ struct LiveStateTests {
         }
         try "url = \"\(nginx.url("absent"))\"\n".write(toFile: "\(paths.inbox)/missing.job", atomically: true, encoding: .utf8)
 
-        let agent = Agent(config: AgentConfig(), paths: paths, logger: Logger(label: "test"))
+        let agent = try Agent(config: AgentConfig(), paths: paths, logger: Logger(label: "test"))
         let exit = try agent.run(exitWhenIdle: true)
         #expect(exit == Agent.exitSomeFailed)
 

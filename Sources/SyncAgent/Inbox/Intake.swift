@@ -134,11 +134,17 @@ final class Intake {
         logger.warning("job rejected", metadata: ["file": "\(name)", "reason": "\(sentence)"])
     }
 
-    /// Six lowercase letters and digits, unused so far.
+    /// Six lowercase letters and digits, unused so far. One random draw
+    /// gives all six (randomElement() would make a getrandom call per letter).
     private func newTaskID() -> String {
         let alphabet = Array("abcdefghijkmnpqrstuvwxyz23456789")
         while true {
-            let id = String((0..<6).map { _ in alphabet.randomElement()! })
+            var bits = UInt64.random(in: 0...UInt64.max)
+            var id = ""
+            for _ in 0..<6 {
+                id.append(alphabet[Int(bits & 31)])
+                bits >>= 5
+            }
             if log.state[id] == nil { return id }
         }
     }

@@ -271,6 +271,19 @@ final class DownloadAttempt {
     func flush() {
         guard written > durable || !validatorsLogged else { return }
         fdatasync(fd)
+        claimWritten()
+    }
+
+    /// The partial file, for the agent's DataSyncer.
+    var partFileDescriptor: Int32 { fd }
+
+    /// After the DataSyncer flushed this file: claim every byte written.
+    func claimSynced() {
+        guard written > durable || !validatorsLogged else { return }
+        claimWritten()
+    }
+
+    private func claimWritten() {
         durable = written
         lastFlushMs = FileSystem.monotonicMs
         var progress = Progressed(bytes: durable, total: total)
@@ -301,8 +314,10 @@ final class DownloadAttempt {
         if result == CURLE_OK {
             if status >= 300 || status == 0 { return httpFailure() }
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
-            flush()
+            // No fdatasync here: the agent's DataSyncer makes the complete body
+            // durable off the loop, then calls `claimSynced`.
             if let total, written != total {
+                flush()
                 return .transient(reason: "connection closed at byte \(written) of \(total)",
                                   retryAfterMs: nil, restartFromZero: false)
             }

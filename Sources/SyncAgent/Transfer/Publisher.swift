@@ -41,14 +41,14 @@ enum Publisher {
     }
 
     /// Moves `DEST.part` to the path `finished` recorded. Idempotent: if the
-    /// partial file is gone the rename already happened.
+    /// partial file is gone the rename already happened. The caller syncs the
+    /// directory (once for a whole batch of renames).
     @discardableResult
     static func complete(part: String, to dest: String) -> String? {
         guard FileSystem.exists(part) else { return nil }
         guard rename(part, dest) == 0 else {
             return "cannot move \(part) to \(dest): \(String(cString: strerror(errno)))"
         }
-        FileSystem.syncDirectory(of: dest)
         return nil
     }
 
