@@ -276,11 +276,13 @@ def latency_workload(nginx, drops):
 
 def build():
     print("building (release)…", flush=True)
-    sh("swift", "build", "-c", "release", "--product", "syncagent", cwd=ROOT)
-    sh("swift", "build", "-c", "release", "--product", "syncagent-loggen", cwd=ROOT)
+    # As `make run` builds it: the Swift runtime linked in statically.
+    release = ["-c", "release", "--static-swift-stdlib"]
+    sh("swift", "build", *release, "--product", "syncagent", cwd=ROOT)
+    sh("swift", "build", *release, "--product", "syncagent-loggen", cwd=ROOT)
     peer = os.path.join(ROOT, "bench", "URLSessionPeer")
     sh("swift", "build", "-c", "release", "--package-path", peer)
-    binaries = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=ROOT,
+    binaries = subprocess.run(["swift", "build", *release, "--show-bin-path"], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.strip()
     peer_bin = subprocess.run(["swift", "build", "-c", "release", "--package-path", peer, "--show-bin-path"],
                               capture_output=True, text=True, check=True).stdout.strip()

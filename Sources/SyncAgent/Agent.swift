@@ -89,7 +89,7 @@ public final class Agent {
 
             if exitWhenIdle && isIdle(watcher) { break }
             let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd], timeoutMs: pollTimeoutMs())
-            if ready.contains(syncer.fd) { publishSynced(syncer.drain()) }
+            if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
             if ready.contains(signalFd) {
                 stopSignal = sa_read_signal(signalFd)
                 break
@@ -116,7 +116,7 @@ public final class Agent {
 
         // Bodies already complete are published, not paused.
         syncer.waitForAll()
-        publishSynced(syncer.drain())
+        applySynced(syncer.drain())
         if let stopSignal {
             pauseAllForStop()
             log.record(.agentStopped(AgentStopped(reason: stopSignal == SIGINT ? "SIGINT" : "SIGTERM")))
@@ -140,9 +140,15 @@ public final class Agent {
     private var awaitingSync: [String: (attempt: DownloadAttempt, bytes: Int64)] = [:]
     private let syncer: DataSyncer
 
-    /// Bodies the syncer reports durable: verify, then record them finished.
-    private func publishSynced(_ ids: [String]) {
-        for id in ids {
+    /// What the syncer made durable: progress is claimed by the attempt that
+    /// asked (if it still runs); complete bodies are verified and recorded finished.
+    private func applySynced(_ results: [DataSyncer.Done]) {
+        for done in results where !done.complete {
+            guard let easy = attemptByTask[done.taskID], let attempt = attempts[easy], attempt.serial == done.attempt else { continue }
+            attempt.claim(upTo: done.offset)
+        }
+        for done in results where done.complete {
+            let id = done.taskID
             guard let (attempt, bytes) = awaitingSync.removeValue(forKey: id) else { continue }
             attempt.claimSynced()
             CrashPoint.downloadComplete.reached { try? log.commit() }
@@ -263,9 +269,11 @@ public final class Agent {
         let offset = task.bytes > 0 ? trustedOffset(for: task) : 0
         let attempt: DownloadAttempt
         do {
-            attempt = try DownloadAttempt(task: task, offset: offset, settings: settings) { [unowned self] id, body in
+            attempt = try DownloadAttempt(task: task, offset: offset, settings: settings, sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
-            }
+            }, requestSync: { [unowned self] attempt, descriptor, offset in
+                self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
+            })
         } catch {
             fail(task, reason: "cannot start: \(error)", code: "local_error")
             return
@@ -306,7 +314,7 @@ public final class Agent {
         case .complete(let bytes):
             // Published once its data is durable (see DataSyncer).
             awaitingSync[id] = (attempt, bytes)
-            syncer.sync(attempt.partFileDescriptor, taskID: id)
+            syncer.sync(attempt.partFileDescriptor, .init(taskID: id, attempt: attempt.serial, offset: bytes, complete: true))
         case .transient(let reason, let retryAfterMs, let restartFromZero):
             let allowed = task.spec.retries ?? config.retries
             guard task.attempts <= allowed else {

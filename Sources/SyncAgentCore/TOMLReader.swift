@@ -1,5 +1,4 @@
 import Foundation
-import TOMLKit
 
 /// A problem with one key of a TOML document (job or config), in words.
 public struct KeyError: Error, Equatable, CustomStringConvertible, Sendable {
@@ -28,50 +27,35 @@ struct TOMLReader {
 
     static func parse(_ text: String) throws -> TOMLReader {
         do {
-            return TOMLReader(try TOMLTable(string: text))
-        } catch let error as TOMLParseError {
-            let position = error.source.begin
-            throw KeyError(key: nil, "is not valid TOML: \(error.description) at line \(position.line), column \(position.column)")
+            return TOMLReader(try TOML.parse(text))
+        } catch let error as TOMLSyntaxError {
+            throw KeyError(key: nil, "is not valid TOML: \(error.message) at line \(error.line), column \(error.column)")
         }
     }
 
     var keys: [String] { table.keys }
 
-    func has(_ key: String) -> Bool { table.contains(key: key) }
+    func has(_ key: String) -> Bool { table[key] != nil }
 
     func rejectUnknownKeys(allowed: Set<String>) throws {
-        for key in table.keys.sorted() where !allowed.contains(key) {
+        for key in table.keys where !allowed.contains(key) {
             throw KeyError(key: prefix + key, "is not a known key")
         }
     }
 
-    private func typeName(_ value: TOMLValueConvertible) -> String {
-        switch value.type {
-        case .string: "a string"
-        case .int: "an integer"
-        case .double: "a number with a fraction"
-        case .bool: "true or false"
-        case .table: "a table"
-        case .array: "an array"
-        case .date: "a date"
-        case .time: "a time"
-        case .dateTime: "a date-time"
-        }
-    }
-
-    private func mismatch(_ key: String, expected: String, got value: TOMLValueConvertible) -> KeyError {
-        KeyError(key: prefix + key, "must be \(expected), not \(typeName(value))")
+    private func mismatch(_ key: String, expected: String, got value: TOMLValue) -> KeyError {
+        KeyError(key: prefix + key, "must be \(expected), not \(value.typeName)")
     }
 
     func string(_ key: String) throws -> String? {
         guard let value = table[key] else { return nil }
-        guard let string = value.string else { throw mismatch(key, expected: "a string", got: value) }
+        guard case .string(let string) = value else { throw mismatch(key, expected: "a string", got: value) }
         return string
     }
 
     func int(_ key: String, in range: ClosedRange<Int>? = nil) throws -> Int? {
         guard let value = table[key] else { return nil }
-        guard let int = value.int else { throw mismatch(key, expected: "an integer", got: value) }
+        guard case .integer(let int) = value else { throw mismatch(key, expected: "an integer", got: value) }
         if let range, !range.contains(int) {
             throw KeyError(key: prefix + key, "must be between \(range.lowerBound) and \(range.upperBound), not \(int)")
         }
@@ -95,38 +79,22 @@ struct TOMLReader {
     /// A byte rate such as `2000000`, `"512K"` or `"2M"` (powers of 1024).
     func byteCount(_ key: String) throws -> Int64? {
         guard let value = table[key] else { return nil }
-        if let int = value.int, int > 0 { return Int64(int) }
-        if let text = value.string, let count = ByteCount.parse(text), count > 0 { return count }
+        if case .integer(let int) = value, int > 0 { return Int64(int) }
+        if case .string(let text) = value, let count = ByteCount.parse(text), count > 0 { return count }
         throw KeyError(key: prefix + key, "must be a positive number of bytes such as 2000000, \"512K\" or \"2M\"")
     }
 
     /// A TOML offset date-time (`2026-11-22T03:00:00Z`) or the same as a string.
     func instantMs(_ key: String) throws -> Int64? {
         guard let value = table[key] else { return nil }
-        if let dateTime = value.dateTime, let offset = dateTime.offset {
-            var components = DateComponents()
-            components.year = dateTime.date.year
-            components.month = dateTime.date.month
-            components.day = dateTime.date.day
-            components.hour = dateTime.time.hour
-            components.minute = dateTime.time.minute
-            components.second = dateTime.time.second
-            components.nanosecond = dateTime.time.nanoSecond
-            var calendar = Calendar(identifier: .gregorian)
-            calendar.timeZone = TimeZone(identifier: "UTC")!
-            if let date = calendar.date(from: components) {
-                return Int64((date.timeIntervalSince1970 - Double(offset.offset) * 60) * 1000)
-            }
-        }
-        if let text = value.string, let date = ISO8601DateFormatter().date(from: text) {
-            return Int64(date.timeIntervalSince1970 * 1000)
-        }
+        if case .instant(let ms) = value { return ms }
+        if case .string(let text) = value, case .instant(let ms)? = try? TOML.parse("t = \(text)")["t"] { return ms }
         throw KeyError(key: prefix + key, "must be a date-time with a time zone, such as 2026-11-22T03:00:00Z")
     }
 
     func subtable(_ key: String) throws -> TOMLReader? {
         guard let value = table[key] else { return nil }
-        guard let table = value.table else { throw mismatch(key, expected: "a table", got: value) }
+        guard case .table(let table) = value else { throw mismatch(key, expected: "a table", got: value) }
         return TOMLReader(table, prefix: prefix + key + ".")
     }
 

@@ -9,15 +9,29 @@ import Glibc
 /// 2,000 flushes in a row. Run concurrently, the file system's journal
 /// merges them and transfers go on meanwhile.
 ///
+/// Progress syncs (every 1 s or 8 MiB of a transfer) go the same way, so a
+/// large download never stops to wait for the disk.
+///
 /// Only file descriptors cross threads. The worker reports a finished sync
-/// by appending the task id under a lock and writing a byte to a pipe the
-/// loop polls; the loop alone touches agent state.
+/// by appending it under a lock and writing a byte to a pipe the loop polls;
+/// the loop alone touches agent state.
 final class DataSyncer {
+    /// What a finished sync makes true.
+    struct Done {
+        var taskID: String
+        /// The attempt that asked: a later attempt of the same task must not claim it.
+        var attempt: UInt64
+        /// Every byte before this offset is durable.
+        var offset: Int64
+        /// The whole body (publish it), or progress along the way (claim it).
+        var complete: Bool
+    }
+
     /// Readable when syncs have finished: poll it beside curl's sockets.
     let fd: Int32
     private let wakeWriter: Int32
     private let lock = NSLock()
-    private var finished: [String] = []
+    private var finished: [Done] = []
     private let group = DispatchGroup()
     private let queue = DispatchQueue(label: "syncagent.fdatasync", attributes: .concurrent)
 
@@ -38,23 +52,28 @@ final class DataSyncer {
         close(wakeWriter)
     }
 
-    /// Flushes `descriptor` in the background; `taskID` comes back from `drain()`.
-    /// The caller keeps the descriptor open until then.
-    func sync(_ descriptor: Int32, taskID: String) {
+    /// Flushes the file behind `descriptor` in the background. The worker
+    /// syncs its own duplicate, so the caller may close `descriptor` meanwhile.
+    func sync(_ descriptor: Int32, _ done: Done) {
+        let duplicate = dup(descriptor)
+        guard duplicate >= 0 else { return }
         group.enter()
         queue.async { [self] in
-            fdatasync(descriptor)
-            lock.lock()
-            finished.append(taskID)
-            lock.unlock()
+            let synced = fdatasync(duplicate) == 0
+            close(duplicate)
+            if synced {
+                lock.lock()
+                finished.append(done)
+                lock.unlock()
+            }
             var byte: UInt8 = 1
             _ = write(wakeWriter, &byte, 1)
             group.leave()
         }
     }
 
-    /// Task ids whose data is durable since the last call.
-    func drain() -> [String] {
+    /// Syncs finished since the last call.
+    func drain() -> [Done] {
         var sink = [UInt8](repeating: 0, count: 256)
         while read(fd, &sink, sink.count) > 0 {}
         lock.lock()

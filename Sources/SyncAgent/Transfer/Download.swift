@@ -52,7 +52,21 @@ final class DownloadAttempt {
     /// Set when we stopped curl on purpose; says why.
     private var stopReason: AttemptOutcome?
 
-    init(task: TaskState, offset: Int64, settings: TransferSettings, sink: @escaping Sink) throws {
+    /// Hands a progress sync to the agent's DataSyncer: (attempt, descriptor, offset to claim when durable).
+    typealias SyncRequest = (_ attempt: DownloadAttempt, _ descriptor: Int32, _ offset: Int64) -> Void
+
+    /// Distinguishes attempts of one task, so a late sync of an earlier one is never claimed.
+    let serial: UInt64
+    private static var nextSerial: UInt64 = 0
+    private let requestSync: SyncRequest
+    /// A progress sync is in flight: do not queue another.
+    private var syncPending = false
+
+    init(task: TaskState, offset: Int64, settings: TransferSettings, sink: @escaping Sink,
+         requestSync: @escaping SyncRequest) throws {
+        self.requestSync = requestSync
+        Self.nextSerial += 1
+        serial = Self.nextSerial
         taskID = task.id
         partPath = task.partPath
         requestedOffset = offset
@@ -199,8 +213,11 @@ final class DownloadAttempt {
         written += Int64(count)
         let now = FileSystem.monotonicMs
         lastActivityMs = now
-        if written - durable >= settings.progressIntervalBytes || now - lastFlushMs >= settings.progressIntervalMs {
-            flush()
+        if !syncPending, written - durable >= settings.progressIntervalBytes || now - lastFlushMs >= settings.progressIntervalMs {
+            // Durable in the background; claimed when the sync returns (`claim(upTo:)`).
+            syncPending = true
+            lastFlushMs = now
+            requestSync(self, fd, written)
         }
         return count
     }
@@ -271,7 +288,7 @@ final class DownloadAttempt {
     func flush() {
         guard written > durable || !validatorsLogged else { return }
         fdatasync(fd)
-        claimWritten()
+        claim(upTo: written)
     }
 
     /// The partial file, for the agent's DataSyncer.
@@ -279,12 +296,14 @@ final class DownloadAttempt {
 
     /// After the DataSyncer flushed this file: claim every byte written.
     func claimSynced() {
-        guard written > durable || !validatorsLogged else { return }
-        claimWritten()
+        claim(upTo: written)
     }
 
-    private func claimWritten() {
-        durable = written
+    /// A progress sync returned: bytes before `offset` are durable.
+    func claim(upTo offset: Int64) {
+        syncPending = false
+        guard offset > durable || !validatorsLogged, offset <= written else { return }
+        durable = offset
         lastFlushMs = FileSystem.monotonicMs
         var progress = Progressed(bytes: durable, total: total)
         if !validatorsLogged {

@@ -1,0 +1,530 @@
+import Foundation
+
+/// A TOML value. Job and config files are TOML 1.0; this parser covers the
+/// language (tables, dotted keys, inline tables, arrays, every string form,
+/// integers, floats, booleans, date-times) except arrays of tables, which no
+/// syncagent file uses. It replaces TOMLKit 0.6.0, whose tables are never
+/// freed: a resident agent taking jobs all day must not grow with each one.
+public indirect enum TOMLValue: Equatable, Sendable {
+    case string(String)
+    case integer(Int)
+    case float(Double)
+    case boolean(Bool)
+    /// An offset date-time, as Unix epoch milliseconds.
+    case instant(Int64)
+    /// A local date, time or date-time (no offset), as written.
+    case local(String)
+    case array([TOMLValue])
+    case table(TOMLTable)
+
+    var typeName: String {
+        switch self {
+        case .string: "a string"
+        case .integer: "an integer"
+        case .float: "a number with a fraction"
+        case .boolean: "true or false"
+        case .instant: "a date-time"
+        case .local: "a date or time without a time zone"
+        case .array: "an array"
+        case .table: "a table"
+        }
+    }
+}
+
+/// A table: keys in the order written.
+public struct TOMLTable: Equatable, Sendable {
+    public private(set) var keys: [String] = []
+    private var values: [String: TOMLValue] = [:]
+
+    public init() {}
+
+    public subscript(key: String) -> TOMLValue? { values[key] }
+
+    mutating func set(_ key: String, _ value: TOMLValue) {
+        if values.updateValue(value, forKey: key) == nil { keys.append(key) }
+    }
+}
+
+public struct TOMLSyntaxError: Error, Equatable, CustomStringConvertible {
+    public var message: String
+    public var line: Int
+    public var column: Int
+    public var description: String { "\(message) at line \(line), column \(column)" }
+}
+
+public enum TOML {
+    public static func parse(_ text: String) throws -> TOMLTable {
+        var parser = TOMLParser(Array(text.utf8))
+        return try parser.document()
+    }
+}
+
+private struct TOMLParser {
+    private let bytes: [UInt8]
+    private var index = 0
+    private var root = TOMLTable()
+    /// Tables created by a `[header]` (may not be opened twice) or by a key's value (may not be reopened).
+    private var explicitTables: Set<[String]> = []
+    private var closedTables: Set<[String]> = []
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    // MARK: Positions and errors
+
+    private var current: UInt8? { index < bytes.count ? bytes[index] : nil }
+    private func peek(_ offset: Int) -> UInt8? { index + offset < bytes.count ? bytes[index + offset] : nil }
+
+    private func error(_ message: String, at position: Int? = nil) -> TOMLSyntaxError {
+        let upTo = bytes[..<min(position ?? index, bytes.count)]
+        let line = upTo.filter { $0 == 0x0A }.count + 1
+        let lineStart = upTo.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
+        let column = String(decoding: bytes[lineStart..<min(position ?? index, bytes.count)], as: UTF8.self).count + 1
+        return TOMLSyntaxError(message: message, line: line, column: column)
+    }
+
+    private func describeCurrent() -> String {
+        guard let byte = current else { return "the end of the file" }
+        if byte == 0x0A { return "the end of the line" }
+        return "'\(String(decoding: [byte], as: UTF8.self))'"
+    }
+
+    private mutating func skipSpaces() {
+        while let byte = current, byte == 0x20 || byte == 0x09 { index += 1 }
+    }
+
+    private mutating func skipComment() throws {
+        guard current == UInt8(ascii: "#") else { return }
+        while let byte = current, byte != 0x0A {
+            if byte < 0x20 && byte != 0x09 && !(byte == 0x0D && peek(1) == 0x0A) {
+                throw error("control character in a comment")
+            }
+            index += 1
+        }
+    }
+
+    /// Spaces, then a comment, then the end of the line (or file).
+    private mutating func endOfLine() throws {
+        skipSpaces()
+        try skipComment()
+        if current == 0x0D, peek(1) == 0x0A { index += 1 }
+        guard current == nil || current == 0x0A else { throw error("expected the end of the line, found \(describeCurrent())") }
+        if current == 0x0A { index += 1 }
+    }
+
+    /// Whitespace, newlines and comments (inside arrays, between statements).
+    private mutating func skipBlank() throws {
+        while true {
+            skipSpaces()
+            try skipComment()
+            if current == 0x0A { index += 1; continue }
+            if current == 0x0D, peek(1) == 0x0A { index += 2; continue }
+            return
+        }
+    }
+
+    // MARK: Document
+
+    mutating func document() throws -> TOMLTable {
+        var tablePath: [String] = []
+        while true {
+            try skipBlank()
+            guard let byte = current else { return root }
+            if byte == UInt8(ascii: "[") {
+                if peek(1) == UInt8(ascii: "[") { throw error("arrays of tables ([[…]]) are not supported") }
+                index += 1
+                skipSpaces()
+                let path = try key()
+                skipSpaces()
+                guard current == UInt8(ascii: "]") else { throw error("expected ']' after the table name, found \(describeCurrent())") }
+                index += 1
+                guard explicitTables.insert(path).inserted, !closedTables.contains(where: { path.starts(with: $0) }) else {
+                    throw error("table [\(path.joined(separator: "."))] is defined twice")
+                }
+                try ensureTable(path, at: index)
+                tablePath = path
+                try endOfLine()
+            } else {
+                let start = index
+                let path = try key()
+                skipSpaces()
+                guard current == UInt8(ascii: "=") else { throw error("expected '=' after the key, found \(describeCurrent())") }
+                index += 1
+                skipSpaces()
+                let valueValue = try value()
+                try assign(tablePath + path, valueValue, at: start)
+                try endOfLine()
+            }
+        }
+    }
+
+    /// Makes sure every table along `path` exists (implicitly created ones may be reopened).
+    private mutating func ensureTable(_ path: [String], at position: Int) throws {
+        let here = error("", at: position)
+        var table = root
+        try table.update(path: path[...]) { _ in } orFail: { key in
+            TOMLSyntaxError(message: "key \"\(key)\" is already a value, not a table", line: here.line, column: here.column)
+        }
+        root = table
+    }
+
+    private mutating func assign(_ path: [String], _ newValue: TOMLValue, at position: Int) throws {
+        let tablePath = Array(path.dropLast())
+        if closedTables.contains(where: { tablePath.starts(with: $0) }) {
+            throw error("cannot add keys to the inline table \(tablePath.joined(separator: "."))", at: position)
+        }
+        let here = error("", at: position)
+        var failure: TOMLSyntaxError?
+        var document = root
+        try document.update(path: tablePath[...]) { table in
+            if table[path.last!] != nil {
+                failure = TOMLSyntaxError(message: "key \"\(path.joined(separator: "."))\" is defined twice", line: here.line, column: here.column)
+                return
+            }
+            table.set(path.last!, newValue)
+        } orFail: { key in
+            TOMLSyntaxError(message: "key \"\(key)\" is already a value, not a table", line: here.line, column: here.column)
+        }
+        if let failure { throw failure }
+        root = document
+        if case .table = newValue { closedTables.insert(path) }
+    }
+
+    // MARK: Keys
+
+    private mutating func key() throws -> [String] {
+        var parts = [try simpleKey()]
+        while true {
+            skipSpaces()
+            guard current == UInt8(ascii: ".") else { return parts }
+            index += 1
+            skipSpaces()
+            parts.append(try simpleKey())
+        }
+    }
+
+    private mutating func simpleKey() throws -> String {
+        switch current {
+        case UInt8(ascii: "\""): return try basicString()
+        case UInt8(ascii: "'"): return try literalString()
+        default:
+            let start = index
+            while let byte = current, isBareKeyByte(byte) { index += 1 }
+            guard index > start else { throw error("expected a key, found \(describeCurrent())") }
+            return String(decoding: bytes[start..<index], as: UTF8.self)
+        }
+    }
+
+    private func isBareKeyByte(_ byte: UInt8) -> Bool {
+        (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39)
+            || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+    }
+
+    // MARK: Values
+
+    private mutating func value() throws -> TOMLValue {
+        guard let byte = current else { throw error("expected a value, found the end of the file") }
+        switch byte {
+        case UInt8(ascii: "\""):
+            if peek(1) == UInt8(ascii: "\""), peek(2) == UInt8(ascii: "\"") { return .string(try multilineBasicString()) }
+            return .string(try basicString())
+        case UInt8(ascii: "'"):
+            if peek(1) == UInt8(ascii: "'"), peek(2) == UInt8(ascii: "'") { return .string(try multilineLiteralString()) }
+            return .string(try literalString())
+        case UInt8(ascii: "["): return try array()
+        case UInt8(ascii: "{"): return try inlineTable()
+        case UInt8(ascii: "t"), UInt8(ascii: "f"):
+            if match("true") { return .boolean(true) }
+            if match("false") { return .boolean(false) }
+            throw error("expected a value, found \(describeCurrent())")
+        default:
+            return try numberOrDate()
+        }
+    }
+
+    private mutating func match(_ word: String) -> Bool {
+        let utf8 = Array(word.utf8)
+        guard index + utf8.count <= bytes.count, Array(bytes[index..<index + utf8.count]) == utf8 else { return false }
+        if let next = peek(utf8.count), isBareKeyByte(next) { return false }
+        index += utf8.count
+        return true
+    }
+
+    private mutating func array() throws -> TOMLValue {
+        index += 1
+        var elements: [TOMLValue] = []
+        while true {
+            try skipBlank()
+            if current == UInt8(ascii: "]") { index += 1; return .array(elements) }
+            elements.append(try value())
+            try skipBlank()
+            if current == UInt8(ascii: ",") { index += 1; continue }
+            guard current == UInt8(ascii: "]") else { throw error("expected ',' or ']' in the array, found \(describeCurrent())") }
+            index += 1
+            return .array(elements)
+        }
+    }
+
+    private mutating func inlineTable() throws -> TOMLValue {
+        index += 1
+        var table = TOMLTable()
+        skipSpaces()
+        if current == UInt8(ascii: "}") { index += 1; return .table(table) }
+        while true {
+            skipSpaces()
+            let start = index
+            let path = try key()
+            skipSpaces()
+            guard current == UInt8(ascii: "=") else { throw error("expected '=' after the key, found \(describeCurrent())") }
+            index += 1
+            skipSpaces()
+            let element = try value()
+            let here = error("", at: start)
+            var failure: TOMLSyntaxError?
+            try table.update(path: path.dropLast()[...]) { inner in
+                if inner[path.last!] != nil {
+                    failure = TOMLSyntaxError(message: "key \"\(path.joined(separator: "."))\" is defined twice", line: here.line, column: here.column)
+                    return
+                }
+                inner.set(path.last!, element)
+            } orFail: { key in
+                TOMLSyntaxError(message: "key \"\(key)\" is already a value, not a table", line: here.line, column: here.column)
+            }
+            if let failure { throw failure }
+            skipSpaces()
+            if current == UInt8(ascii: ",") { index += 1; continue }
+            guard current == UInt8(ascii: "}") else { throw error("expected ',' or '}' in the inline table, found \(describeCurrent())") }
+            index += 1
+            return .table(table)
+        }
+    }
+
+    // MARK: Strings
+
+    private mutating func basicString() throws -> String {
+        let start = index
+        index += 1
+        var out: [UInt8] = []
+        while true {
+            guard let byte = current, byte != 0x0A else { throw error("unterminated string", at: start) }
+            index += 1
+            switch byte {
+            case UInt8(ascii: "\""): return try utf8(out, from: start)
+            case UInt8(ascii: "\\"): out += try escape()
+            default:
+                if byte < 0x20 && byte != 0x09 || byte == 0x7F { throw error("control character in a string") }
+                out.append(byte)
+            }
+        }
+    }
+
+    private mutating func multilineBasicString() throws -> String {
+        let start = index
+        index += 3
+        if current == 0x0A { index += 1 } else if current == 0x0D, peek(1) == 0x0A { index += 2 }
+        var out: [UInt8] = []
+        while true {
+            guard let byte = current else { throw error("unterminated multi-line string", at: start) }
+            if byte == UInt8(ascii: "\""), peek(1) == UInt8(ascii: "\""), peek(2) == UInt8(ascii: "\"") {
+                index += 3
+                // Up to two more quotes belong to the content.
+                for _ in 0..<2 where current == UInt8(ascii: "\"") { out.append(UInt8(ascii: "\"")); index += 1 }
+                return try utf8(out, from: start)
+            }
+            index += 1
+            if byte == UInt8(ascii: "\\") {
+                // A backslash at the end of a line trims the newline and following whitespace.
+                var probe = index
+                while probe < bytes.count, bytes[probe] == 0x20 || bytes[probe] == 0x09 { probe += 1 }
+                if probe < bytes.count, bytes[probe] == 0x0A || (bytes[probe] == 0x0D && probe + 1 < bytes.count && bytes[probe + 1] == 0x0A) {
+                    index = probe
+                    while let next = current, next == 0x20 || next == 0x09 || next == 0x0A || next == 0x0D { index += 1 }
+                    continue
+                }
+                out += try escape()
+                continue
+            }
+            if byte < 0x20 && byte != 0x09 && byte != 0x0A && byte != 0x0D || byte == 0x7F {
+                throw error("control character in a string")
+            }
+            out.append(byte)
+        }
+    }
+
+    private mutating func literalString() throws -> String {
+        let start = index
+        index += 1
+        let contentStart = index
+        while let byte = current, byte != UInt8(ascii: "'") {
+            if byte == 0x0A { break }
+            if byte < 0x20 && byte != 0x09 || byte == 0x7F { throw error("control character in a string") }
+            index += 1
+        }
+        guard current == UInt8(ascii: "'") else { throw error("unterminated string", at: start) }
+        let content = Array(bytes[contentStart..<index])
+        index += 1
+        return try utf8(content, from: start)
+    }
+
+    private mutating func multilineLiteralString() throws -> String {
+        let start = index
+        index += 3
+        if current == 0x0A { index += 1 } else if current == 0x0D, peek(1) == 0x0A { index += 2 }
+        var out: [UInt8] = []
+        while true {
+            guard let byte = current else { throw error("unterminated multi-line string", at: start) }
+            if byte == UInt8(ascii: "'"), peek(1) == UInt8(ascii: "'"), peek(2) == UInt8(ascii: "'") {
+                index += 3
+                for _ in 0..<2 where current == UInt8(ascii: "'") { out.append(UInt8(ascii: "'")); index += 1 }
+                return try utf8(out, from: start)
+            }
+            out.append(byte)
+            index += 1
+        }
+    }
+
+    private mutating func escape() throws -> [UInt8] {
+        guard let code = current else { throw error("unterminated escape") }
+        index += 1
+        switch code {
+        case UInt8(ascii: "b"): return [0x08]
+        case UInt8(ascii: "t"): return [0x09]
+        case UInt8(ascii: "n"): return [0x0A]
+        case UInt8(ascii: "f"): return [0x0C]
+        case UInt8(ascii: "r"): return [0x0D]
+        case UInt8(ascii: "e"): return [0x1B]
+        case UInt8(ascii: "\""): return [0x22]
+        case UInt8(ascii: "\\"): return [0x5C]
+        case UInt8(ascii: "u"), UInt8(ascii: "U"):
+            let count = code == UInt8(ascii: "u") ? 4 : 8
+            guard index + count <= bytes.count,
+                  let scalarValue = UInt32(String(decoding: bytes[index..<index + count], as: UTF8.self), radix: 16),
+                  let scalar = Unicode.Scalar(scalarValue) else {
+                throw error("invalid \\\(String(decoding: [code], as: UTF8.self)) escape")
+            }
+            index += count
+            return Array(String(Character(scalar)).utf8)
+        default:
+            index -= 1
+            throw error("invalid escape \\\(String(decoding: [code], as: UTF8.self))")
+        }
+    }
+
+    private func utf8(_ raw: [UInt8], from start: Int) throws -> String {
+        guard let text = String(validating: raw, as: UTF8.self) else { throw error("string is not valid UTF-8", at: start) }
+        return text
+    }
+
+    // MARK: Numbers and dates
+
+    private mutating func numberOrDate() throws -> TOMLValue {
+        let start = index
+        while let byte = current, !(byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D
+                                      || byte == UInt8(ascii: ",") || byte == UInt8(ascii: "]")
+                                      || byte == UInt8(ascii: "}") || byte == UInt8(ascii: "#")) {
+            index += 1
+        }
+        // A date and a time may be separated by one space: 1979-05-27 07:32:00Z.
+        if current == 0x20, index - start == 10, bytes[start + 4] == UInt8(ascii: "-"),
+           let next = peek(1), next >= 0x30, next <= 0x39 {
+            index += 1
+            while let byte = current, !(byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D
+                                          || byte == UInt8(ascii: ",") || byte == UInt8(ascii: "]")
+                                          || byte == UInt8(ascii: "}") || byte == UInt8(ascii: "#")) { index += 1 }
+        }
+        let token = String(decoding: bytes[start..<index], as: UTF8.self)
+        guard !token.isEmpty else { throw error("expected a value, found \(describeCurrent())") }
+        if let date = Self.dateTime(token) { return date }
+        if let integer = Self.integer(token) { return .integer(integer) }
+        if let float = Self.float(token) { return .float(float) }
+        throw error("expected a value, found \(token)", at: start)
+    }
+
+    private static func integer(_ token: String) -> Int? {
+        var text = Substring(token)
+        var radix = 10
+        for (prefix, base) in [("0x", 16), ("0o", 8), ("0b", 2)] where text.hasPrefix(prefix) {
+            radix = base
+            text = text.dropFirst(2)
+        }
+        if text.isEmpty || text.hasPrefix("_") || text.hasSuffix("_") || text.contains("__") { return nil }
+        let digits = text.replacingOccurrences(of: "_", with: "")
+        if radix == 10 {
+            let unsigned = digits.hasPrefix("+") || digits.hasPrefix("-") ? digits.dropFirst() : Substring(digits)
+            if unsigned.count > 1 && unsigned.hasPrefix("0") { return nil }
+        } else if digits.hasPrefix("+") || digits.hasPrefix("-") {
+            return nil
+        }
+        return Int(digits, radix: radix)
+    }
+
+    private static func float(_ token: String) -> Double? {
+        switch token {
+        case "inf", "+inf": return .infinity
+        case "-inf": return -.infinity
+        case "nan", "+nan", "-nan": return .nan
+        default: break
+        }
+        if token.contains("__") || token.hasPrefix("_") || token.hasSuffix("_") || token.hasSuffix(".") || token.contains("._") || token.contains("_.") { return nil }
+        let digits = token.replacingOccurrences(of: "_", with: "")
+        guard digits.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }), !digits.hasPrefix("."),
+              !digits.contains(".e"), !digits.contains(".E") else { return nil }
+        return Double(digits)
+    }
+
+    /// Offset date-times become instants; local dates and times stay as written.
+    private static func dateTime(_ token: String) -> TOMLValue? {
+        let pattern = #"^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?)?$"#
+        let timeOnly = #"^\d{2}:\d{2}:\d{2}(\.\d+)?$"#
+        if token.range(of: timeOnly, options: .regularExpression) != nil { return .local(token) }
+        guard token.range(of: pattern, options: .regularExpression) != nil else { return nil }
+        let chars = Array(token)
+        func number(_ range: Range<Int>) -> Int { Int(String(chars[range]))! }
+        let (year, month, day) = (number(0..<4), number(5..<7), number(8..<10))
+        guard (1...12).contains(month), (1...31).contains(day) else { return nil }
+        guard chars.count > 10 else { return .local(token) }
+        let (hour, minute, second) = (number(11..<13), number(14..<16), number(17..<19))
+        guard hour < 24, minute < 60, second <= 60 else { return nil }
+        var rest = chars[19...]
+        var fraction = 0.0
+        if rest.first == "." {
+            let digits = rest.dropFirst().prefix { $0.isNumber }
+            fraction = Double("0." + String(digits)) ?? 0
+            rest = rest.dropFirst(1 + digits.count)
+        }
+        guard !rest.isEmpty else { return .local(token) }
+        var offsetMinutes = 0
+        if rest.first != "Z" && rest.first != "z" {
+            let sign = rest.first == "-" ? -1 : 1
+            let text = Array(rest.dropFirst())
+            offsetMinutes = sign * (Int(String(text[0..<2]))! * 60 + Int(String(text[3..<5]))!)
+        }
+        // Days from the civil calendar (proleptic Gregorian), no Calendar needed.
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        let seconds = Int64(days) * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offsetMinutes * 60)
+        return .instant(seconds * 1000 + Int64(fraction * 1000))
+    }
+}
+
+private extension TOMLTable {
+    /// Walks (creating as needed) the tables along `path` and lets `body` change the last one.
+    mutating func update(path: ArraySlice<String>, _ body: (inout TOMLTable) -> Void,
+                         orFail failure: (String) -> TOMLSyntaxError) throws {
+        guard let first = path.first else {
+            body(&self)
+            return
+        }
+        var child: TOMLTable
+        switch self[first] {
+        case nil: child = TOMLTable()
+        case .table(let existing): child = existing
+        default: throw failure(first)
+        }
+        try child.update(path: path.dropFirst(), body, orFail: failure)
+        if self[first] == nil { set(first, .table(child)) } else { values[first] = .table(child) }
+    }
+}
