@@ -72,7 +72,11 @@ public final class Agent {
         intake.applyControl = { [unowned self] control in self.apply(control) }
         logger.info("agent started", metadata: [
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
-        for name in watcher.scan() { intake.take(name, closedAfterWriting: false) }
+        // A backlog is committed as it is taken, not held in memory as one batch.
+        for (index, name) in watcher.scan().enumerated() {
+            intake.take(name, closedAfterWriting: false)
+            if index % 256 == 255 { try commit() }
+        }
 
         var stopSignal: Int32?
         while true {
