@@ -307,27 +307,13 @@ extension TaskSpec {
             case "not_before_ms": notBeforeMs = try value.readOptional { try $0.readInt() }
             case "headers":
                 headers = try value.readArray { element in
-                    var name: String?, text: String?
-                    try element.readObject { key, value in
-                        switch key {
-                        case "name": name = try value.readString()
-                        case "value": text = try value.readString()
-                        default: try value.skipValue()
-                        }
-                    }
-                    return Header(name: try required(name, "name"), value: try required(text, "value"))
+                    let (name, text) = try element.readStringPair("name", "value")
+                    return Header(name: name, value: text)
                 }
             case "source":
                 source = try value.readOptional { element in
-                    var file: String?, identity: String?
-                    try element.readObject { key, value in
-                        switch key {
-                        case "file": file = try value.readString()
-                        case "identity": identity = try value.readString()
-                        default: try value.skipValue()
-                        }
-                    }
-                    return JobSource(file: try required(file, "file"), identity: try required(identity, "identity"))
+                    let (file, identity) = try element.readStringPair("file", "identity")
+                    return JobSource(file: file, identity: identity)
                 }
             default: try value.skipValue()
             }

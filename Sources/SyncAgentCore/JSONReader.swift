@@ -128,6 +128,16 @@ struct JSONReader {
         }
     }
 
+    /// `{"first": "…", "second": "…"}` (in any order, other keys skipped).
+    mutating func readStringPair(_ first: StaticString, _ second: StaticString) throws -> (String, String) {
+        var a: String?, b: String?
+        try readObject { key, value in
+            if key == first { a = try value.readString() } else if key == second { b = try value.readString() } else { try value.skipValue() }
+        }
+        guard let a, let b else { throw Malformed(offset: index, expected: "keys \"\(first)\" and \"\(second)\"") }
+        return (a, b)
+    }
+
     /// Skips any value: unknown keys from newer versions are ignored.
     mutating func skipValue() throws {
         skipSpace()

@@ -147,10 +147,6 @@ public enum URLRules {
         }
     }
 
-    public static func isTransferURL(_ url: String) -> Bool {
-        (try? checkTransferURL(url, key: "url")) != nil
-    }
-
     /// The default destination: the URL's last path segment, decoded.
     public static func fileName(from url: String) -> String {
         let path = URLComponents(string: url)?.path ?? ""

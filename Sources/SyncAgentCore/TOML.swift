@@ -317,19 +317,28 @@ private struct TOMLParser {
         }
     }
 
-    private mutating func multilineBasicString() throws -> String {
-        let start = index
+    /// Skips a `"""` or `\'\'\'` opener and a newline right after it.
+    private mutating func openMultiline() {
         index += 3
         if current == 0x0A { index += 1 } else if current == 0x0D, peek(1) == 0x0A { index += 2 }
+    }
+
+    /// At three `quote`s, consumes the closer; up to two more quotes before
+    /// it belong to the content and are appended to `out`.
+    private mutating func closesMultiline(_ quote: UInt8, into out: inout [UInt8]) -> Bool {
+        guard current == quote, peek(1) == quote, peek(2) == quote else { return false }
+        index += 3
+        for _ in 0..<2 where current == quote { out.append(quote); index += 1 }
+        return true
+    }
+
+    private mutating func multilineBasicString() throws -> String {
+        let start = index
+        openMultiline()
         var out: [UInt8] = []
         while true {
             guard let byte = current else { throw error("unterminated multi-line string", at: start) }
-            if byte == UInt8(ascii: "\""), peek(1) == UInt8(ascii: "\""), peek(2) == UInt8(ascii: "\"") {
-                index += 3
-                // Up to two more quotes belong to the content.
-                for _ in 0..<2 where current == UInt8(ascii: "\"") { out.append(UInt8(ascii: "\"")); index += 1 }
-                return try utf8(out, from: start)
-            }
+            if closesMultiline(UInt8(ascii: "\""), into: &out) { return try utf8(out, from: start) }
             index += 1
             if byte == UInt8(ascii: "\\") {
                 // A backslash at the end of a line trims the newline and following whitespace.
@@ -367,16 +376,11 @@ private struct TOMLParser {
 
     private mutating func multilineLiteralString() throws -> String {
         let start = index
-        index += 3
-        if current == 0x0A { index += 1 } else if current == 0x0D, peek(1) == 0x0A { index += 2 }
+        openMultiline()
         var out: [UInt8] = []
         while true {
             guard let byte = current else { throw error("unterminated multi-line string", at: start) }
-            if byte == UInt8(ascii: "'"), peek(1) == UInt8(ascii: "'"), peek(2) == UInt8(ascii: "'") {
-                index += 3
-                for _ in 0..<2 where current == UInt8(ascii: "'") { out.append(UInt8(ascii: "'")); index += 1 }
-                return try utf8(out, from: start)
-            }
+            if closesMultiline(UInt8(ascii: "'"), into: &out) { return try utf8(out, from: start) }
             out.append(byte)
             index += 1
         }
