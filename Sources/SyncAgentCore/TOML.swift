@@ -172,19 +172,8 @@ private struct TOMLParser {
         if closedTables.contains(where: { tablePath.starts(with: $0) }) {
             throw error("cannot add keys to the inline table \(tablePath.joined(separator: "."))", at: position)
         }
-        let here = error("", at: position)
-        var failure: TOMLSyntaxError?
         var document = root
-        try document.update(path: tablePath[...]) { table in
-            if table[path.last!] != nil {
-                failure = TOMLSyntaxError(message: "key \"\(path.joined(separator: "."))\" is defined twice", line: here.line, column: here.column)
-                return
-            }
-            table.set(path.last!, newValue)
-        } orFail: { key in
-            TOMLSyntaxError(message: "key \"\(key)\" is already a value, not a table", line: here.line, column: here.column)
-        }
-        if let failure { throw failure }
+        try document.insert(newValue, at: path, reportingAt: error("", at: position))
         root = document
         if case .table = newValue { closedTables.insert(path) }
     }
@@ -278,18 +267,7 @@ private struct TOMLParser {
             index += 1
             skipSpaces()
             let element = try value()
-            let here = error("", at: start)
-            var failure: TOMLSyntaxError?
-            try table.update(path: path.dropLast()[...]) { inner in
-                if inner[path.last!] != nil {
-                    failure = TOMLSyntaxError(message: "key \"\(path.joined(separator: "."))\" is defined twice", line: here.line, column: here.column)
-                    return
-                }
-                inner.set(path.last!, element)
-            } orFail: { key in
-                TOMLSyntaxError(message: "key \"\(key)\" is already a value, not a table", line: here.line, column: here.column)
-            }
-            if let failure { throw failure }
+            try table.insert(element, at: path, reportingAt: error("", at: start))
             skipSpaces()
             if current == UInt8(ascii: ",") { index += 1; continue }
             guard current == UInt8(ascii: "}") else { throw error("expected ',' or '}' in the inline table, found \(describeCurrent())") }
@@ -515,6 +493,22 @@ private struct TOMLParser {
 }
 
 private extension TOMLTable {
+    /// Sets `value` at the dotted `path`, creating tables along it. Errors
+    /// take their line and column from `here`.
+    mutating func insert(_ value: TOMLValue, at path: [String], reportingAt here: TOMLSyntaxError) throws {
+        var failure: TOMLSyntaxError?
+        try update(path: path.dropLast()[...]) { table in
+            if table[path.last!] != nil {
+                failure = TOMLSyntaxError(message: "key \"\(path.joined(separator: "."))\" is defined twice", line: here.line, column: here.column)
+                return
+            }
+            table.set(path.last!, value)
+        } orFail: { key in
+            TOMLSyntaxError(message: "key \"\(key)\" is already a value, not a table", line: here.line, column: here.column)
+        }
+        if let failure { throw failure }
+    }
+
     /// Walks (creating as needed) the tables along `path` and lets `body` change the last one.
     mutating func update(path: ArraySlice<String>, _ body: (inout TOMLTable) -> Void,
                          orFail failure: (String) -> TOMLSyntaxError) throws {
