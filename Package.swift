@@ -21,12 +21,11 @@ let package = Package(
             linkerSettings: [.linkedLibrary("curl")]
         ),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .systemLibrary(name: "CLibnotify", pkgConfig: "libnotify", providers: [.apt(["libnotify-dev"])]),
         // The engine: the event loop and its effect shells (SQLite, inotify, curl, libnotify).
         .target(
             name: "SyncAgent",
             dependencies: [
-                "SyncAgentCore", "CCurlShims", "CSQLite", "CLibnotify",
+                "SyncAgentCore", "CCurlShims", "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

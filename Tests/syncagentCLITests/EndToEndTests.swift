@@ -54,6 +54,7 @@ struct EndToEndTests {
         #expect(calls.count == 1)
         #expect(calls.first?.contains("\"syncagent\"") == true)
         #expect(calls.first?.contains("\"20 transfers finished\"") == true)
+        #expect(calls.first?.contains("\"urgency\": 1") == true, "normal urgency when nothing failed")
         #expect(events.filter { $0.type == "notified" }.count == 1)
     }
 

@@ -1,7 +1,9 @@
-import CLibnotify
 import Foundation
 import Logging
 import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Where notices go. The agent records the outcome either way, so a
 /// notice is never posted twice.
@@ -12,32 +14,26 @@ protocol NoticePosting {
 
 /// libnotify over the user's D-Bus session. Without a session or a
 /// notification server: one warning, and the agent goes on (SPEC §8).
+///
+/// libnotify is loaded with `dlopen` at the first notification: linked at
+/// start, it and glib, gio, gdk-pixbuf… keep ~2 MiB resident in an agent
+/// that may run for days before it has anything to say (measured).
 final class DesktopNotifier: NoticePosting {
     private let logger: Logger
-    private var initialized = false
+    private var library: Libnotify?
+    private var loadFailure: String?
     private var warned = false
 
     init(logger: Logger) { self.logger = logger }
 
-    deinit { if initialized { notify_uninit() } }
+    deinit { library?.uninit() }
 
     func post(_ notice: Notice) -> String? {
-        if !initialized {
-            initialized = notify_init("syncagent") != 0
-            if !initialized { return warnOnce("libnotify could not initialise") }
+        if library == nil && loadFailure == nil {
+            do { library = try Libnotify.load() } catch { loadFailure = "\(error)" }
         }
-        guard let notification = notify_notification_new(notice.summary, notice.body.isEmpty ? nil : notice.body, "folder-download") else {
-            return warnOnce("libnotify could not create a notification")
-        }
-        defer { g_object_unref(UnsafeMutableRawPointer(notification)) }
-        notify_notification_set_app_name(notification, "syncagent")
-        notify_notification_set_urgency(notification, notice.critical ? NOTIFY_URGENCY_CRITICAL : NOTIFY_URGENCY_NORMAL)
-        var error: UnsafeMutablePointer<GError>?
-        if notify_notification_show(notification, &error) == 0 {
-            let message = error.map { String(cString: $0.pointee.message) } ?? "unknown error"
-            if let error { g_error_free(error) }
-            return warnOnce("no desktop notification: \(message)")
-        }
+        guard let library else { return warnOnce(loadFailure ?? "libnotify is not available") }
+        if let problem = library.show(notice) { return warnOnce(problem) }
         return nil
     }
 
@@ -47,5 +43,72 @@ final class DesktopNotifier: NoticePosting {
             logger.warning("\(message); transfers go on without notifications")
         }
         return message
+    }
+}
+
+/// The few libnotify (and GObject) entry points the agent calls, resolved
+/// from `libnotify.so.4` at run time. Signatures from libnotify's notify.h.
+private struct Libnotify {
+    private typealias Init = @convention(c) (UnsafePointer<CChar>) -> Int32
+    private typealias Uninit = @convention(c) () -> Void
+    private typealias New = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> OpaquePointer?
+    private typealias SetString = @convention(c) (OpaquePointer, UnsafePointer<CChar>) -> Void
+    private typealias SetUrgency = @convention(c) (OpaquePointer, Int32) -> Void
+    private typealias Show = @convention(c) (OpaquePointer, UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> Int32
+    private typealias Free = @convention(c) (UnsafeMutableRawPointer) -> Void
+
+    private let uninitialize: Uninit
+    private let new: New
+    private let setAppName: SetString
+    private let setUrgency: SetUrgency
+    private let show: Show
+    private let objectUnref: Free
+    private let errorFree: Free
+
+    /// NotifyUrgency: NOTIFY_URGENCY_NORMAL = 1, NOTIFY_URGENCY_CRITICAL = 2.
+    private static let normal: Int32 = 1
+    private static let critical: Int32 = 2
+
+    struct LoadError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    static func load() throws -> Libnotify {
+        guard let handle = dlopen("libnotify.so.4", RTLD_NOW | RTLD_LOCAL) else {
+            throw LoadError(description: "cannot load libnotify: \(String(cString: dlerror()))")
+        }
+        func symbol<T>(_ name: String, as _: T.Type) throws -> T {
+            guard let address = dlsym(handle, name) else { throw LoadError(description: "libnotify has no \(name)") }
+            return unsafeBitCast(address, to: T.self)
+        }
+        let initialize = try symbol("notify_init", as: Init.self)
+        let library = Libnotify(
+            uninitialize: try symbol("notify_uninit", as: Uninit.self),
+            new: try symbol("notify_notification_new", as: New.self),
+            setAppName: try symbol("notify_notification_set_app_name", as: SetString.self),
+            setUrgency: try symbol("notify_notification_set_urgency", as: SetUrgency.self),
+            show: try symbol("notify_notification_show", as: Show.self),
+            objectUnref: try symbol("g_object_unref", as: Free.self),
+            errorFree: try symbol("g_error_free", as: Free.self))
+        guard initialize("syncagent") != 0 else { throw LoadError(description: "libnotify could not initialise") }
+        return library
+    }
+
+    func uninit() { uninitialize() }
+
+    /// nil when shown; otherwise GLib's error message.
+    func show(_ notice: Notice) -> String? {
+        guard let notification = new(notice.summary, notice.body.isEmpty ? nil : notice.body, "folder-download") else {
+            return "libnotify could not create a notification"
+        }
+        defer { objectUnref(UnsafeMutableRawPointer(notification)) }
+        setAppName(notification, "syncagent")
+        setUrgency(notification, notice.critical ? Self.critical : Self.normal)
+        var error: UnsafeMutableRawPointer?
+        guard show(notification, &error) == 0 else { return nil }
+        // GError { GQuark domain; gint code; gchar *message; }
+        let message = error.map { String(cString: $0.load(fromByteOffset: 8, as: UnsafePointer<CChar>.self)) }
+        if let error { errorFree(error) }
+        return "no desktop notification: \(message ?? "unknown error")"
     }
 }

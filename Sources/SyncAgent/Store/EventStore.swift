@@ -44,6 +44,9 @@ public final class EventStore {
         try execute("PRAGMA journal_mode=WAL")
         // Durability comes from the WAL fsync at each commit of a batch.
         try execute("PRAGMA synchronous=FULL")
+        // The log is appended and read in order: a big page cache buys nothing
+        // but resident memory (the default is 2 MiB).
+        try execute("PRAGMA cache_size=-256")
         try migrate()
         lastSeq = try readLastSeq()
         insert = try prepare("INSERT INTO events(seq, at_ms, task, type, data) VALUES (?, ?, ?, ?, ?)")
