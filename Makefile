@@ -3,6 +3,7 @@
 #   make test   installs what the tests need, then runs the whole suite
 SHELL := /bin/bash
 
+# libnotify-dev brings libnotify4, which the agent dlopens at its first notification.
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock
 BENCH_PACKAGES := curl aria2 time

@@ -35,6 +35,13 @@ public final class Agent {
     /// When a waiting task (not_before, retry backoff) becomes startable;
     /// recomputed at each scheduling pass, not on every wake-up.
     private var nextTimedWakeMs: Int64?
+    /// Events wait at most this long for their transaction.
+    static let commitIntervalMs: Int64 = 20
+    private var lastCommitMs: Int64 = 0
+    /// Makes file data durable off the loop (see DataSyncer).
+    private let syncer: DataSyncer
+    /// Complete bodies whose data is being made durable, by task id.
+    private var awaitingSync: [String: (attempt: DownloadAttempt, bytes: Int64)] = [:]
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -134,16 +141,6 @@ public final class Agent {
         return failedThisRun > 0 ? Self.exitSomeFailed : Self.exitAllFinished
     }
 
-    /// Group commit, then the file-system effects that must follow it:
-    /// taken jobs leave the inbox, finished files take their final name.
-    /// Events wait at most this long for their transaction.
-    static let commitIntervalMs: Int64 = 20
-    private var lastCommitMs: Int64 = 0
-
-    /// Complete bodies whose data is being made durable, by task id.
-    private var awaitingSync: [String: (attempt: DownloadAttempt, bytes: Int64)] = [:]
-    private let syncer: DataSyncer
-
     /// What the syncer made durable: progress is claimed by the attempt that
     /// asked (if it still runs); complete bodies are verified and recorded finished.
     private func applySynced(_ results: [DataSyncer.Done]) {
@@ -171,6 +168,8 @@ public final class Agent {
         needsScheduling = true
     }
 
+    /// Group commit, then the file-system effects that must follow it:
+    /// taken jobs leave the inbox, finished files take their final name.
     private func commit() throws {
         let tookJobs = intake?.hasTakenFiles ?? false
         try log.commit()
@@ -186,7 +185,7 @@ public final class Agent {
             directories.insert((dest as NSString).deletingLastPathComponent)
         }
         // A rename is durable once its directory is synced: once per directory, not per file.
-        for directory in directories { FileSystem.syncDirectory(of: directory + "/.") }
+        for directory in directories { FileSystem.sync(directory: directory) }
         renamesAfterCommit.removeAll()
     }
 

@@ -45,7 +45,10 @@ enum FileSystem {
 
     /// A rename is only durable once its directory is synced.
     static func syncDirectory(of path: String) {
-        let directory = (path as NSString).deletingLastPathComponent
+        sync(directory: (path as NSString).deletingLastPathComponent)
+    }
+
+    static func sync(directory: String) {
         let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return }
         fsync(fd)
