@@ -114,6 +114,21 @@ struct EndToEndTests {
         #expect(try harness.statusTasks().map { $0["state"] as? String } == ["finished"])
     }
 
+    /// A FIFO or a directory named *.job must neither block the agent nor
+    /// keep an --exit-when-idle agent from finishing.
+    @Test func jobsThatAreNotRegularFilesAreRejected() throws {
+        let harness = try AgentHarness()
+        #expect(mkfifo("\(harness.inbox)/pipe.job", 0o644) == 0)
+        try FileManager.default.createDirectory(atPath: "\(harness.inbox)/folder.job", withIntermediateDirectories: false)
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0, "agent stderr: \(agent.stderr.suffix(2000))")
+        for name in ["pipe.job", "folder.job"] {
+            let sentence = try? String(contentsOfFile: "\(harness.inbox)/rejected/\(name).error", encoding: .utf8)
+            #expect(sentence == "\(name): the job is not a regular file\n")
+        }
+        #expect(harness.jobFiles().isEmpty)
+    }
+
     @Test func withoutADBusSessionTheAgentWarnsOnceAndGoesOn() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

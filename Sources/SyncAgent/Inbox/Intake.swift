@@ -56,7 +56,9 @@ final class Intake {
             reject(name, error.description)
             return
         } catch {
-            logger.warning("cannot read job file", metadata: ["file": "\(path)", "error": "\(error)"])
+            // Left in place it would be looked at forever (and keep an
+            // --exit-when-idle agent from ever being idle).
+            reject(name, "the job file cannot be read: \(error)")
             return
         }
 
