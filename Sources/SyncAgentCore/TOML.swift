@@ -144,14 +144,8 @@ private struct TOMLParser {
                 tablePath = path
                 try endOfLine()
             } else {
-                let start = index
-                let path = try key()
-                skipSpaces()
-                guard current == UInt8(ascii: "=") else { throw error("expected '=' after the key, found \(describeCurrent())") }
-                index += 1
-                skipSpaces()
-                let valueValue = try value()
-                try assign(tablePath + path, valueValue, at: start)
+                let pair = try keyValue()
+                try assign(tablePath + pair.path, pair.value, at: pair.start)
                 try endOfLine()
             }
         }
@@ -176,6 +170,17 @@ private struct TOMLParser {
         try document.insert(newValue, at: path, reportingAt: error("", at: position))
         root = document
         if case .table = newValue { closedTables.insert(path) }
+    }
+
+    /// `key = value`, for the document and inline tables alike; `start` locates errors.
+    private mutating func keyValue() throws -> (path: [String], value: TOMLValue, start: Int) {
+        let start = index
+        let path = try key()
+        skipSpaces()
+        guard current == UInt8(ascii: "=") else { throw error("expected '=' after the key, found \(describeCurrent())") }
+        index += 1
+        skipSpaces()
+        return (path, try value(), start)
     }
 
     // MARK: Keys
@@ -260,14 +265,8 @@ private struct TOMLParser {
         if current == UInt8(ascii: "}") { index += 1; return .table(table) }
         while true {
             skipSpaces()
-            let start = index
-            let path = try key()
-            skipSpaces()
-            guard current == UInt8(ascii: "=") else { throw error("expected '=' after the key, found \(describeCurrent())") }
-            index += 1
-            skipSpaces()
-            let element = try value()
-            try table.insert(element, at: path, reportingAt: error("", at: start))
+            let pair = try keyValue()
+            try table.insert(pair.value, at: pair.path, reportingAt: error("", at: pair.start))
             skipSpaces()
             if current == UInt8(ascii: ",") { index += 1; continue }
             guard current == UInt8(ascii: "}") else { throw error("expected ',' or '}' in the inline table, found \(describeCurrent())") }
