@@ -224,7 +224,9 @@ public final class Agent {
             }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
-            let offset = trustedOffset(for: task)
+            let offset = resumePoint(for: task).offset
+            // Never trust bytes beyond what the log vouches for (no-op if absent).
+            truncate(task.partPath, off_t(offset))
             let reason = task.phase == .running ? "agent restarted after an unclean stop" : "agent restarted"
             log.record(.resumed(Resumed(bytes: offset, reason: reason)), task: task.id)
             logger.info("task resumed", metadata: ["task.id": "\(task.id)", "offset": "\(offset)"])
@@ -234,16 +236,13 @@ public final class Agent {
         }
     }
 
-    /// The resume offset: the logged bytes, if the partial file holds them and
-    /// a validator guards the range; else 0. The file is cut to match.
-    private func trustedOffset(for task: TaskState) -> Int64 {
-        var offset: Int64 = 0
-        if case .resume(let at, _) = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs),
-           let size = FileSystem.size(task.partPath), size >= at {
-            offset = at
-        }
-        if FileSystem.exists(task.partPath) { truncate(task.partPath, off_t(offset)) }
-        return offset
+    /// Where the next attempt starts: the logged bytes with their `If-Range`
+    /// validator, if the recovery plan says resume and the partial file holds
+    /// them; else 0 (the attempt then cuts the file to match).
+    private func resumePoint(for task: TaskState) -> (offset: Int64, ifRange: String?) {
+        guard case .resume(let at, let validator) = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs),
+              let size = FileSystem.size(task.partPath), size >= at else { return (0, nil) }
+        return (at, validator)
     }
 
     // MARK: - Scheduling and attempts
@@ -269,10 +268,10 @@ public final class Agent {
             needsScheduling = true
             return
         }
-        let offset = task.bytes > 0 ? trustedOffset(for: task) : 0
+        let (offset, ifRange) = task.bytes > 0 ? resumePoint(for: task) : (0, nil)
         let attempt: DownloadAttempt
         do {
-            attempt = try DownloadAttempt(task: task, offset: offset, settings: settings, sink: { [unowned self] id, body in
+            attempt = try DownloadAttempt(task: task, offset: offset, ifRange: ifRange, settings: settings, sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
             }, requestSync: { [unowned self] attempt, descriptor, offset in
                 self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))

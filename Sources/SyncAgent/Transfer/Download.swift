@@ -62,7 +62,8 @@ final class DownloadAttempt {
     /// A progress sync is in flight: do not queue another.
     private var syncPending = false
 
-    init(task: TaskState, offset: Int64, settings: TransferSettings, sink: @escaping Sink,
+    /// - Parameter ifRange: the validator guarding a resume from `offset` (the agent's decision).
+    init(task: TaskState, offset: Int64, ifRange: String?, settings: TransferSettings, sink: @escaping Sink,
          requestSync: @escaping SyncRequest) throws {
         self.requestSync = requestSync
         Self.nextSerial += 1
@@ -94,7 +95,7 @@ final class DownloadAttempt {
             throw SystemError(operation: "curl_easy_init", errno: ENOMEM)
         }
         easy = handle
-        configure(task: task)
+        configure(task: task, ifRange: ifRange)
     }
 
     deinit {
@@ -103,7 +104,7 @@ final class DownloadAttempt {
         close(fd)
     }
 
-    private func configure(task: TaskState) {
+    private func configure(task: TaskState, ifRange: String?) {
         sa_easy_setopt_string(easy, CURLOPT_URL, task.currentURL)
         sa_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
@@ -132,9 +133,7 @@ final class DownloadAttempt {
         }
         if requestedOffset > 0 {
             sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-")
-            if case .resume(_, let validator?) = RecoveryPlan.plan(for: task, nowMs: 0) {
-                headers.append(Header(name: "If-Range", value: validator))
-            }
+            if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
         }
         for header in headers {
             headerList = curl_slist_append(headerList, "\(header.name): \(header.value)")
