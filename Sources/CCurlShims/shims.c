@@ -29,6 +29,16 @@ CURLcode sa_easy_set_header_callback(CURL *easy, sa_data_callback callback, void
     return code != CURLE_OK ? code : curl_easy_setopt(easy, CURLOPT_HEADERDATA, context);
 }
 
+CURLcode sa_easy_set_read_callback(CURL *easy, sa_data_callback callback, void *context) {
+    CURLcode code = curl_easy_setopt(easy, CURLOPT_READFUNCTION, callback);
+    return code != CURLE_OK ? code : curl_easy_setopt(easy, CURLOPT_READDATA, context);
+}
+
+CURLcode sa_easy_set_seek_callback(CURL *easy, sa_seek_callback callback, void *context) {
+    CURLcode code = curl_easy_setopt(easy, CURLOPT_SEEKFUNCTION, callback);
+    return code != CURLE_OK ? code : curl_easy_setopt(easy, CURLOPT_SEEKDATA, context);
+}
+
 CURLcode sa_easy_getinfo_long(CURL *easy, CURLINFO info, long *value) {
     return curl_easy_getinfo(easy, info, value);
 }
@@ -43,6 +53,10 @@ CURLcode sa_easy_getinfo_string(CURL *easy, CURLINFO info, const char **value) {
 
 CURLcode sa_easy_getinfo_pointer(CURL *easy, CURLINFO info, void **value) {
     return curl_easy_getinfo(easy, info, value);
+}
+
+CURLSHcode sa_share_setopt_long(CURLSH *share, CURLSHoption option, long value) {
+    return curl_share_setopt(share, option, value);
 }
 
 CURLMcode sa_multi_setopt_long(CURLM *multi, CURLMoption option, long value) {

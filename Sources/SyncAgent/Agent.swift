@@ -25,7 +25,7 @@ public final class Agent {
     private var intake: Intake!
     private let multi = CurlMulti()
     /// In-flight attempts by their curl easy handle.
-    private var attempts: [UnsafeMutableRawPointer: DownloadAttempt] = [:]
+    private var attempts: [UnsafeMutableRawPointer: TransferAttempt] = [:]
     private var attemptByTask: [String: UnsafeMutableRawPointer] = [:]
     /// Set whenever something could let a queued task start or a batch drain.
     private var needsScheduling = true
@@ -41,7 +41,9 @@ public final class Agent {
     /// Makes file data durable off the loop (see DataSyncer).
     private let syncer: DataSyncer
     /// Complete bodies whose data is being made durable, by task id.
-    private var awaitingSync: [String: (attempt: DownloadAttempt, bytes: Int64)] = [:]
+    private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64)] = [:]
+    /// The session's cookies; nil for `cookies = "off"`.
+    private var cookies: CookieJar?
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -67,6 +69,7 @@ public final class Agent {
         defer { close(signalFd) }
 
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
+        cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current)))
         resumeInterruptedTasks()
         try log.commit()
@@ -158,11 +161,10 @@ public final class Agent {
             guard let task = log.state[id], task.phase == .running else { continue }
             switch Publisher.prepare(task) {
             case .ready(let path):
-                log.record(.finished(Finished(bytes: bytes, dest: path, sha256: task.spec.sha256)), task: id)
-                renamesAfterCommit.append((task.partPath, path))
-                logger.info("task finished", metadata: ["task.id": "\(id)", "dest": "\(path)", "bytes": "\(bytes)"])
+                recordFinished(task, attempt, bytes: bytes, dest: path)
+                renamesAfterCommit.append((task.partPath!, path))
             case .failed(let reason, let code):
-                fail(task, reason: reason, code: code)
+                fail(task, reason: reason, code: code, metrics: attempt.metrics)
             }
         }
         needsScheduling = true
@@ -218,15 +220,15 @@ public final class Agent {
     private func resumeInterruptedTasks() {
         for task in log.state.orderedTasks {
             // Died between committing `finished` and the rename: finish the rename.
-            if task.phase == .finished, FileSystem.exists(task.partPath),
-               Publisher.complete(part: task.partPath, to: task.dest) == nil {
-                FileSystem.syncDirectory(of: task.dest)
+            if task.phase == .finished, let part = task.partPath, let dest = task.dest, FileSystem.exists(part),
+               Publisher.complete(part: part, to: dest) == nil {
+                FileSystem.syncDirectory(of: dest)
             }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
             let offset = resumePoint(for: task).offset
             // Never trust bytes beyond what the log vouches for (no-op if absent).
-            truncate(task.partPath, off_t(offset))
+            if let part = task.partPath { truncate(part, off_t(offset)) }
             let reason = task.phase == .running ? "agent restarted after an unclean stop" : "agent restarted"
             log.record(.resumed(Resumed(bytes: offset, reason: reason)), task: task.id)
             logger.info("task resumed", metadata: ["task.id": "\(task.id)", "offset": "\(offset)"])
@@ -241,7 +243,7 @@ public final class Agent {
     /// them; else 0 (the attempt then cuts the file to match).
     private func resumePoint(for task: TaskState) -> (offset: Int64, ifRange: String?) {
         guard case .resume(let at, let validator) = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs),
-              let size = FileSystem.size(task.partPath), size >= at else { return (0, nil) }
+              let part = task.partPath, let size = FileSystem.size(part), size >= at else { return (0, nil) }
         return (at, validator)
     }
 
@@ -257,27 +259,43 @@ public final class Agent {
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)
     }
 
+    /// `total_timeout` (timeoutIntervalForResource) runs from the task's first
+    /// start, across attempts, pauses and restarts.
+    private func deadlineMs(of task: TaskState) -> Int64 {
+        (task.firstStartedAtMs ?? FileSystem.nowMs) + Int64(config.totalTimeout) * 1000
+    }
+
+    private var totalTimeoutWords: String { "did not finish within total_timeout (\(config.totalTimeout) s) of its first start" }
+
     private func start(_ task: TaskState) {
-        if FileSystem.exists(task.spec.dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
+        if let dest = task.spec.dest, FileSystem.exists(dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
             if task.spec.overwrite == .skip {
-                let size = FileSystem.size(task.spec.dest) ?? 0
-                log.record(.finished(Finished(bytes: size, dest: task.spec.dest)), task: task.id)
+                let size = FileSystem.size(dest) ?? 0
+                log.record(.finished(Finished(bytes: size, dest: dest)), task: task.id)
             } else {
-                fail(task, reason: "\(task.spec.dest) already exists (overwrite = \"fail\")", code: "dest_exists")
+                fail(task, reason: "\(dest) already exists (overwrite = \"fail\")", code: "dest_exists")
             }
             needsScheduling = true
             return
         }
+        let deadline = deadlineMs(of: task)
+        if deadline <= FileSystem.nowMs {
+            fail(task, reason: totalTimeoutWords, code: "total_timeout")
+            needsScheduling = true
+            return
+        }
         let (offset, ifRange) = task.bytes > 0 ? resumePoint(for: task) : (0, nil)
-        let attempt: DownloadAttempt
+        let attempt: TransferAttempt
         do {
-            attempt = try DownloadAttempt(task: task, offset: offset, ifRange: ifRange, settings: settings, sink: { [unowned self] id, body in
+            attempt = try TransferAttempt(task: task, offset: offset, ifRange: ifRange, deadlineMs: deadline, settings: settings,
+                                          cookies: cookies, sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
             }, requestSync: { [unowned self] attempt, descriptor, offset in
                 self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
             })
         } catch {
             fail(task, reason: "cannot start: \(error)", code: "local_error")
+            needsScheduling = true
             return
         }
         log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
@@ -288,10 +306,17 @@ public final class Agent {
 
     /// Removes an attempt from curl; its partial file keeps the durable bytes.
     @discardableResult
-    private func detach(_ id: String) -> DownloadAttempt? {
+    private func detach(_ id: String) -> TransferAttempt? {
         guard let easy = attemptByTask.removeValue(forKey: id), let attempt = attempts.removeValue(forKey: easy) else { return nil }
         multi.remove(easy)
+        if attempt.sawSetCookie { saveCookies() }
         return attempt
+    }
+
+    private func saveCookies() {
+        do { try cookies?.save() } catch {
+            logger.error("cannot save cookies", metadata: ["file": "\(cookies?.file ?? "")", "error": "\(error)"])
+        }
     }
 
     private func finishAttempt(_ easy: UnsafeMutableRawPointer, _ result: CURLcode) {
@@ -299,43 +324,72 @@ public final class Agent {
         finish(attempt, attempt.outcome(result))
     }
 
+    /// The loop's own timers: `idle_timeout` per attempt, `total_timeout` per task.
     private func abortStalledAttempts() {
         let now = FileSystem.monotonicMs
-        for attempt in attempts.values where attempt.isStalled(nowMs: now) {
-            finish(attempt, attempt.stalledOutcome())
+        let wallNow = FileSystem.nowMs
+        for attempt in attempts.values {
+            if attempt.deadlineMs <= wallNow {
+                attempt.flush()
+                finish(attempt, .permanent(reason: "\(totalTimeoutWords) (\(log.state[attempt.taskID]?.currentURL ?? ""))",
+                                           code: "total_timeout"))
+            } else if attempt.isStalled(nowMs: now) {
+                finish(attempt, attempt.stalledOutcome())
+            }
         }
     }
 
-    private func finish(_ attempt: DownloadAttempt, _ outcome: AttemptOutcome) {
+    private func finish(_ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
         let id = attempt.taskID
         detach(id)
         needsScheduling = true
         guard let task = log.state[id] else { return }
 
+        let metrics = attempt.metrics
         switch outcome {
-        case .complete(let bytes):
+        case .complete(let bytes) where attempt.keepsBody:
             // Published once its data is durable (see DataSyncer).
             awaitingSync[id] = (attempt, bytes)
             syncer.sync(attempt.partFileDescriptor, .init(taskID: id, attempt: attempt.serial, offset: bytes, complete: true))
+        case .complete(let bytes):
+            recordFinished(task, attempt, bytes: bytes, dest: nil)
         case .transient(let reason, let retryAfterMs, let restartFromZero):
             let allowed = task.spec.retries ?? config.retries
             guard task.attempts <= allowed else {
-                fail(task, reason: "gave up after \(task.attempts) attempts: \(reason)", code: "retries_exhausted")
+                fail(task, reason: "gave up after \(task.attempts) attempts: \(reason)", code: "retries_exhausted", metrics: metrics)
                 return
             }
             let delay = SchedulerPolicy.retryDelayMs(attempt: task.attempts, retryAfterMs: retryAfterMs,
                                                      jitter: Double.random(in: 0...1))
-            let bytes = restartFromZero ? 0 : attempt.durable
-            log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: delay, bytes: bytes)), task: id)
+            guard FileSystem.nowMs + delay < attempt.deadlineMs else {
+                fail(task, reason: "\(totalTimeoutWords); last attempt: \(reason)", code: "total_timeout", metrics: metrics)
+                return
+            }
+            // Only a download keeps what it received; anything else starts over.
+            let bytes = restartFromZero || !task.spec.isResumable ? 0 : attempt.durable
+            log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: delay, bytes: bytes, metrics: metrics)),
+                       task: id)
             logger.notice("task will retry", metadata: ["task.id": "\(id)", "reason": "\(reason)", "delay_ms": "\(delay)"])
         case .permanent(let reason, let code):
-            fail(task, reason: reason, code: code)
+            fail(task, reason: reason, code: code, metrics: metrics)
         }
     }
 
-    private func fail(_ task: TaskState, reason: String, code: String) {
-        unlink(task.partPath)
-        log.record(.failed(Failed(reason: reason, code: code, bytes: 0)), task: task.id)
+    /// `finished` with what the attempt learned: where the body went (if it
+    /// was kept), and for upload and data tasks the response's status and headers.
+    private func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?) {
+        let metrics = attempt.metrics
+        let response = task.spec.kind == .download ? nil : attempt.responseHeaders
+        log.record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256,
+                                      status: response == nil ? nil : metrics.status,
+                                      responseHeaders: response, metrics: metrics)), task: task.id)
+        logger.info("task finished", metadata: ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
+                                                "status": "\(metrics.status)"])
+    }
+
+    private func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil) {
+        if let part = task.partPath { unlink(part) }
+        log.record(.failed(Failed(reason: reason, code: code, bytes: 0, metrics: metrics)), task: task.id)
         failedThisRun += 1
         logger.error("task failed", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
     }
@@ -344,8 +398,14 @@ public final class Agent {
         for id in Array(attemptByTask.keys).sorted() {
             guard let attempt = detach(id) else { continue }
             attempt.flush()
-            log.record(.paused(Paused(bytes: attempt.durable, reason: .agentStopping)), task: id)
+            log.record(.paused(Paused(bytes: resumableBytes(attempt), reason: .agentStopping, metrics: attempt.metrics)), task: id)
         }
+    }
+
+    /// Where a stopped attempt's task continues: a download at its durable
+    /// bytes, anything else from the start.
+    private func resumableBytes(_ attempt: TransferAttempt) -> Int64 {
+        attempt.kind == .download ? attempt.durable : 0
     }
 
     // MARK: - Control jobs
@@ -362,14 +422,18 @@ public final class Agent {
         for task in targets {
             switch control.action {
             case .pause where task.phase.isActive:
-                let bytes = detach(task.id).map { attempt -> Int64 in attempt.flush(); return attempt.durable } ?? task.bytes
-                log.record(.paused(Paused(bytes: bytes, reason: .user)), task: task.id)
+                let attempt = detach(task.id)
+                attempt?.flush()
+                let bytes = attempt.map(resumableBytes) ?? task.bytes
+                log.record(.paused(Paused(bytes: bytes, reason: .user, metrics: attempt?.metrics)), task: task.id)
             case .resume where task.phase == .paused:
                 log.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
             case .cancel where !task.phase.isEnded:
-                let bytes = detach(task.id).map { attempt -> Int64 in attempt.flush(); return attempt.durable } ?? task.bytes
-                unlink(task.partPath)
-                log.record(.cancelled(Cancelled(bytes: bytes)), task: task.id)
+                let attempt = detach(task.id)
+                attempt?.flush()
+                let bytes = attempt?.durable ?? task.bytes
+                if let part = task.partPath { unlink(part) }
+                log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
             default:
                 continue
             }

@@ -118,6 +118,7 @@ extension TaskState {
             phase = .running
             attempts = started.attempt
             bytes = started.offset
+            if firstStartedAtMs == nil { firstStartedAtMs = event.atMs }
             currentURL = started.url
             error = nil
             errorCode = nil
@@ -162,6 +163,7 @@ extension TaskState {
             bytes = finished.bytes
             total = finished.bytes
             publishedPath = finished.dest
+            responseStatus = finished.status
             error = nil
             errorCode = nil
             endedAtMs = event.atMs

@@ -105,7 +105,11 @@ public enum PauseReason: String, Codable, Equatable, Sendable {
 public struct Paused: Codable, Equatable, Sendable {
     public var bytes: Int64
     public var reason: PauseReason
-    public init(bytes: Int64, reason: PauseReason) { self.bytes = bytes; self.reason = reason }
+    /// Set when a running attempt was stopped.
+    public var metrics: AttemptMetrics?
+    public init(bytes: Int64, reason: PauseReason, metrics: AttemptMetrics? = nil) {
+        self.bytes = bytes; self.reason = reason; self.metrics = metrics
+    }
 }
 
 /// The task goes back to the queue and will continue from `bytes`
@@ -129,18 +133,35 @@ public struct Retrying: Codable, Equatable, Sendable {
     public var reason: String
     public var delayMs: Int64
     public var bytes: Int64
-    public init(attempt: Int, reason: String, delayMs: Int64, bytes: Int64) {
+    public var metrics: AttemptMetrics?
+    public init(attempt: Int, reason: String, delayMs: Int64, bytes: Int64, metrics: AttemptMetrics? = nil) {
         self.attempt = attempt; self.reason = reason; self.delayMs = delayMs; self.bytes = bytes
+        self.metrics = metrics
     }
 }
 
-/// The file is verified and published at `dest`.
+/// The task succeeded: a received file is verified and published at
+/// `dest`; an upload's `bytes` are the bytes sent.
 public struct Finished: Codable, Equatable, Sendable {
     public var bytes: Int64
-    public var dest: String
+    public var dest: String?
     public var sha256: String?
-    public init(bytes: Int64, dest: String, sha256: String? = nil) {
-        self.bytes = bytes; self.dest = dest; self.sha256 = sha256
+    /// Upload and data tasks: the final response's status and headers.
+    public var status: Int?
+    public var responseHeaders: [Header]?
+    /// nil when no attempt ran (`overwrite = "skip"` found the file).
+    public var metrics: AttemptMetrics?
+    public init(bytes: Int64, dest: String?, sha256: String? = nil, status: Int? = nil,
+                responseHeaders: [Header]? = nil, metrics: AttemptMetrics? = nil) {
+        self.bytes = bytes; self.dest = dest; self.sha256 = sha256; self.status = status
+        self.responseHeaders = responseHeaders; self.metrics = metrics
+    }
+
+    /// As it may be shown: credentials among the response headers redacted.
+    public var redacted: Finished {
+        var copy = self
+        copy.responseHeaders = responseHeaders?.map(\.redacted)
+        return copy
     }
 }
 
@@ -150,14 +171,17 @@ public struct Failed: Codable, Equatable, Sendable {
     /// Machine-readable: "http_404", "curl_7", "checksum_mismatch", …
     public var code: String
     public var bytes: Int64
-    public init(reason: String, code: String, bytes: Int64) {
-        self.reason = reason; self.code = code; self.bytes = bytes
+    /// nil when the task failed before or between attempts.
+    public var metrics: AttemptMetrics?
+    public init(reason: String, code: String, bytes: Int64, metrics: AttemptMetrics? = nil) {
+        self.reason = reason; self.code = code; self.bytes = bytes; self.metrics = metrics
     }
 }
 
 public struct Cancelled: Codable, Equatable, Sendable {
     public var bytes: Int64
-    public init(bytes: Int64) { self.bytes = bytes }
+    public var metrics: AttemptMetrics?
+    public init(bytes: Int64, metrics: AttemptMetrics? = nil) { self.bytes = bytes; self.metrics = metrics }
 }
 
 /// A job file that could not become a task; it now sits in `INBOX/rejected/`.

@@ -35,36 +35,37 @@ public enum EventCoding {
             json.field("restart_reason", p.restartReason); json.field("total", p.total)
             return json.finish()
         case .paused(let p):
-            json.field("bytes", p.bytes); json.field("reason", p.reason.rawValue)
+            json.field("bytes", p.bytes); json.field("metrics", json: p.metrics.map(metricsJSON))
+            json.field("reason", p.reason.rawValue)
             return json.finish()
         case .resumed(let p):
             json.field("bytes", p.bytes); json.field("reason", p.reason)
             return json.finish()
         case .retrying(let p):
             json.field("attempt", p.attempt); json.field("bytes", p.bytes); json.field("delay_ms", p.delayMs)
-            json.field("reason", p.reason)
+            json.field("metrics", json: p.metrics.map(metricsJSON)); json.field("reason", p.reason)
             return json.finish()
         case .finished(let p):
-            json.field("bytes", p.bytes); json.field("dest", p.dest); json.field("sha256", p.sha256)
+            json.field("bytes", p.bytes); json.field("dest", p.dest); json.field("metrics", json: p.metrics.map(metricsJSON))
+            json.field("response_headers", json: p.responseHeaders.map(headersJSON)); json.field("sha256", p.sha256)
+            json.field("status", p.status.map(Int64.init))
             return json.finish()
         case .failed(let p):
-            json.field("bytes", p.bytes); json.field("code", p.code); json.field("reason", p.reason)
+            json.field("bytes", p.bytes); json.field("code", p.code); json.field("metrics", json: p.metrics.map(metricsJSON))
+            json.field("reason", p.reason)
             return json.finish()
         case .cancelled(let p):
-            json.field("bytes", p.bytes)
+            json.field("bytes", p.bytes); json.field("metrics", json: p.metrics.map(metricsJSON))
             return json.finish()
         case .redirected(let p):
             json.field("from", p.from); json.field("status", p.status); json.field("to", p.to)
             return json.finish()
         case .created(let p):
-            json.field("batch", p.batch); json.field("dest", p.dest)
-            json.field("headers", json: JSONWriter.array(p.headers.map { header in
-                var object = JSONWriter()
-                object.field("name", header.name); object.field("value", header.value)
-                return object.finish()
-            }))
+            json.field("batch", p.batch); json.field("body_file", p.bodyFile); json.field("dest", p.dest)
+            json.field("form", json: JSONWriter.array(p.form.map { pairJSON($0.name, $0.value) }))
+            json.field("form_field", p.formField); json.field("headers", json: headersJSON(p.headers))
             json.field("kind", p.kind.rawValue); json.field("max_speed", p.maxSpeed); json.field("md5", p.md5)
-            json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
+            json.field("method", p.method); json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
             json.field("overwrite", p.overwrite.rawValue); json.field("priority", p.priority)
             json.field("retries", p.retries.map(Int64.init)); json.field("sha256", p.sha256)
             json.field("source", json: p.source.map { source in
@@ -92,6 +93,26 @@ public enum EventCoding {
             preconditionFailure("event payload failed to encode: \(error)")
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func pairJSON(_ name: String, _ value: String) -> String {
+        var object = JSONWriter()
+        object.field("name", name); object.field("value", value)
+        return object.finish()
+    }
+
+    private static func headersJSON(_ headers: [Header]) -> String {
+        JSONWriter.array(headers.map { pairJSON($0.name, $0.value) })
+    }
+
+    private static func metricsJSON(_ m: AttemptMetrics) -> String {
+        var json = JSONWriter()
+        json.field("bytes_received", m.bytesReceived); json.field("bytes_sent", m.bytesSent)
+        json.field("connect_us", m.connectUs); json.field("dns_us", m.dnsUs); json.field("http_version", m.httpVersion)
+        json.field("redirects", m.redirects); json.field("remote_address", m.remoteAddress)
+        json.field("remote_port", m.remotePort); json.field("reused", m.reused); json.field("status", m.status)
+        json.field("tls_us", m.tlsUs); json.field("total_us", m.totalUs); json.field("ttfb_us", m.ttfbUs)
+        return json.finish()
     }
 
     public static func body(type: String, data: String, seq: Int64 = 0) throws -> EventBody {
@@ -180,15 +201,16 @@ extension Progressed {
 
 extension Paused {
     init(reading reader: inout JSONReader) throws {
-        var bytes: Int64?, reason: PauseReason?
+        var bytes: Int64?, reason: PauseReason?, metrics: AttemptMetrics?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
             case "reason": reason = PauseReason(rawValue: try value.readString())
+            case "metrics": metrics = try value.readOptional { try AttemptMetrics(reading: &$0) }
             default: try value.skipValue()
             }
         }
-        self.init(bytes: try required(bytes, "bytes"), reason: try required(reason, "reason"))
+        self.init(bytes: try required(bytes, "bytes"), reason: try required(reason, "reason"), metrics: metrics)
     }
 }
 
@@ -208,61 +230,69 @@ extension Resumed {
 
 extension Retrying {
     init(reading reader: inout JSONReader) throws {
-        var attempt: Int64?, reason: String?, delayMs: Int64?, bytes: Int64?
+        var attempt: Int64?, reason: String?, delayMs: Int64?, bytes: Int64?, metrics: AttemptMetrics?
         try reader.readObject { key, value in
             switch key {
             case "attempt": attempt = try value.readInt()
             case "reason": reason = try value.readString()
             case "delay_ms": delayMs = try value.readInt()
             case "bytes": bytes = try value.readInt()
+            case "metrics": metrics = try value.readOptional { try AttemptMetrics(reading: &$0) }
             default: try value.skipValue()
             }
         }
         self.init(attempt: Int(try required(attempt, "attempt")), reason: try required(reason, "reason"),
-                  delayMs: try required(delayMs, "delay_ms"), bytes: try required(bytes, "bytes"))
+                  delayMs: try required(delayMs, "delay_ms"), bytes: try required(bytes, "bytes"), metrics: metrics)
     }
 }
 
 extension Finished {
     init(reading reader: inout JSONReader) throws {
-        var bytes: Int64?, dest: String?, sha256: String?
+        var bytes: Int64?, dest: String?, sha256: String?, status: Int64?, headers: [Header]?, metrics: AttemptMetrics?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
-            case "dest": dest = try value.readString()
+            case "dest": dest = try value.readOptional { try $0.readString() }
             case "sha256": sha256 = try value.readOptional { try $0.readString() }
+            case "status": status = try value.readOptional { try $0.readInt() }
+            case "response_headers": headers = try value.readOptional { try $0.readHeaders() }
+            case "metrics": metrics = try value.readOptional { try AttemptMetrics(reading: &$0) }
             default: try value.skipValue()
             }
         }
-        self.init(bytes: try required(bytes, "bytes"), dest: try required(dest, "dest"), sha256: sha256)
+        self.init(bytes: try required(bytes, "bytes"), dest: dest, sha256: sha256, status: status.map(Int.init),
+                  responseHeaders: headers, metrics: metrics)
     }
 }
 
 extension Failed {
     init(reading reader: inout JSONReader) throws {
-        var reason: String?, code: String?, bytes: Int64?
+        var reason: String?, code: String?, bytes: Int64?, metrics: AttemptMetrics?
         try reader.readObject { key, value in
             switch key {
             case "reason": reason = try value.readString()
             case "code": code = try value.readString()
             case "bytes": bytes = try value.readInt()
+            case "metrics": metrics = try value.readOptional { try AttemptMetrics(reading: &$0) }
             default: try value.skipValue()
             }
         }
-        self.init(reason: try required(reason, "reason"), code: try required(code, "code"), bytes: try required(bytes, "bytes"))
+        self.init(reason: try required(reason, "reason"), code: try required(code, "code"), bytes: try required(bytes, "bytes"),
+                  metrics: metrics)
     }
 }
 
 extension Cancelled {
     init(reading reader: inout JSONReader) throws {
-        var bytes: Int64?
+        var bytes: Int64?, metrics: AttemptMetrics?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
+            case "metrics": metrics = try value.readOptional { try AttemptMetrics(reading: &$0) }
             default: try value.skipValue()
             }
         }
-        self.init(bytes: try required(bytes, "bytes"))
+        self.init(bytes: try required(bytes, "bytes"), metrics: metrics)
     }
 }
 
@@ -286,6 +316,7 @@ extension TaskSpec {
         var url: String?, kind = TransferKind.download, dest: String?, sha256: String?, md5: String?
         var priority: Int64 = 0, overwrite = OverwriteMode.rename, headers: [Header] = [], batch: String?
         var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
+        var method: String?, bodyFile: String?, formField: String?, form: [FormField] = []
         func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
             let raw = try value.readString()
             guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
@@ -295,8 +326,16 @@ extension TaskSpec {
             switch key {
             case "url": url = try value.readString()
             case "kind": kind = try choice(&value, "kind")
-            case "dest": dest = try value.readString()
+            case "dest": dest = try value.readOptional { try $0.readString() }
             case "sha256": sha256 = try value.readOptional { try $0.readString() }
+            case "method": method = try value.readOptional { try $0.readString() }
+            case "body_file": bodyFile = try value.readOptional { try $0.readString() }
+            case "form_field": formField = try value.readOptional { try $0.readString() }
+            case "form":
+                form = try value.readArray { element in
+                    let (name, text) = try element.readStringPair("name", "value")
+                    return FormField(name: name, value: text)
+                }
             case "md5": md5 = try value.readOptional { try $0.readString() }
             case "priority": priority = try value.readInt()
             case "overwrite": overwrite = try choice(&value, "overwrite")
@@ -305,11 +344,7 @@ extension TaskSpec {
             case "retries": retries = try value.readOptional { try $0.readInt() }
             case "max_speed": maxSpeed = try value.readOptional { try $0.readInt() }
             case "not_before_ms": notBeforeMs = try value.readOptional { try $0.readInt() }
-            case "headers":
-                headers = try value.readArray { element in
-                    let (name, text) = try element.readStringPair("name", "value")
-                    return Header(name: name, value: text)
-                }
+            case "headers": headers = try value.readHeaders()
             case "source":
                 source = try value.readOptional { element in
                     let (file, identity) = try element.readStringPair("file", "identity")
@@ -318,8 +353,44 @@ extension TaskSpec {
             default: try value.skipValue()
             }
         }
-        self.init(url: try required(url, "url"), kind: kind, dest: try required(dest, "dest"), sha256: sha256, md5: md5,
+        self.init(url: try required(url, "url"), kind: kind, dest: dest, sha256: sha256, md5: md5,
                   priority: Int(priority), overwrite: overwrite, headers: headers, batch: batch, notify: notify,
-                  retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source)
+                  retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source,
+                  method: method, bodyFile: bodyFile, formField: formField, form: form)
+    }
+}
+
+extension JSONReader {
+    /// `[{"name": …, "value": …}, …]`
+    mutating func readHeaders() throws -> [Header] {
+        try readArray { element in
+            let (name, text) = try element.readStringPair("name", "value")
+            return Header(name: name, value: text)
+        }
+    }
+}
+
+extension AttemptMetrics {
+    init(reading reader: inout JSONReader) throws {
+        var metrics = AttemptMetrics()
+        try reader.readObject { key, value in
+            switch key {
+            case "dns_us": metrics.dnsUs = try value.readInt()
+            case "connect_us": metrics.connectUs = try value.readInt()
+            case "tls_us": metrics.tlsUs = try value.readInt()
+            case "ttfb_us": metrics.ttfbUs = try value.readInt()
+            case "total_us": metrics.totalUs = try value.readInt()
+            case "http_version": metrics.httpVersion = try value.readOptional { try $0.readString() }
+            case "status": metrics.status = Int(try value.readInt())
+            case "remote_address": metrics.remoteAddress = try value.readOptional { try $0.readString() }
+            case "remote_port": metrics.remotePort = Int(try value.readInt())
+            case "reused": metrics.reused = try value.readBool()
+            case "redirects": metrics.redirects = Int(try value.readInt())
+            case "bytes_received": metrics.bytesReceived = try value.readInt()
+            case "bytes_sent": metrics.bytesSent = try value.readInt()
+            default: try value.skipValue()
+            }
+        }
+        self = metrics
     }
 }

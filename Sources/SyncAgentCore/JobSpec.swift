@@ -69,18 +69,28 @@ public struct JobParser: Sendable {
         try URLRules.checkTransferURL(url, key: "url")
 
         let kind = try reader.choice("kind", TransferKind.self) ?? .download
-        guard kind == .download else {
-            throw KeyError(key: "kind", "\"\(kind.rawValue)\" is not supported by this agent yet; it runs download jobs")
+        if kind == .hls {
+            throw KeyError(key: "kind", "\"hls\" is not supported by this agent yet; it runs download, upload and data jobs")
         }
-        for key in ["method", "body_file", "form_field", "form"] where reader.has(key) {
-            throw KeyError(key: key, "applies to upload and data jobs only, not to a download")
-        }
+        let request = try parseRequest(reader, kind: kind)
 
         let id = try reader.string("id")
         if let id { try IDRules.check(id) }
 
-        let destInput = try reader.string("dest") ?? URLRules.fileName(from: url)
-        let dest = try PathRules.resolve(destInput, inside: downloadDir, key: "dest")
+        var dest: String?
+        switch kind {
+        case .download, .hls:
+            dest = try PathRules.resolve(try reader.string("dest") ?? URLRules.fileName(from: url), inside: downloadDir, key: "dest")
+        case .data:
+            dest = try reader.string("dest").map { try PathRules.resolve($0, inside: downloadDir, key: "dest") }
+        case .upload:
+            if reader.has("dest") {
+                throw KeyError(key: "dest", "does not apply to an upload, whose response body is not kept; use kind = \"data\" with body_file to save what the server answers")
+            }
+        }
+        for key in ["sha256", "md5", "overwrite"] where dest == nil && reader.has(key) {
+            throw KeyError(key: key, "applies only to a job that saves a file (a download, or a data job with dest)")
+        }
 
         let sha256 = try reader.string("sha256").map { try Self.hexDigest($0, key: "sha256", length: 64) }
         let md5 = try reader.string("md5").map { try Self.hexDigest($0, key: "md5", length: 32) }
@@ -108,9 +118,56 @@ public struct JobParser: Sendable {
             retries: try reader.int("retries", in: 0...100),
             maxSpeed: try reader.byteCount("max_speed"),
             notBeforeMs: try reader.instantMs("not_before"),
-            source: source
+            source: source,
+            method: request.method,
+            bodyFile: request.bodyFile,
+            formField: request.formField,
+            form: request.form
         )
         return .transfer(id: id, spec: spec)
+    }
+
+    /// The request keys of upload and data jobs: `method`, `body_file`, `form_field`, `[form]`.
+    private func parseRequest(_ reader: TOMLReader, kind: TransferKind) throws
+        -> (method: String?, bodyFile: String?, formField: String?, form: [FormField]) {
+        if kind == .download {
+            for key in ["method", "body_file", "form_field", "form"] where reader.has(key) {
+                throw KeyError(key: key, "applies to upload and data jobs only, not to a download")
+            }
+            return (nil, nil, nil, [])
+        }
+        var method = try reader.string("method")
+        if let given = method {
+            method = given.uppercased()
+            let token = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+            guard !given.isEmpty, given.count <= 32, method!.unicodeScalars.allSatisfy({ token.contains($0) }) else {
+                throw KeyError(key: "method", "\"\(given)\" is not an HTTP method")
+            }
+            if kind == .upload, method != "PUT", method != "POST" {
+                throw KeyError(key: "method", "must be PUT or POST for an upload, not \(given)")
+            }
+        }
+        let bodyFile = try reader.string("body_file")
+        if let path = bodyFile, !path.hasPrefix("/") || path.contains("\0") {
+            throw KeyError(key: "body_file", "must be an absolute path, not \"\(path)\"")
+        }
+        if kind == .upload, bodyFile == nil {
+            throw KeyError(key: "body_file", "is missing: an upload sends a file")
+        }
+        let formField = try reader.string("form_field")
+        let form = try reader.formFields("form")
+        if formField != nil || !form.isEmpty {
+            guard kind == .upload else {
+                throw KeyError(key: formField != nil ? "form_field" : "form", "applies to upload jobs only")
+            }
+            guard let field = formField, !field.isEmpty else {
+                throw KeyError(key: "form_field", "is missing: [form] fields go with the file's form_field")
+            }
+            if field.contains(where: { $0 == "\"" || $0 == "\r" || $0 == "\n" }) {
+                throw KeyError(key: "form_field", "must not contain quotes or line breaks")
+            }
+        }
+        return (method, bodyFile, formField, form)
     }
 
     static func hexDigest(_ text: String, key: String, length: Int) throws -> String {

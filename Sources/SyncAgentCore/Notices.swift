@@ -47,7 +47,7 @@ public enum Notices {
         if ids.count <= namesListedUpTo {
             for id in ids {
                 guard let task = state.tasks[id] else { continue }
-                let name = (task.dest as NSString).lastPathComponent
+                let name = task.displayName
                 lines.append(task.phase == .failed ? "✗ \(name): \(task.error ?? "failed")" : "✓ \(name)")
             }
         }
@@ -56,7 +56,7 @@ public enum Notices {
 
     /// `notify = "each"`: one per task, on top of its batch's.
     public static func ownNotice(for task: TaskState) -> Notice {
-        let name = (task.dest as NSString).lastPathComponent
+        let name = task.displayName
         if task.phase == .failed {
             return Notice(summary: "\(name) failed", body: task.error ?? "", critical: true)
         }

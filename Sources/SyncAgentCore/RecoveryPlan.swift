@@ -27,6 +27,10 @@ public enum RecoveryPlan: Equatable, Sendable {
                 if let wait = task.notBeforeMs, wait > nowMs { return .waitUntil(ms: wait) }
                 return .startFromZero
             }
+            guard task.spec.isResumable else {
+                let what = task.spec.kind == .upload ? "an upload" : "a data task"
+                return .restartFromZero(reason: "\(what) is sent again from its first byte")
+            }
             guard let validator = task.etag.flatMap(strongETag) ?? task.lastModified else {
                 return .restartFromZero(reason: "the server sent no validator (ETag or Last-Modified) to resume against")
             }

@@ -99,21 +99,34 @@ struct TOMLReader {
     }
 
     /// `[headers]`: names are HTTP tokens, values single-line strings.
-    func headers(_ key: String) throws -> [Header] {
+    /// A table of single-line strings (`[headers]`, `[form]`), in key order.
+    func stringTable(_ key: String, nameIsValid: (String) -> Bool, nameRule: String) throws -> [(name: String, value: String)] {
         guard let table = try subtable(key) else { return [] }
-        var headers: [Header] = []
+        var pairs: [(name: String, value: String)] = []
         for name in table.keys.sorted() {
             guard let value = try table.string(name) else { continue }
-            let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-            if name.isEmpty || name.unicodeScalars.contains(where: { !tokenCharacters.contains($0) }) {
-                throw KeyError(key: "\(key).\(name)", "is not a valid HTTP header name")
+            if name.isEmpty || !nameIsValid(name) {
+                throw KeyError(key: "\(key).\(name)", nameRule)
             }
             if value.contains(where: { $0 == "\r" || $0 == "\n" }) {
                 throw KeyError(key: "\(key).\(name)", "must be a single line")
             }
-            headers.append(Header(name: name, value: value))
+            pairs.append((name, value))
         }
-        return headers
+        return pairs
+    }
+
+    func headers(_ key: String) throws -> [Header] {
+        let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        return try stringTable(key, nameIsValid: { $0.unicodeScalars.allSatisfy { tokenCharacters.contains($0) } },
+                               nameRule: "is not a valid HTTP header name").map { Header(name: $0.name, value: $0.value) }
+    }
+
+    /// `[form]`: names go into a quoted `Content-Disposition` parameter.
+    func formFields(_ key: String) throws -> [FormField] {
+        try stringTable(key, nameIsValid: { !$0.contains { $0 == "\"" || $0 == "\r" || $0 == "\n" } },
+                        nameRule: "is not a usable form field name (no quotes or line breaks)")
+            .map { FormField(name: $0.name, value: $0.value) }
     }
 }
 

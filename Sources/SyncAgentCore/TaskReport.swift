@@ -8,7 +8,10 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var state: String
     public var url: String
     public var currentURL: String
-    public var dest: String
+    public var dest: String?
+    public var method: String
+    /// Upload and data tasks: the status they finished with.
+    public var status: Int?
     public var bytes: Int64
     public var total: Int64?
     public var percent: Double?
@@ -27,10 +30,13 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var lastSeq: Int64
     /// `replay` only: what a restart would do.
     public var plan: String?
+    /// `status --task` only: each attempt with its metrics.
+    public var attemptHistory: [AttemptRecord]?
 
     enum CodingKeys: String, CodingKey {
         case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
-        case error, etag, headers, plan
+        case error, etag, headers, plan, method, status
+        case attemptHistory = "attempt_history"
         case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
         case createdAtMs = "created_at_ms", updatedAtMs = "updated_at_ms", lastSeq = "last_seq"
     }
@@ -42,6 +48,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
         url = task.spec.url
         currentURL = task.currentURL
         dest = task.dest
+        method = task.spec.effectiveMethod
+        status = task.responseStatus
         bytes = task.bytes
         total = task.total
         percent = task.percent.map { ($0 * 10).rounded() / 10 }
@@ -65,6 +73,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public static func json(_ reports: [TaskReport]) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        encoder.keyEncodingStrategy = .convertToSnakeCase
         let data = (try? encoder.encode(["tasks": reports])) ?? Data("{\"tasks\": []}".utf8)
         return String(decoding: data, as: UTF8.self)
     }

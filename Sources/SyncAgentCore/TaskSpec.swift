@@ -27,12 +27,15 @@ public struct Header: Codable, Equatable, Sendable {
     /// Values of these headers are credentials: never printed.
     public var isSecret: Bool {
         let lower = name.lowercased()
-        return ["authorization", "proxy-authorization", "cookie", "x-api-key"].contains(lower)
+        return ["authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"].contains(lower)
             || lower.contains("token") || lower.contains("secret")
     }
 
     /// `Name: value`, or `Name: <redacted>` for credentials.
     public var printable: String { "\(name): \(isSecret ? "<redacted>" : value)" }
+
+    /// Itself, or with the value replaced by `<redacted>` for credentials.
+    public var redacted: Header { isSecret ? Header(name: name, value: "<redacted>") : self }
 }
 
 /// Where a job came from, to make intake exactly-once: a file whose identity
@@ -44,12 +47,21 @@ public struct JobSource: Codable, Equatable, Sendable {
     public init(file: String, identity: String) { self.file = file; self.identity = identity }
 }
 
+/// One extra field of a `multipart/form-data` upload (`[form]` in a job).
+public struct FormField: Codable, Equatable, Sendable {
+    public var name: String
+    public var value: String
+    public init(name: String, value: String) { self.name = name; self.value = value }
+}
+
 /// A validated transfer: the payload of the `created` event.
 public struct TaskSpec: Codable, Equatable, Sendable {
     public var url: String
     public var kind: TransferKind
-    /// Absolute path the finished file is published at.
-    public var dest: String
+    /// Absolute path the received body is published at. Always set for
+    /// downloads; optional for data tasks; nil for uploads (their response
+    /// status and headers are recorded, the body is not kept).
+    public var dest: String?
     public var sha256: String?
     public var md5: String?
     public var priority: Int
@@ -63,22 +75,45 @@ public struct TaskSpec: Codable, Equatable, Sendable {
     /// Unix epoch milliseconds before which the task does not start.
     public var notBeforeMs: Int64?
     public var source: JobSource?
+    /// The request method; nil for the kind's default (GET, or PUT for uploads).
+    public var method: String?
+    /// Absolute path of the request body, streamed from disk (uploads, data tasks).
+    public var bodyFile: String?
+    /// Set: the upload is `multipart/form-data` with the file under this field …
+    public var formField: String?
+    /// … after these fields.
+    public var form: [FormField]
 
-    public init(url: String, kind: TransferKind = .download, dest: String, sha256: String? = nil,
+    public init(url: String, kind: TransferKind = .download, dest: String?, sha256: String? = nil,
                 md5: String? = nil, priority: Int = 0, overwrite: OverwriteMode = .rename,
                 headers: [Header] = [], batch: String? = nil, notify: NotifyMode = .batch,
                 retries: Int? = nil, maxSpeed: Int64? = nil, notBeforeMs: Int64? = nil,
-                source: JobSource? = nil) {
+                source: JobSource? = nil, method: String? = nil, bodyFile: String? = nil,
+                formField: String? = nil, form: [FormField] = []) {
         self.url = url; self.kind = kind; self.dest = dest; self.sha256 = sha256; self.md5 = md5
         self.priority = priority; self.overwrite = overwrite; self.headers = headers
         self.batch = batch; self.notify = notify; self.retries = retries; self.maxSpeed = maxSpeed
         self.notBeforeMs = notBeforeMs; self.source = source
+        self.method = method; self.bodyFile = bodyFile; self.formField = formField; self.form = form
     }
+
+    /// The method the request goes out with.
+    public var effectiveMethod: String {
+        if let method { return method }
+        switch kind {
+        case .upload: return formField == nil ? "PUT" : "POST"
+        case .download, .data, .hls: return "GET"
+        }
+    }
+
+    /// Only downloads continue from a byte offset; a request with a body, or
+    /// a data task's answer, is sent or fetched again from the start.
+    public var isResumable: Bool { kind == .download }
 
     /// The spec as it may be shown: credentials replaced by `<redacted>`.
     public var redacted: TaskSpec {
         var copy = self
-        copy.headers = headers.map { $0.isSecret ? Header(name: $0.name, value: "<redacted>") : $0 }
+        copy.headers = headers.map(\.redacted)
         return copy
     }
 }

@@ -25,6 +25,7 @@ struct TaskDetails: Equatable, Sendable {
     var lastModified: String?
     var restartReason: String?
     var publishedPath: String?
+    var responseStatus: Int?
 }
 
 /// Copy-on-write storage for `TaskDetails`, so `TaskState` keeps value semantics.
@@ -61,6 +62,9 @@ public struct TaskState: Equatable, Sendable {
     /// Unix ms before which the scheduler must not start it (not_before, retry backoff).
     public var notBeforeMs: Int64?
     public var endedAtMs: Int64?
+    /// When the first attempt began: `total_timeout` counts from here, across
+    /// attempts and restarts (NSURLSession's timeoutIntervalForResource).
+    public var firstStartedAtMs: Int64?
     public var phase: TaskPhase = .queued
     public var pauseReason: PauseReason?
     /// `notify = "each"` tasks owe their own notification once ended.
@@ -88,6 +92,8 @@ public struct TaskState: Equatable, Sendable {
     /// Where `finished` published the file (may differ from the requested
     /// `spec.dest` with `overwrite = "rename"`).
     public var publishedPath: String? { get { details.publishedPath } set { details.publishedPath = newValue } }
+    /// Upload and data tasks: the status of the response they finished with.
+    public var responseStatus: Int? { get { details.responseStatus } set { details.responseStatus = newValue } }
 
     public init(id: String, spec: TaskSpec, seq: Int64, atMs: Int64) {
         self.id = id
@@ -101,11 +107,18 @@ public struct TaskState: Equatable, Sendable {
         self.updatedAtMs = atMs
     }
 
-    /// The file as the user should look for it.
-    public var dest: String { publishedPath ?? spec.dest }
+    /// The file as the user should look for it; nil when the task keeps no body.
+    public var dest: String? { publishedPath ?? spec.dest }
 
-    /// The partial file downloads stream into: beside the requested destination.
-    public var partPath: String { spec.dest + ".part" }
+    /// The partial file a received body streams into: beside the requested destination.
+    public var partPath: String? { spec.dest.map { $0 + ".part" } }
+
+    /// What a person calls this transfer: the file's name, else what was sent where.
+    public var displayName: String {
+        if let dest { return (dest as NSString).lastPathComponent }
+        if let body = spec.bodyFile { return (body as NSString).lastPathComponent }
+        return "\(spec.effectiveMethod) \(spec.url)"
+    }
 
     /// 0…100 when the size is known.
     public var percent: Double? {

@@ -8,7 +8,7 @@ struct EventsCommand: ParsableCommand {
         commandName: "events",
         abstract: "Print the raw event log, oldest first.",
         discussion: """
-            Credentials in headers are shown as <redacted>.
+            Credentials in request and response headers (Authorization, Cookie, Set-Cookie, …) are shown as <redacted>.
 
             Example:
               syncagent events --task debian-13
@@ -47,11 +47,16 @@ struct EventsCommand: ParsableCommand {
 
 /// How one log row is printed, with secrets redacted.
 enum EventLine {
+    /// `created` carries request headers and `finished` response headers
+    /// (Set-Cookie): both go out with credentials redacted.
     static func redactedData(_ row: EventStore.Row) -> String {
-        guard row.type == "created", case .created(let spec)? = try? EventCoding.body(type: row.type, data: row.data) else {
-            return row.data
+        guard row.type == "created" || row.type == "finished",
+              let body = try? EventCoding.body(type: row.type, data: row.data) else { return row.data }
+        switch body {
+        case .created(let spec): return EventCoding.data(of: .created(spec.redacted))
+        case .finished(let finished): return EventCoding.data(of: .finished(finished.redacted))
+        default: return row.data
         }
-        return EventCoding.data(of: .created(spec.redacted))
     }
 
     static func text(_ row: EventStore.Row) -> String {

@@ -61,14 +61,17 @@ enum DiskCheck {
         func size(_ path: String) -> Int64? {
             (try? fileManager.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
         }
+        // An upload or a data task without dest keeps no file to check.
+        guard let dest = task.dest, let part = task.partPath else { return [] }
         switch task.phase {
         case .finished:
-            guard let actual = size(task.dest) else { return ["\(task.id): \(task.dest) is missing"] }
-            if actual != task.bytes { return ["\(task.id): \(task.dest) has \(actual) bytes, the log says \(task.bytes)"] }
+            guard let actual = size(dest) else { return ["\(task.id): \(dest) is missing"] }
+            if actual != task.bytes { return ["\(task.id): \(dest) has \(actual) bytes, the log says \(task.bytes)"] }
             return []
-        case .queued, .running, .paused where task.bytes > 0:
-            guard let actual = size(task.partPath) else { return ["\(task.id): \(task.partPath) is missing; \(task.bytes) bytes were logged"] }
-            if actual < task.bytes { return ["\(task.id): \(task.partPath) has \(actual) bytes, fewer than the \(task.bytes) logged"] }
+        case .queued, .running, .paused:
+            guard task.bytes > 0, task.spec.isResumable else { return [] }
+            guard let actual = size(part) else { return ["\(task.id): \(part) is missing; \(task.bytes) bytes were logged"] }
+            if actual < task.bytes { return ["\(task.id): \(part) has \(actual) bytes, fewer than the \(task.bytes) logged"] }
             return []
         default:
             return []

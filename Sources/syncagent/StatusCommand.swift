@@ -38,10 +38,26 @@ struct StatusCommand: ParsableCommand {
         let state = try store.replay()
         if let id = task {
             guard let one = state[id] else { throw fail("no task has the id \"\(id)\"") }
+            var events: [Event] = []
+            try store.forEach(task: id) { events.append($0) }
+            let history = AttemptRecord.history(of: events)
             if json {
-                print(TaskReport.json([TaskReport(one)]))
+                var report = TaskReport(one)
+                report.attemptHistory = history
+                print(TaskReport.json([report]))
             } else {
                 print(TaskTable.detail(one))
+                print("attempts:")
+                for record in history {
+                    let ending = record.endedBy ?? (one.phase == .running ? "running" : "no end recorded")
+                    print("  #\(record.attempt) from byte \(record.offset), \(ending): " + (record.metrics?.words ?? "no metrics"))
+                }
+                if let headers = events.lazy.compactMap({ event -> [Header]? in
+                    if case .finished(let finished) = event.body { return finished.responseHeaders } else { return nil }
+                }).last {
+                    print("response headers:")
+                    for header in headers { print("  " + header.printable) }
+                }
                 print("events:")
                 try store.forEachRow(task: id) { print("  " + EventLine.text($0)) }
             }
@@ -72,7 +88,7 @@ enum TaskTable {
         for task in tasks {
             let size = task.total.map { "\(ByteCount.format(task.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(task.bytes)
             let percent = task.percent.map { "\(Int($0.rounded()))" } ?? "-"
-            var dest = task.dest
+            var dest = task.dest ?? "\(task.spec.effectiveMethod) \(task.spec.url)"
             if bars, let value = task.percent {
                 let filled = Int(value / 5)
                 dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: 20 - filled) + "] " + dest
@@ -99,11 +115,17 @@ enum TaskTable {
             "state:       \(task.phase.rawValue)",
             "url:         \(task.spec.url)",
             "current url: \(task.currentURL)",
-            "dest:        \(task.dest)",
+            "dest:        \(task.dest ?? "- (the response body is not kept)")",
             "bytes:       \(task.bytes)" + (task.total.map { " of \($0)" } ?? ""),
             "attempts:    \(task.attempts)",
             "priority:    \(task.spec.priority)",
         ]
+        if task.spec.kind != .download { lines.append("method:      \(task.spec.effectiveMethod)") }
+        if let body = task.spec.bodyFile { lines.append("body file:   \(body)") }
+        if let field = task.spec.formField {
+            lines.append("form:        multipart, file as \"\(field)\"" + task.spec.form.map { ", \($0.name)=\($0.value)" }.joined())
+        }
+        if let status = task.responseStatus { lines.append("status:      \(status)") }
         if let batch = task.spec.batch { lines.append("batch:       \(batch)") }
         if let etag = task.etag { lines.append("etag:        \(etag)") }
         if let lastModified = task.lastModified { lines.append("modified:    \(lastModified)") }

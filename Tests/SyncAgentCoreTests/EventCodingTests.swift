@@ -23,7 +23,20 @@ struct EventCodingTests {
         .agentStopped(AgentStopped(reason: "SIGTERM")),
         .batchFinished(BatchFinished(batch: "n", finished: ["a"], failed: ["b"])),
         .notified(Notified(batch: "n", summary: "1 finished, 1 failed", delivered: false, warning: "no bus")),
+        // Upload and data tasks, and the metrics every attempt ends with.
+        .created(TaskSpec(url: "https://h/up", kind: .upload, dest: nil, method: "POST", bodyFile: "/v/a.mp4",
+                          formField: "file", form: [FormField(name: "title", value: "holiday \"24\"")])),
+        .finished(Finished(bytes: 9, dest: nil, status: 201, responseHeaders: [Header(name: "Set-Cookie", value: "s=1")],
+                           metrics: metrics)),
+        .failed(Failed(reason: "server answered 404", code: "http_404", bytes: 0, metrics: metrics)),
+        .retrying(Retrying(attempt: 1, reason: "503", delayMs: 2000, bytes: 5, metrics: metrics)),
+        .paused(Paused(bytes: 7, reason: .user, metrics: AttemptMetrics())),
+        .cancelled(Cancelled(bytes: 3, metrics: metrics)),
     ]
+
+    static let metrics = AttemptMetrics(dnsUs: 10, connectUs: 20, tlsUs: 30, ttfbUs: 40, totalUs: 50, httpVersion: "2",
+                                        status: 206, remoteAddress: "::1", remotePort: 8443, reused: true, redirects: 2,
+                                        bytesReceived: 1000, bytesSent: 99)
 
     @Test(arguments: bodies)
     func roundTrips(_ body: EventBody) throws {
@@ -42,6 +55,12 @@ struct EventCodingTests {
 
     @Test func unknownTypeNamesTheEvent() {
         #expect(throws: EventCoding.DecodingFailure.self) { try EventCoding.body(type: "exploded", data: "{}", seq: 7) }
+    }
+
+    @Test func redactedResponseHidesSetCookie() {
+        let finished = Finished(bytes: 1, dest: nil, responseHeaders: [
+            Header(name: "set-cookie", value: "session=abc"), Header(name: "ETag", value: "\"x\"")])
+        #expect(finished.redacted.responseHeaders?.map(\.printable) == ["set-cookie: <redacted>", "ETag: \"x\""])
     }
 
     @Test func redactedSpecHidesCredentialsOnly() {

@@ -95,11 +95,51 @@ struct JobParserTests {
         ("url = \"http://h/x\"\nretries = 1000", #"key "retries" must be between 0 and 100, not 1000"#),
         ("url = \"http://h/x\"\nmax_speed = \"fast\"", #"key "max_speed" must be a positive number of bytes such as 2000000, "512K" or "2M""#),
         ("url = \"http://h/x\"\nid = \"a b\"", #"key "id" must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'"#),
-        ("url = \"http://h/x\"\nkind = \"upload\"", #"key "kind" "upload" is not supported by this agent yet; it runs download jobs"#),
+        ("url = \"http://h/x\"\nkind = \"hls\"", #"key "kind" "hls" is not supported by this agent yet; it runs download, upload and data jobs"#),
+        ("url = \"http://h/x\"\nkind = \"upload\"", #"key "body_file" is missing: an upload sends a file"#),
+        ("url = \"http://h/x\"\nkind = \"upload\"\nbody_file = \"a.mp4\"", #"key "body_file" must be an absolute path, not "a.mp4""#),
+        ("url = \"http://h/x\"\nkind = \"upload\"\nbody_file = \"/a\"\nmethod = \"GET\"", #"key "method" must be PUT or POST for an upload, not GET"#),
+        ("url = \"http://h/x\"\nkind = \"upload\"\nbody_file = \"/a\"\ndest = \"r.json\"", #"key "dest" does not apply to an upload, whose response body is not kept; use kind = "data" with body_file to save what the server answers"#),
+        ("url = \"http://h/x\"\nkind = \"upload\"\nbody_file = \"/a\"\n[form]\nt = \"x\"", #"key "form_field" is missing: [form] fields go with the file's form_field"#),
+        ("url = \"http://h/x\"\nkind = \"data\"\nform_field = \"f\"", #"key "form_field" applies to upload jobs only"#),
+        ("url = \"http://h/x\"\nkind = \"data\"\nmethod = \"GE T\"", #"key "method" "GE T" is not an HTTP method"#),
+        ("url = \"http://h/x\"\nkind = \"data\"\nsha256 = \"\(String(repeating: "a", count: 64))\"", #"key "sha256" applies only to a job that saves a file (a download, or a data job with dest)"#),
+        ("url = \"http://h/x\"\nmethod = \"POST\"", #"key "method" applies to upload and data jobs only, not to a download"#),
         ("url = \"http://h/x\"\n[headers]\n\"Bad Name\" = \"v\"", #"key "headers.Bad Name" is not a valid HTTP header name"#),
     ])
     func badValue(_ text: String, _ expected: String) {
         #expect(rejection(text) == expected)
+    }
+
+    @Test func multipartUploadJob() throws {
+        let job = try parse("""
+            url = "https://example.com/photos"
+            kind = "upload"
+            body_file = "/home/me/holiday.jpg"
+            form_field = "file"
+            [form]
+            title = "holiday"
+            album = "summer"
+            """)
+        guard case .transfer(_, let spec) = job else { Issue.record("not a transfer"); return }
+        #expect(spec.kind == .upload)
+        #expect(spec.dest == nil)
+        #expect(spec.bodyFile == "/home/me/holiday.jpg")
+        #expect(spec.formField == "file")
+        #expect(spec.form == [FormField(name: "album", value: "summer"), FormField(name: "title", value: "holiday")])
+        #expect(spec.effectiveMethod == "POST", "a form goes out as POST")
+        #expect(!spec.isResumable)
+    }
+
+    @Test func dataJobDefaultsAndPlainUpload() throws {
+        guard case .transfer(_, let data) = try parse("url = \"http://h/api\"\nkind = \"data\"\nmethod = \"patch\"\ndest = \"a.json\""),
+              case .transfer(_, let upload) = try parse("url = \"http://h/up\"\nkind = \"upload\"\nbody_file = \"/v.mp4\"") else {
+            Issue.record("not transfers"); return
+        }
+        #expect(data.effectiveMethod == "PATCH")
+        #expect(data.dest == "/home/me/Downloads/a.json")
+        #expect(upload.effectiveMethod == "PUT")
+        #expect(upload.dest == nil)
     }
 
     @Test(arguments: ["../../etc/passwd", "/etc/passwd", "a/../../b", "sub/"])

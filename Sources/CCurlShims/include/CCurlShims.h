@@ -25,10 +25,18 @@ typedef size_t (*sa_data_callback)(char *data, size_t size, size_t count, void *
 CURLcode sa_easy_set_write_callback(CURL *easy, sa_data_callback callback, void *context);
 CURLcode sa_easy_set_header_callback(CURL *easy, sa_data_callback callback, void *context);
 
+/* CURLOPT_READFUNCTION (request bodies) has the same shape; the seek
+ * callback lets curl rewind a body it must send again (a 307 redirect). */
+CURLcode sa_easy_set_read_callback(CURL *easy, sa_data_callback callback, void *context);
+typedef int (*sa_seek_callback)(void *context, curl_off_t offset, int origin);
+CURLcode sa_easy_set_seek_callback(CURL *easy, sa_seek_callback callback, void *context);
+
 CURLcode sa_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
 CURLcode sa_easy_getinfo_off(CURL *easy, CURLINFO info, curl_off_t *value);
 CURLcode sa_easy_getinfo_string(CURL *easy, CURLINFO info, const char **value);
 CURLcode sa_easy_getinfo_pointer(CURL *easy, CURLINFO info, void **value);
+
+CURLSHcode sa_share_setopt_long(CURLSH *share, CURLSHoption option, long value);
 
 CURLMcode sa_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
 

@@ -5,7 +5,7 @@ import Foundation
 /// and are driven from the agent's single event loop.
 final class CurlMulti {
     private let multi: UnsafeMutableRawPointer
-    private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+    static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
     init() {
         _ = Self.globalInit

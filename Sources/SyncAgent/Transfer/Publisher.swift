@@ -18,7 +18,9 @@ enum Publisher {
     }
 
     static func prepare(_ task: TaskState) -> Verdict {
-        let part = task.partPath
+        guard let part = task.partPath, let dest = task.spec.dest else {
+            return .failed(reason: "the task keeps no file", code: "local_error")
+        }
         // Re-reading a file costs as much as writing it: only when the job asks.
         if task.spec.sha256 != nil || task.spec.md5 != nil {
             let digests: (sha256: String, md5: String?)
@@ -34,7 +36,7 @@ enum Publisher {
                 return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: "checksum_mismatch")
             }
         }
-        switch placement(for: task.spec) {
+        switch placement(for: dest, overwrite: task.spec.overwrite) {
         case .target(let path): return .ready(path: path)
         case .refuse(let reason): return .failed(reason: reason, code: "dest_exists")
         }
@@ -58,16 +60,16 @@ enum Publisher {
     }
 
     /// Where the file goes given `overwrite` and what is already there.
-    static func placement(for spec: TaskSpec) -> Placement {
-        guard FileSystem.exists(spec.dest) else { return .target(spec.dest) }
-        switch spec.overwrite {
+    static func placement(for dest: String, overwrite: OverwriteMode) -> Placement {
+        guard FileSystem.exists(dest) else { return .target(dest) }
+        switch overwrite {
         case .replace:
-            return .target(spec.dest)
+            return .target(dest)
         case .fail, .skip:
-            return .refuse("\(spec.dest) already exists (overwrite = \"\(spec.overwrite.rawValue)\")")
+            return .refuse("\(dest) already exists (overwrite = \"\(overwrite.rawValue)\")")
         case .rename:
             // debian.iso → debian.1.iso, debian.2.iso, …
-            let url = URL(fileURLWithPath: spec.dest)
+            let url = URL(fileURLWithPath: dest)
             let ext = url.pathExtension
             let stem = url.deletingPathExtension().path
             for number in 1... {

@@ -1,0 +1,81 @@
+import CCurlShims
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A request body streamed from a file (`body_file`): curl pulls it through
+/// `read` a buffer at a time, so memory does not grow with the file — the
+/// lesson of `uploadTask(fromFile:)` over `fromData:`.
+final class RequestBody {
+    let path: String
+    /// Size when the attempt began; it goes out as Content-Length.
+    let size: Int64
+    private let fd: Int32
+    /// Bytes handed to curl so far (rewinds move it back).
+    private(set) var position: Int64 = 0
+    /// Called after every read with the new position.
+    var onRead: ((Int64) -> Void)?
+
+    init(path: String) throws {
+        let file = try syscall("open body_file \(path)") { open(path, O_RDONLY | O_CLOEXEC) }
+        var info = stat()
+        guard fstat(file, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            close(file)
+            throw SystemError(operation: "body_file \(path) is not a regular file", errno: EINVAL)
+        }
+        self.path = path
+        fd = file
+        size = Int64(info.st_size)
+    }
+
+    deinit { close(fd) }
+
+    /// curl's read callback: fills `buffer`, returns 0 at the end, or aborts.
+    func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
+        while true {
+            let got = Glibc.read(fd, buffer, capacity)
+            if got < 0 && errno == EINTR { continue }
+            guard got >= 0 else { return Int(CURL_READFUNC_ABORT) }
+            position += Int64(got)
+            onRead?(position)
+            return got
+        }
+    }
+
+    /// curl's seek callback: 0 on success, 1 (CURL_SEEKFUNC_FAIL) otherwise.
+    func seek(to offset: Int64, origin: Int32) -> Int32 {
+        let result = lseek(fd, off_t(offset), origin)
+        guard result >= 0 else { return 1 }
+        position = Int64(result)
+        return 0
+    }
+
+    /// Plugs this body into `easy` as curl's read and seek callbacks.
+    func attach(to easy: UnsafeMutableRawPointer) {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        sa_easy_set_read_callback(easy, Self.readCallback, context)
+        sa_easy_set_seek_callback(easy, Self.seekCallback, context)
+    }
+
+    /// Adds the file as the multipart part `field`, streamed the same way.
+    func attach(to part: OpaquePointer, field: String) {
+        curl_mime_name(part, field)
+        curl_mime_filename(part, (path as NSString).lastPathComponent)
+        curl_mime_type(part, "application/octet-stream")
+        curl_mime_data_cb(part, curl_off_t(size), Self.readCallback, Self.seekCallback, nil,
+                          Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    private static let readCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {
+        buffer, size, count, context in
+        let body = Unmanaged<RequestBody>.fromOpaque(context!).takeUnretainedValue()
+        return body.read(into: buffer!, capacity: size * count)
+    }
+
+    private static let seekCallback: @convention(c) (UnsafeMutableRawPointer?, curl_off_t, Int32) -> Int32 = {
+        context, offset, origin in
+        let body = Unmanaged<RequestBody>.fromOpaque(context!).takeUnretainedValue()
+        return body.seek(to: Int64(offset), origin: origin)
+    }
+}
