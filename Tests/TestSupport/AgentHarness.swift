@@ -89,6 +89,7 @@ public final class AgentHarness {
 
     public struct LoggedEvent {
         public var seq: Int
+        public var atMs: Int
         public var task: String?
         public var type: String
         public var data: [String: Any]
@@ -102,7 +103,7 @@ public final class AgentHarness {
             guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
                 throw TestFailure("not a JSON object: \(line)")
             }
-            return LoggedEvent(seq: object["seq"] as? Int ?? 0, task: object["task"] as? String,
+            return LoggedEvent(seq: object["seq"] as? Int ?? 0, atMs: object["at_ms"] as? Int ?? 0, task: object["task"] as? String,
                                type: object["type"] as? String ?? "", data: object["data"] as? [String: Any] ?? [:])
         }
     }

@@ -9,16 +9,20 @@ public final class FaultServer {
     public let root: String
     public let port: Int
     public let requestLog: String
+    /// One JSON object per request body received (see fault_server.py).
+    public let receivedLog: String
     private let server: ChildProcess
 
     public init(in directory: TempDirectory) throws {
         root = directory.file("fault-www")
         requestLog = directory.file("fault-requests.log")
+        receivedLog = directory.file("fault-received.jsonl")
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: requestLog, contents: nil)
         port = freePort()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fault_server.py").path
-        server = try ChildProcess("/usr/bin/python3", [script, "--port", "\(port)", "--root", root, "--log", requestLog],
+        server = try ChildProcess("/usr/bin/python3", [script, "--port", "\(port)", "--root", root, "--log", requestLog,
+                                                       "--received", receivedLog],
                                   environment: [:], outputIn: directory.path, name: "fault-server")
         guard eventually(within: 10, { canConnect(port: port) }) else {
             throw TestFailure("fault server did not start: \(server.stderr)")
@@ -53,6 +57,14 @@ public final class FaultServer {
             guard fields.count >= 5, let status = Int(fields[2]), let sent = Int(fields[fields.count - 1]) else { return nil }
             let range = fields[3...(fields.count - 2)].joined(separator: " ")
             return Request(path: fields[1], status: status, range: range == "-" ? nil : range, bytesSent: sent)
+        }
+    }
+
+    /// What the server read from every request body so far, in order.
+    public var received: [[String: Any]] {
+        let text = (try? String(contentsOfFile: receivedLog, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
         }
     }
 

@@ -123,6 +123,11 @@ public func sha256Hex(_ data: Data) -> String {
     let path = NSTemporaryDirectory() + "/sha-\(UUID().uuidString)"
     defer { try? FileManager.default.removeItem(atPath: path) }
     try? data.write(to: URL(fileURLWithPath: path))
+    return sha256Hex(ofFile: path)
+}
+
+/// sha256sum's digest of a file, read by the tool (large files never enter the test's memory).
+public func sha256Hex(ofFile path: String) -> String {
     let process = Process()
     let pipe = Pipe()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")

@@ -14,13 +14,30 @@ parameters, so one server covers every case:
   always_416=1      answer every Range request with 416
   fail_status=C     answer status C (e.g. 503) ...
   fail_times=K      ... for the first K requests of this path (default: always)
+  fail_from=K       ... starting with request K of this path (default: 1)
   retry_after=S     ... with Retry-After: S
   rate=B            send at most B bytes per second
+  set_cookie=NAME   answer with Set-Cookie: NAME=s3cr3t-NAME; Max-Age=3600; Path=/
+  require_cookie=NAME  answer 401 unless the request sends that cookie
+                    (the value never appears in a URL, so tests can look for it in output)
+
+Any method with a request body (PUT, POST, PATCH, …) is read in chunks and
+answered with a JSON description of what arrived: method, path, size,
+sha256, content type, cookies, and for multipart/form-data every part (name,
+filename, size, sha256, or value for small text fields). The same JSON goes
+as one line into --received, so tests can check uploads whose answer the
+agent does not keep. fail_status/fail_times, set_cookie and require_cookie
+apply there too, and drop_after=N closes the connection after reading N
+body bytes.
 
 Every request is appended to --log as one line:
   METHOD PATH STATUS RANGE BYTES_SENT
 so tests can count requests and bytes sent.
 """
+import email.parser
+import email.policy
+import hashlib
+import json
 import argparse
 import os
 import socket
@@ -53,26 +70,113 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.do_GET()
 
-    def do_GET(self):
+    def send_header(self, keyword, value):
+        super().send_header(keyword, value)
+        # Every response carries the cookie the query asks for.
+        if keyword == "Content-Length" and "set_cookie" in getattr(self, "query", {}):
+            name = self.query["set_cookie"]
+            super().send_header("Set-Cookie", f"{name}=s3cr3t-{name}; Max-Age=3600; Path=/")
+
+    def parse_query(self):
         url = urllib.parse.urlsplit(self.path)
-        query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
-        number = next_count(url.path)
+        self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+        self.number = next_count(url.path)
+        return url
+
+    def within(self, times_key):
+        return times_key not in self.query or self.number <= int(self.query[times_key])
+
+    def refused(self, range_header=None):
+        """Answers an injected failure or a missing cookie; True if it did."""
+        query = self.query
+        status = None
+        if "fail_status" in query and self.within("fail_times") and self.number >= int(query.get("fail_from", 1)):
+            status = int(query["fail_status"])
+        elif "require_cookie" in query and \
+                f"{query['require_cookie']}=s3cr3t-{query['require_cookie']}" not in (self.headers.get("Cookie") or ""):
+            status = 401
+        if status is None:
+            return False
+        body = f"failure {status} on purpose\n".encode()
+        self.send_response(status)
+        if "retry_after" in query:
+            self.send_header("Retry-After", query["retry_after"])
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.record(status, range_header, len(body))
+        # A request body we did not read must not be taken for the next request.
+        self.close_connection = True
+        return True
+
+    def do_PUT(self):
+        self.receive()
+
+    do_POST = do_PATCH = do_DELETE = do_PUT
+
+    def receive(self):
+        url = self.parse_query()
+        if self.refused():
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        drop_after = int(self.query["drop_after"]) if "drop_after" in self.query and self.within("drop_times") else None
+        content_type = self.headers.get("Content-Type") or ""
+        multipart = content_type.startswith("multipart/form-data")
+        digest = hashlib.sha256()
+        kept = bytearray()
+        got = 0
+        while got < length:
+            chunk = self.rfile.read(min(256 * 1024, length - got))
+            if not chunk:
+                break
+            got += len(chunk)
+            digest.update(chunk)
+            if multipart:
+                kept += chunk
+            if drop_after is not None and got >= drop_after:
+                self.record(0, None, 0)
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+        description = {
+            "method": self.command, "path": url.path, "size": got, "sha256": digest.hexdigest(),
+            "content_type": content_type, "cookie": self.headers.get("Cookie"),
+        }
+        if multipart:
+            message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + bytes(kept))
+            parts = []
+            for part in message.iter_parts():
+                payload = part.get_payload(decode=True) or b""
+                entry = {"name": part.get_param("name", header="content-disposition"),
+                         "filename": part.get_filename(), "size": len(payload),
+                         "sha256": hashlib.sha256(payload).hexdigest()}
+                if part.get_filename() is None:
+                    entry["value"] = payload.decode("utf-8", "replace")
+                parts.append(entry)
+            description["parts"] = parts
+        line = json.dumps(description, sort_keys=True)
+        with log_lock, open(self.server.received_path, "a") as received:
+            received.write(line + "\n")
+        body = (line + "\n").encode()
+        status = 201 if self.command == "PUT" else 200
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Received-Bytes", str(got))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.record(status, None, len(body))
+
+    def do_GET(self):
+        url = self.parse_query()
+        query = self.query
         path = os.path.join(self.server.root, url.path.lstrip("/"))
         range_header = self.headers.get("Range")
+        within = self.within
+        number = self.number
 
-        def within(times_key):
-            return times_key not in query or number <= int(query[times_key])
-
-        if "fail_status" in query and within("fail_times"):
-            status = int(query["fail_status"])
-            body = f"failure {status} on purpose\n".encode()
-            self.send_response(status)
-            if "retry_after" in query:
-                self.send_header("Retry-After", query["retry_after"])
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            self.record(status, range_header, len(body))
+        if self.refused(range_header):
             return
 
         if not os.path.isfile(path):
@@ -164,11 +268,13 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--root", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--received", required=True)
     options = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", options.port), Handler)
     server.daemon_threads = True
     server.root = options.root
     server.log_path = options.log
+    server.received_path = options.received
     server.serve_forever()
 
 

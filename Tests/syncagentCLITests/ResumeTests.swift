@@ -105,16 +105,24 @@ struct ResumeTests {
     }
 
     @Test func serviceUnavailableHonoursRetryAfterAndKeepsBytes() throws {
-        let (harness, server, data, status) = try download("fail_status=503&fail_times=1&retry_after=2")
+        // A first response cut off after 1 MiB, then a 503 asking for 2 s, then the rest.
+        let faults = "drop_after=\(dropAt)&drop_times=1&fail_status=503&fail_from=2&fail_times=2&retry_after=2"
+        let (harness, server, data, status) = try download(faults)
         #expect(status == 0)
         #expect(fileMatches(harness, data))
         let events = try harness.events()
-        let retry = try #require(events.first { $0.type == "retrying" })
-        #expect(retry.data["reason"] as? String == "server answered 503 Service Unavailable for \(server.url("f.bin", "fail_status=503&fail_times=1&retry_after=2"))")
+        let retry = try #require(events.first { $0.type == "retrying" && ($0.data["reason"] as? String)?.hasPrefix("server answered 503") == true })
+        #expect(retry.data["reason"] as? String == "server answered 503 Service Unavailable for \(server.url("f.bin", faults))")
         #expect((retry.data["delay_ms"] as? Int ?? 0) >= 2000)
-        let starts = events.filter { $0.type == "started" }.map(\.seq)
-        #expect(starts.count == 2)
-        #expect(server.requests.map(\.status) == [503, 200])
+        #expect(retry.data["bytes"] as? Int == dropAt)
+        let next = try #require(events.first { $0.type == "started" && $0.seq > retry.seq })
+        #expect(next.atMs - retry.atMs >= 2000, "Retry-After: 2 honoured")
+        #expect(next.data["offset"] as? Int == dropAt)
+        let requests = server.requests
+        #expect(requests.map(\.status) == [200, 503, 206])
+        #expect(requests[2].range == "bytes=\(dropAt)-")
+        // The bytes received before the 503 were not fetched again.
+        #expect(requests[0].bytesSent + requests[2].bytesSent == size)
     }
 
     @Test func stallIsCaughtByIdleTimeoutAndResumed() throws {
