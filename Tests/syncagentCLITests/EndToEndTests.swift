@@ -96,6 +96,10 @@ struct EndToEndTests {
             ("escape.job", "url = \"\(url)\"\ndest = \"../../etc/passwd\"", "escape.job: key \"dest\" \"../../etc/passwd\" is outside download_dir \(harness.downloads)"),
             ("huge.job", huge, "huge.job: the job file is \(huge.utf8.count) bytes, over the 64 KiB limit"),
             ("scheme.job", "url = \"ftp://127.0.0.1/x\"", "scheme.job: key \"url\" must be an http or https URL, not ftp: \"ftp://127.0.0.1/x\""),
+            ("nobody.job", "url = \"\(url)\"\nkind = \"upload\"\nbody_file = \"\(harness.directory.file("absent.mp4"))\"",
+             "nobody.job: key \"body_file\": \(harness.directory.file("absent.mp4")) cannot be read: No such file or directory"),
+            ("dirbody.job", "url = \"\(url)\"\nkind = \"upload\"\nbody_file = \"\(harness.directory.path)\"",
+             "dirbody.job: key \"body_file\": \(harness.directory.path) is not a regular file"),
         ]
         for bad in cases { try harness.drop(bad.name, bad.job) }
         try harness.drop("good.job", "url = \"\(url)\"\n")

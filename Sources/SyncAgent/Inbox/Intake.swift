@@ -97,6 +97,10 @@ final class Intake {
             } else {
                 id = newTaskID()
             }
+            if let problem = Self.unreadableBody(spec) {
+                reject(name, problem)
+                return
+            }
             log.record(.created(spec), task: id)
             logger.info("job taken", metadata: ["task.id": "\(id)", "file": "\(name)", "url": "\(spec.url)"])
         case .control(let control):
@@ -120,6 +124,21 @@ final class Intake {
     func removeTakenFiles() {
         for path in takenAwaitingCommit { unlink(path) }
         takenAwaitingCommit.removeAll(keepingCapacity: true)
+    }
+
+    /// A body file that is missing or not a readable regular file makes the
+    /// job bad input, said at intake rather than at the first attempt.
+    static func unreadableBody(_ spec: TaskSpec) -> String? {
+        guard let path = spec.bodyFile else { return nil }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            return "key \"body_file\": \(path) cannot be read: \(String(cString: strerror(errno)))"
+        }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { return "key \"body_file\": \(path) is not a regular file" }
+        guard access(path, R_OK) == 0 else {
+            return "key \"body_file\": \(path) cannot be read: \(String(cString: strerror(errno)))"
+        }
+        return nil
     }
 
     private func reject(_ name: String, _ sentence: String) {
