@@ -13,6 +13,9 @@ struct SubmitCommand: ParsableCommand {
 
             Example:
               syncagent submit https://example.com/a.iso --dest isos/a.iso --sha256 3a7b… --priority 5
+              syncagent submit https://example.com/videos --kind upload --body-file clip.mp4 --form-field file --form title=holiday
+              syncagent submit https://example.com/api/items --kind data --method POST --body-file item.json \\
+                --header 'Content-Type: application/json' --dest answers/item.json
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -23,8 +26,20 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Destination, relative to download_dir (default: the URL's file name).")
     var dest: String?
 
-    @Option(help: "download (default).")
+    @Option(help: "download (default), upload or data.")
     var kind: String?
+
+    @Option(help: "Upload and data jobs: the request method (default GET, or PUT for an upload).")
+    var method: String?
+
+    @Option(help: "Upload and data jobs: a file sent as the request body, streamed from disk.")
+    var bodyFile: String?
+
+    @Option(help: "Upload jobs: send the file as multipart/form-data under this field name.")
+    var formField: String?
+
+    @Option(name: .customLong("form"), help: ArgumentHelp("An extra form field, 'name=value'; repeatable.", valueName: "K=V"))
+    var formFields: [String] = []
 
     @Option(help: "Expected SHA-256 of the file, verified before it is published.")
     var sha256: String?
@@ -42,17 +57,15 @@ struct SubmitCommand: ParsableCommand {
         if let dest { lines.append("dest = \(tomlString(dest))") }
         if let sha256 { lines.append("sha256 = \(tomlString(sha256))") }
         if let priority { lines.append("priority = \(priority)") }
-        if !headers.isEmpty {
-            lines.append("[headers]")
-            for header in headers {
-                guard let colon = header.firstIndex(of: ":") else {
-                    throw fail("--header \"\(header)\" must look like 'Name: value'")
-                }
-                let name = header[..<colon].trimmingCharacters(in: .whitespaces)
-                let value = header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-                lines.append("\(tomlString(name)) = \(tomlString(value))")
-            }
+        if let method { lines.append("method = \(tomlString(method))") }
+        if let bodyFile {
+            // The agent runs elsewhere: a relative path means this shell's directory.
+            let absolute = URL(fileURLWithPath: bodyFile, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+            lines.append("body_file = \(tomlString(absolute.standardizedFileURL.path))")
         }
+        if let formField { lines.append("form_field = \(tomlString(formField))") }
+        try appendTable("headers", headers, separator: ":", option: "--header", shape: "'Name: value'", to: &lines)
+        try appendTable("form", formFields, separator: "=", option: "--form", shape: "'name=value'", to: &lines)
         let text = lines.joined(separator: "\n") + "\n"
         // The agent would reject it; say so now, naming the key.
         do {
@@ -65,6 +78,21 @@ struct SubmitCommand: ParsableCommand {
         } catch {
             throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)")
         }
+    }
+}
+
+/// `[name]` with one `key = "value"` per `key<separator>value` given.
+private func appendTable(_ name: String, _ pairs: [String], separator: Character, option: String, shape: String,
+                         to lines: inout [String]) throws {
+    guard !pairs.isEmpty else { return }
+    lines.append("[\(name)]")
+    for pair in pairs {
+        guard let split = pair.firstIndex(of: separator) else {
+            throw fail("\(option) \"\(pair)\" must look like \(shape)")
+        }
+        let key = pair[..<split].trimmingCharacters(in: .whitespaces)
+        let value = pair[pair.index(after: split)...].trimmingCharacters(in: .whitespaces)
+        lines.append("\(tomlString(key)) = \(tomlString(value))")
     }
 }
 

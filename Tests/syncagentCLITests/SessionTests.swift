@@ -110,6 +110,22 @@ struct SessionTests {
         #expect(finished(try harness.events(), "form")?["status"] as? Int == 200)
     }
 
+    @Test func submitWritesUploadJobs() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let photo = harness.directory.file("cat.png")
+        let sha = try makeFile(photo, size: 70_000)
+        let submitted = try harness.run(["submit", server.url("photos"), "--kind", "upload", "--body-file", photo,
+                                         "--form-field", "picture", "--form", "caption=a cat", "--header", "X-Api-Key: k3y"])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))")
+        let parts = server.received.first?["parts"] as? [[String: Any]] ?? []
+        #expect(parts.map { $0["name"] as? String } == ["caption", "picture"])
+        #expect(parts.first?["value"] as? String == "a cat")
+        #expect(parts.last?["sha256"] as? String == sha)
+    }
+
     @Test func uploadCutOffMidwayStartsOverCleanly() throws {
         let harness = try AgentHarness()
         let server = try FaultServer(in: harness.directory)
