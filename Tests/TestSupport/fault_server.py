@@ -97,6 +97,14 @@ class Handler(BaseHTTPRequestHandler):
             status = 401
         if status is None:
             return False
+        # Read (and drop) a request body first: closing on unread bytes resets
+        # the connection, and the client might never see this answer.
+        left = int(self.headers.get("Content-Length") or 0)
+        while left > 0:
+            chunk = self.rfile.read(min(256 * 1024, left))
+            if not chunk:
+                break
+            left -= len(chunk)
         body = f"failure {status} on purpose\n".encode()
         self.send_response(status)
         if "retry_after" in query:

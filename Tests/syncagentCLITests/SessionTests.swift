@@ -213,8 +213,26 @@ struct SessionTests {
         let denied = try #require(tasks.first { $0["id"] as? String == "denied" })
         #expect(denied["error"] as? String == "server answered 403 Forbidden for \(server.url("api/upload", "fail_status=403"))")
         #expect(denied["error_code"] as? String == "http_403")
+        #expect(server.requests.count == 2, "4xx are not retried")
         let left = try FileManager.default.contentsOfDirectory(atPath: harness.downloads)
         #expect(left.isEmpty, "\(left)")
+    }
+
+    @Test func uploadRefusedByTheServerFailsWithItsStatus() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let file = harness.directory.file("big.iso")
+        _ = try makeFile(file, size: 3 << 20)
+        let url = server.url("up/big.iso", "fail_status=413")
+        try harness.drop("up.job", "url = \"\(url)\"\nkind = \"upload\"\nid = \"up\"\nbody_file = \"\(file)\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 4)
+        let task = try #require(try harness.statusTasks().first)
+        #expect(task["error"] as? String == "server answered 413 Content Too Large for \(url)")
+        #expect(task["error_code"] as? String == "http_413")
+        #expect(task["attempts"] as? Int == 1)
+        let failed = try #require(try harness.events().first { $0.type == "failed" })
+        #expect((failed.data["metrics"] as? [String: Any])?["status"] as? Int == 413)
     }
 
     @Test func persistentCookiesSurviveARestart() throws {

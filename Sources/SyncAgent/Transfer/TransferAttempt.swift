@@ -449,6 +449,9 @@ final class TransferAttempt {
             return .complete(bytes: kind == .upload ? resultBytes : written)
         }
         flush()
+        // The server answered with an error while we were still sending (an
+        // upload refused early): its answer says more than the broken send.
+        if status >= 400 { return httpFailure() }
         let words = String(cString: curl_easy_strerror(result))
         let reason = "\(words) (\(currentURL))"
         switch result {
@@ -531,7 +534,8 @@ struct TransferSettings {
 enum HTTPStatus {
     static func phrase(_ status: Int) -> String? {
         [400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-         408: "Request Timeout", 410: "Gone", 416: "Range Not Satisfiable", 429: "Too Many Requests",
+         408: "Request Timeout", 410: "Gone", 413: "Content Too Large", 416: "Range Not Satisfiable",
+         429: "Too Many Requests",
          500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
          504: "Gateway Timeout"][status]
     }
