@@ -345,6 +345,25 @@ struct SessionTests {
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/slow.bin.part"))
     }
 
+    @Test func totalTimeoutCountsAcrossARestart() throws {
+        let harness = try AgentHarness(config: "total_timeout = 2\n")
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("slow.bin", size: 4 << 20)
+        try harness.drop("slow.job", "url = \"\(server.url("slow.bin", "rate=262144"))\"\nid = \"slow\"\n")
+        var agent = try harness.startAgent()
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "started" }) ?? false })
+        agent.signal(SIGKILL)
+        agent.wait(seconds: 10)
+        usleep(2_500_000)
+        // The deadline ran out while no agent ran: the next one fails the task without a request.
+        agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 4)
+        let failed = try #require(try harness.events().first { $0.type == "failed" })
+        #expect(failed.data["code"] as? String == "total_timeout")
+        #expect(server.requests.count <= 1)
+        #expect(try harness.events().filter { $0.type == "started" }.count == 1)
+    }
+
     @Test func everyOverwriteModeDoesWhatItSays() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)
