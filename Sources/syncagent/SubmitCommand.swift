@@ -8,14 +8,18 @@ struct SubmitCommand: ParsableCommand {
         commandName: "submit",
         abstract: "Write a job file into the inbox and print its path.",
         discussion: """
-            The file is written under a temporary name and renamed, so the agent never sees half
-            a job. Works whether or not the agent runs; it takes the job when it (next) runs.
+            The file is written under a temporary name and renamed, so the agent
+            never sees half a job. Works whether or not the agent runs; it takes
+            the job when it (next) runs.
 
-            Example:
-              syncagent submit https://example.com/a.iso --dest isos/a.iso --sha256 3a7b… --priority 5
-              syncagent submit https://example.com/videos --kind upload --body-file clip.mp4 --form-field file --form title=holiday
-              syncagent submit https://example.com/api/items --kind data --method POST --body-file item.json \\
-                --header 'Content-Type: application/json' --dest answers/item.json
+            Examples:
+              syncagent submit https://example.com/a.iso --dest isos/a.iso \\
+                --sha256 3a7b… --priority 5
+              syncagent submit https://example.com/videos --kind upload \\
+                --body-file clip.mp4 --form-field file --form title=holiday
+              syncagent submit https://example.com/api/items --kind data \\
+                --method POST --body-file item.json --dest answers/item.json \\
+                --header 'Content-Type: application/json'
             """)
 
     @OptionGroup var global: GlobalOptions
