@@ -139,8 +139,7 @@ public struct JobParser: Sendable {
         var method = try reader.string("method")
         if let given = method {
             method = given.uppercased()
-            let token = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-            guard !given.isEmpty, given.count <= 32, method!.unicodeScalars.allSatisfy({ token.contains($0) }) else {
+            guard given.count <= 32, Header.isToken(method!) else {
                 throw KeyError(key: "method", "\"\(given)\" is not an HTTP method")
             }
             if kind == .upload, method != "PUT", method != "POST" {

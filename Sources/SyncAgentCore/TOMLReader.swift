@@ -117,8 +117,7 @@ struct TOMLReader {
     }
 
     func headers(_ key: String) throws -> [Header] {
-        let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        return try stringTable(key, nameIsValid: { $0.unicodeScalars.allSatisfy { tokenCharacters.contains($0) } },
+        try stringTable(key, nameIsValid: Header.isToken,
                                nameRule: "is not a valid HTTP header name").map { Header(name: $0.name, value: $0.value) }
     }
 

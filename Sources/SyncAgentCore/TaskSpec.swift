@@ -32,10 +32,21 @@ public struct Header: Codable, Equatable, Sendable {
     }
 
     /// `Name: value`, or `Name: <redacted>` for credentials.
-    public var printable: String { "\(name): \(isSecret ? "<redacted>" : value)" }
+    public var printable: String {
+        let shown = redacted
+        return "\(shown.name): \(shown.value)"
+    }
 
     /// Itself, or with the value replaced by `<redacted>` for credentials.
     public var redacted: Header { isSecret ? Header(name: name, value: "<redacted>") : self }
+
+    private static let tokenCharacters = CharacterSet(
+        charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+    /// An RFC 9110 token: what header names and methods are made of.
+    public static func isToken(_ text: String) -> Bool {
+        !text.isEmpty && text.unicodeScalars.allSatisfy { tokenCharacters.contains($0) }
+    }
 }
 
 /// Where a job came from, to make intake exactly-once: a file whose identity
