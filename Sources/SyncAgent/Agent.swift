@@ -330,7 +330,7 @@ public final class Agent {
         let wallNow = FileSystem.nowMs
         for attempt in attempts.values {
             if attempt.deadlineMs <= wallNow {
-                attempt.flush()
+                // No flush: failing deletes the partial file.
                 finish(attempt, .permanent(reason: "\(totalTimeoutWords) (\(log.state[attempt.taskID]?.currentURL ?? ""))",
                                            code: "total_timeout"))
             } else if attempt.isStalled(nowMs: now) {
@@ -395,17 +395,17 @@ public final class Agent {
     }
 
     private func pauseAllForStop() {
-        for id in Array(attemptByTask.keys).sorted() {
-            guard let attempt = detach(id) else { continue }
-            attempt.flush()
-            log.record(.paused(Paused(bytes: resumableBytes(attempt), reason: .agentStopping, metrics: attempt.metrics)), task: id)
-        }
+        for id in Array(attemptByTask.keys).sorted() { pause(id, reason: .agentStopping, bytesIfIdle: 0) }
     }
 
-    /// Where a stopped attempt's task continues: a download at its durable
-    /// bytes, anything else from the start.
-    private func resumableBytes(_ attempt: TransferAttempt) -> Int64 {
-        attempt.kind == .download ? attempt.durable : 0
+    /// Records `paused`, stopping the task's attempt if one runs: a download
+    /// keeps its durable bytes, anything else will start over. A task with no
+    /// attempt keeps `bytesIfIdle`.
+    private func pause(_ id: String, reason: PauseReason, bytesIfIdle: Int64) {
+        let attempt = detach(id)
+        attempt?.flush()
+        let bytes = attempt.map { $0.kind == .download ? $0.durable : 0 } ?? bytesIfIdle
+        log.record(.paused(Paused(bytes: bytes, reason: reason, metrics: attempt?.metrics)), task: id)
     }
 
     // MARK: - Control jobs
@@ -422,10 +422,7 @@ public final class Agent {
         for task in targets {
             switch control.action {
             case .pause where task.phase.isActive:
-                let attempt = detach(task.id)
-                attempt?.flush()
-                let bytes = attempt.map(resumableBytes) ?? task.bytes
-                log.record(.paused(Paused(bytes: bytes, reason: .user, metrics: attempt?.metrics)), task: task.id)
+                pause(task.id, reason: .user, bytesIfIdle: task.bytes)
             case .resume where task.phase == .paused:
                 log.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
             case .cancel where !task.phase.isEnded:
