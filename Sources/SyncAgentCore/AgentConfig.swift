@@ -39,6 +39,24 @@ public struct AgentConfig: Equatable, Sendable {
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
     ]
 
+    /// Keys a running agent cannot change: SIGHUP reports them for the next start.
+    public static let restartKeys: Set<String> = ["inbox", "state_dir", "download_dir", "cookies"]
+
+    /// The keys whose values differ, for the reload's log entry.
+    public static func changes(from old: AgentConfig, to new: AgentConfig) -> [String] {
+        var keys: [String] = []
+        func note<T: Equatable>(_ key: String, _ path: KeyPath<AgentConfig, T>) {
+            if old[keyPath: path] != new[keyPath: path] { keys.append(key) }
+        }
+        note("inbox", \.inbox); note("state_dir", \.stateDir); note("download_dir", \.downloadDir)
+        note("max_active", \.maxActive); note("max_per_host", \.maxPerHost); note("retries", \.retries)
+        note("connect_timeout", \.connectTimeout); note("idle_timeout", \.idleTimeout)
+        note("total_timeout", \.totalTimeout); note("max_redirects", \.maxRedirects); note("max_speed", \.maxSpeed)
+        note("notify", \.notify); note("user_agent", \.userAgent); note("cookies", \.cookies); note("proxy", \.proxy)
+        note("ca_file", \.caFile); note("headers", \.headers)
+        return keys
+    }
+
     /// Parses the text of a config file; errors name the key.
     public static func parse(_ text: String) throws -> AgentConfig {
         let reader = try TOMLReader.parse(text)
@@ -57,6 +75,10 @@ public struct AgentConfig: Equatable, Sendable {
         config.maxSpeed = try reader.byteCount("max_speed")
         config.notify = try reader.choice("notify", NotifyMode.self) ?? config.notify
         config.userAgent = try reader.string("user_agent")
+        // It goes out as a header: a line break would start another one.
+        if let agent = config.userAgent, agent.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+            throw KeyError(key: "user_agent", "must not contain CR, LF, NUL or other control characters")
+        }
         config.cookies = try reader.choice("cookies", CookieMode.self) ?? config.cookies
         config.proxy = try reader.string("proxy")
         config.caFile = try reader.string("ca_file")

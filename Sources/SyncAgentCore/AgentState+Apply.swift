@@ -18,9 +18,15 @@ extension AgentState {
             tasks[id] = TaskState(id: id, spec: spec, seq: event.seq, atMs: event.atMs)
             order.append(id)
             if let source = spec.source { takenSources.insert(source.identity) }
+            reserve(spec.dest, for: id)
             countActive(id, was: nil, now: .queued)
         case .rejected(let rejection):
             rejected.append(rejection)
+            if let identity = rejection.identity { rejectedSources.insert(identity) }
+        case .controlled(let control):
+            if let identity = control.identity { takenSources.insert(identity) }
+        case .configReloaded:
+            break
         case .agentStarted(let started):
             runningAgentPid = started.pid
         case .agentStopped:
@@ -43,6 +49,10 @@ extension AgentState {
             // Mutated in place through the index: no copy of the task, one hash lookup.
             let change = tasks.values[index].apply(event)
             if change.before != change.after {
+                if change.before.isEnded != change.after.isEnded {
+                    let dest = tasks.values[index].spec.dest
+                    if change.after.isEnded { release(dest, for: id) } else { reserve(dest, for: id) }
+                }
                 countActive(id, was: change.before, now: change.after)
             } else if change.after == .queued {
                 // Still queued, but its start time or host may have changed.
@@ -54,6 +64,24 @@ extension AgentState {
                 if runningByHost[change.hostBefore] == 0 { runningByHost[change.hostBefore] = nil }
                 runningByHost[change.hostAfter, default: 0] += 1
             }
+        }
+    }
+
+    /// A destination and its partial file belong to the first live task
+    /// that claims them. (Logs written before reservations existed may name
+    /// one file twice; the later claim then holds nothing, so an ended task
+    /// never frees a name another still uses.)
+    private mutating func reserve(_ dest: String?, for id: String) {
+        guard let dest else { return }
+        for path in [dest, Destinations.partPath(of: dest)] where reservedPaths[path] == nil {
+            reservedPaths[path] = id
+        }
+    }
+
+    private mutating func release(_ dest: String?, for id: String) {
+        guard let dest else { return }
+        for path in [dest, Destinations.partPath(of: dest)] where reservedPaths[path] == id {
+            reservedPaths[path] = nil
         }
     }
 
@@ -125,9 +153,10 @@ extension TaskState {
             pauseReason = nil
             notBeforeMs = nil
         case .progressed(let progress):
-            let elapsedMs = event.atMs - updatedAtMs
-            if progress.bytes > bytes, elapsedMs > 0 {
-                speed = (progress.bytes - bytes) * 1000 / elapsedMs
+            let (elapsedMs, overflow) = event.atMs.subtractingReportingOverflow(updatedAtMs)
+            if progress.bytes > bytes, elapsedMs > 0, !overflow {
+                // In Double: a damaged or hostile log must not overflow the fold.
+                speed = Int64(min((Double(progress.bytes) - Double(bytes)) * 1000 / Double(elapsedMs), 1e15))
             }
             bytes = progress.bytes
             if let total = progress.total { self.total = total }
@@ -145,6 +174,12 @@ extension TaskState {
             pauseReason = paused.reason
             speed = 0
         case .resumed(let resumed):
+            if phase == .failed {
+                // Run again by the user: a fresh budget of retries and of total_timeout.
+                attemptsBeforeRerun = attempts
+                firstStartedAtMs = nil
+                endedAtMs = nil
+            }
             phase = .queued
             bytes = resumed.bytes
             pauseReason = nil
@@ -156,7 +191,7 @@ extension TaskState {
             phase = .queued
             bytes = retry.bytes
             error = retry.reason
-            notBeforeMs = event.atMs + retry.delayMs
+            notBeforeMs = event.atMs.addingReportingOverflow(retry.delayMs).overflow ? .max : event.atMs + retry.delayMs
             speed = 0
         case .finished(let finished):
             phase = .finished
@@ -164,6 +199,7 @@ extension TaskState {
             total = finished.bytes
             publishedPath = finished.dest
             responseStatus = finished.status
+            skipReason = finished.skipped
             error = nil
             errorCode = nil
             endedAtMs = event.atMs
@@ -182,7 +218,7 @@ extension TaskState {
             bytes = cancelled.bytes
             endedAtMs = event.atMs
             speed = 0
-        case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified:
+        case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified, .controlled, .configReloaded:
             break
         }
         return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey)

@@ -39,11 +39,13 @@ public enum EventBody: Equatable, Sendable {
     case agentStopped(AgentStopped)
     case batchFinished(BatchFinished)
     case notified(Notified)
+    case controlled(Controlled)
+    case configReloaded(ConfigReloaded)
 
     public static let allTypes = [
         "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
-        "finished", "failed", "cancelled", "rejected",
-        "agent_started", "agent_stopped", "batch_finished", "notified",
+        "finished", "failed", "cancelled", "rejected", "controlled",
+        "agent_started", "agent_stopped", "batch_finished", "notified", "config_reloaded",
     ]
 
     public var type: String {
@@ -63,6 +65,8 @@ public enum EventBody: Equatable, Sendable {
         case .agentStopped: "agent_stopped"
         case .batchFinished: "batch_finished"
         case .notified: "notified"
+        case .controlled: "controlled"
+        case .configReloaded: "config_reloaded"
         }
     }
 }
@@ -151,10 +155,13 @@ public struct Finished: Codable, Equatable, Sendable {
     public var responseHeaders: [Header]?
     /// nil when no attempt ran (`overwrite = "skip"` found the file).
     public var metrics: AttemptMetrics?
+    /// Set when nothing was transferred because `overwrite = "skip"` found
+    /// the file, or another task bringing it: why.
+    public var skipped: String?
     public init(bytes: Int64, dest: String?, sha256: String? = nil, status: Int? = nil,
-                responseHeaders: [Header]? = nil, metrics: AttemptMetrics? = nil) {
+                responseHeaders: [Header]? = nil, metrics: AttemptMetrics? = nil, skipped: String? = nil) {
         self.bytes = bytes; self.dest = dest; self.sha256 = sha256; self.status = status
-        self.responseHeaders = responseHeaders; self.metrics = metrics
+        self.responseHeaders = responseHeaders; self.metrics = metrics; self.skipped = skipped
     }
 
     /// As it may be shown: credentials among the response headers redacted.
@@ -188,7 +195,41 @@ public struct Cancelled: Codable, Equatable, Sendable {
 public struct Rejected: Codable, Equatable, Sendable {
     public var file: String
     public var error: String
-    public init(file: String, error: String) { self.file = file; self.error = error }
+    /// The job file's identity (see `JobSource`): a restart that finds the
+    /// file again knows it was handled.
+    public var identity: String?
+    public init(file: String, error: String, identity: String? = nil) {
+        self.file = file; self.error = error; self.identity = identity
+    }
+}
+
+/// A control job was handled: what it asked, and what came of it
+/// ("paused at byte 1048576", "nothing to do: task already finished").
+/// The event's task is the target, or nil for `task = "*"`.
+public struct Controlled: Codable, Equatable, Sendable {
+    public var action: String
+    public var target: String
+    public var outcome: String
+    public var file: String?
+    /// The job file's identity: intake is exactly-once for control jobs too.
+    public var identity: String?
+    public init(action: String, target: String, outcome: String, file: String? = nil, identity: String? = nil) {
+        self.action = action; self.target = target; self.outcome = outcome; self.file = file; self.identity = identity
+    }
+}
+
+/// SIGHUP: the config file was read again. `error` set: it did not parse
+/// and the agent goes on with the settings it had.
+public struct ConfigReloaded: Codable, Equatable, Sendable {
+    public var file: String
+    /// Keys whose value changed and took effect.
+    public var applied: [String]
+    /// Keys that changed but only take effect at the next start (paths).
+    public var needRestart: [String]
+    public var error: String?
+    public init(file: String, applied: [String], needRestart: [String], error: String? = nil) {
+        self.file = file; self.applied = applied; self.needRestart = needRestart; self.error = error
+    }
 }
 
 public struct AgentStarted: Codable, Equatable, Sendable {

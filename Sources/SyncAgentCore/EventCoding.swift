@@ -48,7 +48,7 @@ public enum EventCoding {
         case .finished(let p):
             json.field("bytes", p.bytes); json.field("dest", p.dest); json.field("metrics", json: p.metrics.map(metricsJSON))
             json.field("response_headers", json: p.responseHeaders.map(headersJSON)); json.field("sha256", p.sha256)
-            json.field("status", p.status.map(Int64.init))
+            json.field("skipped", p.skipped); json.field("status", p.status.map(Int64.init))
             return json.finish()
         case .failed(let p):
             json.field("bytes", p.bytes); json.field("code", p.code); json.field("metrics", json: p.metrics.map(metricsJSON))
@@ -86,6 +86,8 @@ public enum EventCoding {
             case .agentStopped(let p): bytes = try encoder.encode(p)
             case .batchFinished(let p): bytes = try encoder.encode(p)
             case .notified(let p): bytes = try encoder.encode(p)
+            case .controlled(let p): bytes = try encoder.encode(p)
+            case .configReloaded(let p): bytes = try encoder.encode(p)
             default: preconditionFailure("written by hand above")
             }
         } catch {
@@ -153,6 +155,8 @@ public enum EventCoding {
         case "agent_stopped": return .agentStopped(try decode(AgentStopped.self))
         case "batch_finished": return .batchFinished(try decode(BatchFinished.self))
         case "notified": return .notified(try decode(Notified.self))
+        case "controlled": return .controlled(try decode(Controlled.self))
+        case "config_reloaded": return .configReloaded(try decode(ConfigReloaded.self))
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }
@@ -249,10 +253,12 @@ extension Retrying {
 extension Finished {
     init(reading reader: inout JSONReader) throws {
         var bytes: Int64?, dest: String?, sha256: String?, status: Int64?, headers: [Header]?, metrics: AttemptMetrics?
+        var skipped: String?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
             case "dest": dest = try value.readOptional { try $0.readString() }
+            case "skipped": skipped = try value.readOptional { try $0.readString() }
             case "sha256": sha256 = try value.readOptional { try $0.readString() }
             case "status": status = try value.readOptional { try $0.readInt() }
             case "response_headers": headers = try value.readOptional { try $0.readHeaders() }
@@ -261,7 +267,7 @@ extension Finished {
             }
         }
         self.init(bytes: try required(bytes, "bytes"), dest: dest, sha256: sha256, status: status.map(Int.init),
-                  responseHeaders: headers, metrics: metrics)
+                  responseHeaders: headers, metrics: metrics, skipped: skipped)
     }
 }
 

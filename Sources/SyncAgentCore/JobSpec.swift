@@ -22,10 +22,18 @@ public struct JobParser: Sendable {
     /// Absolute; every destination must stay inside it.
     public var downloadDir: String
     public var defaultNotify: NotifyMode
+    /// The agent's own folders (state dir, inbox): no destination may lie
+    /// in them, even when they sit inside `download_dir`.
+    public var forbiddenDirs: [String]
 
-    public init(downloadDir: String, defaultNotify: NotifyMode = .batch) {
+    public init(downloadDir: String, defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = []) {
         self.downloadDir = PathRules.normalize(downloadDir)
         self.defaultNotify = defaultNotify
+        self.forbiddenDirs = forbiddenDirs.map(PathRules.normalize)
+    }
+
+    private func resolveDest(_ dest: String) throws -> String {
+        try PathRules.resolve(dest, inside: downloadDir, excluding: forbiddenDirs, key: "dest")
     }
 
     static let transferKeys: Set<String> = [
@@ -80,9 +88,9 @@ public struct JobParser: Sendable {
         var dest: String?
         switch kind {
         case .download, .hls:
-            dest = try PathRules.resolve(try reader.string("dest") ?? URLRules.fileName(from: url), inside: downloadDir, key: "dest")
+            dest = try resolveDest(try reader.string("dest") ?? URLRules.fileName(from: url))
         case .data:
-            dest = try reader.string("dest").map { try PathRules.resolve($0, inside: downloadDir, key: "dest") }
+            dest = try reader.string("dest").map(resolveDest)
         case .upload:
             if reader.has("dest") {
                 throw KeyError(key: "dest", "does not apply to an upload, whose response body is not kept; use kind = \"data\" with body_file to save what the server answers")
@@ -192,14 +200,22 @@ public enum IDRules {
 public enum URLRules {
     /// HTTP and HTTPS only, with a host: for the job URL and every redirect.
     public static func checkTransferURL(_ url: String, key: String) throws {
+        let shown = Redaction.url(url)
+        // A space or a control character (CR, LF, NUL …) could end the request line.
+        guard !url.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else {
+            throw KeyError(key: key, "must not contain spaces or control characters: \"\(Redaction.url(url.debugDescription))\"")
+        }
+        guard url.utf8.count <= 8192 else {
+            throw KeyError(key: key, "is \(url.utf8.count) bytes long, over the 8 KiB a URL may have")
+        }
         guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased() else {
-            throw KeyError(key: key, "is not a valid URL: \"\(url)\"")
+            throw KeyError(key: key, "is not a valid URL: \"\(shown)\"")
         }
         guard scheme == "http" || scheme == "https" else {
-            throw KeyError(key: key, "must be an http or https URL, not \(scheme): \"\(url)\"")
+            throw KeyError(key: key, "must be an http or https URL, not \(scheme): \"\(shown)\"")
         }
         guard let host = components.host, !host.isEmpty else {
-            throw KeyError(key: key, "has no host: \"\(url)\"")
+            throw KeyError(key: key, "has no host: \"\(shown)\"")
         }
     }
 
@@ -208,8 +224,13 @@ public enum URLRules {
         let path = URLComponents(string: url)?.path ?? ""
         let last = path.split(separator: "/").last.map(String.init) ?? ""
         let decoded = (last.removingPercentEncoding ?? last).replacingOccurrences(of: "/", with: "_")
-        if decoded.isEmpty || decoded == "." || decoded == ".." { return "index.html" }
-        return decoded
+        if decoded.isEmpty || decoded == "." || decoded == ".." || decoded.contains("\0") { return "index.html" }
+        // A name the file system can hold, keeping the extension where it can.
+        guard decoded.utf8.count > 200 else { return decoded }
+        let ext = (decoded as NSString).pathExtension
+        var stem = String(decoded.prefix(200 - min(ext.utf8.count + 1, 40)))
+        while stem.utf8.count + ext.utf8.count + 1 > 200 { stem.removeLast() }
+        return ext.isEmpty || ext.utf8.count >= 40 ? stem : stem + "." + ext
     }
 
     /// `host:port` with the scheme's default port: what `max_per_host` counts.
@@ -233,8 +254,12 @@ public enum PathRules {
         return "/" + parts.joined(separator: "/")
     }
 
-    /// `dest` relative to `downloadDir` (or absolute inside it) → absolute path.
-    public static func resolve(_ dest: String, inside downloadDir: String, key: String) throws -> String {
+    /// `dest` relative to `downloadDir` (or absolute inside it) → absolute
+    /// path, never inside one of `excluded` (the agent's own folders).
+    /// Symbolic links are not looked at here: the engine opens every
+    /// component beneath `downloadDir` without following one.
+    public static func resolve(_ dest: String, inside downloadDir: String, excluding excluded: [String] = [],
+                               key: String) throws -> String {
         if dest.isEmpty || dest.hasSuffix("/") {
             throw KeyError(key: key, "must name a file, not \"\(dest)\"")
         }
@@ -244,10 +269,22 @@ public enum PathRules {
         let root = normalize(downloadDir)
         let joined = dest.hasPrefix("/") ? dest : root + "/" + dest
         let resolved = normalize(joined)
-        guard resolved.hasPrefix(root == "/" ? "/" : root + "/"), resolved != root else {
+        guard isInside(resolved, root) else {
             throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)")
         }
+        for folder in excluded where resolved == folder || isInside(resolved, folder) {
+            throw KeyError(key: key, "\"\(dest)\" is inside the agent's own folder \(folder)")
+        }
+        // Room for `.part` and a rename's `.N` within a name's 255 bytes.
+        guard resolved.utf8.count < 4000, resolved.split(separator: "/").allSatisfy({ $0.utf8.count <= 240 }) else {
+            throw KeyError(key: key, "\"\(dest)\" is too long a path (at most 240 bytes a name)")
+        }
         return resolved
+    }
+
+    /// `path` lies strictly below `folder`.
+    public static func isInside(_ path: String, _ folder: String) -> Bool {
+        path != folder && path.hasPrefix(folder == "/" ? "/" : folder + "/")
     }
 }
 

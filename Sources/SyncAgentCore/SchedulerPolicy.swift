@@ -49,3 +49,42 @@ public enum SchedulerPolicy {
         return max(jittered, retryAfterMs ?? 0)
     }
 }
+
+/// Retry or fail, after a transient failure: a pure decision the agent
+/// carries out.
+public enum RetryDecision: Equatable, Sendable {
+    case retry(delayMs: Int64)
+    case fail(reason: String, code: String)
+
+    /// - Parameters:
+    ///   - attemptsUsed: attempts since the task was created or last run again by the user.
+    ///   - retryAfterMs: what the server's `Retry-After` asked for, if anything (any size).
+    ///   - deadlineMs: when `total_timeout` runs out for the task.
+    public static func decide(reason: String, attemptsUsed: Int, retriesAllowed: Int, retryAfterMs: Int64?,
+                              nowMs: Int64, deadlineMs: Int64, totalTimeoutWords: String, jitter: Double) -> RetryDecision {
+        guard attemptsUsed <= retriesAllowed else {
+            return .fail(reason: "gave up after \(attemptsUsed) attempts: \(reason)", code: "retries_exhausted")
+        }
+        let delay = SchedulerPolicy.retryDelayMs(attempt: attemptsUsed, retryAfterMs: retryAfterMs, jitter: jitter)
+        let (wakeMs, overflow) = nowMs.addingReportingOverflow(delay)
+        guard !overflow, wakeMs < deadlineMs else {
+            if let asked = retryAfterMs, asked == delay {
+                return .fail(reason: "server asked to wait \(Durations.words(ms: asked)) before trying again (Retry-After), "
+                             + "beyond what is left of \(totalTimeoutWords); last attempt: \(reason)", code: "total_timeout")
+            }
+            return .fail(reason: "\(totalTimeoutWords); last attempt: \(reason)", code: "total_timeout")
+        }
+        return .retry(delayMs: delay)
+    }
+}
+
+public enum Durations {
+    /// 90_000 → "90 s"; 7_200_000 → "2 h"; absurd values stay readable.
+    public static func words(ms: Int64) -> String {
+        let seconds = ms / 1000
+        if seconds < 600 { return "\(seconds) s" }
+        if seconds < 2 * 86_400 { return "\(seconds / 3600) h \(seconds % 3600 / 60) min" }
+        if seconds < 3_650 * 86_400 { return "\(seconds / 86_400) days" }
+        return "more than ten years"
+    }
+}

@@ -108,8 +108,9 @@ struct TOMLReader {
             if name.isEmpty || !nameIsValid(name) {
                 throw KeyError(key: "\(key).\(name)", nameRule)
             }
-            if value.contains(where: { $0 == "\r" || $0 == "\n" }) {
-                throw KeyError(key: "\(key).\(name)", "must be a single line")
+            // A line break would end the header and start another on the wire.
+            if value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
+                throw KeyError(key: "\(key).\(name)", "must not contain CR, LF or NUL")
             }
             pairs.append((name, value))
         }

@@ -45,8 +45,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
         id = task.id
         kind = task.spec.kind.rawValue
         state = task.phase.rawValue
-        url = task.spec.url
-        currentURL = task.currentURL
+        url = Redaction.url(task.spec.url)
+        currentURL = Redaction.url(task.currentURL)
         dest = task.dest
         method = task.spec.effectiveMethod
         status = task.responseStatus
@@ -58,7 +58,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         redirects = task.redirects
         priority = task.spec.priority
         batch = task.spec.batch
-        error = task.error
+        error = task.error.map(Redaction.text)
         errorCode = task.errorCode
         etag = task.etag
         lastModified = task.lastModified

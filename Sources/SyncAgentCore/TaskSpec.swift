@@ -25,11 +25,7 @@ public struct Header: Codable, Equatable, Sendable {
     public init(name: String, value: String) { self.name = name; self.value = value }
 
     /// Values of these headers are credentials: never printed.
-    public var isSecret: Bool {
-        let lower = name.lowercased()
-        return ["authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"].contains(lower)
-            || lower.contains("token") || lower.contains("secret")
-    }
+    public var isSecret: Bool { Redaction.isSecretName(name) }
 
     /// `Name: value`, or `Name: <redacted>` for credentials.
     public var printable: String {
@@ -124,6 +120,7 @@ public struct TaskSpec: Codable, Equatable, Sendable {
     /// The spec as it may be shown: credentials replaced by `<redacted>`.
     public var redacted: TaskSpec {
         var copy = self
+        copy.url = Redaction.url(url)
         copy.headers = headers.map(\.redacted)
         return copy
     }

@@ -26,6 +26,7 @@ struct TaskDetails: Equatable, Sendable {
     var restartReason: String?
     var publishedPath: String?
     var responseStatus: Int?
+    var skipReason: String?
 }
 
 /// Copy-on-write storage for `TaskDetails`, so `TaskState` keeps value semantics.
@@ -45,6 +46,8 @@ public struct TaskState: Equatable, Sendable {
     public var bytes: Int64 = 0
     /// Attempts started so far, across restarts.
     public var attempts: Int = 0
+    /// `attempts` when the user last ran the failed task again: retries count from here.
+    public var attemptsBeforeRerun: Int = 0
     public var redirects: Int = 0
     public var createdSeq: Int64
     public var lastSeq: Int64
@@ -94,6 +97,8 @@ public struct TaskState: Equatable, Sendable {
     public var publishedPath: String? { get { details.publishedPath } set { details.publishedPath = newValue } }
     /// Upload and data tasks: the status of the response they finished with.
     public var responseStatus: Int? { get { details.responseStatus } set { details.responseStatus = newValue } }
+    /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
+    public var skipReason: String? { get { details.skipReason } set { details.skipReason = newValue } }
 
     public init(id: String, spec: TaskSpec, seq: Int64, atMs: Int64) {
         self.id = id
@@ -111,13 +116,13 @@ public struct TaskState: Equatable, Sendable {
     public var dest: String? { publishedPath ?? spec.dest }
 
     /// The partial file a received body streams into: beside the requested destination.
-    public var partPath: String? { spec.dest.map { $0 + ".part" } }
+    public var partPath: String? { spec.dest.map(Destinations.partPath(of:)) }
 
     /// What a person calls this transfer: the file's name, else what was sent where.
     public var displayName: String {
         if let dest { return (dest as NSString).lastPathComponent }
         if let body = spec.bodyFile { return (body as NSString).lastPathComponent }
-        return "\(spec.effectiveMethod) \(spec.url)"
+        return "\(spec.effectiveMethod) \(Redaction.url(spec.url))"
     }
 
     /// 0…100 when the size is known.
@@ -140,8 +145,11 @@ public struct AgentState: Equatable, Sendable {
     /// Task ids in creation order.
     public internal(set) var order: [String] = []
     public internal(set) var lastSeq: Int64 = 0
-    /// Identities of job files that became tasks (exactly-once intake).
+    /// Identities of job files that became tasks or were applied as control
+    /// jobs (exactly-once intake).
     public internal(set) var takenSources: Set<String> = []
+    /// Identities of job files that were rejected.
+    public internal(set) var rejectedSources: Set<String> = []
     public internal(set) var rejected: [Rejected] = []
     /// Tasks that ended since their batch was last announced, per batch.
     public internal(set) var endedSinceNotice: [BatchKey: [String]] = [:]
@@ -158,6 +166,9 @@ public struct AgentState: Equatable, Sendable {
     /// Active (queued or running) task count per batch, to know when one drains.
     public internal(set) var activeByBatch: [BatchKey: Int] = [:]
     public internal(set) var activeCount = 0
+    /// Destinations and partial files of live (not ended) tasks → the task
+    /// holding them: two live tasks never share one (see `Destinations`).
+    public internal(set) var reservedPaths: [String: String] = [:]
     /// The pid of the agent that last started and has not recorded a stop.
     public internal(set) var runningAgentPid: Int32?
 

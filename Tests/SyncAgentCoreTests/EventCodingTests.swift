@@ -32,6 +32,13 @@ struct EventCodingTests {
         .retrying(Retrying(attempt: 1, reason: "503", delayMs: 2000, bytes: 5, metrics: metrics)),
         .paused(Paused(bytes: 7, reason: .user, metrics: AttemptMetrics())),
         .cancelled(Cancelled(bytes: 3, metrics: metrics)),
+        // Issue 9: control outcomes, reloads, skips, rejections that know their file.
+        .controlled(Controlled(action: "pause", target: "a", outcome: "a: nothing to do: task already finished",
+                               file: "pause.job", identity: "1:2:3:abc")),
+        .configReloaded(ConfigReloaded(file: "/c.toml", applied: ["max_speed"], needRestart: ["inbox"])),
+        .configReloaded(ConfigReloaded(file: "/c.toml", applied: [], needRestart: [], error: "key \"x\" is not a known key")),
+        .finished(Finished(bytes: 0, dest: nil, skipped: "skipped: task a (queued) already brings /d/x")),
+        .rejected(Rejected(file: "bad.job", error: "key \"url\" is missing", identity: "1:2:3:def")),
     ]
 
     static let metrics = AttemptMetrics(dnsUs: 10, connectUs: 20, tlsUs: 30, ttfbUs: 40, totalUs: 50, httpVersion: "2",

@@ -165,7 +165,17 @@ struct FoldTests {
 
     @Test func everyEventTypeIsCoveredByTheseTests() {
         // A new event type must come with its fold test above.
-        #expect(EventBody.allTypes.count == 15)
+        #expect(EventBody.allTypes.count == 17)
+    }
+
+    @Test func controlOutcomesAndRejectionsMakeTheirJobFilesKnown() {
+        var log = LogBuilder()
+        _ = log.add(.controlled(Controlled(action: "resume", target: "*", outcome: "nothing to do", identity: "c-1")))
+        _ = log.add(.rejected(Rejected(file: "bad.job", error: "bad", identity: "r-1")))
+        _ = log.add(.configReloaded(ConfigReloaded(file: "/c", applied: ["retries"], needRestart: [])))
+        #expect(log.state.takenSources == ["c-1"])
+        #expect(log.state.rejectedSources == ["r-1"])
+        #expect(log.state.tasks.isEmpty)
     }
 
     @Test func replayingAPrefixGivesTheStateAtThatPoint() {

@@ -1,0 +1,77 @@
+import Foundation
+
+/// Two live tasks never share a destination or a partial file (SPEC §4.2).
+/// A destination is reserved when its task is created — the fold keeps
+/// every reservation — and `overwrite` is decided against reserved names as
+/// well as against the files on disk.
+public enum Destinations {
+    /// What a new task does with the destination it asked for.
+    public enum Decision: Equatable, Sendable {
+        /// The task is created with this destination (the requested one, or
+        /// `name.N.ext` for `overwrite = "rename"`).
+        case use(String)
+        /// `overwrite = "skip"`: another task already brings this file; the
+        /// new task ends at once as finished, with this reason.
+        case skip(String, reason: String)
+        /// The new task ends at once as failed, with this reason.
+        case refuse(String, reason: String)
+    }
+
+    /// The partial file of a destination.
+    public static func partPath(of dest: String) -> String { dest + ".part" }
+
+    /// `debian.iso` → `debian.N.iso` (N ≥ 1); N = 0 is the name itself.
+    public static func candidate(_ dest: String, number: Int) -> String {
+        guard number > 0 else { return dest }
+        let slash = dest.lastIndex(of: "/").map { dest.index(after: $0) } ?? dest.startIndex
+        let name = dest[slash...]
+        // A leading dot is part of the name (".bashrc"), not an extension.
+        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
+            return "\(dest[..<dot]).\(number)\(dest[dot...])"
+        }
+        return "\(dest).\(number)"
+    }
+
+    /// The live task (other than `owner`) whose file or partial file would
+    /// collide with `path` used as a destination, if any.
+    public static func holder(of path: String, in state: AgentState, except owner: String? = nil) -> String? {
+        for key in [path, partPath(of: path)] {
+            if let holder = state.reservedPaths[key], holder != owner { return holder }
+        }
+        // `path` may itself be another task's partial file (`x.part` when `x` is reserved).
+        if path.hasSuffix(".part"), let holder = state.reservedPaths[String(path.dropLast(5))], holder != owner {
+            return holder
+        }
+        return nil
+    }
+
+    /// The first of `dest`, `dest.1`, `dest.2`, … that no other live task
+    /// holds and that is not on disk (nor its partial file).
+    public static func firstFree(_ dest: String, owner: String? = nil, in state: AgentState,
+                                 exists: (String) -> Bool) -> String {
+        var number = 0
+        while true {
+            let path = candidate(dest, number: number)
+            if holder(of: path, in: state, except: owner) == nil, !exists(path), !exists(partPath(of: path)) { return path }
+            number += 1
+        }
+    }
+
+    /// The decision at creation. Files on disk matter only to `rename`
+    /// here; `skip` and `fail` look at the disk again when the task starts
+    /// and `replace` at publish time, as before.
+    public static func decide(dest: String, overwrite: OverwriteMode, in state: AgentState,
+                              exists: (String) -> Bool) -> Decision {
+        if overwrite == .rename { return .use(firstFree(dest, in: state, exists: exists)) }
+        guard let holder = holder(of: dest, in: state) else { return .use(dest) }
+        let phase = state[holder]?.phase.rawValue ?? "live"
+        switch overwrite {
+        case .skip:
+            return .skip(dest, reason: "skipped: task \(holder) (\(phase)) already brings \(dest)")
+        case .fail, .replace:
+            return .refuse(dest, reason: "\(dest) is the destination of task \(holder) (\(phase)); two tasks never write one file (overwrite = \"\(overwrite.rawValue)\")")
+        case .rename:
+            return .use(dest)
+        }
+    }
+}

@@ -1,0 +1,211 @@
+import Foundation
+import Testing
+@testable import SyncAgentCore
+
+/// The pure half of issue 9: numbers from servers, secrets in URLs,
+/// reserved destinations, retry decisions, header injection.
+@Suite("Hardening: the pure decisions")
+struct HardeningCoreTests {
+    // MARK: - Numbers a server sends
+
+    @Test func countsRejectSignsOverflowAndJunk() {
+        #expect(HTTPNumbers.parseCount("0") == 0)
+        #expect(HTTPNumbers.parseCount("123456789012345678") == 123_456_789_012_345_678)
+        for bad in ["", "-1", "+1", "1e9", " 1", "1 ", "9223372036854775807", "99999999999999999999999", "１２"] {
+            #expect(HTTPNumbers.parseCount(bad) == nil, "\(bad)")
+        }
+        #expect(HTTPNumbers.contentLength(" 4096 ") == 4096)
+        #expect(HTTPNumbers.contentLength("\(HTTPNumbers.maximumLength + 1)") == nil)
+    }
+
+    @Test func contentRangeIsParsedStrictly() {
+        typealias Range = HTTPNumbers.ContentRange
+        #expect(HTTPNumbers.contentRange("bytes 0-99/100") == Range(first: 0, last: 99, complete: 100))
+        #expect(HTTPNumbers.contentRange("bytes 50000-99999/100000") == Range(first: 50000, last: 99999, complete: 100000))
+        #expect(HTTPNumbers.contentRange("bytes 10-19/*") == Range(first: 10, last: 19, complete: nil))
+        #expect(HTTPNumbers.contentRange("bytes */100") == Range(first: nil, last: nil, complete: 100))
+        for bad in ["bytes 9-1/100", "bytes 0-100/100", "bytes -5-9/100", "bytes 0-9223372036854775806/9223372036854775807",
+                    "bytes */*", "items 0-1/2", "bytes 0-1", "bytes 1/2", "bytes 0-1/2/3", ""] {
+            #expect(HTTPNumbers.contentRange(bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test func retryAfterInSecondsSaturatesInsteadOfOverflowing() {
+        #expect(HTTPNumbers.retryAfter("120", nowMs: 0) == .delayMs(120_000))
+        #expect(HTTPNumbers.retryAfter("99999999999999999", nowMs: 0) == .delayMs(Int64.max))
+        #expect(HTTPNumbers.retryAfter("9999999999999999999999999", nowMs: 0) == .delayMs(Int64.max))
+        #expect(HTTPNumbers.retryAfter("-5", nowMs: 0) == .unreadable("-5"))
+        #expect(HTTPNumbers.retryAfter("12abc", nowMs: 0) == .unreadable("12abc"))
+    }
+
+    @Test func retryAfterAsAnHTTPDateInEachForm() {
+        // 1994-11-06T08:49:37Z, RFC 9110's own example.
+        let expected: Int64 = 784_111_777_000
+        #expect(HTTPDate.parseMs("Sun, 06 Nov 1994 08:49:37 GMT") == expected)
+        #expect(HTTPDate.parseMs("Sunday, 06-Nov-94 08:49:37 GMT") == expected)
+        #expect(HTTPDate.parseMs("Sun Nov  6 08:49:37 1994") == expected)
+        #expect(HTTPNumbers.retryAfter("Sun, 06 Nov 1994 08:49:47 GMT", nowMs: expected) == .delayMs(10_000))
+        // A date in the past means "now".
+        #expect(HTTPNumbers.retryAfter("Sun, 06 Nov 1994 08:49:37 GMT", nowMs: expected + 5000) == .delayMs(0))
+        for bad in ["Sun, 06 Nov 1994 25:49:37 GMT", "Sun, 32 Nov 1994 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT",
+                    "Sun, 06 Nov 1994 08:49:37 CET", "tomorrow", ""] {
+            #expect(HTTPDate.parseMs(bad) == nil, "\(bad)")
+        }
+    }
+
+    // MARK: - Secrets
+
+    @Test func urlsLoseTheirUserinfoAndCredentialParameters() {
+        #expect(Redaction.url("https://user:pass@example.com/f.iso?access_token=abc&page=2&sig=x#frag")
+                == "https://<redacted>@example.com/f.iso?access_token=<redacted>&page=2&sig=<redacted>#frag")
+        #expect(Redaction.url("https://s3.example.com/b/k?X-Amz-Signature=deadbeef&X-Amz-Credential=AKIA&X-Amz-Date=1")
+                == "https://s3.example.com/b/k?X-Amz-Signature=<redacted>&X-Amz-Credential=<redacted>&X-Amz-Date=1")
+        #expect(Redaction.url("http://example.com/design?key=1&password=2&token=3")
+                == "http://example.com/design?key=<redacted>&password=<redacted>&token=<redacted>")
+        #expect(Redaction.url("http://example.com/plain") == "http://example.com/plain")
+        #expect(Redaction.text("server answered 404 Not Found for http://u:p@h/x?token=t (retrying)")
+                == "server answered 404 Not Found for http://<redacted>@h/x?token=<redacted> (retrying)")
+    }
+
+    @Test func credentialHeadersAreSecretByTheirNames() {
+        for name in ["Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "X-Auth-Token",
+                     "Client-Secret", "X-Session-Id"] {
+            #expect(Header(name: name, value: "v").isSecret, "\(name)")
+        }
+        for name in ["Accept", "Content-Type", "User-Agent", "Range"] {
+            #expect(!Header(name: name, value: "v").isSecret, "\(name)")
+        }
+    }
+
+    @Test func headerAndFormValuesCannotCarryLineBreaks() throws {
+        let parser = JobParser(downloadDir: "/dl")
+        for value in ["a\\r\\nX-Injected: 1", "a\\nb", "a\\rb", "a\\u0000b"] {
+            let job = "url = \"http://h/x\"\n[headers]\nX-A = \"\(value)\"\n"
+            #expect(throws: KeyError(key: "headers.X-A", "must not contain CR, LF or NUL")) { try parser.parse(Array(job.utf8)) }
+        }
+        let form = "url = \"http://h/x\"\nkind = \"upload\"\nbody_file = \"/etc/hostname\"\nform_field = \"f\"\n[form]\nt = \"a\\r\\nb\"\n"
+        #expect(throws: KeyError(key: "form.t", "must not contain CR, LF or NUL")) { try parser.parse(Array(form.utf8)) }
+        let url = "url = \"http://h/x\\r\\nX-Injected: 1\"\n"
+        #expect(throws: KeyError.self) { try parser.parse(Array(url.utf8)) }
+        #expect(throws: KeyError(key: "user_agent", "must not contain CR, LF, NUL or other control characters")) {
+            try AgentConfig.parse("user_agent = \"a\\r\\nX-Injected: 1\"")
+        }
+    }
+
+    @Test func destinationsNeverLandInTheAgentsOwnFolders() throws {
+        let parser = JobParser(downloadDir: "/home/me", forbiddenDirs: ["/home/me/.local/state/syncagent", "/home/me/inbox"])
+        #expect(throws: KeyError(key: "dest", "\".local/state/syncagent/events.sqlite\" is inside the agent's own folder /home/me/.local/state/syncagent")) {
+            try parser.parse(Array("url = \"http://h/x\"\ndest = \".local/state/syncagent/events.sqlite\"\n".utf8))
+        }
+        #expect(throws: KeyError.self) { try parser.parse(Array("url = \"http://h/x\"\ndest = \"inbox/evil.job\"\n".utf8)) }
+        #expect(throws: KeyError.self) { try parser.parse(Array("url = \"http://h/x\"\ndest = \"\(String(repeating: "n", count: 250))\"\n".utf8)) }
+        // A URL whose last segment is too long for a file name still gets a usable default.
+        let long = "http://h/" + String(repeating: "v", count: 300) + ".mp4"
+        guard case .transfer(_, let spec) = try parser.parse(Array("url = \"\(long)\"\n".utf8)) else { Issue.record(); return }
+        #expect(spec.dest?.hasSuffix(".mp4") == true)
+        #expect((spec.dest! as NSString).lastPathComponent.utf8.count <= 200)
+    }
+
+    // MARK: - Reserved destinations
+
+    func state(with dests: [String: String], phases: [String: EventBody] = [:]) -> AgentState {
+        var log = LogBuilder()
+        for (id, dest) in dests.sorted(by: { $0.key < $1.key }) {
+            _ = log.add(.created(TaskSpec(url: "http://h/\(id)", dest: dest)), task: id)
+            if let body = phases[id] { _ = log.add(body, task: id) }
+        }
+        return log.state
+    }
+
+    @Test func renamePicksAFreeNameAgainstLiveTasksAndTheDisk() {
+        let live = state(with: ["a": "/dl/same.bin", "b": "/dl/same.1.bin"])
+        #expect(Destinations.decide(dest: "/dl/same.bin", overwrite: .rename, in: live, exists: { _ in false }) == .use("/dl/same.2.bin"))
+        #expect(Destinations.decide(dest: "/dl/same.bin", overwrite: .rename, in: live, exists: { $0 == "/dl/same.2.bin" })
+                == .use("/dl/same.3.bin"))
+        // Another task's partial file is a reserved name too.
+        #expect(Destinations.decide(dest: "/dl/same.bin.part", overwrite: .rename, in: live, exists: { _ in false })
+                == .use("/dl/same.bin.1.part"))
+        // A stray partial file on disk is not clobbered.
+        #expect(Destinations.decide(dest: "/dl/new.bin", overwrite: .rename, in: live, exists: { $0 == "/dl/new.bin.part" })
+                == .use("/dl/new.1.bin"))
+        #expect(Destinations.candidate("/dl/.hidden", number: 2) == "/dl/.hidden.2")
+        #expect(Destinations.candidate("/dl/v1.0/archive.tar.gz", number: 1) == "/dl/v1.0/archive.tar.1.gz")
+    }
+
+    @Test func replaceFailAndSkipAreDecidedAgainstReservedNames() {
+        let live = state(with: ["a": "/dl/x.bin"])
+        guard case .refuse(_, let reason) = Destinations.decide(dest: "/dl/x.bin", overwrite: .replace, in: live, exists: { _ in false }) else {
+            Issue.record("replace over a live task's file must be refused"); return
+        }
+        #expect(reason.contains("task a (queued)"))
+        guard case .refuse = Destinations.decide(dest: "/dl/x.bin", overwrite: .fail, in: live, exists: { _ in false }) else {
+            Issue.record(); return
+        }
+        guard case .skip(_, let why) = Destinations.decide(dest: "/dl/x.bin", overwrite: .skip, in: live, exists: { _ in false }) else {
+            Issue.record(); return
+        }
+        #expect(why == "skipped: task a (queued) already brings /dl/x.bin")
+        // The disk alone decides nothing at creation for these three.
+        #expect(Destinations.decide(dest: "/dl/y.bin", overwrite: .replace, in: live, exists: { _ in true }) == .use("/dl/y.bin"))
+    }
+
+    @Test func reservationsEndWithTheTaskAndComeBackWhenAFailedTaskRunsAgain() {
+        var log = LogBuilder()
+        _ = log.add(.created(TaskSpec(url: "http://h/a", dest: "/dl/a.bin")), task: "a")
+        #expect(log.state.reservedPaths == ["/dl/a.bin": "a", "/dl/a.bin.part": "a"])
+        _ = log.add(.failed(Failed(reason: "disk full", code: "disk_full", bytes: 10)), task: "a")
+        #expect(log.state.reservedPaths.isEmpty)
+        _ = log.add(.resumed(Resumed(bytes: 10, reason: "run again")), task: "a")
+        #expect(log.state.reservedPaths["/dl/a.bin"] == "a")
+        _ = log.add(.finished(Finished(bytes: 20, dest: "/dl/a.bin")), task: "a")
+        #expect(log.state.reservedPaths.isEmpty)
+        // A log from before reservations may name one file twice: the first holder keeps it.
+        _ = log.add(.created(TaskSpec(url: "http://h/b", dest: "/dl/b.bin")), task: "b")
+        _ = log.add(.created(TaskSpec(url: "http://h/c", dest: "/dl/b.bin")), task: "c")
+        _ = log.add(.cancelled(Cancelled(bytes: 0)), task: "c")
+        #expect(log.state.reservedPaths["/dl/b.bin"] == "b")
+    }
+
+    @Test func runningAFailedTaskAgainGivesFreshRetriesAndTimeout() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/t")), task: "t")
+        _ = log.add(.retrying(Retrying(attempt: 1, reason: "503", delayMs: .max, bytes: 0)), task: "t")
+        #expect(log.state["t"]?.notBeforeMs == .max)
+        _ = log.add(.started(Started(attempt: 2, offset: 0, url: "http://h/t")), task: "t")
+        _ = log.add(.failed(Failed(reason: "gave up", code: "retries_exhausted", bytes: 0)), task: "t")
+        _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "t")
+        let task = log.state["t"]!
+        #expect(task.phase == .queued)
+        #expect(task.attemptsBeforeRerun == 2)
+        #expect(task.firstStartedAtMs == nil)
+        #expect(log.state.activeCount == 1)
+    }
+
+    // MARK: - Retry or fail
+
+    @Test func retryAfterBeyondTheDeadlineFailsWithAReason() {
+        let words = "did not finish within total_timeout (60 s) of its first start"
+        let decide = { (retryAfter: Int64?) in
+            RetryDecision.decide(reason: "server answered 503", attemptsUsed: 1, retriesAllowed: 5, retryAfterMs: retryAfter,
+                                 nowMs: 1_000_000, deadlineMs: 1_060_000, totalTimeoutWords: words, jitter: 0.5)
+        }
+        #expect(decide(nil) == .retry(delayMs: 750))
+        #expect(decide(30_000) == .retry(delayMs: 30_000))
+        guard case .fail(let reason, let code) = decide(.max) else { Issue.record(); return }
+        #expect(code == "total_timeout")
+        #expect(reason.hasPrefix("server asked to wait more than ten years before trying again (Retry-After)"))
+        #expect(RetryDecision.decide(reason: "x", attemptsUsed: 6, retriesAllowed: 5, retryAfterMs: nil, nowMs: 0,
+                                     deadlineMs: .max, totalTimeoutWords: words, jitter: 0)
+                == .fail(reason: "gave up after 6 attempts: x", code: "retries_exhausted"))
+    }
+
+    @Test func aDamagedLogCannotOverflowTheFold() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.progressed(Progressed(bytes: .max, total: .max)), task: "t", afterMs: 1)
+        _ = log.add(.progressed(Progressed(bytes: .min)), task: "t", afterMs: 1)
+        _ = log.add(.progressed(Progressed(bytes: .max)), task: "t", afterMs: 1)
+        #expect(log.state["t"]?.bytes == .max)
+    }
+}
