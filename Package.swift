@@ -20,12 +20,14 @@ let package = Package(
             name: "CCurlShims",
             linkerSettings: [.linkedLibrary("curl")]
         ),
+        // C edge: the one Linux system call Glibc does not wrap (openat2).
+        .target(name: "CLinuxShims"),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         // The engine: the event loop and its effect shells (SQLite, inotify, curl, libnotify).
         .target(
             name: "SyncAgent",
             dependencies: [
-                "SyncAgentCore", "CCurlShims", "CSQLite",
+                "SyncAgentCore", "CCurlShims", "CLinuxShims", "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]

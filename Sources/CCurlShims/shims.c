@@ -72,6 +72,7 @@ int sa_stop_signal_fd(void) {
     sigemptyset(&stops);
     sigaddset(&stops, SIGTERM);
     sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &stops, NULL) != 0) return -1;
     signal(SIGPIPE, SIG_IGN);
     return signalfd(-1, &stops, SFD_NONBLOCK | SFD_CLOEXEC);

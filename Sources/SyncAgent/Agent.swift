@@ -15,11 +15,13 @@ public final class Agent {
     public static let exitAllFinished: Int32 = 0
     public static let exitSomeFailed: Int32 = 4
 
-    private let config: AgentConfig
+    private var config: AgentConfig
     private let paths: AgentPaths
+    /// Where `config` came from, read again on SIGHUP.
+    private let configFile: String?
     private let logger: Logger
     private let notifier: NoticePosting
-    private let settings: TransferSettings
+    private var settings: TransferSettings
 
     private var log: EventLog!
     private var intake: Intake!
@@ -29,7 +31,9 @@ public final class Agent {
     private var attemptByTask: [String: UnsafeMutableRawPointer] = [:]
     /// Set whenever something could let a queued task start or a batch drain.
     private var needsScheduling = true
-    private var failedThisRun = 0
+    /// When this run began: a task that ended failed since then makes
+    /// `--exit-when-idle` exit 4.
+    private var runStartedAtMs: Int64 = 0
     /// `finished` is recorded with its final path; the rename waits for the commit.
     private var renamesAfterCommit: [(part: String, dest: String)] = []
     /// When a waiting task (not_before, retry backoff) becomes startable;
@@ -44,13 +48,18 @@ public final class Agent {
     private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64)] = [:]
     /// The session's cookies; nil for `cookies = "off"`.
     private var cookies: CookieJar?
+    /// download_dir, opened once: every task file is reached beneath it.
+    private var root: DownloadRoot!
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
 
-    public init(config: AgentConfig, paths: AgentPaths, logger: Logger) throws {
+    /// - Parameter configFile: the file `config` was read from, read again on
+    ///   SIGHUP (nil: nothing to reload).
+    public init(config: AgentConfig, paths: AgentPaths, configFile: String? = nil, logger: Logger) throws {
         self.config = config
         self.paths = paths
+        self.configFile = configFile
         self.logger = logger
         self.notifier = DesktopNotifier(logger: logger)
         self.settings = TransferSettings(config: config)
@@ -68,18 +77,21 @@ public final class Agent {
         guard signalFd >= 0 else { throw SystemError(operation: "signalfd", errno: errno) }
         defer { close(signalFd) }
 
+        runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
+        try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
+        root = try DownloadRoot(path: paths.downloadDir)
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current)))
         resumeInterruptedTasks()
         try log.commit()
 
         let watcher = try InboxWatcher(directory: paths.inbox)
-        try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
-        intake = try Intake(inbox: paths.inbox,
-                            parser: JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify),
-                            log: log, logger: logger)
-        intake.applyControl = { [unowned self] control in self.apply(control) }
+        intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
+                            exists: { [unowned self] path in self.root.exists(path) })
+        intake.applyControl = { [unowned self] control, source in self.apply(control, source: source) }
+        // Jobs a previous agent had moved out of the inbox but not yet recorded.
+        intake.takeLeftovers()
         logger.info("agent started", metadata: [
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
         // A backlog is committed as it is taken, not held in memory as one batch.
@@ -105,8 +117,13 @@ public final class Agent {
             let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd], timeoutMs: pollTimeoutMs())
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
             if ready.contains(signalFd) {
-                stopSignal = sa_read_signal(signalFd)
-                break
+                let signal = sa_read_signal(signalFd)
+                if signal == SIGHUP {
+                    reloadConfig()
+                } else if signal > 0 {
+                    stopSignal = signal
+                    break
+                }
             }
             if ready.contains(watcher.fd) {
                 let changes = watcher.drain()
@@ -140,26 +157,40 @@ public final class Agent {
         }
         log.record(.agentStopped(AgentStopped(reason: "idle")))
         try commit()
-        logger.info("agent idle, exiting", metadata: ["failed": "\(failedThisRun)"])
-        return failedThisRun > 0 ? Self.exitSomeFailed : Self.exitAllFinished
+        let failed = log.state.tasks.values.filter { $0.phase == .failed && ($0.endedAtMs ?? 0) >= runStartedAtMs }.count
+        logger.info("agent idle, exiting", metadata: ["failed": "\(failed)"])
+        return failed > 0 ? Self.exitSomeFailed : Self.exitAllFinished
     }
 
     /// What the syncer made durable: progress is claimed by the attempt that
-    /// asked (if it still runs); complete bodies are verified and recorded finished.
+    /// asked (if it still runs); complete bodies are verified and recorded
+    /// finished. A failed sync claims nothing and stops its task.
     private func applySynced(_ results: [DataSyncer.Done]) {
         for done in results where !done.complete {
             guard let easy = attemptByTask[done.taskID], let attempt = attempts[easy], attempt.serial == done.attempt else { continue }
-            attempt.claim(upTo: done.offset)
+            if let error = done.error {
+                finish(attempt, attempt.syncFailed(errno: error))
+            } else {
+                attempt.claim(upTo: done.offset)
+            }
         }
         for done in results where done.complete {
             let id = done.taskID
             guard let (attempt, bytes) = awaitingSync.removeValue(forKey: id) else { continue }
+            guard let task = log.state[id] else { continue }
+            if let error = done.error {
+                if task.phase == .running {
+                    let failure = DiskFailure(operation: "flush", path: task.partPath ?? "", errno: error)
+                    fail(task, reason: failure.description, code: failure.code, metrics: attempt.metrics, keeping: attempt.durable)
+                }
+                continue
+            }
             attempt.claimSynced()
             CrashPoint.downloadComplete.reached { try? log.commit() }
             // Paused or cancelled meanwhile: the body stays a partial file (a
             // resume then meets 416 and finishes), or is already gone.
             guard let task = log.state[id], task.phase == .running else { continue }
-            switch Publisher.prepare(task) {
+            switch Publisher.prepare(task, in: log.state, root: root) {
             case .ready(let path):
                 recordFinished(task, attempt, bytes: bytes, dest: path)
                 renamesAfterCommit.append((task.partPath!, path))
@@ -179,15 +210,17 @@ public final class Agent {
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
-        var directories = Set<String>()
+        var synced = Set<String>()
         for (part, dest) in renamesAfterCommit {
-            if let problem = Publisher.complete(part: part, to: dest) {
-                logger.error("cannot publish", metadata: ["dest": "\(dest)", "error": "\(problem)"])
+            do {
+                try Publisher.complete(part: part, to: dest, root: root)
+                // A rename is durable once its directory is synced: once per directory, not per file.
+                if synced.insert((dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: dest) }
+            } catch {
+                // The log vouches for the rename: the next start completes it.
+                logger.error("cannot publish", metadata: ["dest": "\(dest)", "error": "\(error)"])
             }
-            directories.insert((dest as NSString).deletingLastPathComponent)
         }
-        // A rename is durable once its directory is synced: once per directory, not per file.
-        for directory in directories { FileSystem.sync(directory: directory) }
         renamesAfterCommit.removeAll()
     }
 
@@ -195,7 +228,7 @@ public final class Agent {
         // needsScheduling: a pass (which also announces drained batches) is still due.
         guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, awaitingSync.isEmpty, intake.isIdle,
               log.state.owedNotices.isEmpty else { return false }
-        let leftovers = watcher.scan()
+        let leftovers = watcher.scan().filter { !intake.isStuck($0) }
         if leftovers.isEmpty { return true }
         // Files whose inotify events are still queued: take them now.
         for name in leftovers { intake.take(name, closedAfterWriting: false) }
@@ -220,15 +253,23 @@ public final class Agent {
     private func resumeInterruptedTasks() {
         for task in log.state.orderedTasks {
             // Died between committing `finished` and the rename: finish the rename.
-            if task.phase == .finished, let part = task.partPath, let dest = task.dest, FileSystem.exists(part),
-               Publisher.complete(part: part, to: dest) == nil {
-                FileSystem.syncDirectory(of: dest)
+            if task.phase == .finished, let part = task.partPath, let dest = task.dest, root.exists(part) {
+                do {
+                    try Publisher.complete(part: part, to: dest, root: root)
+                    try root.syncDirectory(of: dest)
+                } catch {
+                    logger.error("cannot publish", metadata: ["task.id": "\(task.id)", "dest": "\(dest)", "error": "\(error)"])
+                }
             }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
             let offset = resumePoint(for: task).offset
             // Never trust bytes beyond what the log vouches for (no-op if absent).
-            if let part = task.partPath { truncate(part, off_t(offset)) }
+            if let part = task.partPath {
+                do { try root.truncate(part, to: offset) } catch {
+                    logger.error("cannot cut back a partial file", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
+                }
+            }
             let reason = task.phase == .running ? "agent restarted after an unclean stop" : "agent restarted"
             log.record(.resumed(Resumed(bytes: offset, reason: reason)), task: task.id)
             logger.info("task resumed", metadata: ["task.id": "\(task.id)", "offset": "\(offset)"])
@@ -243,7 +284,7 @@ public final class Agent {
     /// them; else 0 (the attempt then cuts the file to match).
     private func resumePoint(for task: TaskState) -> (offset: Int64, ifRange: String?) {
         guard case .resume(let at, let validator) = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs),
-              let part = task.partPath, let size = FileSystem.size(part), size >= at else { return (0, nil) }
+              let part = task.partPath, let size = root.size(part), size >= at else { return (0, nil) }
         return (at, validator)
     }
 
@@ -268,10 +309,10 @@ public final class Agent {
     private var totalTimeoutWords: String { "did not finish within total_timeout (\(config.totalTimeout) s) of its first start" }
 
     private func start(_ task: TaskState) {
-        if let dest = task.spec.dest, FileSystem.exists(dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
+        if let dest = task.spec.dest, root.exists(dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
             if task.spec.overwrite == .skip {
-                let size = FileSystem.size(dest) ?? 0
-                log.record(.finished(Finished(bytes: size, dest: dest)), task: task.id)
+                let size = root.size(dest) ?? 0
+                log.record(.finished(Finished(bytes: size, dest: dest, skipped: "skipped: \(dest) already exists")), task: task.id)
             } else {
                 fail(task, reason: "\(dest) already exists (overwrite = \"fail\")", code: "dest_exists")
             }
@@ -280,21 +321,28 @@ public final class Agent {
         }
         let deadline = deadlineMs(of: task)
         if deadline <= FileSystem.nowMs {
-            fail(task, reason: totalTimeoutWords, code: "total_timeout")
+            fail(task, reason: totalTimeoutWords, code: "total_timeout", keeping: task.bytes)
             needsScheduling = true
             return
         }
         let (offset, ifRange) = task.bytes > 0 ? resumePoint(for: task) : (0, nil)
         let attempt: TransferAttempt
         do {
-            attempt = try TransferAttempt(task: task, offset: offset, ifRange: ifRange, deadlineMs: deadline, settings: settings,
-                                          cookies: cookies, sink: { [unowned self] id, body in
+            let partFile = try task.partPath.map { try root.openPartial($0, truncatingTo: offset) } ?? -1
+            attempt = try TransferAttempt(task: task, partFile: partFile, offset: offset, ifRange: ifRange, deadlineMs: deadline,
+                                          settings: settings, cookies: cookies, sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
             }, requestSync: { [unowned self] attempt, descriptor, offset in
                 self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
             })
+        } catch let error as SystemError {
+            let failure = DiskFailure(operation: "open", path: task.partPath ?? "", errno: error.errno)
+            let code = failure.code == "local_error" ? "cannot_start" : failure.code
+            fail(task, reason: "cannot start: \(error)", code: code, keeping: task.bytes)
+            needsScheduling = true
+            return
         } catch {
-            fail(task, reason: "cannot start: \(error)", code: "local_error")
+            fail(task, reason: "cannot start: \(error)", code: "cannot_start", keeping: task.bytes)
             needsScheduling = true
             return
         }
@@ -331,8 +379,8 @@ public final class Agent {
         for attempt in attempts.values {
             if attempt.deadlineMs <= wallNow {
                 // No flush: failing deletes the partial file.
-                finish(attempt, .permanent(reason: "\(totalTimeoutWords) (\(log.state[attempt.taskID]?.currentURL ?? ""))",
-                                           code: "total_timeout"))
+                let url = Redaction.url(log.state[attempt.taskID]?.currentURL ?? "")
+                finish(attempt, .permanent(reason: "\(totalTimeoutWords) (\(url))", code: "total_timeout"))
             } else if attempt.isStalled(nowMs: now) {
                 finish(attempt, attempt.stalledOutcome())
             }
@@ -354,24 +402,26 @@ public final class Agent {
         case .complete(let bytes):
             recordFinished(task, attempt, bytes: bytes, dest: nil)
         case .transient(let reason, let retryAfterMs, let restartFromZero):
-            let allowed = task.spec.retries ?? config.retries
-            guard task.attempts <= allowed else {
-                fail(task, reason: "gave up after \(task.attempts) attempts: \(reason)", code: "retries_exhausted", metrics: metrics)
-                return
-            }
-            let delay = SchedulerPolicy.retryDelayMs(attempt: task.attempts, retryAfterMs: retryAfterMs,
-                                                     jitter: Double.random(in: 0...1))
-            guard FileSystem.nowMs + delay < attempt.deadlineMs else {
-                fail(task, reason: "\(totalTimeoutWords); last attempt: \(reason)", code: "total_timeout", metrics: metrics)
-                return
-            }
             // Only a download keeps what it received; anything else starts over.
             let bytes = restartFromZero || !task.spec.isResumable ? 0 : attempt.durable
-            log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: delay, bytes: bytes, metrics: metrics)),
-                       task: id)
-            logger.notice("task will retry", metadata: ["task.id": "\(id)", "reason": "\(reason)", "delay_ms": "\(delay)"])
+            let decision = RetryDecision.decide(
+                reason: reason, attemptsUsed: task.attempts - task.attemptsBeforeRerun,
+                retriesAllowed: task.spec.retries ?? config.retries, retryAfterMs: retryAfterMs,
+                nowMs: FileSystem.nowMs, deadlineMs: attempt.deadlineMs, totalTimeoutWords: totalTimeoutWords,
+                jitter: Double.random(in: 0...1))
+            switch decision {
+            case .retry(let delay):
+                log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: delay, bytes: bytes, metrics: metrics)),
+                           task: id)
+                logger.notice("task will retry", metadata: ["task.id": "\(id)", "reason": "\(reason)", "delay_ms": "\(delay)"])
+            case .fail(let words, let code):
+                // A server outage: what arrived is kept, so `resume` goes on from there.
+                fail(task, reason: words, code: code, metrics: metrics, keeping: bytes)
+            }
         case .permanent(let reason, let code):
             fail(task, reason: reason, code: code, metrics: metrics)
+        case .localFailure(let reason, let code):
+            fail(task, reason: reason, code: code, metrics: metrics, keeping: attempt.durable)
         }
     }
 
@@ -387,11 +437,20 @@ public final class Agent {
                                                 "status": "\(metrics.status)"])
     }
 
-    private func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil) {
-        if let part = task.partPath { unlink(part) }
-        log.record(.failed(Failed(reason: reason, code: code, bytes: 0, metrics: metrics)), task: task.id)
-        failedThisRun += 1
+    /// Records `failed`. `keeping` > 0: the partial file keeps that many
+    /// durable bytes (a full disk, a server outage), so that `resume` goes
+    /// on from there; otherwise the partial file is removed.
+    private func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil, keeping: Int64 = 0) {
+        let kept = task.spec.isResumable ? keeping : 0
+        if kept == 0, let part = task.partPath { removePartial(part, of: task.id) }
+        log.record(.failed(Failed(reason: reason, code: code, bytes: kept, metrics: metrics)), task: task.id)
         logger.error("task failed", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+    }
+
+    private func removePartial(_ part: String, of id: String) {
+        do { try root.remove(part) } catch {
+            logger.error("cannot remove a partial file", metadata: ["task.id": "\(id)", "error": "\(error)"])
+        }
     }
 
     private func pauseAllForStop() {
@@ -401,16 +460,21 @@ public final class Agent {
     /// Records `paused`, stopping the task's attempt if one runs: a download
     /// keeps its durable bytes, anything else will start over. A task with no
     /// attempt keeps `bytesIfIdle`.
-    private func pause(_ id: String, reason: PauseReason, bytesIfIdle: Int64) {
+    @discardableResult
+    private func pause(_ id: String, reason: PauseReason, bytesIfIdle: Int64) -> Int64 {
         let attempt = detach(id)
         attempt?.flush()
         let bytes = attempt.map { $0.kind == .download ? $0.durable : 0 } ?? bytesIfIdle
         log.record(.paused(Paused(bytes: bytes, reason: reason, metrics: attempt?.metrics)), task: id)
+        return bytes
     }
 
     // MARK: - Control jobs
 
-    private func apply(_ control: ControlJob) -> String? {
+    /// Carries out a control job and records what came of it for each
+    /// target task (SPEC §4.3). Returns an error sentence for the job file
+    /// when it names no task.
+    private func apply(_ control: ControlJob, source: JobSource) -> String? {
         let targets: [TaskState]
         if control.task == "*" {
             targets = log.state.orderedTasks
@@ -419,24 +483,82 @@ public final class Agent {
         } else {
             return "key \"task\": no task has the id \"\(control.task)\""
         }
+        var outcomes: [String] = []
         for task in targets {
-            switch control.action {
-            case .pause where task.phase.isActive:
-                pause(task.id, reason: .user, bytesIfIdle: task.bytes)
-            case .resume where task.phase == .paused:
-                log.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
-            case .cancel where !task.phase.isEnded:
-                let attempt = detach(task.id)
-                attempt?.flush()
-                let bytes = attempt?.durable ?? task.bytes
-                if let part = task.partPath { unlink(part) }
-                log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
-            default:
-                continue
-            }
+            let outcome = carryOut(control.action, on: task)
+            // One line per task for a single target; for "*", only what changed.
+            if control.task != "*" || !outcome.hasPrefix("nothing to do") { outcomes.append("\(task.id): \(outcome)") }
         }
+        let words = outcomes.isEmpty ? "nothing to do: no task to \(control.action.rawValue)" : outcomes.joined(separator: "; ")
+        log.record(.controlled(Controlled(action: control.action.rawValue, target: control.task, outcome: words,
+                                          file: source.file, identity: source.identity)),
+                   task: control.task == "*" ? nil : control.task)
         needsScheduling = true
         return nil
+    }
+
+    private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
+        switch (action, task.phase) {
+        case (.pause, .queued), (.pause, .running):
+            return "paused at byte \(pause(task.id, reason: .user, bytesIfIdle: task.bytes))"
+        case (.resume, .paused):
+            log.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
+            return "resumed at byte \(task.bytes)"
+        case (.resume, .failed):
+            // Run again: the way to recover after freeing disk space or a server outage.
+            if let dest = task.spec.dest, let holder = Destinations.holder(of: dest, in: log.state, except: task.id) {
+                return "cannot run again: \(dest) is now the destination of task \(holder)"
+            }
+            // The bytes kept when it failed, if its partial file still holds them.
+            let kept = task.partPath.flatMap(root.size) ?? 0
+            let bytes = task.spec.isResumable && kept >= task.bytes ? task.bytes : 0
+            log.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
+                       task: task.id)
+            return "runs again from byte \(bytes)"
+        case (.cancel, .queued), (.cancel, .running), (.cancel, .paused), (.cancel, .failed):
+            let attempt = detach(task.id)
+            attempt?.flush()
+            let bytes = attempt?.durable ?? task.bytes
+            if let part = task.partPath { removePartial(part, of: task.id) }
+            log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
+            return "cancelled"
+        case (.pause, let phase), (.resume, let phase), (.cancel, let phase):
+            return "nothing to do: task already \(phase.rawValue)"
+        }
+    }
+
+    // MARK: - Configuration
+
+    /// SIGHUP: read the config file again. Settings that transfers use take
+    /// effect for the next attempts; paths need a restart. A file that no
+    /// longer parses is reported and the running settings kept.
+    private func reloadConfig() {
+        var file = configFile ?? "the default config file"
+        do {
+            let reloaded = try ResolvedConfig.load(configFile: configFile, stateDir: paths.stateDir, inbox: paths.inbox)
+            file = reloaded.file
+            let changes = AgentConfig.changes(from: config, to: reloaded.config)
+            let needRestart = changes.filter(AgentConfig.restartKeys.contains)
+                + (reloaded.paths.downloadDir != paths.downloadDir && !changes.contains("download_dir") ? ["download_dir"] : [])
+            let applied = changes.filter { !AgentConfig.restartKeys.contains($0) }
+            var next = reloaded.config
+            // Paths stay as the agent started with them.
+            next.inbox = config.inbox; next.stateDir = config.stateDir; next.downloadDir = config.downloadDir
+            next.cookies = config.cookies
+            config = next
+            settings = TransferSettings(config: next)
+            intake.parser = jobParser()
+            log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart)))
+            logger.notice("config reloaded", metadata: ["file": "\(file)", "applied": "\(applied)", "need_restart": "\(needRestart)"])
+        } catch {
+            log.record(.configReloaded(ConfigReloaded(file: file, applied: [], needRestart: [], error: "\(error)")))
+            logger.error("config not reloaded; keeping the running settings", metadata: ["file": "\(file)", "error": "\(error)"])
+        }
+        needsScheduling = true
+    }
+
+    private func jobParser() -> JobParser {
+        JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify, forbiddenDirs: [paths.stateDir, paths.inbox])
     }
 
     // MARK: - Notifications

@@ -19,6 +19,8 @@ public struct AgentPaths: Equatable, Sendable {
 public struct ResolvedConfig: Sendable {
     public var config: AgentConfig
     public var paths: AgentPaths
+    /// The config file read (or looked for, when it does not exist).
+    public var file: String
 
     /// - Parameters:
     ///   - configFile: `--config`; a missing file is an error only when named explicitly.
@@ -53,6 +55,6 @@ public struct ResolvedConfig: Sendable {
             stateDir: PathRules.normalize(expand(stateDir ?? config.stateDir ?? xdg("XDG_STATE_HOME", ".local/state") + "/syncagent")),
             inbox: PathRules.normalize(expand(inbox ?? config.inbox ?? xdg("XDG_DATA_HOME", ".local/share") + "/syncagent/inbox")),
             downloadDir: PathRules.normalize(expand(config.downloadDir ?? home + "/Downloads")))
-        return ResolvedConfig(config: config, paths: paths)
+        return ResolvedConfig(config: config, paths: paths, file: path)
     }
 }

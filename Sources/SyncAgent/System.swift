@@ -87,3 +87,44 @@ enum FileSystem {
         return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
     }
 }
+
+/// A local disk that failed a task: the words name the file, the file
+/// system it lives on and the error, so the user knows what to free or fix.
+struct DiskFailure: CustomStringConvertible {
+    var operation: String
+    var path: String
+    var errno: Int32
+
+    var code: String {
+        switch errno {
+        case ENOSPC, EDQUOT: "disk_full"
+        case EIO: "io_error"
+        default: "local_error"
+        }
+    }
+
+    var description: String {
+        let what = code == "disk_full" ? "disk full" : code == "io_error" ? "disk I/O error" : "local error"
+        let where_ = FileSystem.mountPoint(of: path).map { " on \($0.path) (\($0.type))" } ?? ""
+        return "\(what): cannot \(operation) \(path)\(where_): \(String(cString: strerror(errno)))"
+    }
+}
+
+extension FileSystem {
+    /// The mount that holds `path` (the longest mount point that prefixes
+    /// it), from /proc/self/mountinfo; nil if that cannot be read.
+    static func mountPoint(of path: String) -> (path: String, type: String)? {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+        var best: (path: String, type: String)?
+        for line in text.split(separator: "\n") {
+            // id parent major:minor root MOUNT_POINT options … - TYPE source …
+            let fields = line.split(separator: " ")
+            guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count else { continue }
+            // Octal escapes (\040 for a space) as the kernel writes them.
+            let mount = String(fields[4]).replacingOccurrences(of: "\\040", with: " ")
+            guard mount == "/" || path == mount || path.hasPrefix(mount + "/") else { continue }
+            if mount.count >= (best?.path.count ?? -1) { best = (mount, String(fields[dash + 1])) }
+        }
+        return best
+    }
+}

@@ -48,14 +48,16 @@ struct EventsCommand: ParsableCommand {
 /// How one log row is printed, with secrets redacted.
 enum EventLine {
     /// `created` carries request headers and `finished` response headers
-    /// (Set-Cookie): both go out with credentials redacted.
+    /// (Set-Cookie): both go out with credentials redacted. Every URL in any
+    /// event (the job's, a redirect's, one quoted in a reason) loses its
+    /// userinfo and credential-like query values.
     static func redactedData(_ row: EventStore.Row) -> String {
         guard row.type == "created" || row.type == "finished",
-              let body = try? EventCoding.body(type: row.type, data: row.data) else { return row.data }
+              let body = try? EventCoding.body(type: row.type, data: row.data) else { return Redaction.text(row.data) }
         switch body {
-        case .created(let spec): return EventCoding.data(of: .created(spec.redacted))
-        case .finished(let finished): return EventCoding.data(of: .finished(finished.redacted))
-        default: return row.data
+        case .created(let spec): return Redaction.text(EventCoding.data(of: .created(spec.redacted)))
+        case .finished(let finished): return Redaction.text(EventCoding.data(of: .finished(finished.redacted)))
+        default: return Redaction.text(row.data)
         }
     }
 

@@ -62,7 +62,8 @@ enum DiskCheck {
             (try? fileManager.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
         }
         // An upload or a data task without dest keeps no file to check.
-        guard let dest = task.dest, let part = task.partPath else { return [] }
+        // Nor does a task that skipped its transfer (`overwrite = "skip"`).
+        guard let dest = task.dest, let part = task.partPath, task.skipReason == nil else { return [] }
         switch task.phase {
         case .finished:
             guard let actual = size(dest) else { return ["\(task.id): \(dest) is missing"] }

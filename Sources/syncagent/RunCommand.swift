@@ -26,7 +26,8 @@ struct RunCommand: ParsableCommand {
         bootstrapLogging()
         let status: Int32
         do {
-            let agent = try Agent(config: resolved.config, paths: resolved.paths, logger: Logger(label: "syncagent"))
+            let agent = try Agent(config: resolved.config, paths: resolved.paths, configFile: global.config,
+                                  logger: Logger(label: "syncagent"))
             status = try agent.run(exitWhenIdle: exitWhenIdle)
         } catch let error as AgentAlreadyRunning {
             throw fail(error.description, code: 3)

@@ -88,7 +88,7 @@ enum TaskTable {
         for task in tasks {
             let size = task.total.map { "\(ByteCount.format(task.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(task.bytes)
             let percent = task.percent.map { "\(Int($0.rounded()))" } ?? "-"
-            var dest = task.dest ?? "\(task.spec.effectiveMethod) \(task.spec.url)"
+            var dest = task.dest ?? "\(task.spec.effectiveMethod) \(Redaction.url(task.spec.url))"
             if bars, let value = task.percent {
                 let filled = Int(value / 5)
                 dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: 20 - filled) + "] " + dest
@@ -96,7 +96,7 @@ enum TaskTable {
             let speed = task.phase == .running ? ByteCount.format(task.speed) + "/s" : "-"
             rows.append([task.id, task.spec.kind.rawValue, task.phase.rawValue, size, percent, speed, dest])
             if let error = task.error, task.phase == .failed || task.phase == .queued {
-                rows.append(["", "", "", "", "", "", "  " + error])
+                rows.append(["", "", "", "", "", "", "  " + Redaction.text(error)])
             }
             if let plan = plans[task.id] { rows.append(["", "", "", "", "", "", "  plan: " + plan]) }
         }
@@ -113,8 +113,8 @@ enum TaskTable {
             "id:          \(task.id)",
             "kind:        \(task.spec.kind.rawValue)",
             "state:       \(task.phase.rawValue)",
-            "url:         \(task.spec.url)",
-            "current url: \(task.currentURL)",
+            "url:         \(Redaction.url(task.spec.url))",
+            "current url: \(Redaction.url(task.currentURL))",
             "dest:        \(task.dest ?? "- (the response body is not kept)")",
             "bytes:       \(task.bytes)" + (task.total.map { " of \($0)" } ?? ""),
             "attempts:    \(task.attempts)",
@@ -130,7 +130,7 @@ enum TaskTable {
         if let etag = task.etag { lines.append("etag:        \(etag)") }
         if let lastModified = task.lastModified { lines.append("modified:    \(lastModified)") }
         for header in task.spec.headers { lines.append("header:      \(header.printable)") }
-        if let error = task.error { lines.append("error:       \(error)") }
+        if let error = task.error { lines.append("error:       \(Redaction.text(error))") }
         return lines.joined(separator: "\n")
     }
 }

@@ -20,6 +20,10 @@ parameters, so one server covers every case:
   set_cookie=NAME   answer with Set-Cookie: NAME=s3cr3t-NAME; Max-Age=3600; Path=/
   require_cookie=NAME  answer 401 unless the request sends that cookie
                     (the value never appears in a URL, so tests can look for it in output)
+  partial_from=N    answer every GET, ranged or not, with 206 and the bytes from N
+  content_length=N  send this Content-Length (absurd ones too), then the body as it is
+  header=NAME:VALUE add a hostile header (repeatable); a NAME of a header the server
+                    sends anyway (Content-Range, ETag …) replaces it
 
 Any method with a request body (PUT, POST, PATCH, …) is read in chunks and
 answered with a JSON description of what arrived: method, path, size,
@@ -67,10 +71,23 @@ class Handler(BaseHTTPRequestHandler):
         with log_lock, open(self.server.log_path, "a") as log:
             log.write(f"{self.command} {self.path} {status} {range_header or '-'} {sent}\n")
 
+    def end_headers(self):
+        # Hostile headers the response does not send anyway.
+        for name, value in getattr(self, "extra_headers", []):
+            super().send_header(name, value)
+        self.extra_headers = []
+        super().end_headers()
+
     def do_HEAD(self):
         self.do_GET()
 
     def send_header(self, keyword, value):
+        overrides = {name.lower(): v for name, v in getattr(self, "extra_headers", [])}
+        if keyword.lower() == "content-length" and "content_length" in getattr(self, "query", {}):
+            value = self.query["content_length"]
+        if keyword.lower() in overrides:
+            value = overrides.pop(keyword.lower())
+            self.extra_headers = [(n, v) for n, v in self.extra_headers if n.lower() != keyword.lower()]
         super().send_header(keyword, value)
         # Every response carries the cookie the query asks for.
         if keyword == "Content-Length" and "set_cookie" in getattr(self, "query", {}):
@@ -79,7 +96,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def parse_query(self):
         url = urllib.parse.urlsplit(self.path)
-        self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+        parsed = urllib.parse.parse_qs(url.query)
+        self.query = {k: v[-1] for k, v in parsed.items()}
+        self.extra_headers = [h.split(":", 1) for h in parsed.get("header", []) if ":" in h]
         self.number = next_count(url.path)
         return url
 
@@ -217,6 +236,9 @@ class Handler(BaseHTTPRequestHandler):
                     self.record(416, range_header, 0)
                     return
 
+        if "partial_from" in query:
+            start = min(int(query["partial_from"]), size)
+            status = 206
         body_start = start
         if status == 206 and query.get("wrong_range"):
             body_start = max(0, start - 1000)

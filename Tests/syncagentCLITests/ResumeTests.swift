@@ -150,12 +150,16 @@ struct CrashWindowTests {
         harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": "intake-committed"]
         let crashed = try harness.startAgent(exitWhenIdle: true)
         #expect(crashed.wait(seconds: 30) == 137)
-        #expect(harness.jobFiles() == ["once.job"])
+        // Taken out of the inbox before it was read; recorded; not yet removed.
+        #expect(harness.jobFiles().isEmpty)
+        let taken = try FileManager.default.contentsOfDirectory(atPath: harness.inbox + "/.taken")
+        #expect(taken.count == 1 && taken[0].hasSuffix("-once.job"))
 
         harness.extraEnvironment = [:]
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 30) == 0)
         #expect(harness.jobFiles().isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.inbox + "/.taken").isEmpty)
         #expect(try harness.events().filter { $0.type == "created" }.count == 1)
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/once.bin") == data)
 

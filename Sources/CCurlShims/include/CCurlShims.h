@@ -44,8 +44,9 @@ CURLMcode sa_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
 CURLcode sa_msg_result(const CURLMsg *message);
 
 /* sys/signalfd.h is not part of Glibc's Swift module map. Blocks SIGTERM,
- * SIGINT (and SIGPIPE, which curl may raise) and returns an fd that becomes
- * readable when a stop signal arrives, so the event loop polls for it. */
+ * SIGINT, SIGHUP (reload the config) and ignores SIGPIPE (which curl may
+ * raise); returns an fd that becomes readable when one of those arrives, so
+ * the event loop polls for it. */
 int sa_stop_signal_fd(void);
 /* Reads one pending signal from that fd; returns its number or -1. */
 int sa_read_signal(int fd);

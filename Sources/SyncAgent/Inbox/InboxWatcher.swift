@@ -4,6 +4,59 @@ import SyncAgentCore
 import Glibc
 #endif
 
+/// A name in the inbox as the kernel has it. Names need not be UTF-8: the
+/// raw bytes reach the file (so a job named in Latin-1 is taken like any
+/// other), `text` shows it, with each byte that is not UTF-8 as `%XX`.
+struct InboxName: Hashable, CustomStringConvertible {
+    let bytes: [UInt8]
+    let text: String
+
+    init<Bytes: Collection>(bytes: Bytes) where Bytes.Element == UInt8 {
+        self.bytes = Array(bytes)
+        if let valid = String(validating: self.bytes, as: UTF8.self) {
+            text = valid
+        } else {
+            text = Self.escaped(self.bytes)
+        }
+    }
+
+    init(_ text: String) { self.init(bytes: Array(text.utf8)) }
+
+    var description: String { text }
+
+    /// Valid UTF-8 runs kept, every other byte as `%XX`.
+    private static func escaped(_ bytes: [UInt8]) -> String {
+        var out = ""
+        var index = 0
+        while index < bytes.count {
+            // The longest valid UTF-8 prefix from here, one scalar at a time.
+            var end = index + 1
+            var decoded: String?
+            for length in 1...4 where index + length <= bytes.count {
+                if let scalar = String(validating: bytes[index..<index + length], as: UTF8.self) {
+                    decoded = scalar
+                    end = index + length
+                    break
+                }
+            }
+            out += decoded ?? "%" + String(bytes[index], radix: 16, uppercase: true).leftPadded(to: 2)
+            index = end
+        }
+        return out
+    }
+
+    /// Calls `body` with the name as a NUL-terminated C string.
+    func withCString<T>(_ body: (UnsafePointer<CChar>) throws -> T) rethrows -> T {
+        try (bytes + [0]).withUnsafeBufferPointer { buffer in
+            try buffer.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) }
+        }
+    }
+}
+
+private extension String {
+    func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
+}
+
 /// inotify on the inbox: names of job files that were closed after writing
 /// or moved in. A queue overflow asks the caller for a full rescan.
 final class InboxWatcher {
@@ -13,7 +66,7 @@ final class InboxWatcher {
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
 
     struct Changes {
-        var names: [String] = []
+        var names: [InboxName] = []
         var overflowed = false
     }
 
@@ -35,7 +88,7 @@ final class InboxWatcher {
     /// Everything inotify has queued, without blocking.
     func drain() -> Changes {
         var changes = Changes()
-        var seen = Set<String>()
+        var seen = Set<InboxName>()
         while true {
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
@@ -50,9 +103,9 @@ final class InboxWatcher {
                     if mask & UInt32(IN_Q_OVERFLOW) != 0 { changes.overflowed = true }
                     if nameLength > 0 {
                         let nameBytes = UnsafeRawBufferPointer(start: base + headerSize, count: nameLength)
-                        let name = String(decoding: nameBytes.prefix { $0 != 0 }, as: UTF8.self)
+                        let name = InboxName(bytes: nameBytes.prefix { $0 != 0 })
                         // One name can come twice (closed, then renamed over): once is enough.
-                        if InboxRules.isJobFileName(name), seen.insert(name).inserted { changes.names.append(name) }
+                        if InboxRules.isJobFileName(name.text), seen.insert(name).inserted { changes.names.append(name) }
                     }
                     offset += headerSize + nameLength
                 }
@@ -61,15 +114,26 @@ final class InboxWatcher {
     }
 
     /// Job files present now, oldest first (then by name): the order they were dropped.
-    func scan() -> [String] {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
-        var found: [(mtime: Int64, name: String)] = []
-        for name in names where InboxRules.isJobFileName(name) {
+    func scan() -> [InboxName] {
+        Self.entries(of: directory).filter { InboxRules.isJobFileName($0.name.text) }
+            .sorted { ($0.mtime, $0.name.text) < ($1.mtime, $1.name.text) }.map(\.name)
+    }
+
+    /// Every entry of a directory but `.` and `..`, with raw names and
+    /// modification times (lstat). Empty if it cannot be read.
+    static func entries(of directory: String) -> [(name: InboxName, mtime: Int64)] {
+        guard let stream = opendir(directory) else { return [] }
+        defer { closedir(stream) }
+        let descriptor = dirfd(stream)
+        var found: [(name: InboxName, mtime: Int64)] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in InboxName(bytes: raw.prefix { $0 != 0 }) }
+            if name.text == "." || name.text == ".." { continue }
             var info = stat()
-            guard lstat(directory + "/" + name, &info) == 0 else { continue }
-            let mtime = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-            found.append((mtime, name))
+            let status = name.withCString { fstatat(descriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }
+            guard status == 0 else { continue }
+            found.append((name, Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)))
         }
-        return found.sorted { ($0.mtime, $0.name) < ($1.mtime, $1.name) }.map(\.name)
+        return found
     }
 }

@@ -6,33 +6,55 @@ import SyncAgentCore
 import Glibc
 #endif
 
-/// Turns job files in the inbox into `created` (or `rejected`) events,
-/// exactly once each, even if the agent dies half-way (SPEC §4.1).
+/// Turns job files in the inbox into `created`, `controlled` or `rejected`
+/// events, exactly once each, even if the agent dies half-way (SPEC §4.1).
+///
+/// A job is *taken* by moving it out of the inbox first, into
+/// `INBOX/.taken/` (same file system, so the rename is atomic): whatever
+/// a script renames over its name afterwards is a new job in the inbox,
+/// never removed unread. Files in `.taken/` are read, recorded, and
+/// removed after the commit; a restart finds any left there and knows
+/// from their identity whether the log already holds them.
 final class Intake {
     let inbox: String
     let rejectedDirectory: String
-    let parser: JobParser
+    let takenDirectory: String
+    var parser: JobParser
     private let log: EventLog
     private let logger: Logger
+    /// Whether a path exists beneath download_dir (for `rename` reservations).
+    private let exists: (String) -> Bool
     /// A control job found in the inbox; returns an error sentence if it cannot apply.
-    var applyControl: (ControlJob) -> String? = { _ in nil }
+    var applyControl: (ControlJob, JobSource) -> String? = { _, _ in nil }
 
     /// Files that failed to parse while perhaps still being written (seen by
     /// a scan, not by close-write): looked at again after a grace period,
     /// the way transmission's watchdir keeps a retry set.
-    private(set) var retryAt: [String: Int64] = [:]
+    private(set) var retryAt: [InboxName: Int64] = [:]
     static let graceMs: Int64 = 2000
+    /// Names that could not be moved out of the inbox (logged once); left
+    /// alone until the next start instead of being tried on every wake-up.
+    private var stuck: Set<InboxName> = []
+    /// Makes `.taken/` names unique within this agent's life.
+    private var takenCounter = 0
+    private let runStamp = String(UInt64(FileSystem.nowMs), radix: 36)
 
-    init(inbox: String, parser: JobParser, log: EventLog, logger: Logger) throws {
+    init(inbox: String, parser: JobParser, log: EventLog, logger: Logger, exists: @escaping (String) -> Bool) throws {
         self.inbox = inbox
         self.rejectedDirectory = inbox + "/rejected"
+        self.takenDirectory = inbox + "/.taken"
         self.parser = parser
         self.log = log
         self.logger = logger
+        self.exists = exists
         try FileSystem.makeDirectory(rejectedDirectory)
+        try FileSystem.makeDirectory(takenDirectory)
     }
 
     var isIdle: Bool { retryAt.isEmpty }
+
+    /// Whether a name found by a scan still waits for something other than intake.
+    func isStuck(_ name: InboxName) -> Bool { stuck.contains(name) }
 
     /// Earliest moment a retry is due, for the loop's poll timeout.
     var nextRetryMs: Int64? { retryAt.values.min() }
@@ -46,51 +68,109 @@ final class Intake {
 
     /// `closedAfterWriting`: inotify said the writer closed it or it was
     /// renamed in, so its content is final and a parse error is final too.
-    func take(_ name: String, closedAfterWriting: Bool) {
-        let path = inbox + "/" + name
+    func take(_ name: InboxName, closedAfterWriting: Bool) {
+        guard !stuck.contains(name) else { return }
+        let path = inbox + "/" + name.text
+        if !closedAfterWriting, mayStillBeWritten(name) {
+            retryAt[name] = FileSystem.monotonicMs + Self.graceMs
+            return
+        }
+        retryAt[name] = nil
+        takenCounter += 1
+        // Short and unique; the job's own name follows for a restart to read back.
+        let takenName = "\(runStamp)-\(takenCounter)-" + Self.prefix(of: name.text, bytes: 200)
+        let moved = name.withCString { source in
+            rename(source: source, toTaken: takenName)
+        }
+        switch moved {
+        case 0:
+            process(takenDirectory + "/" + takenName, name: name.text)
+        case ENOENT:
+            return  // gone meanwhile: taken by nobody, nothing to do
+        default:
+            stuck.insert(name)
+            logger.error("cannot take a job out of the inbox; it stays until the next start",
+                         metadata: ["file": "\(path)", "error": "\(String(cString: strerror(moved)))"])
+        }
+    }
+
+    /// renameat from the inbox into `.taken/`; 0 or errno.
+    private func rename(source: UnsafePointer<CChar>, toTaken takenName: String) -> Int32 {
+        let inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard inboxFd >= 0 else { return errno }
+        defer { close(inboxFd) }
+        let takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if takenFd < 0 {
+            // Removed while we run: made again.
+            guard errno == ENOENT, (try? FileSystem.makeDirectory(takenDirectory)) != nil else { return errno }
+            return rename(source: source, toTaken: takenName)
+        }
+        defer { close(takenFd) }
+        return renameat(inboxFd, source, takenFd, takenName) == 0 ? 0 : errno
+    }
+
+    /// A file seen by a scan (not by close-write) whose content does not
+    /// parse yet and that changed within the grace period: a writer may
+    /// still be at it.
+    private func mayStillBeWritten(_ name: InboxName) -> Bool {
+        guard let file = try? JobFile.load(inbox + "/" + name.text),
+              FileSystem.nowMs - file.modifiedMs < Self.graceMs else { return false }
+        return (try? parser.parse(file.bytes)) == nil
+    }
+
+    /// Jobs a previous agent moved into `.taken/` and did not finish with.
+    func takeLeftovers() {
+        for entry in InboxWatcher.entries(of: takenDirectory).sorted(by: { ($0.mtime, $0.name.text) < ($1.mtime, $1.name.text) }) {
+            // "<stamp>-<counter>-<name>": the job's own name for its events.
+            let parts = entry.name.text.split(separator: "-", maxSplits: 2)
+            let name = parts.count == 3 ? String(parts[2]) : entry.name.text
+            process(takenDirectory + "/" + entry.name.text, name: name)
+        }
+    }
+
+    /// Reads a file moved into `.taken/` and records what it is.
+    private func process(_ takenPath: String, name: String) {
         let file: JobFile
         do {
-            guard let read = try JobFile.load(path) else { retryAt[name] = nil; return }
+            guard let read = try JobFile.load(takenPath) else { return }
             file = read
         } catch let error as KeyError {
-            reject(name, error.description)
+            reject(takenPath, name: name, error.description, identity: nil)
             return
         } catch {
-            // Left in place it would be looked at forever (and keep an
-            // --exit-when-idle agent from ever being idle).
-            reject(name, "the job file cannot be read: \(error)")
+            reject(takenPath, name: name, "the job file cannot be read: \(error)", identity: nil)
             return
         }
 
         if log.state.takenSources.contains(file.identity) {
             // The agent died after recording this job and before removing it.
-            unlink(path)
+            takenAwaitingCommit.append(takenPath)
+            return
+        }
+        if log.state.rejectedSources.contains(file.identity) {
+            // Rejected and recorded, but the move to rejected/ did not happen.
+            moveToRejected(takenPath, name: name, sentence: nil)
             return
         }
 
+        let source = JobSource(file: name, identity: file.identity)
         let job: Job
         do {
-            job = try parser.parse(file.bytes, source: JobSource(file: name, identity: file.identity))
+            job = try parser.parse(file.bytes, source: source)
         } catch let error as KeyError {
-            let recent = FileSystem.nowMs - file.modifiedMs < Self.graceMs
-            if !closedAfterWriting && recent {
-                retryAt[name] = FileSystem.monotonicMs + Self.graceMs
-            } else {
-                reject(name, error.description)
-            }
+            reject(takenPath, name: name, error.description, identity: file.identity)
             return
         } catch {
-            reject(name, "\(error)")
+            reject(takenPath, name: name, "\(error)", identity: file.identity)
             return
         }
-        retryAt[name] = nil
 
         switch job {
         case .transfer(let requestedID, let spec):
             let id: String
             if let requestedID {
                 guard log.state[requestedID] == nil else {
-                    reject(name, "key \"id\" \"\(requestedID)\" is already used by another task")
+                    reject(takenPath, name: name, "key \"id\" \"\(requestedID)\" is already used by another task", identity: file.identity)
                     return
                 }
                 id = requestedID
@@ -98,19 +178,40 @@ final class Intake {
                 id = newTaskID()
             }
             if let problem = Self.unreadableBody(spec) {
-                reject(name, problem)
+                reject(takenPath, name: name, problem, identity: file.identity)
                 return
             }
-            log.record(.created(spec), task: id)
-            logger.info("job taken", metadata: ["task.id": "\(id)", "file": "\(name)", "url": "\(spec.url)"])
+            create(spec, id: id)
         case .control(let control):
-            if let problem = applyControl(control) {
-                reject(name, problem)
+            if let problem = applyControl(control, source) {
+                reject(takenPath, name: name, problem, identity: file.identity)
                 return
             }
         }
         // Removed only once the log holds the task: see `removeTakenFiles`.
-        takenAwaitingCommit.append(path)
+        takenAwaitingCommit.append(takenPath)
+    }
+
+    /// Records the task with the destination it reserves (SPEC §4.2): two
+    /// live tasks never share a file. A conflict that `overwrite` settles
+    /// without a transfer ends the task at once, with the reason.
+    private func create(_ spec: TaskSpec, id: String) {
+        var spec = spec
+        var ending: EventBody?
+        if let dest = spec.dest {
+            switch Destinations.decide(dest: dest, overwrite: spec.overwrite, in: log.state, exists: exists) {
+            case .use(let path):
+                spec.dest = path
+            case .skip(_, let reason):
+                ending = .finished(Finished(bytes: 0, dest: nil, skipped: reason))
+            case .refuse(_, let reason):
+                ending = .failed(Failed(reason: reason, code: "dest_reserved", bytes: 0))
+            }
+        }
+        log.record(.created(spec), task: id)
+        if let ending { log.record(ending, task: id) }
+        logger.info("job taken", metadata: ["task.id": "\(id)", "file": "\(spec.source?.file ?? "")",
+                                            "url": "\(Redaction.url(spec.url))"])
     }
 
     /// Job files whose events are recorded but maybe not yet committed.
@@ -118,11 +219,13 @@ final class Intake {
 
     var hasTakenFiles: Bool { !takenAwaitingCommit.isEmpty }
 
-    /// Called after the log committed: a taken job leaves the inbox only
-    /// when its task is durable, so a crash in between loses nothing (and
-    /// the identity check keeps it from becoming two tasks).
+    /// Called after the log committed: a taken job is removed only when its
+    /// task is durable, so a crash in between loses nothing (and the
+    /// identity check keeps it from becoming two tasks).
     func removeTakenFiles() {
-        for path in takenAwaitingCommit { unlink(path) }
+        for path in takenAwaitingCommit where unlink(path) != 0 && errno != ENOENT {
+            logger.error("cannot remove a taken job", metadata: ["file": "\(path)", "error": "\(String(cString: strerror(errno)))"])
+        }
         takenAwaitingCommit.removeAll(keepingCapacity: true)
     }
 
@@ -141,18 +244,52 @@ final class Intake {
         return nil
     }
 
-    private func reject(_ name: String, _ sentence: String) {
-        retryAt[name] = nil
-        let source = inbox + "/" + name
-        let target = rejectedDirectory + "/" + name
+    /// Records the rejection once, then moves the job to `rejected/` with
+    /// its `.error` beside it. The event comes first: if the move fails the
+    /// file stays in `.taken/`, and a restart only retries the move.
+    private func reject(_ takenPath: String, name: String, _ sentence: String, identity: String?) {
+        let shown = Redaction.text(sentence)
+        log.record(.rejected(Rejected(file: name, error: shown, identity: identity)))
+        logger.warning("job rejected", metadata: ["file": "\(name)", "reason": "\(shown)"])
+        moveToRejected(takenPath, name: name, sentence: shown)
+    }
+
+    /// `rejected/NAME` and `rejected/NAME.error` (shortened names where
+    /// those would pass NAME_MAX; `NAME.1.job` … where a rejected job of
+    /// that name is already there).
+    private func moveToRejected(_ takenPath: String, name: String, sentence: String?) {
         do {
-            try FileSystem.writeAtomically("\(name): \(sentence)\n", to: target + ".error")
-            try syscall("move \(name) to rejected/") { rename(source, target) }
+            try FileSystem.makeDirectory(rejectedDirectory)
+            let base = Self.prefix(of: name, bytes: 200, marked: true)
+            var number = 0
+            while FileSystem.exists(rejectedDirectory + "/" + Destinations.candidate(base, number: number)) { number += 1 }
+            let target = rejectedDirectory + "/" + Destinations.candidate(base, number: number)
+            if let sentence {
+                do {
+                    try FileSystem.writeAtomically("\(name): \(sentence)\n", to: target + ".error")
+                } catch {
+                    // The job itself is still moved: the event holds the sentence.
+                    logger.error("cannot write the .error file", metadata: ["file": "\(target).error", "error": "\(error)"])
+                }
+            }
+            try syscall("move \(name) to rejected/") { Glibc.rename(takenPath, target) }
         } catch {
-            logger.error("cannot move rejected job", metadata: ["file": "\(name)", "error": "\(error)"])
+            logger.error("cannot move a rejected job to rejected/; it stays in .taken/ until the next start",
+                         metadata: ["file": "\(name)", "error": "\(error)"])
         }
-        log.record(.rejected(Rejected(file: name, error: sentence)))
-        logger.warning("job rejected", metadata: ["file": "\(name)", "reason": "\(sentence)"])
+    }
+
+    /// At most `bytes` bytes of `name`, cut on a character boundary. With
+    /// `marked`, a cut name ends in `~` and a digest of the whole, so two
+    /// long names stay apart.
+    static func prefix(of name: String, bytes limit: Int, marked: Bool = false) -> String {
+        guard name.utf8.count > limit else { return name }
+        var cut = ""
+        for character in name {
+            if cut.utf8.count + character.utf8.count > limit - (marked ? 9 : 0) { break }
+            cut.append(character)
+        }
+        return marked ? cut + "~" + Hex.string(SHA256.hash(data: Array(name.utf8)).prefix(4)) : cut
     }
 
     /// Six lowercase letters and digits, unused so far. One random draw

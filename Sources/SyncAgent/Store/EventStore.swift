@@ -58,7 +58,18 @@ public final class EventStore {
         self.path = path
         guard FileSystem.exists(path) else { return }
         try open(flags: SQLITE_OPEN_READONLY)
+        let version = try schemaVersion()
+        try refuseNewer(version)
         lastSeq = try readLastSeq()
+    }
+
+    /// A log written by a newer syncagent may hold what this one cannot
+    /// read correctly: refused, never half-understood.
+    private func refuseNewer(_ version: Int) throws {
+        guard version <= Self.migrations.count else {
+            throw StoreError(message: "event log \(path) has schema version \(version), newer than this syncagent "
+                             + "(\(SyncAgentVersion.current), version \(Self.migrations.count)); run the syncagent that wrote it")
+        }
     }
 
     deinit {
@@ -72,7 +83,7 @@ public final class EventStore {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "error \(code)"
             throw StoreError(message: "cannot open event log \(path): \(message)")
         }
-        sqlite3_busy_timeout(db, 5000)
+        guard sqlite3_busy_timeout(db, 5000) == SQLITE_OK else { throw error("cannot set a busy timeout") }
     }
 
     private func error(_ what: String) -> StoreError {
@@ -91,13 +102,22 @@ public final class EventStore {
 
     public func schemaVersion() throws -> Int {
         guard db != nil else { return 0 }
-        let statement = try prepare("PRAGMA user_version")
+        return Int(try scalar("PRAGMA user_version"))
+    }
+
+    /// The first column of the one row a query returns. Every failure —
+    /// a damaged file above all — is an error naming the file, never a
+    /// default that would make a damaged log look empty.
+    private func scalar(_ sql: String) throws -> Int64 {
+        let statement = try prepare(sql)
         defer { sqlite3_finalize(statement) }
-        return sqlite3_step(statement) == SQLITE_ROW ? Int(sqlite3_column_int(statement, 0)) : 0
+        guard sqlite3_step(statement) == SQLITE_ROW else { throw error("cannot read the event log (\(sql))") }
+        return sqlite3_column_int64(statement, 0)
     }
 
     private func migrate() throws {
         let current = try schemaVersion()
+        try refuseNewer(current)
         guard current < Self.migrations.count else { return }
         try execute("BEGIN IMMEDIATE")
         do {
@@ -114,9 +134,7 @@ public final class EventStore {
 
     private func readLastSeq() throws -> Int64 {
         guard try schemaVersion() > 0 else { return 0 }
-        let statement = try prepare("SELECT COALESCE(MAX(seq), 0) FROM events")
-        defer { sqlite3_finalize(statement) }
-        return sqlite3_step(statement) == SQLITE_ROW ? sqlite3_column_int64(statement, 0) : 0
+        return try scalar("SELECT COALESCE(MAX(seq), 0) FROM events")
     }
 
     /// Group commit: every event of the batch lands in one transaction, one fsync.
@@ -127,15 +145,11 @@ public final class EventStore {
         do {
             for event in events {
                 sqlite3_reset(insert)
-                sqlite3_bind_int64(insert, 1, event.seq)
-                sqlite3_bind_int64(insert, 2, event.atMs)
-                if let task = event.task {
-                    sqlite3_bind_text(insert, 3, task, -1, SQLITE_TRANSIENT)
-                } else {
-                    sqlite3_bind_null(insert, 3)
-                }
-                sqlite3_bind_text(insert, 4, event.type, -1, SQLITE_TRANSIENT)
-                sqlite3_bind_text(insert, 5, EventCoding.data(of: event.body), -1, SQLITE_TRANSIENT)
+                let task = event.task.map { sqlite3_bind_text(insert, 3, $0, -1, SQLITE_TRANSIENT) } ?? sqlite3_bind_null(insert, 3)
+                let bound = [sqlite3_bind_int64(insert, 1, event.seq), sqlite3_bind_int64(insert, 2, event.atMs), task,
+                             sqlite3_bind_text(insert, 4, event.type, -1, SQLITE_TRANSIENT),
+                             sqlite3_bind_text(insert, 5, EventCoding.data(of: event.body), -1, SQLITE_TRANSIENT)]
+                guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind event \(event.seq)") }
                 guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot append event \(event.seq)") }
             }
             try execute("COMMIT")

@@ -25,6 +25,8 @@ final class DataSyncer {
         var offset: Int64
         /// The whole body (publish it), or progress along the way (claim it).
         var complete: Bool
+        /// Set when the sync failed (errno): nothing may be claimed.
+        var error: Int32? = nil
     }
 
     /// Readable when syncs have finished: poll it beside curl's sockets.
@@ -39,8 +41,8 @@ final class DataSyncer {
         var ends: [Int32] = [0, 0]
         try syscall("pipe") { pipe(&ends) }
         for end in ends {
-            _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+            try syscall("fcntl on the wake-up pipe") { fcntl(end, F_SETFL, O_NONBLOCK) }
+            try syscall("fcntl on the wake-up pipe") { fcntl(end, F_SETFD, FD_CLOEXEC) }
         }
         fd = ends[0]
         wakeWriter = ends[1]
@@ -55,21 +57,33 @@ final class DataSyncer {
     /// Flushes the file behind `descriptor` in the background. The worker
     /// syncs its own duplicate, so the caller may close `descriptor` meanwhile.
     func sync(_ descriptor: Int32, _ done: Done) {
-        let duplicate = dup(descriptor)
-        guard duplicate >= 0 else { return }
         group.enter()
-        queue.async { [self] in
-            let synced = fdatasync(duplicate) == 0
-            close(duplicate)
-            if synced {
-                lock.lock()
-                finished.append(done)
-                lock.unlock()
-            }
-            var byte: UInt8 = 1
-            _ = write(wakeWriter, &byte, 1)
-            group.leave()
+        let duplicate = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        guard duplicate >= 0 else {
+            // Reported like a failed sync: a task must never wait for one that never ran.
+            report(done, error: errno)
+            return
         }
+        queue.async { [self] in
+            var error: Int32?
+            while fdatasync(duplicate) != 0 {
+                if errno != EINTR { error = errno; break }
+            }
+            close(duplicate)
+            report(done, error: error)
+        }
+    }
+
+    private func report(_ done: Done, error: Int32?) {
+        var result = done
+        result.error = error
+        lock.lock()
+        finished.append(result)
+        lock.unlock()
+        // The pipe is non-blocking: a full pipe already holds a wake-up.
+        var byte: UInt8 = 1
+        _ = write(wakeWriter, &byte, 1)
+        group.leave()
     }
 
     /// Syncs finished since the last call.

@@ -17,7 +17,7 @@ enum Publisher {
         case failed(reason: String, code: String)
     }
 
-    static func prepare(_ task: TaskState) -> Verdict {
+    static func prepare(_ task: TaskState, in state: AgentState, root: DownloadRoot) -> Verdict {
         guard let part = task.partPath, let dest = task.spec.dest else {
             return .failed(reason: "the task keeps no file", code: "local_error")
         }
@@ -25,7 +25,7 @@ enum Publisher {
         if task.spec.sha256 != nil || task.spec.md5 != nil {
             let digests: (sha256: String, md5: String?)
             do {
-                digests = try hash(part, md5: task.spec.md5 != nil)
+                digests = try hash(part, md5: task.spec.md5 != nil, root: root)
             } catch {
                 return .failed(reason: "cannot read \(part): \(error)", code: "read_error")
             }
@@ -36,53 +36,31 @@ enum Publisher {
                 return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: "checksum_mismatch")
             }
         }
-        switch placement(for: dest, overwrite: task.spec.overwrite) {
-        case .target(let path): return .ready(path: path)
-        case .refuse(let reason): return .failed(reason: reason, code: "dest_exists")
+        guard root.exists(dest) else { return .ready(path: dest) }
+        switch task.spec.overwrite {
+        case .replace:
+            return .ready(path: dest)
+        case .fail, .skip:
+            return .failed(reason: "\(dest) already exists (overwrite = \"\(task.spec.overwrite.rawValue)\")", code: "dest_exists")
+        case .rename:
+            // A file appeared at the reserved name meanwhile: the next free
+            // name, never one another live task holds (our own partial file aside).
+            return .ready(path: Destinations.firstFree(dest, owner: task.id, in: state,
+                                                       exists: { $0 != part && root.exists($0) }))
         }
     }
 
     /// Moves `DEST.part` to the path `finished` recorded. Idempotent: if the
     /// partial file is gone the rename already happened. The caller syncs the
     /// directory (once for a whole batch of renames).
-    @discardableResult
-    static func complete(part: String, to dest: String) -> String? {
-        guard FileSystem.exists(part) else { return nil }
-        guard rename(part, dest) == 0 else {
-            return "cannot move \(part) to \(dest): \(String(cString: strerror(errno)))"
-        }
-        return nil
-    }
-
-    enum Placement: Equatable {
-        case target(String)
-        case refuse(String)
-    }
-
-    /// Where the file goes given `overwrite` and what is already there.
-    static func placement(for dest: String, overwrite: OverwriteMode) -> Placement {
-        guard FileSystem.exists(dest) else { return .target(dest) }
-        switch overwrite {
-        case .replace:
-            return .target(dest)
-        case .fail, .skip:
-            return .refuse("\(dest) already exists (overwrite = \"\(overwrite.rawValue)\")")
-        case .rename:
-            // debian.iso → debian.1.iso, debian.2.iso, …
-            let url = URL(fileURLWithPath: dest)
-            let ext = url.pathExtension
-            let stem = url.deletingPathExtension().path
-            for number in 1... {
-                let candidate = ext.isEmpty ? "\(stem).\(number)" : "\(stem).\(number).\(ext)"
-                if !FileSystem.exists(candidate) { return .target(candidate) }
-            }
-            fatalError("unreachable")
-        }
+    static func complete(part: String, to dest: String, root: DownloadRoot) throws {
+        guard root.exists(part) else { return }
+        try root.rename(part, to: dest)
     }
 
     /// Streams the file through SHA-256 (and MD5 when asked): memory stays flat.
-    static func hash(_ path: String, md5 wantsMD5: Bool) throws -> (sha256: String, md5: String?) {
-        let fd = try syscall("open \(path)") { open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+    static func hash(_ path: String, md5 wantsMD5: Bool, root: DownloadRoot) throws -> (sha256: String, md5: String?) {
+        let fd = try root.openForReading(path)
         defer { close(fd) }
         var sha = SHA256()
         var md5 = Insecure.MD5()

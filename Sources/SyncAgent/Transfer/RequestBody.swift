@@ -52,19 +52,25 @@ final class RequestBody {
     }
 
     /// Plugs this body into `easy` as curl's read and seek callbacks.
-    func attach(to easy: UnsafeMutableRawPointer) {
+    func attach(to easy: UnsafeMutableRawPointer) throws {
         let context = Unmanaged.passUnretained(self).toOpaque()
-        sa_easy_set_read_callback(easy, Self.readCallback, context)
-        sa_easy_set_seek_callback(easy, Self.seekCallback, context)
+        try Self.check(sa_easy_set_read_callback(easy, Self.readCallback, context))
+        try Self.check(sa_easy_set_seek_callback(easy, Self.seekCallback, context))
     }
 
     /// Adds the file as the multipart part `field`, streamed the same way.
-    func attach(to part: OpaquePointer, field: String) {
-        curl_mime_name(part, field)
-        curl_mime_filename(part, (path as NSString).lastPathComponent)
-        curl_mime_type(part, "application/octet-stream")
-        curl_mime_data_cb(part, curl_off_t(size), Self.readCallback, Self.seekCallback, nil,
-                          Unmanaged.passUnretained(self).toOpaque())
+    func attach(to part: OpaquePointer, field: String) throws {
+        try Self.check(curl_mime_name(part, field))
+        try Self.check(curl_mime_filename(part, (path as NSString).lastPathComponent))
+        try Self.check(curl_mime_type(part, "application/octet-stream"))
+        try Self.check(curl_mime_data_cb(part, curl_off_t(size), Self.readCallback, Self.seekCallback, nil,
+                                         Unmanaged.passUnretained(self).toOpaque()))
+    }
+
+    private static func check(_ code: CURLcode) throws {
+        guard code == CURLE_OK else {
+            throw TransferAttempt.SetupError(what: "cannot attach the request body: \(String(cString: curl_easy_strerror(code)))")
+        }
     }
 
     private static let readCallback: @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int = {

@@ -13,6 +13,9 @@ enum AttemptOutcome: Equatable {
     /// Worth another attempt; `restartFromZero` when the partial file cannot be resumed.
     case transient(reason: String, retryAfterMs: Int64?, restartFromZero: Bool)
     case permanent(reason: String, code: String)
+    /// This machine failed (disk full, I/O error): the task stops, keeping
+    /// the bytes the log vouches for, so `resume` continues once fixed.
+    case localFailure(reason: String, code: String)
 }
 
 /// One attempt of a task: a curl easy handle that sends the request (with
@@ -55,8 +58,8 @@ final class TransferAttempt {
     private var status = 0
     private var etag: String?
     private var lastModified: String?
-    private var contentRangeStart: Int64?
-    private var contentRangeTotal: Int64?
+    /// `Content-Range` as sent: nil if absent; `.some(nil)` if unreadable.
+    private var contentRange: HTTPNumbers.ContentRange??
     private var retryAfterMs: Int64?
     private var total: Int64?
     private var previousValidator: String?
@@ -78,8 +81,11 @@ final class TransferAttempt {
     /// A progress sync is in flight: do not queue another.
     private var syncPending = false
 
-    /// - Parameter ifRange: the validator guarding a resume from `offset` (the agent's decision).
-    init(task: TaskState, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
+    /// - Parameters:
+    ///   - partFile: the partial file, open for writing at `offset` (the
+    ///     attempt closes it), or -1 when the response body is not kept.
+    ///   - ifRange: the validator guarding a resume from `offset` (the agent's decision).
+    init(task: TaskState, partFile: Int32, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
          cookies: CookieJar?, sink: @escaping Sink, requestSync: @escaping SyncRequest) throws {
         self.requestSync = requestSync
         Self.nextSerial += 1
@@ -97,27 +103,20 @@ final class TransferAttempt {
         self.settings = settings
         self.sink = sink
 
-        body = try task.spec.bodyFile.map { try RequestBody(path: $0) }
-        if let part = task.partPath {
-            try FileSystem.makeDirectory((part as NSString).deletingLastPathComponent, mode: 0o755)
-            // O_NOFOLLOW: a symlink planted at DEST.part must not redirect our writes.
-            let file = try syscall("open \(part)") { open(part, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644) }
-            // Never trust bytes beyond what the log vouches for.
-            guard ftruncate(file, off_t(offset)) == 0, lseek(file, off_t(offset), SEEK_SET) == off_t(offset) else {
-                let error = SystemError(operation: "truncate \(part) to \(offset)", errno: errno)
-                close(file)
-                throw error
-            }
-            fd = file
-        } else {
-            fd = -1
+        fd = partFile
+        do {
+            body = try task.spec.bodyFile.map { try RequestBody(path: $0) }
+        } catch {
+            if partFile >= 0 { close(partFile) }
+            throw error
         }
         guard let handle = curl_easy_init() else {
             if fd >= 0 { close(fd) }
             throw SystemError(operation: "curl_easy_init", errno: ENOMEM)
         }
+        // From here deinit closes fd and cleans up the handle.
         easy = handle
-        configure(task: task, ifRange: ifRange)
+        try configure(task: task, ifRange: ifRange)
         cookies?.use(in: easy)
     }
 
@@ -128,29 +127,31 @@ final class TransferAttempt {
         if fd >= 0 { close(fd) }
     }
 
-    private func configure(task: TaskState, ifRange: String?) {
-        sa_easy_setopt_string(easy, CURLOPT_URL, task.currentURL)
-        sa_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-        sa_easy_setopt_long(easy, CURLOPT_MAXREDIRS, settings.maxRedirects)
+    private func configure(task: TaskState, ifRange: String?) throws {
+        try check("URL", sa_easy_setopt_string(easy, CURLOPT_URL, task.currentURL))
+        try check("NOSIGNAL", sa_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
+        try check("FOLLOWLOCATION", sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1))
+        try check("MAXREDIRS", sa_easy_setopt_long(easy, CURLOPT_MAXREDIRS, settings.maxRedirects))
         // SPEC §7: HTTP and HTTPS only, for the job URL and every redirect.
-        sa_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        sa_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        sa_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, settings.connectTimeout)
-        sa_easy_setopt_string(easy, CURLOPT_USERAGENT, settings.userAgent)
-        if let proxy = settings.proxy { sa_easy_setopt_string(easy, CURLOPT_PROXY, proxy) }
-        if let caFile = settings.caFile { sa_easy_setopt_string(easy, CURLOPT_CAINFO, caFile) }
+        // A curl that cannot enforce this must not run the transfer at all.
+        try check("PROTOCOLS_STR", sa_easy_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
+        try check("REDIR_PROTOCOLS_STR", sa_easy_setopt_string(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"))
+        try check("CONNECTTIMEOUT", sa_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, settings.connectTimeout))
+        try check("USERAGENT", sa_easy_setopt_string(easy, CURLOPT_USERAGENT, settings.userAgent))
+        if let proxy = settings.proxy { try check("PROXY", sa_easy_setopt_string(easy, CURLOPT_PROXY, proxy)) }
+        if let caFile = settings.caFile { try check("CAINFO", sa_easy_setopt_string(easy, CURLOPT_CAINFO, caFile)) }
         // Large reads keep syscalls and callbacks few on fast links. A rate
         // limit needs small ones: curl reads up to 100 buffers per perform
         // call before it checks the rate, so a big buffer overshoots it.
         var bufferSize = 512 * 1024
         if let speed = task.spec.maxSpeed ?? settings.maxSpeed {
-            sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(speed))
-            sa_easy_setopt_off(easy, CURLOPT_MAX_SEND_SPEED_LARGE, curl_off_t(speed))
+            try check("MAX_RECV_SPEED_LARGE", sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(speed)))
+            try check("MAX_SEND_SPEED_LARGE", sa_easy_setopt_off(easy, CURLOPT_MAX_SEND_SPEED_LARGE, curl_off_t(speed)))
             bufferSize = Int(min(max(speed / 800, 1024), Int64(bufferSize)))
         }
-        sa_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, bufferSize)
-        sa_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, max(bufferSize, 16 * 1024))
+        // Only a performance hint: a curl that caps the size keeps its own.
+        _ = sa_easy_setopt_long(easy, CURLOPT_BUFFERSIZE, bufferSize)
+        _ = sa_easy_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, max(bufferSize, 16 * 1024))
 
         var headers = settings.headers
         for header in task.spec.headers {
@@ -158,64 +159,86 @@ final class TransferAttempt {
             headers.append(header)
         }
         if requestedOffset > 0 {
-            sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-")
+            try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"))
             if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
         }
-        headers += configureRequest(task.spec, explicitHeaders: headers)
+        headers += try configureRequest(task.spec, explicitHeaders: headers)
         for header in headers {
-            headerList = curl_slist_append(headerList, "\(header.name): \(header.value)")
+            // Checked at parse time; checked again here, where it reaches the wire.
+            guard !header.value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+                throw SetupError(what: "header \(header.name) has a line break in its value")
+            }
+            guard let appended = curl_slist_append(headerList, "\(header.name): \(header.value)") else {
+                throw SetupError(what: "out of memory for the request headers")
+            }
+            headerList = appended
         }
-        if headerList != nil { sa_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList)) }
+        if headerList != nil {
+            try check("HTTPHEADER", sa_easy_setopt_pointer(easy, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList)))
+        }
 
         let context = Unmanaged.passUnretained(self).toOpaque()
-        sa_easy_set_write_callback(easy, { data, size, count, context in
+        try check("WRITEFUNCTION", sa_easy_set_write_callback(easy, { data, size, count, context in
             let attempt = Unmanaged<TransferAttempt>.fromOpaque(context!).takeUnretainedValue()
             return attempt.receiveBody(UnsafeRawPointer(data!), size * count)
-        }, context)
-        sa_easy_set_header_callback(easy, { data, size, count, context in
+        }, context))
+        try check("HEADERFUNCTION", sa_easy_set_header_callback(easy, { data, size, count, context in
             let attempt = Unmanaged<TransferAttempt>.fromOpaque(context!).takeUnretainedValue()
             attempt.receiveHeader(UnsafeRawBufferPointer(start: data, count: size * count))
             return size * count
-        }, context)
+        }, context))
+    }
+
+    /// Why an attempt could not be set up.
+    struct SetupError: Error, CustomStringConvertible {
+        var what: String
+        var description: String { what }
+    }
+
+    private func check(_ option: String, _ code: CURLcode) throws {
+        guard code == CURLE_OK else {
+            throw SetupError(what: "curl refused option CURLOPT_\(option): \(String(cString: curl_easy_strerror(code)))")
+        }
     }
 
     /// Method and body: a file sent as the whole body (PUT, or another
     /// method with a body), or as one part of a multipart form. Returns
     /// headers to add.
-    private func configureRequest(_ spec: TaskSpec, explicitHeaders: [Header]) -> [Header] {
+    private func configureRequest(_ spec: TaskSpec, explicitHeaders: [Header]) throws -> [Header] {
         let method = spec.effectiveMethod
         let hasHeader = { (name: String) in explicitHeaders.contains { $0.name.lowercased() == name } }
         body?.onRead = { [unowned self] position in self.sent(upTo: position) }
         if let field = spec.formField, let body {
-            let form = curl_mime_init(easy)
+            guard let form = curl_mime_init(easy) else { throw SetupError(what: "out of memory for the form") }
+            mime = form
             for extra in spec.form {
                 let part = curl_mime_addpart(form)
-                curl_mime_name(part, extra.name)
-                curl_mime_data(part, extra.value, -1)  // -1: CURL_ZERO_TERMINATED
+                try check("MIME name", curl_mime_name(part, extra.name))
+                try check("MIME data", curl_mime_data(part, extra.value, -1))  // -1: CURL_ZERO_TERMINATED
             }
-            body.attach(to: curl_mime_addpart(form)!, field: field)
-            mime = form
-            sa_easy_setopt_pointer(easy, CURLOPT_MIMEPOST, UnsafeMutableRawPointer(form))
-            if method != "POST" { sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method) }
+            guard let filePart = curl_mime_addpart(form) else { throw SetupError(what: "out of memory for the form") }
+            try body.attach(to: filePart, field: field)
+            try check("MIMEPOST", sa_easy_setopt_pointer(easy, CURLOPT_MIMEPOST, UnsafeMutableRawPointer(form)))
+            if method != "POST" { try check("CUSTOMREQUEST", sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)) }
             return []
         }
         if let body {
-            body.attach(to: easy)
+            try body.attach(to: easy)
             if method == "PUT" {
-                sa_easy_setopt_long(easy, CURLOPT_UPLOAD, 1)
-                sa_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(body.size))
+                try check("UPLOAD", sa_easy_setopt_long(easy, CURLOPT_UPLOAD, 1))
+                try check("INFILESIZE_LARGE", sa_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(body.size)))
                 return []
             }
-            sa_easy_setopt_long(easy, CURLOPT_POST, 1)
-            sa_easy_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.size))
-            if method != "POST" { sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method) }
+            try check("POST", sa_easy_setopt_long(easy, CURLOPT_POST, 1))
+            try check("POSTFIELDSIZE_LARGE", sa_easy_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.size)))
+            if method != "POST" { try check("CUSTOMREQUEST", sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)) }
             // curl would call a POST body a urlencoded form; a file is bytes.
             return hasHeader("content-type") ? [] : [Header(name: "Content-Type", value: "application/octet-stream")]
         }
         if method == "HEAD" {
-            sa_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
+            try check("NOBODY", sa_easy_setopt_long(easy, CURLOPT_NOBODY, 1))
         } else if method != "GET" {
-            sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)
+            try check("CUSTOMREQUEST", sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method))
         }
         return []
     }
@@ -252,8 +275,7 @@ final class TransferAttempt {
             }
             etag = nil
             lastModified = nil
-            contentRangeStart = nil
-            contentRangeTotal = nil
+            contentRange = nil
             retryAfterMs = nil
             responseHeaders.removeAll()
             return
@@ -263,19 +285,23 @@ final class TransferAttempt {
             responseHeaders.append(pair)
         }
         // Only these four become Strings; every other header is skipped in place.
+        // Validators are echoed back in If-Range: keep only what fits a header.
         if let value = header.value(ifNamed: "etag") {
-            etag = value
+            etag = Self.usableValidator(value)
         } else if let value = header.value(ifNamed: "last-modified") {
-            lastModified = value
+            lastModified = Self.usableValidator(value)
         } else if let value = header.value(ifNamed: "retry-after") {
-            retryAfterMs = Int64(value).map { $0 * 1000 }
+            if case .delayMs(let delay) = HTTPNumbers.retryAfter(value, nowMs: FileSystem.nowMs) { retryAfterMs = delay }
         } else if let value = header.value(ifNamed: "content-range") {
-            // bytes START-END/TOTAL, or bytes */TOTAL
-            let spec = value.drop { $0 != " " }.trimmingCharacters(in: .whitespaces)
-            let parts = spec.split(separator: "/")
-            contentRangeStart = parts.first.flatMap { Int64($0.split(separator: "-").first ?? "") }
-            contentRangeTotal = parts.count > 1 ? Int64(parts[1]) : nil
+            contentRange = .some(HTTPNumbers.contentRange(value))
         }
+    }
+
+    /// A validator we can send back: printable, one line, not huge.
+    private static func usableValidator(_ value: String) -> String? {
+        guard !value.isEmpty, value.utf8.count <= 1024,
+              value.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else { return nil }
+        return value
     }
 
     /// Returns `count` to go on; anything else makes curl stop with a write error.
@@ -286,6 +312,11 @@ final class TransferAttempt {
                 stopReason = refusal
                 return 0
             }
+        }
+        if let total, written + Int64(count) > total, kind == .download {
+            stopReason = .transient(reason: "server sent more than the \(total) bytes it announced (\(Redaction.url(currentURL)))",
+                                    retryAfterMs: nil, restartFromZero: true)
+            return 0
         }
         if fd < 0 {
             // A response nobody keeps: counted, not stored.
@@ -298,7 +329,7 @@ final class TransferAttempt {
             let result = write(fd, data + offset, count - offset)
             if result < 0 {
                 if errno == EINTR { continue }
-                stopReason = .permanent(reason: "cannot write \(partPath ?? ""): \(String(cString: strerror(errno)))", code: "write_error")
+                stopReason = localFailure("write", errno)
                 return 0
             }
             offset += result
@@ -315,52 +346,71 @@ final class TransferAttempt {
         return count
     }
 
+    /// The disk under the partial file failed: the words name the file,
+    /// the file system it lives on, and the error.
+    private func localFailure(_ operation: String, _ error: Int32) -> AttemptOutcome {
+        let failure = DiskFailure(operation: operation, path: partPath ?? "", errno: error)
+        return .localFailure(reason: failure.description, code: failure.code)
+    }
+
     /// Decides, on the first body byte, whether this response may be written
-    /// to the partial file. Never appends a mismatched body (SPEC §7).
+    /// to the partial file. Never writes a body that does not start where
+    /// the file ends (SPEC §7: on any request, not only a resume).
     private func acceptResponse() -> AttemptOutcome? {
         if !isSuccess(status) {
             return httpFailure()
         }
+        let shownURL = Redaction.url(currentURL)
+        if status == 206 {
+            guard case .some(.some(let range)) = contentRange, let first = range.first else {
+                let what = contentRange == nil ? "no Content-Range" : "an unreadable Content-Range"
+                return .transient(reason: "server sent bytes from nowhere (\(what)) when asked for \(requestedOffset)",
+                                  retryAfterMs: nil, restartFromZero: true)
+            }
+            guard first == requestedOffset else {
+                return .transient(reason: "server sent bytes from \(first) when asked for \(requestedOffset)",
+                                  retryAfterMs: nil, restartFromZero: true)
+            }
+        } else if requestedOffset > 0 {
+            // A full body: the server ignored Range, or If-Range found a changed file.
+            let validator = etag ?? lastModified
+            let reason = validator != nil && previousValidator != nil && validator != previousValidator
+                ? "the file changed on the server (validator \(previousValidator!) → \(validator!))"
+                : "the server ignored Range and sent the whole file"
+            if let failure = restart(reason: reason) { return failure }
+        }
         var length: curl_off_t = -1
         sa_easy_getinfo_off(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length)
-        if requestedOffset > 0 {
-            if status == 206 {
-                guard contentRangeStart == requestedOffset else {
-                    let start = contentRangeStart.map(String.init) ?? "nowhere (no Content-Range)"
-                    return .transient(reason: "server sent bytes from \(start) when asked for \(requestedOffset)",
-                                      retryAfterMs: nil, restartFromZero: true)
-                }
-            } else {
-                // A full body: the server ignored Range, or If-Range found a changed file.
-                let validator = etag ?? lastModified
-                let reason = validator != nil && previousValidator != nil && validator != previousValidator
-                    ? "the file changed on the server (validator \(previousValidator!) → \(validator!))"
-                    : "the server ignored Range and sent the whole file"
-                restart(reason: reason)
-            }
-        }
-        if let full = contentRangeTotal {
-            total = full
+        if case .some(.some(let range)) = contentRange, status == 206, let complete = range.complete {
+            total = complete
         } else if length >= 0 {
-            total = written + Int64(length)
+            // curl parsed it; we still refuse sums that cannot be real.
+            let (sum, overflow) = written.addingReportingOverflow(Int64(length))
+            guard !overflow, sum <= HTTPNumbers.maximumLength else {
+                return .transient(reason: "server announced an impossible Content-Length (\(length) bytes) for \(shownURL)",
+                                  retryAfterMs: nil, restartFromZero: true)
+            }
+            total = sum
+        } else if status != 206 {
+            total = nil
         }
         return nil
     }
 
     /// The offset goes back to 0: truncate and say why, in the log.
-    private func restart(reason: String) {
-        ftruncate(fd, 0)
-        lseek(fd, 0, SEEK_SET)
+    private func restart(reason: String) -> AttemptOutcome? {
+        guard ftruncate(fd, 0) == 0, lseek(fd, 0, SEEK_SET) == 0 else { return localFailure("truncate", errno) }
         written = 0
         durable = 0
         validatorsLogged = true
         sink(taskID, .progressed(Progressed(bytes: 0, total: nil, etag: etag, lastModified: lastModified,
                                             restartReason: reason)))
+        return nil
     }
 
     private func httpFailure() -> AttemptOutcome {
         let words = HTTPStatus.phrase(status).map { " \($0)" } ?? ""
-        let reason = "server answered \(status)\(words) for \(currentURL)"
+        let reason = "server answered \(status)\(words) for \(Redaction.url(currentURL))"
         if status == 408 || status == 429 || status >= 500 {
             return .transient(reason: reason, retryAfterMs: retryAfterMs, restartFromZero: false)
         }
@@ -368,7 +418,7 @@ final class TransferAttempt {
             // The range starts at or past the end: if what we hold is exactly
             // the server's size, the file is complete (a restart came after
             // the last byte); verification decides the rest.
-            let size = contentRangeTotal ?? total
+            let size = contentRange??.complete ?? total
             if requestedOffset > 0, size == requestedOffset { return .complete(bytes: requestedOffset) }
             let sizeWords = size.map { "its file has \($0) bytes" } ?? "it did not say its size"
             return .transient(reason: "server answered 416 for byte \(requestedOffset) and \(sizeWords)",
@@ -383,11 +433,16 @@ final class TransferAttempt {
         kind == .data ? (200..<400).contains(status) : (200..<300).contains(status)
     }
 
-    /// fdatasync, then claim the bytes in the log.
-    func flush() {
-        guard fd >= 0, written > durable || !validatorsLogged else { return }
-        fdatasync(fd)
+    /// fdatasync, then claim the bytes in the log. A failed sync claims
+    /// nothing and says why.
+    @discardableResult
+    func flush() -> AttemptOutcome? {
+        guard fd >= 0, written > durable || !validatorsLogged else { return nil }
+        while fdatasync(fd) != 0 {
+            if errno != EINTR { return localFailure("flush", errno) }
+        }
         claim(upTo: written)
+        return nil
     }
 
     /// The partial file, for the agent's DataSyncer.
@@ -420,6 +475,13 @@ final class TransferAttempt {
         sink(taskID, .progressed(progress))
     }
 
+    /// A progress sync failed: nothing is claimed, and the attempt ends
+    /// with the disk's error (the agent stops it).
+    func syncFailed(errno error: Int32) -> AttemptOutcome {
+        syncPending = false
+        return localFailure("flush", error)
+    }
+
     /// `idle_timeout` (NSURLSession's timeoutIntervalForRequest): no byte for
     /// that long. Checked by the loop, because curl's low-speed check averages
     /// over several seconds and fires late.
@@ -428,35 +490,40 @@ final class TransferAttempt {
     }
 
     func stalledOutcome() -> AttemptOutcome {
-        flush()
-        return .transient(reason: "no data for \(settings.idleTimeout) s (idle_timeout) from \(currentURL)",
+        if let failure = flush() { return failure }
+        return .transient(reason: "no data for \(settings.idleTimeout) s (idle_timeout) from \(Redaction.url(currentURL))",
                           retryAfterMs: nil, restartFromZero: false)
     }
 
     /// After curl reports the transfer done: what happened, in our terms.
     func outcome(_ result: CURLcode) -> AttemptOutcome {
-        if let stopReason { return stopReason }
+        if let stopReason {
+            // Bytes written before a refusal or a local error are still worth keeping.
+            if case .transient(_, _, false) = stopReason, let failure = flush() { return failure }
+            return stopReason
+        }
         if result == CURLE_OK {
             if !isSuccess(status) { return httpFailure() }
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
             // No fdatasync here: the agent's DataSyncer makes the complete body
             // durable off the loop, then calls `claimSynced`.
             if kind == .download, let total, written != total {
-                flush()
+                if let failure = flush() { return failure }
                 return .transient(reason: "connection closed at byte \(written) of \(total)",
                                   retryAfterMs: nil, restartFromZero: false)
             }
             return .complete(bytes: kind == .upload ? resultBytes : written)
         }
-        flush()
+        if let failure = flush() { return failure }
         // The server answered with an error while we were still sending (an
         // upload refused early): its answer says more than the broken send.
         if status >= 400 { return httpFailure() }
         let words = String(cString: curl_easy_strerror(result))
-        let reason = "\(words) (\(currentURL))"
+        let reason = "\(words) (\(Redaction.url(currentURL)))"
         switch result {
         case CURLE_UNSUPPORTED_PROTOCOL:
-            return .permanent(reason: "refused a redirect to a scheme other than http or https (\(currentURL))", code: "curl_\(result.rawValue)")
+            return .permanent(reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(currentURL)))",
+                              code: "curl_\(result.rawValue)")
         case CURLE_URL_MALFORMAT, CURLE_TOO_MANY_REDIRECTS, CURLE_PEER_FAILED_VERIFICATION,
              CURLE_SSL_CERTPROBLEM, CURLE_SSL_CACERT_BADFILE, CURLE_FILESIZE_EXCEEDED, CURLE_LOGIN_DENIED,
              CURLE_REMOTE_ACCESS_DENIED:

@@ -1,0 +1,157 @@
+import CLinuxShims
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `download_dir`, opened once: every file the agent writes, renames or
+/// removes for a task is reached beneath it without following a symbolic
+/// link in any component (SPEC §7). A `link -> /elsewhere` planted inside
+/// the folder makes the task fail; it never redirects a write.
+///
+/// `openat2` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS does that in one
+/// call; kernels before 5.6 get the same rule from `openat` with
+/// O_NOFOLLOW, one component at a time.
+final class DownloadRoot {
+    let path: String
+    private let fd: Int32
+
+    init(path: String) throws {
+        self.path = path
+        fd = try syscall("open download_dir \(path)") { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+    }
+
+    deinit { close(fd) }
+
+    /// `file` relative to the root, or an error if it is not beneath it
+    /// (a task created under another download_dir).
+    private func relative(_ file: String) throws -> String {
+        guard PathRules.isInside(file, path) else {
+            throw SystemError(operation: "\(file) is not inside download_dir \(path)", errno: EXDEV)
+        }
+        return String(file.dropFirst(path == "/" ? 1 : path.count + 1))
+    }
+
+    /// The directory holding `file`, opened beneath the root (created, with
+    /// its parents, when `create`), and the file's own name in it.
+    func parent(of file: String, create: Bool) throws -> (directory: Int32, name: String) {
+        let parts = try relative(file).split(separator: "/").map(String.init)
+        guard let name = parts.last else { throw SystemError(operation: "\(file) names no file", errno: EINVAL) }
+        let folders = parts.dropLast()
+        if folders.isEmpty {
+            return (try syscall("open download_dir \(path)") { dup(fd) }, name)
+        }
+        let joined = folders.joined(separator: "/")
+        let direct = sa_openat_beneath(fd, joined, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
+        if direct >= 0 { return (direct, name) }
+        let firstError = errno
+        guard firstError == ENOSYS || (firstError == ENOENT && create) else {
+            throw SystemError(operation: "open \(path)/\(joined) \(Self.words(firstError))", errno: firstError)
+        }
+        // One component at a time: made if missing, never a symlink.
+        var current = try syscall("open download_dir \(path)") { dup(fd) }
+        var walked = path
+        for folder in folders {
+            walked += "/" + folder
+            if create, mkdirat(current, folder, 0o755) != 0, errno != EEXIST {
+                let error = SystemError(operation: "create directory \(walked)", errno: errno)
+                close(current)
+                throw error
+            }
+            let next = openat(current, folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let error = errno
+            close(current)
+            guard next >= 0 else {
+                throw SystemError(operation: "open \(walked) \(Self.words(error))", errno: error)
+            }
+            current = next
+        }
+        return (current, name)
+    }
+
+    /// Says why a symlink stopped us, in the words a user needs.
+    private static func words(_ error: Int32) -> String {
+        error == ELOOP || error == EXDEV ? "(a symbolic link inside download_dir is never followed)" : ""
+    }
+
+    private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
+        let (directory, name) = try parent(of: file, create: create)
+        defer { close(directory) }
+        return try body(directory, name)
+    }
+
+    /// The partial file, opened for writing without following a symlink,
+    /// cut back to `offset`: never trust bytes beyond what the log vouches for.
+    func openPartial(_ file: String, truncatingTo offset: Int64) throws -> Int32 {
+        try withParent(of: file, create: true) { directory, name in
+            let descriptor = try syscall("open \(file)") {
+                openat(directory, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+            }
+            do {
+                try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) }
+                try syscall("seek \(file) to \(offset)") { lseek(descriptor, off_t(offset), SEEK_SET) }
+            } catch {
+                close(descriptor)
+                throw error
+            }
+            return descriptor
+        }
+    }
+
+    /// Opens an existing file for reading (checksums), without following a symlink.
+    func openForReading(_ file: String) throws -> Int32 {
+        try withParent(of: file) { directory, name in
+            try syscall("open \(file)") { openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        }
+    }
+
+    /// lstat beneath the root; nil if absent or unreachable.
+    func status(_ file: String) -> stat? {
+        try? withParent(of: file) { directory, name in
+            var info = stat()
+            return fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 ? info : nil
+        }
+    }
+
+    func exists(_ file: String) -> Bool { status(file) != nil }
+
+    func size(_ file: String) -> Int64? { status(file).map { Int64($0.st_size) } }
+
+    /// Cuts a partial file back (start-up recovery); absent is fine.
+    func truncate(_ file: String, to offset: Int64) throws {
+        try withParent(of: file) { directory, name in
+            let descriptor = openat(directory, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+            if descriptor < 0, errno == ENOENT { return }
+            guard descriptor >= 0 else { throw SystemError(operation: "open \(file)", errno: errno) }
+            defer { close(descriptor) }
+            try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) }
+        }
+    }
+
+    /// Removes a file; absent is fine.
+    func remove(_ file: String) throws {
+        try withParent(of: file) { directory, name in
+            if unlinkat(directory, name, 0) != 0, errno != ENOENT {
+                throw SystemError(operation: "remove \(file)", errno: errno)
+            }
+        }
+    }
+
+    /// Renames within the root. Durable once the directory is synced
+    /// (`syncDirectory`), which the caller does once for many renames.
+    func rename(_ from: String, to: String) throws {
+        try withParent(of: from) { fromDirectory, fromName in
+            try withParent(of: to, create: true) { toDirectory, toName in
+                try syscall("move \(from) to \(to)") { renameat(fromDirectory, fromName, toDirectory, toName) }
+            }
+        }
+    }
+
+    /// fsync of the directory that holds `file`.
+    func syncDirectory(of file: String) throws {
+        try withParent(of: file) { directory, _ in
+            try syscall("sync the directory of \(file)") { fsync(directory) }
+        }
+    }
+}

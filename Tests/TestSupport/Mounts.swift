@@ -1,0 +1,66 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A small file system mounted for a test (tmpfs, or ext4 on a loop device),
+/// unmounted when the test is done. Mounting needs root: where it fails the
+/// initialiser returns nil and prints why, and the test skips.
+public final class TestMount {
+    public let path: String
+    private var unmountOrder: [String] = []
+
+    /// A tmpfs of `size` (e.g. "2m") at `path` (created if missing).
+    public init?(tmpfsAt path: String, size: String) {
+        self.path = path
+        guard Self.run("/bin/mkdir", ["-p", path]), Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size),mode=0755", "tmpfs", path]) else {
+            print("skipped: cannot mount a tmpfs at \(path) (needs root and mount(8))")
+            return nil
+        }
+        unmountOrder = [path]
+    }
+
+    /// An ext4 image of `imageSize` on a tmpfs of `backingSize`, loop-mounted
+    /// at `path`: ext4 accepts writes into the page cache, and flushing
+    /// them fails once the tmpfs under the image is full — a failing disk.
+    public init?(failingExt4At path: String, backing: String, imageSize: String, backingSize: String) {
+        self.path = path
+        let image = backing + "/disk.img"
+        guard Self.run("/bin/mkdir", ["-p", path, backing]),
+              Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(backingSize)", "tmpfs", backing]) else {
+            print("skipped: cannot mount a tmpfs at \(backing) (needs root and mount(8))")
+            return nil
+        }
+        unmountOrder = [backing]
+        guard Self.run("/usr/bin/truncate", ["-s", imageSize, image]),
+              Self.run("/sbin/mkfs.ext4", ["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", image]),
+              Self.run("/bin/mount", ["-o", "loop", image, path]) else {
+            print("skipped: cannot loop-mount an ext4 image at \(path) (needs root, mkfs.ext4 and loop devices)")
+            return nil
+        }
+        unmountOrder = [path, backing]
+    }
+
+    /// `mount -o remount,size=…`: more room, as a user who freed space.
+    @discardableResult
+    public func resize(_ size: String) -> Bool {
+        Self.run("/bin/mount", ["-o", "remount,size=\(size)", path])
+    }
+
+    deinit {
+        // Lazy: a file still open elsewhere must not keep the mount busy.
+        for mount in unmountOrder { _ = Self.run("/bin/umount", ["-l", mount]) }
+    }
+
+    @discardableResult
+    static func run(_ tool: String, _ arguments: [String]) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        do { try process.run() } catch { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
+}

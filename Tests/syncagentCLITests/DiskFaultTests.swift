@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 9, item 7: a full disk and a failing disk under download_dir.
+/// The task stops with a reason naming the file and the file system,
+/// claims no byte it could not flush, and the agent goes on; once the
+/// user makes room, `resume` continues from the durable bytes.
+@Suite("A full or failing disk", .serialized)
+struct DiskFaultTests {
+    @Test func aFullDiskStopsTheTaskAndResumeFinishesItAfterRoomIsMade() throws {
+        let harness = try AgentHarness()
+        guard let disk = TestMount(tmpfsAt: harness.downloads, size: "2m") else { return }
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("big.bin", size: 4 << 20)
+        try nginx.serve("api.json", size: 200)
+        try Data(count: 512 << 10).write(to: URL(fileURLWithPath: harness.downloads + "/filler"))
+        // Throttled so that progress is made durable (every second) before the disk fills.
+        try harness.drop("big.job", "id = \"big\"\nurl = \"\(nginx.url("big.bin"))\"\nmax_speed = \"1M\"\n")
+        // Needs no disk: the agent goes on with it while the other fails.
+        try harness.drop("api.job", "id = \"api\"\nkind = \"data\"\nurl = \"\(nginx.url("api.json"))\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 4, "\(agent.stderr.suffix(1500))")
+
+        let tasks = Dictionary(uniqueKeysWithValues: try harness.statusTasks().map { ($0["id"] as? String ?? "", $0) })
+        #expect(tasks["api"]?["state"] as? String == "finished")
+        let big = try #require(tasks["big"])
+        #expect(big["state"] as? String == "failed")
+        #expect(big["error_code"] as? String == "disk_full")
+        let reason = big["error"] as? String ?? ""
+        #expect(reason.hasPrefix("disk full: cannot write \(harness.downloads)/big.bin.part on \(disk.path) (tmpfs)"), "\(reason)")
+        let kept = try #require(big["bytes"] as? Int)
+        let progressed = try harness.events().filter { $0.task == "big" && $0.type == "progressed" }.compactMap { $0.data["bytes"] as? Int }
+        #expect(progressed.allSatisfy { $0 <= kept }, "no byte claimed beyond what was flushed")
+        #expect(kept > 0)
+        try expectVerifyClean(harness)
+
+        // The user makes room and runs it again: it goes on from the kept bytes.
+        try FileManager.default.removeItem(atPath: harness.downloads + "/filler")
+        #expect(disk.resize("16m"))
+        #expect(try harness.run(["resume", "big"]).status == 0)
+        let again = try harness.startAgent(exitWhenIdle: true)
+        #expect(again.wait(seconds: 60) == 0, "\(again.stderr.suffix(1500))")
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/big.bin") == data)
+        let starts = try harness.events().filter { $0.task == "big" && $0.type == "started" }
+        #expect(starts.last?.data["offset"] as? Int == kept)
+        try expectVerifyClean(harness)
+    }
+
+    @Test func aFailingFlushStopsTheTaskWithoutClaimingItsBytes() throws {
+        let harness = try AgentHarness()
+        guard let disk = TestMount(failingExt4At: harness.downloads, backing: harness.directory.file("backing"),
+                                   imageSize: "96M", backingSize: "12m") else { return }
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("large.bin", size: 48 << 20)
+        try nginx.serve("api.json", size: 200)
+        try harness.drop("large.job", "id = \"large\"\nurl = \"\(nginx.url("large.bin"))\"\n")
+        try harness.drop("api.job", "id = \"api\"\nkind = \"data\"\nurl = \"\(nginx.url("api.json"))\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 120) == 4, "the agent must not hang on a failed flush: \(agent.stderr.suffix(1500))")
+
+        let tasks = Dictionary(uniqueKeysWithValues: try harness.statusTasks().map { ($0["id"] as? String ?? "", $0) })
+        #expect(tasks["api"]?["state"] as? String == "finished")
+        let large = try #require(tasks["large"])
+        #expect(large["state"] as? String == "failed")
+        #expect(["disk_full", "io_error"].contains(large["error_code"] as? String ?? ""), "\(large)")
+        let reason = large["error"] as? String ?? ""
+        #expect(reason.contains("\(harness.downloads)/large.bin.part on \(disk.path) (ext4)"), "\(reason)")
+        let kept = large["bytes"] as? Int ?? -1
+        let progressed = try harness.events().filter { $0.task == "large" && $0.type == "progressed" }.compactMap { $0.data["bytes"] as? Int }
+        #expect(progressed.allSatisfy { $0 <= kept }, "no byte claimed beyond what was flushed: \(progressed) vs \(kept)")
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/large.bin"))
+        // The agent starts again on that log.
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+    }
+
+}
