@@ -5,11 +5,12 @@ SHELL := /bin/bash
 
 # libnotify-dev brings libnotify4, which the agent dlopens at its first notification.
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
-TEST_PACKAGES  := nginx-light dbus python3-dbusmock
+# e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4).
+TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount
 BENCH_PACKAGES := curl aria2 time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench build release deps test-deps bench-deps clean
+.PHONY: run test bench fuzz build release deps test-deps bench-deps clean
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -46,9 +47,24 @@ test: test-deps
 	swift build --build-tests
 	swift test
 
+# libFuzzer (with AddressSanitizer) over every parser of outside input, for
+# FUZZ_SECONDS; new inputs that reach new code are merged into fuzz/corpus,
+# which `make test` runs once. A crash leaves fuzz/crash-* to reproduce with
+# the same binary (and to add to fuzz/corpus once fixed).
+FUZZ_SECONDS ?= 300
+FUZZ_BUILD := .build-fuzz
+fuzz: deps
+	set -o pipefail; SYNCAGENT_FUZZ=1 swift build --scratch-path $(FUZZ_BUILD) --product syncagent-fuzz \
+	  -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library 2>&1 | grep -v "Cannot export local symbol"
+	rm -rf $(FUZZ_BUILD)/found && mkdir -p $(FUZZ_BUILD)/found
+	"$$(SYNCAGENT_FUZZ=1 swift build --scratch-path $(FUZZ_BUILD) --show-bin-path)/syncagent-fuzz" \
+	  $(FUZZ_BUILD)/found fuzz/corpus -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=fuzz/crash-
+	"$$(SYNCAGENT_FUZZ=1 swift build --scratch-path $(FUZZ_BUILD) --show-bin-path)/syncagent-fuzz" \
+	  -merge=1 fuzz/corpus $(FUZZ_BUILD)/found
+
 # Compares syncagent with curl, aria2c and URLSession in one run; writes bench/results.md.
 bench: bench-deps
 	python3 bench/run.py
 
 clean:
-	rm -rf .build
+	rm -rf .build $(FUZZ_BUILD)

@@ -45,9 +45,17 @@ let package = Package(
         .executableTarget(name: "syncagent-loggen", dependencies: ["SyncAgent", "SyncAgentCore"], path: "bench/LogGen"),
         // Real servers for the tests: nginx, a private D-Bus with dbusmock, the agent binary.
         .target(name: "TestSupport", path: "Tests/TestSupport", exclude: ["fault_server.py"]),
-        .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore"]),
+        // The fuzz target's body: every parser of outside input, fed one input.
+        .target(name: "SyncAgentFuzzing", dependencies: ["SyncAgentCore"]),
+        .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore", "SyncAgentFuzzing"]),
         .testTarget(name: "SyncAgentTests", dependencies: ["SyncAgent", "SyncAgentCore", "TestSupport"]),
         .testTarget(name: "syncagentCLITests", dependencies: ["SyncAgentCore", "TestSupport"]),
     ],
     swiftLanguageModes: [.v5]
 )
+
+// `make fuzz` only: libFuzzer's driver around SyncAgentFuzzing, built with
+// -sanitize=fuzzer (a normal build could not link it).
+if Context.environment["SYNCAGENT_FUZZ"] != nil {
+    package.targets.append(.executableTarget(name: "syncagent-fuzz", dependencies: ["SyncAgentFuzzing"]))
+}

@@ -1,0 +1,74 @@
+import Foundation
+import SyncAgentCore
+
+/// Everything outside input reaches through these parsers: job and config
+/// files, response header lines and the numbers in them, URLs, and the log's
+/// own rows (a damaged log is input too). `run` feeds one input to all of
+/// them; none may trap, whatever the bytes. `make fuzz` drives it with
+/// libFuzzer; `make test` runs the saved corpus through it once.
+public enum FuzzTargets {
+    public static func run(_ input: UnsafeRawBufferPointer) {
+        let bytes = Array(input)
+        jobAndConfigFiles(bytes)
+        responseHeaders(input)
+        let text = String(decoding: bytes, as: UTF8.self)
+        _ = HTTPDate.parseMs(text)
+        _ = Redaction.text(text)
+        _ = Redaction.url(text)
+        logRows(input)
+    }
+
+    private static let parser = JobParser(downloadDir: "/home/me/Downloads",
+                                          forbiddenDirs: ["/home/me/Downloads/.state", "/home/me/Downloads/inbox"])
+
+    static func jobAndConfigFiles(_ bytes: [UInt8]) {
+        if case .transfer(_, let spec)? = try? parser.parse(bytes) {
+            // What intake does with a parsed job: reserve its name, show its URL.
+            var state = AgentState()
+            state.apply(Event(seq: 1, atMs: 1, task: "t", body: .created(spec)))
+            if let dest = spec.dest {
+                _ = Destinations.decide(dest: dest, overwrite: spec.overwrite, in: state, exists: { _ in false })
+            }
+            _ = Redaction.url(spec.url)
+            _ = EventCoding.data(of: .created(spec))
+        }
+        if let text = String(validating: bytes, as: UTF8.self) {
+            _ = try? AgentConfig.parse(text)
+        }
+    }
+
+    /// Each line as curl would hand it to the header callback.
+    static func responseHeaders(_ input: UnsafeRawBufferPointer) {
+        var start = 0
+        for index in 0...input.count where index == input.count || input[index] == 0x0A {
+            let line = HeaderLine(UnsafeRawBufferPointer(rebasing: input[start..<min(index + 1, input.count)]))
+            start = index + 1
+            _ = line.statusCode
+            _ = line.pair
+            for name: StaticString in ["etag", "last-modified", "retry-after", "content-range", "content-length"] {
+                guard let value = line.value(ifNamed: name) else { continue }
+                _ = HTTPNumbers.contentRange(value)
+                _ = HTTPNumbers.contentLength(value)
+                _ = HTTPNumbers.retryAfter(value, nowMs: 1_795_315_973_543)
+            }
+        }
+    }
+
+    /// The input as the `data` of every event type, folded onto a task.
+    static func logRows(_ input: UnsafeRawBufferPointer) {
+        var state = AgentState()
+        state.apply(Event(seq: 1, atMs: 1_000, task: "t",
+                          body: .created(TaskSpec(url: "http://127.0.0.1/f", dest: "/home/me/Downloads/f"))))
+        var seq: Int64 = 1
+        for type in EventBody.allTypes {
+            guard let body = try? EventCoding.body(type: type, data: input) else { continue }
+            seq += 1
+            state.apply(Event(seq: seq, atMs: 1_000 + seq, task: "t", body: body))
+            _ = EventCoding.data(of: body)
+            _ = state["t"].map { RecoveryPlan.plan(for: $0, nowMs: 2_000).words }
+            _ = state["t"].map { TaskReport($0) }
+        }
+        _ = SchedulerPolicy.tasksToStart(in: state, nowMs: 2_000, limits: SchedulerLimits(maxActive: 4, maxPerHost: 2))
+        _ = Notices.drainedBatches(in: state)
+    }
+}
