@@ -21,19 +21,31 @@ final class StateLock {
     init(path: String, stateDir: String) throws {
         fd = try syscall("open \(path)") { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK else {
+                let error = SystemError(operation: "lock \(path)", errno: errno)
+                close(fd)
+                throw error
+            }
             var buffer = [UInt8](repeating: 0, count: 32)
             let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
             let text = count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self) : ""
             close(fd)
             throw AgentAlreadyRunning(stateDir: stateDir, pid: Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)))
         }
+        // The pid is what a second agent names in its error: worth failing for.
         let pid = Array("\(getpid())\n".utf8)
-        ftruncate(fd, 0)
-        _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        do {
+            try syscall("truncate \(path)") { ftruncate(fd, 0) }
+            try syscall("write the pid into \(path)") { pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) } }
+        } catch {
+            close(fd)
+            throw error
+        }
     }
 
     deinit {
-        ftruncate(fd, 0)
+        // Best effort on the way out: the lock itself dies with the fd.
+        _ = ftruncate(fd, 0)
         close(fd)
     }
 }

@@ -44,15 +44,11 @@ enum FileSystem {
     }
 
     /// A rename is only durable once its directory is synced.
-    static func syncDirectory(of path: String) {
-        sync(directory: (path as NSString).deletingLastPathComponent)
-    }
-
-    static func sync(directory: String) {
-        let fd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        fsync(fd)
-        close(fd)
+    static func syncDirectory(of path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        let fd = try syscall("open \(directory)") { open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        defer { close(fd) }
+        try syscall("sync \(directory)") { fsync(fd) }
     }
 
     /// Writes a small file atomically: temp name, fsync, rename.
@@ -71,7 +67,7 @@ enum FileSystem {
         bytes.removeAll()
         try syscall("fsync \(temp)") { fsync(fd) }
         try syscall("rename \(temp)") { rename(temp, path) }
-        syncDirectory(of: path)
+        try syncDirectory(of: path)
     }
 
     static var nowMs: Int64 {

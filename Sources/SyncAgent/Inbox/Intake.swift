@@ -99,12 +99,12 @@ final class Intake {
         let inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard inboxFd >= 0 else { return errno }
         defer { close(inboxFd) }
-        let takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if takenFd < 0 {
+        var takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if takenFd < 0, errno == ENOENT, (try? FileSystem.makeDirectory(takenDirectory)) != nil {
             // Removed while we run: made again.
-            guard errno == ENOENT, (try? FileSystem.makeDirectory(takenDirectory)) != nil else { return errno }
-            return rename(source: source, toTaken: takenName)
+            takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         }
+        guard takenFd >= 0 else { return errno }
         defer { close(takenFd) }
         return renameat(inboxFd, source, takenFd, takenName) == 0 ? 0 : errno
     }

@@ -38,8 +38,9 @@ public final class EventStore {
     public init(writingTo path: String) throws {
         self.path = path
         // Created here so SQLite inherits 0600 for the file and its -wal/-shm.
-        let fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if fd >= 0 { fchmod(fd, 0o600); close(fd) }
+        let fd = try syscall("open event log \(path)") { Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
+        defer { close(fd) }
+        try syscall("chmod 0600 \(path)") { fchmod(fd, 0o600) }
         try open(flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         try execute("PRAGMA journal_mode=WAL")
         // Durability comes from the WAL fsync at each commit of a batch.
