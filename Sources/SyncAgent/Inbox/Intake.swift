@@ -94,19 +94,33 @@ final class Intake {
         }
     }
 
-    /// renameat from the inbox into `.taken/`; 0 or errno.
+    /// The inbox and `.taken/`, opened once: a take is one renameat.
+    private var inboxFd: Int32 = -1
+    private var takenFd: Int32 = -1
+
+    deinit {
+        if inboxFd >= 0 { close(inboxFd) }
+        if takenFd >= 0 { close(takenFd) }
+    }
+
+    /// renameat from the inbox into `.taken/`; 0 or errno. A `.taken/`
+    /// removed while we run is made again, once.
     private func rename(source: UnsafePointer<CChar>, toTaken takenName: String) -> Int32 {
-        let inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard inboxFd >= 0 else { return errno }
-        defer { close(inboxFd) }
-        var takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if takenFd < 0, errno == ENOENT, (try? FileSystem.makeDirectory(takenDirectory)) != nil {
-            // Removed while we run: made again.
-            takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        for attempt in 0..<2 {
+            if inboxFd < 0 { inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+            if takenFd < 0 {
+                try? FileSystem.makeDirectory(takenDirectory)
+                takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            }
+            guard inboxFd >= 0, takenFd >= 0 else { return errno }
+            if renameat(inboxFd, source, takenFd, takenName) == 0 { return 0 }
+            let error = errno
+            // ENOENT is also what a deleted `.taken/` (or inbox) answers.
+            guard error == ENOENT, attempt == 0, !FileSystem.exists(takenDirectory) || !FileSystem.exists(inbox) else { return error }
+            close(inboxFd); close(takenFd)
+            inboxFd = -1; takenFd = -1
         }
-        guard takenFd >= 0 else { return errno }
-        defer { close(takenFd) }
-        return renameat(inboxFd, source, takenFd, takenName) == 0 ? 0 : errno
+        return ENOENT
     }
 
     /// A file seen by a scan (not by close-write) whose content does not
