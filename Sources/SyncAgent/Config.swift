@@ -41,13 +41,19 @@ public struct ResolvedConfig: Sendable {
 
         let path = configFile.map(expand) ?? xdg("XDG_CONFIG_HOME", ".config") + "/syncagent/config.toml"
         var config = AgentConfig()
-        if let text = try? String(contentsOfFile: path, encoding: .utf8) {
+        if let data = FileManager.default.contents(atPath: path) {
+            let bytes = [UInt8](data)
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                throw ConfigError(description: "\(path): the config file is not UTF-8 text "
+                                  + "(the first bad byte is at offset \(UTF8Text.firstInvalidOffset(bytes) ?? 0))")
+            }
             do {
                 config = try AgentConfig.parse(text)
             } catch let error as KeyError {
                 throw ConfigError(description: "\(path): \(error)")
             }
-        } else if configFile != nil {
+        } else if configFile != nil || FileSystem.exists(path) {
+            // Named explicitly, or there but unreadable: never silently the defaults.
             throw ConfigError(description: "\(path): cannot read the config file")
         }
 

@@ -49,7 +49,7 @@ public struct JobParser: Sendable {
             throw KeyError(key: nil, "the job file is \(bytes.count) bytes, over the 64 KiB limit")
         }
         guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw KeyError(key: nil, "the job file is not UTF-8 text")
+            throw KeyError(key: nil, "the job file is not UTF-8 text (the first bad byte is at offset \(UTF8Text.firstInvalidOffset(bytes) ?? 0))")
         }
         let reader = try TOMLReader.parse(text)
         if reader.has("action") {
@@ -293,5 +293,20 @@ public enum InboxRules {
     public static func isJobFileName(_ name: String) -> Bool {
         name.hasSuffix(".job") && name.count > 4 && !name.hasPrefix(".")
             && !name.hasSuffix(".tmp") && !name.hasSuffix(".part") && !name.hasSuffix("~")
+    }
+}
+
+public enum UTF8Text {
+    /// Where the first byte that breaks UTF-8 sits, or nil for valid text.
+    public static func firstInvalidOffset(_ bytes: [UInt8]) -> Int? {
+        var offset = 0
+        while offset < bytes.count {
+            let lead = bytes[offset]
+            let length = lead < 0x80 ? 1 : lead >> 5 == 0b110 ? 2 : lead >> 4 == 0b1110 ? 3 : lead >> 3 == 0b11110 ? 4 : 0
+            guard length > 0, offset + length <= bytes.count,
+                  String(validating: bytes[offset..<offset + length], as: UTF8.self) != nil else { return offset }
+            offset += length
+        }
+        return nil
     }
 }

@@ -54,7 +54,10 @@ public struct TOMLSyntaxError: Error, Equatable, CustomStringConvertible {
 
 public enum TOML {
     public static func parse(_ text: String) throws -> TOMLTable {
-        var parser = TOMLParser(Array(text.utf8))
+        var bytes = Array(text.utf8)
+        // A byte order mark may open the file (editors on other systems write one).
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
+        var parser = TOMLParser(bytes)
         return try parser.document()
     }
 }
@@ -63,8 +66,11 @@ private struct TOMLParser {
     private let bytes: [UInt8]
     private var index = 0
     private var root = TOMLTable()
-    /// Tables created by a `[header]` (may not be opened twice) or by a key's value (may not be reopened).
+    /// Tables created by a `[header]` (may not be opened twice, nor extended
+    /// by dotted keys from elsewhere), by dotted keys (may not get a
+    /// `[header]` of their own) or by an inline table (may not be extended).
     private var explicitTables: Set<[String]> = []
+    private var dottedTables: Set<[String]> = []
     private var closedTables: Set<[String]> = []
 
     init(_ bytes: [UInt8]) { self.bytes = bytes }
@@ -95,11 +101,20 @@ private struct TOMLParser {
     private mutating func skipComment() throws {
         guard current == UInt8(ascii: "#") else { return }
         while let byte = current, byte != 0x0A {
-            if byte < 0x20 && byte != 0x09 && !(byte == 0x0D && peek(1) == 0x0A) {
-                throw error("control character in a comment")
-            }
+            if isForbiddenControl(byte) { throw error("control character \(Self.hex(byte)) in a comment") }
             index += 1
         }
+    }
+
+    /// Control characters TOML allows nowhere in comments and strings: all
+    /// but tab, and CR unless it starts a CRLF (LF is the caller's business).
+    private func isForbiddenControl(_ byte: UInt8) -> Bool {
+        (byte < 0x20 && byte != 0x09 && byte != 0x0A && !(byte == 0x0D && peek(1) == 0x0A)) || byte == 0x7F
+    }
+
+    private static func hex(_ byte: UInt8) -> String {
+        let digits = String(byte, radix: 16, uppercase: true)
+        return "U+" + String(repeating: "0", count: 4 - digits.count) + digits
     }
 
     /// Spaces, then a comment, then the end of the line (or file).
@@ -137,7 +152,8 @@ private struct TOMLParser {
                 skipSpaces()
                 guard current == UInt8(ascii: "]") else { throw error("expected ']' after the table name, found \(describeCurrent())") }
                 index += 1
-                guard explicitTables.insert(path).inserted, !closedTables.contains(where: { path.starts(with: $0) }) else {
+                guard explicitTables.insert(path).inserted, !closedTables.contains(where: { path.starts(with: $0) }),
+                      !dottedTables.contains(path) else {
                     throw error("table [\(path.joined(separator: "."))] is defined twice")
                 }
                 try ensureTable(path, at: index)
@@ -145,6 +161,15 @@ private struct TOMLParser {
                 try endOfLine()
             } else {
                 let pair = try keyValue()
+                // Dotted keys define tables below the current one; they may
+                // not reach into a table a [header] defined elsewhere.
+                for depth in 1..<max(pair.path.count, 1) {
+                    let table = tablePath + pair.path.prefix(depth)
+                    if explicitTables.contains(table) {
+                        throw error("table [\(table.joined(separator: "."))] is defined twice", at: pair.start)
+                    }
+                    dottedTables.insert(table)
+                }
                 try assign(tablePath + pair.path, pair.value, at: pair.start)
                 try endOfLine()
             }
@@ -261,11 +286,17 @@ private struct TOMLParser {
     private mutating func inlineTable() throws -> TOMLValue {
         index += 1
         var table = TOMLTable()
+        // Inline tables inside this one are closed too: `{ a = {}, a.b = 1 }` is an error.
+        var closed: [[String]] = []
         skipSpaces()
         if current == UInt8(ascii: "}") { index += 1; return .table(table) }
         while true {
             skipSpaces()
             let pair = try keyValue()
+            if let inline = closed.first(where: { Array(pair.path.dropLast()).starts(with: $0) }) {
+                throw error("cannot add keys to the inline table \(inline.joined(separator: "."))", at: pair.start)
+            }
+            if case .table = pair.value { closed.append(pair.path) }
             try table.insert(pair.value, at: pair.path, reportingAt: error("", at: pair.start))
             skipSpaces()
             if current == UInt8(ascii: ",") { index += 1; continue }
@@ -288,7 +319,7 @@ private struct TOMLParser {
             case UInt8(ascii: "\""): return try utf8(out, from: start)
             case UInt8(ascii: "\\"): out += try escape()
             default:
-                if byte < 0x20 && byte != 0x09 || byte == 0x7F { throw error("control character in a string") }
+                if byte < 0x20 && byte != 0x09 || byte == 0x7F { throw error("control character \(Self.hex(byte)) in a string", at: index - 1) }
                 out.append(byte)
             }
         }
@@ -329,9 +360,7 @@ private struct TOMLParser {
                 out += try escape()
                 continue
             }
-            if byte < 0x20 && byte != 0x09 && byte != 0x0A && byte != 0x0D || byte == 0x7F {
-                throw error("control character in a string")
-            }
+            if isForbiddenControl(byte) { throw error("control character \(Self.hex(byte)) in a string", at: index - 1) }
             out.append(byte)
         }
     }
@@ -342,7 +371,7 @@ private struct TOMLParser {
         let contentStart = index
         while let byte = current, byte != UInt8(ascii: "'") {
             if byte == 0x0A { break }
-            if byte < 0x20 && byte != 0x09 || byte == 0x7F { throw error("control character in a string") }
+            if byte < 0x20 && byte != 0x09 || byte == 0x7F { throw error("control character \(Self.hex(byte)) in a string") }
             index += 1
         }
         guard current == UInt8(ascii: "'") else { throw error("unterminated string", at: start) }
@@ -358,6 +387,7 @@ private struct TOMLParser {
         while true {
             guard let byte = current else { throw error("unterminated multi-line string", at: start) }
             if closesMultiline(UInt8(ascii: "'"), into: &out) { return try utf8(out, from: start) }
+            if isForbiddenControl(byte) { throw error("control character \(Self.hex(byte)) in a string") }
             out.append(byte)
             index += 1
         }
@@ -417,6 +447,9 @@ private struct TOMLParser {
         if let date = Self.dateTime(token) { return date }
         if let integer = Self.integer(token) { return .integer(integer) }
         if let float = Self.float(token) { return .float(float) }
+        if token.range(of: #"^\d{4}-\d{2}-\d{2}|^\d{2}:\d{2}"#, options: .regularExpression) != nil {
+            throw error("\(token) is not a valid date or time", at: start)
+        }
         throw error("expected a value, found \(token)", at: start)
     }
 
@@ -438,6 +471,10 @@ private struct TOMLParser {
         return Int(digits, radix: radix)
     }
 
+    /// TOML 1.0's float: an integer part (no leading zero), then a fraction,
+    /// an exponent or both; each underscore between two digits.
+    private static let floatPattern = #"^[+-]?(0|[1-9](_?[0-9])*)(\.[0-9](_?[0-9])*)?([eE][+-]?[0-9](_?[0-9])*)?$"#
+
     private static func float(_ token: String) -> Double? {
         switch token {
         case "inf", "+inf": return .infinity
@@ -445,26 +482,31 @@ private struct TOMLParser {
         case "nan", "+nan", "-nan": return .nan
         default: break
         }
-        if token.contains("__") || token.hasPrefix("_") || token.hasSuffix("_") || token.hasSuffix(".") || token.contains("._") || token.contains("_.") { return nil }
-        let digits = token.replacingOccurrences(of: "_", with: "")
-        guard digits.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }), !digits.hasPrefix("."),
-              !digits.contains(".e"), !digits.contains(".E") else { return nil }
-        return Double(digits)
+        guard token.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }),
+              token.range(of: floatPattern, options: .regularExpression) != nil else { return nil }
+        return Double(token.replacingOccurrences(of: "_", with: ""))
     }
 
     /// Offset date-times become instants; local dates and times stay as written.
     private static func dateTime(_ token: String) -> TOMLValue? {
         let pattern = #"^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?)?$"#
         let timeOnly = #"^\d{2}:\d{2}:\d{2}(\.\d+)?$"#
-        if token.range(of: timeOnly, options: .regularExpression) != nil { return .local(token) }
-        guard token.range(of: pattern, options: .regularExpression) != nil else { return nil }
         let chars = Array(token)
         func number(_ range: Range<Int>) -> Int { Int(String(chars[range]))! }
+        // RFC 3339: 00–23 h, 00–59 min, 00–60 s (a leap second).
+        func isTime(at start: Int) -> Bool {
+            number(start..<start + 2) < 24 && number(start + 3..<start + 5) < 60 && number(start + 6..<start + 8) <= 60
+        }
+        if token.range(of: timeOnly, options: .regularExpression) != nil { return isTime(at: 0) ? .local(token) : nil }
+        guard token.range(of: pattern, options: .regularExpression) != nil else { return nil }
         let (year, month, day) = (number(0..<4), number(5..<7), number(8..<10))
-        guard (1...12).contains(month), (1...31).contains(day) else { return nil }
+        // No 30 February: a date that does not exist is an error, never rolled over.
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let daysInMonth = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        guard (1...12).contains(month), (1...daysInMonth[month - 1]).contains(day) else { return nil }
         guard chars.count > 10 else { return .local(token) }
+        guard isTime(at: 11) else { return nil }
         let (hour, minute, second) = (number(11..<13), number(14..<16), number(17..<19))
-        guard hour < 24, minute < 60, second <= 60 else { return nil }
         var rest = chars[19...]
         var fraction = 0.0
         if rest.first == "." {
@@ -477,7 +519,9 @@ private struct TOMLParser {
         if rest.first != "Z" && rest.first != "z" {
             let sign = rest.first == "-" ? -1 : 1
             let text = Array(rest.dropFirst())
-            offsetMinutes = sign * (Int(String(text[0..<2]))! * 60 + Int(String(text[3..<5]))!)
+            let (hours, minutes) = (Int(String(text[0..<2]))!, Int(String(text[3..<5]))!)
+            guard hours < 24, minutes < 60 else { return nil }
+            offsetMinutes = sign * (hours * 60 + minutes)
         }
         // Days from the civil calendar (proleptic Gregorian), no Calendar needed.
         let y = month <= 2 ? year - 1 : year

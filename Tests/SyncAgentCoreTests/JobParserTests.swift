@@ -159,7 +159,7 @@ struct JobParserTests {
     }
 
     @Test func notUTF8() {
-        #expect(throws: KeyError(key: nil, "the job file is not UTF-8 text")) {
+        #expect(throws: KeyError(key: nil, "the job file is not UTF-8 text (the first bad byte is at offset 3)")) {
             try parser.parse([0x75, 0x72, 0x6C, 0xFF, 0xFE])
         }
     }

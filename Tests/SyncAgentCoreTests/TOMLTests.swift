@@ -88,3 +88,74 @@ struct TOMLTests {
         #expect(try TOML.parse("a = 1\r\nb = \"x\"\r\n")["b"] == .string("x"))
     }
 }
+
+/// Issue 15: what the official TOML 1.0 suite calls invalid is invalid here
+/// too — each class with the line and column of the fault.
+@Suite("TOML 1.0 strictness")
+struct TOMLStrictnessTests {
+    @Test(arguments: [
+        // A table defined twice: by a header, by dotted keys, or as an inline table.
+        ("[fruit]\napple.color = \"red\"\n[fruit.apple]", "table [fruit.apple] is defined twice at line 3, column 14"),
+        ("[a.b.c]\nz = 9\n[a]\nb.c.t = 1", "table [a.b.c] is defined twice at line 4, column 1"),
+        ("t = { x = 1 }\n[t.y]", "table [t.y] is defined twice at line 2, column 6"),
+        ("a = { b = { c = 1 }, b.d = 2 }", "cannot add keys to the inline table b at line 1, column 22"),
+        ("[headers]\nA = \"1\"\n[headers]\nB = \"2\"", "table [headers] is defined twice at line 3, column 10"),
+        ("url = \"http://a\"\nurl = \"http://b\"", "key \"url\" is defined twice at line 2, column 1"),
+        // Dates and times that do not exist.
+        ("a = 2021-02-30", "2021-02-30 is not a valid date or time at line 1, column 5"),
+        ("a = 2023-02-29", "2023-02-29 is not a valid date or time at line 1, column 5"),
+        ("a = 25:00:00", "25:00:00 is not a valid date or time at line 1, column 5"),
+        ("a = 2021-01-01T23:60:00Z", "2021-01-01T23:60:00Z is not a valid date or time at line 1, column 5"),
+        ("a = 2021-01-01T10:00:00+24:00", "2021-01-01T10:00:00+24:00 is not a valid date or time at line 1, column 5"),
+        ("a = 2021-01-01T10:00:00-01:60", "2021-01-01T10:00:00-01:60 is not a valid date or time at line 1, column 5"),
+        // Control characters in comments and strings.
+        ("a = 1 # del \u{7F}", "control character U+007F in a comment at line 1, column 13"),
+        ("# bare \r cr", "control character U+000D in a comment at line 1, column 8"),
+        ("a = 'nul \u{0} here'", "control character U+0000 in a string at line 1, column 10"),
+        ("a = '''x\ry'''", "control character U+000D in a string at line 1, column 9"),
+        ("a = \"\"\"x\u{7F}y\"\"\"", "control character U+007F in a string at line 1, column 9"),
+        // Floats TOML does not have.
+        ("a = .5", "expected a value, found .5 at line 1, column 5"),
+        ("a = +.5", "expected a value, found +.5 at line 1, column 5"),
+        ("a = 01.5", "expected a value, found 01.5 at line 1, column 5"),
+        ("a = 1_e2", "expected a value, found 1_e2 at line 1, column 5"),
+        ("a = 1e_2", "expected a value, found 1e_2 at line 1, column 5"),
+        ("a = 1._5", "expected a value, found 1._5 at line 1, column 5"),
+    ])
+    func invalidDocumentsAreRejected(_ text: String, _ message: String) {
+        do {
+            let table = try TOML.parse(text)
+            Issue.record("accepted: \(table)")
+        } catch {
+            #expect("\(error)" == message)
+        }
+    }
+
+    @Test func validDocumentsStillParse() throws {
+        let table = try TOML.parse("""
+            leap = 2024-02-29
+            second = 2016-12-31T23:59:60Z
+            east = 2021-01-01T10:00:00+23:59
+            floats = [1e06, +1.5, -0.0, 1_000.5e1_0, 0e0, 3.14_15]
+            [fruit]
+            apple.color = "red"
+            [fruit.apple.texture]
+            smooth = true
+            """)
+        #expect(table["leap"] == .local("2024-02-29"))
+        #expect(try TOML.parse("\u{FEFF}a = 1")["a"] == .integer(1))
+        #expect(table["floats"] == .array([.float(1e6), .float(1.5), .float(-0.0), .float(1000.5e10), .float(0), .float(3.1415)]))
+        guard case .table(let fruit)? = table["fruit"], case .table(let apple)? = fruit["apple"],
+              case .table(let texture)? = apple["texture"] else { Issue.record("tables missing"); return }
+        #expect(texture["smooth"] == .boolean(true))
+    }
+
+    @Test func textThatIsNotUTF8IsNamedWithItsOffset() throws {
+        #expect(UTF8Text.firstInvalidOffset(Array("héllo".utf8)) == nil)
+        #expect(UTF8Text.firstInvalidOffset([0x61, 0x62, 0xE9, 0x63]) == 2)
+        #expect(UTF8Text.firstInvalidOffset([0x61, 0xE2, 0x82]) == 1)
+        #expect(throws: KeyError(key: nil, "the job file is not UTF-8 text (the first bad byte is at offset 11)")) {
+            try JobParser(downloadDir: "/dl").parse(Array("url = \"http".utf8) + [0xFF] + Array("\"\n".utf8))
+        }
+    }
+}

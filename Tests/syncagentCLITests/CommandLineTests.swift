@@ -24,6 +24,16 @@ struct CommandLineTests {
         #expect(result.stderr.contains(harness.configFile))
     }
 
+    @Test func aConfigThatIsNotUTF8SaysSoWithTheOffset() throws {
+        let harness = try AgentHarness()
+        try (Data("download_dir = \"\(harness.downloads)\"\nuser_agent = \"caf".utf8) + Data([0xE9]) + Data("\"\n".utf8))
+            .write(to: URL(fileURLWithPath: harness.configFile))
+        let result = try harness.run(["status"])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains("\(harness.configFile): the config file is not UTF-8 text (the first bad byte is at offset "),
+                "\(result.stderr)")
+    }
+
     @Test func submitWritesAJobTheAgentTakes() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)
