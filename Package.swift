@@ -30,6 +30,8 @@ let package = Package(
                 "SyncAgentCore", "CCurlShims", "CLinuxShims", "CSQLite",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                // AES-128-CBC for encrypted HLS segments.
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
         // The CLI: parsing and printing only.

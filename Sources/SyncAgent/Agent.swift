@@ -15,27 +15,33 @@ public final class Agent {
     public static let exitAllFinished: Int32 = 0
     public static let exitSomeFailed: Int32 = 4
 
-    private var config: AgentConfig
+    var config: AgentConfig
     private let paths: AgentPaths
     /// Where `config` came from, read again on SIGHUP.
     private let configFile: String?
-    private let logger: Logger
+    let logger: Logger
     private let notifier: NoticePosting
-    private var settings: TransferSettings
+    var settings: TransferSettings
 
-    private var log: EventLog!
+    var log: EventLog!
     private var intake: Intake!
-    private let multi = CurlMulti()
+    let multi = CurlMulti()
     /// In-flight attempts by their curl easy handle.
-    private var attempts: [UnsafeMutableRawPointer: TransferAttempt] = [:]
-    private var attemptByTask: [String: UnsafeMutableRawPointer] = [:]
+    var attempts: [UnsafeMutableRawPointer: TransferAttempt] = [:]
+    var attemptByTask: [String: UnsafeMutableRawPointer] = [:]
     /// Set whenever something could let a queued task start or a batch drain.
-    private var needsScheduling = true
+    var needsScheduling = true
     /// When this run began: a task that ended failed since then makes
     /// `--exit-when-idle` exit 4.
     private var runStartedAtMs: Int64 = 0
     /// `finished` is recorded with its final path; the rename waits for the commit.
-    private var renamesAfterCommit: [(part: String, dest: String)] = []
+    var renamesAfterCommit: [(part: String, dest: String)] = []
+    /// Live HLS parents: when each reads its playlist again (monotonic ms),
+    /// and how many reads in a row failed.
+    var refreshAt: [String: Int64] = [:]
+    var refreshFailures: [String: Int] = [:]
+    /// HLS work folders to remove once their video's rename is committed.
+    var cleanupsAfterCommit: [String] = []
     /// When a waiting task (not_before, retry backoff) becomes startable;
     /// recomputed at each scheduling pass, not on every wake-up.
     private var nextTimedWakeMs: Int64?
@@ -43,13 +49,13 @@ public final class Agent {
     static let commitIntervalMs: Int64 = 20
     private var lastCommitMs: Int64 = 0
     /// Makes file data durable off the loop (see DataSyncer).
-    private let syncer: DataSyncer
+    let syncer: DataSyncer
     /// Complete bodies whose data is being made durable, by task id.
     private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64)] = [:]
     /// The session's cookies; nil for `cookies = "off"`.
-    private var cookies: CookieJar?
+    var cookies: CookieJar?
     /// download_dir, opened once: every task file is reached beneath it.
-    private var root: DownloadRoot!
+    var root: DownloadRoot!
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -104,6 +110,7 @@ public final class Agent {
         while true {
             if needsScheduling {
                 needsScheduling = false
+                try settleParents()
                 startReadyTasks()
                 try announceDrainedBatches()
             }
@@ -140,6 +147,7 @@ public final class Agent {
             if let wake = nextTimedWakeMs, wake <= FileSystem.nowMs {
                 needsScheduling = true
             }
+            refreshDuePlaylists()
             multi.perform()
             for (easy, result) in multi.completed() { finishAttempt(easy, result) }
             abortStalledAttempts()
@@ -203,7 +211,7 @@ public final class Agent {
 
     /// Group commit, then the file-system effects that must follow it:
     /// taken jobs leave the inbox, finished files take their final name.
-    private func commit() throws {
+    func commit() throws {
         let tookJobs = intake?.hasTakenFiles ?? false
         try log.commit()
         lastCommitMs = FileSystem.monotonicMs
@@ -222,6 +230,8 @@ public final class Agent {
             }
         }
         renamesAfterCommit.removeAll()
+        for folder in cleanupsAfterCommit { removeWorkFolder(folder) }
+        cleanupsAfterCommit.removeAll()
     }
 
     private func isIdle(_ watcher: InboxWatcher) -> Bool {
@@ -243,6 +253,7 @@ public final class Agent {
         if log.hasPending { timeout = min(timeout, lastCommitMs + Self.commitIntervalMs - FileSystem.monotonicMs) }
         if let due = intake.nextRetryMs { timeout = min(timeout, due - FileSystem.monotonicMs) }
         if let wake = nextTimedWakeMs { timeout = min(timeout, wake - FileSystem.nowMs) }
+        if let refresh = refreshAt.values.min() { timeout = min(timeout, refresh - FileSystem.monotonicMs) }
         return Int32(max(0, timeout))
     }
 
@@ -252,8 +263,10 @@ public final class Agent {
     /// back to the queue at the offset the log vouches for, no further.
     private func resumeInterruptedTasks() {
         for task in log.state.orderedTasks {
-            // Died between committing `finished` and the rename: finish the rename.
-            if task.phase == .finished, let part = task.partPath, let dest = task.dest, root.exists(part) {
+            if task.spec.kind == .hls {
+                completeHLSPublishing(task)
+            } else if task.phase == .finished, let part = task.partPath, let dest = task.dest, root.exists(part) {
+                // Died between committing `finished` and the rename: finish the rename.
                 do {
                     try Publisher.complete(part: part, to: dest, root: root)
                     try root.syncDirectory(of: dest)
@@ -265,7 +278,7 @@ public final class Agent {
             guard interrupted else { continue }
             let offset = resumePoint(for: task).offset
             // Never trust bytes beyond what the log vouches for (no-op if absent).
-            if let part = task.partPath {
+            if let part = task.partPath, task.spec.kind != .hls {
                 do { try root.truncate(part, to: offset) } catch {
                     logger.error("cannot cut back a partial file", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
                 }
@@ -282,7 +295,7 @@ public final class Agent {
     /// Where the next attempt starts: the logged bytes with their `If-Range`
     /// validator, if the recovery plan says resume and the partial file holds
     /// them; else 0 (the attempt then cuts the file to match).
-    private func resumePoint(for task: TaskState) -> (offset: Int64, ifRange: String?) {
+    func resumePoint(for task: TaskState) -> (offset: Int64, ifRange: String?) {
         guard case .resume(let at, let validator) = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs),
               let part = task.partPath, let size = root.size(part), size >= at else { return (0, nil) }
         return (at, validator)
@@ -302,13 +315,13 @@ public final class Agent {
 
     /// `total_timeout` (timeoutIntervalForResource) runs from the task's first
     /// start, across attempts, pauses and restarts.
-    private func deadlineMs(of task: TaskState) -> Int64 {
+    func deadlineMs(of task: TaskState) -> Int64 {
         (task.firstStartedAtMs ?? FileSystem.nowMs) + Int64(config.totalTimeout) * 1000
     }
 
-    private var totalTimeoutWords: String { "did not finish within total_timeout (\(config.totalTimeout) s) of its first start" }
+    var totalTimeoutWords: String { "did not finish within total_timeout (\(config.totalTimeout) s) of its first start" }
 
-    private func start(_ task: TaskState) {
+    func start(_ task: TaskState) {
         if let dest = task.spec.dest, root.exists(dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
             if task.spec.overwrite == .skip {
                 let size = root.size(dest) ?? 0
@@ -325,10 +338,16 @@ public final class Agent {
             needsScheduling = true
             return
         }
+        if task.isFannedOut {
+            resumeParent(task)
+            return
+        }
         let (offset, ifRange) = task.bytes > 0 ? resumePoint(for: task) : (0, nil)
         let attempt: TransferAttempt
         do {
-            let partFile = try task.partPath.map { try root.openPartial($0, truncatingTo: offset) } ?? -1
+            // A playlist is read into memory; everything else that keeps a body into its partial file.
+            let keepsFile = task.spec.kind != .hls
+            let partFile = try task.partPath.flatMap { keepsFile ? try root.openPartial($0, truncatingTo: offset) : nil } ?? -1
             attempt = try TransferAttempt(task: task, partFile: partFile, offset: offset, ifRange: ifRange, deadlineMs: deadline,
                                           settings: settings, cookies: cookies, sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
@@ -354,7 +373,7 @@ public final class Agent {
 
     /// Removes an attempt from curl; its partial file keeps the durable bytes.
     @discardableResult
-    private func detach(_ id: String) -> TransferAttempt? {
+    func detach(_ id: String) -> TransferAttempt? {
         guard let easy = attemptByTask.removeValue(forKey: id), let attempt = attempts.removeValue(forKey: easy) else { return nil }
         multi.remove(easy)
         if attempt.sawSetCookie { saveCookies() }
@@ -392,9 +411,15 @@ public final class Agent {
         detach(id)
         needsScheduling = true
         guard let task = log.state[id] else { return }
+        if attempt.isRefresh {
+            refreshed(task, attempt, outcome)
+            return
+        }
 
         let metrics = attempt.metrics
         switch outcome {
+        case .complete where task.spec.kind == .hls:
+            playlistArrived(task, attempt)
         case .complete(let bytes) where attempt.keepsBody:
             // Published once its data is durable (see DataSyncer).
             awaitingSync[id] = (attempt, bytes)
@@ -427,7 +452,7 @@ public final class Agent {
 
     /// `finished` with what the attempt learned: where the body went (if it
     /// was kept), and for upload and data tasks the response's status and headers.
-    private func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?) {
+    func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?) {
         let metrics = attempt.metrics
         let response = task.spec.kind == .download ? nil : attempt.responseHeaders
         log.record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256,
@@ -440,14 +465,16 @@ public final class Agent {
     /// Records `failed`. `keeping` > 0: the partial file keeps that many
     /// durable bytes (a full disk, a server outage), so that `resume` goes
     /// on from there; otherwise the partial file is removed.
-    private func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil, keeping: Int64 = 0) {
+    func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil, keeping: Int64 = 0) {
         let kept = task.spec.isResumable ? keeping : 0
-        if kept == 0, let part = task.partPath { removePartial(part, of: task.id) }
+        // An HLS parent's partial name is its children's folder: their bytes stay for `resume`.
+        if kept == 0, task.spec.kind != .hls, let part = task.partPath { removePartial(part, of: task.id) }
+        refreshAt[task.id] = nil
         log.record(.failed(Failed(reason: reason, code: code, bytes: kept, metrics: metrics)), task: task.id)
         logger.error("task failed", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
     }
 
-    private func removePartial(_ part: String, of id: String) {
+    func removePartial(_ part: String, of id: String) {
         do { try root.remove(part) } catch {
             logger.error("cannot remove a partial file", metadata: ["task.id": "\(id)", "error": "\(error)"])
         }
@@ -461,7 +488,7 @@ public final class Agent {
     /// keeps its durable bytes, anything else will start over. A task with no
     /// attempt keeps `bytesIfIdle`.
     @discardableResult
-    private func pause(_ id: String, reason: PauseReason, bytesIfIdle: Int64) -> Int64 {
+    func pause(_ id: String, reason: PauseReason, bytesIfIdle: Int64) -> Int64 {
         let attempt = detach(id)
         attempt?.flush()
         let bytes = attempt.map { $0.kind == .download ? $0.durable : 0 } ?? bytesIfIdle
@@ -498,6 +525,13 @@ public final class Agent {
     }
 
     private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
+        // On a parent, control applies to its children too, whenever it applies to the parent.
+        let applies = switch action {
+        case .pause: task.phase.isActive
+        case .resume: task.phase == .paused || task.phase == .failed
+        case .cancel: !task.phase.isEnded || task.phase == .failed
+        }
+        if applies, log.state.families[task.id] != nil { carryOutOnChildren(action, of: task) }
         switch (action, task.phase) {
         case (.pause, .queued), (.pause, .running):
             return "paused at byte \(pause(task.id, reason: .user, bytesIfIdle: task.bytes))"

@@ -20,6 +20,11 @@ extension AgentState {
             if let source = spec.source { takenSources.insert(source.identity) }
             reserve(spec.dest, for: id)
             countActive(id, was: nil, now: .queued)
+            if let parent = spec.parent {
+                children[parent, default: []].append(id)
+                families[parent, default: Family()].total += 1
+                settle(parent)
+            }
         case .rejected(let rejection):
             rejected.append(rejection)
             if let identity = rejection.identity { rejectedSources.insert(identity) }
@@ -27,6 +32,14 @@ extension AgentState {
             if let identity = control.identity { takenSources.insert(identity) }
         case .configReloaded:
             break
+        case .expanded where event.task.flatMap({ tasks[$0] })?.isFannedOut == false
+                             && event.task.flatMap({ tasks[$0] })?.phase == .running:
+            // From now on the parent's work is its children's: its slot goes to them.
+            let task = tasks[event.task!]!
+            runningCount -= 1
+            runningByHost[task.hostKey, default: 1] -= 1
+            if runningByHost[task.hostKey] == 0 { runningByHost[task.hostKey] = nil }
+            applyToTask(event)
         case .agentStarted(let started):
             runningAgentPid = started.pid
         case .agentStopped:
@@ -45,25 +58,54 @@ extension AgentState {
                 owedNotices[BatchKey(notice.batch)] = nil
             }
         default:
-            guard let id = event.task, let index = tasks.index(forKey: id) else { orphanEvents.append(event.seq); return }
-            // Mutated in place through the index: no copy of the task, one hash lookup.
-            let change = tasks.values[index].apply(event)
-            if change.before != change.after {
-                if change.before.isEnded != change.after.isEnded {
-                    let dest = tasks.values[index].spec.dest
-                    if change.after.isEnded { release(dest, for: id) } else { reserve(dest, for: id) }
-                }
-                countActive(id, was: change.before, now: change.after)
-            } else if change.after == .queued {
-                // Still queued, but its start time or host may have changed.
-                countActive(id, was: .queued, now: .queued)
+            applyToTask(event)
+        }
+    }
+
+    private mutating func applyToTask(_ event: Event) {
+        guard let id = event.task, let index = tasks.index(forKey: id) else { orphanEvents.append(event.seq); return }
+        // Mutated in place through the index: no copy of the task, one hash lookup.
+        let change = tasks.values[index].apply(event)
+        if change.before != change.after {
+            if change.before.isEnded != change.after.isEnded {
+                let dest = tasks.values[index].spec.dest
+                if change.after.isEnded { release(dest, for: id) } else { reserve(dest, for: id) }
             }
-            if change.before == .running, change.after == .running, change.hostBefore != change.hostAfter {
-                // A running transfer moved host (a redirect): its max_per_host slot moves with it.
-                runningByHost[change.hostBefore, default: 1] -= 1
-                if runningByHost[change.hostBefore] == 0 { runningByHost[change.hostBefore] = nil }
-                runningByHost[change.hostAfter, default: 0] += 1
-            }
+            countActive(id, was: change.before, now: change.after)
+        } else if change.after == .queued {
+            // Still queued, but its start time or host may have changed.
+            countActive(id, was: .queued, now: .queued)
+        }
+        if change.before == .running, change.after == .running, change.hostBefore != change.hostAfter,
+           !tasks.values[index].isFannedOut {
+            // A running transfer moved host (a redirect): its max_per_host slot moves with it.
+            runningByHost[change.hostBefore, default: 1] -= 1
+            if runningByHost[change.hostBefore] == 0 { runningByHost[change.hostBefore] = nil }
+            runningByHost[change.hostAfter, default: 0] += 1
+        }
+        let task = tasks.values[index]
+        if let parent = task.spec.parent, change.before != change.after || change.bytesBefore != change.bytesAfter {
+            var family = families[parent, default: Family()]
+            family.finished += (change.after == .finished ? 1 : 0) - (change.before == .finished ? 1 : 0)
+            let isLost = { (phase: TaskPhase) in phase == .failed || phase == .cancelled }
+            family.lost += (isLost(change.after) ? 1 : 0) - (isLost(change.before) ? 1 : 0)
+            family.bytes = family.bytes &+ (change.bytesAfter &- change.bytesBefore)
+            families[parent] = family
+            settle(parent)
+        }
+        if families[id] != nil { settle(id) }
+    }
+
+    /// Keeps `settledParents` current for `parent`.
+    private mutating func settle(_ parent: String) {
+        guard let task = tasks[parent], task.phase == .running, let hls = task.hls, let family = families[parent] else {
+            settledParents.remove(parent)
+            return
+        }
+        if family.lost > 0 || (hls.ended && family.finished == family.total) {
+            settledParents.insert(parent)
+        } else {
+            settledParents.remove(parent)
         }
     }
 
@@ -109,12 +151,13 @@ extension AgentState {
             runQueue.insert(RunQueue.Entry(priority: task.spec.priority, seq: task.createdSeq, id: id,
                                            hostKey: task.hostKey, notBeforeMs: task.notBeforeMs))
         }
-        if old == .running {
+        // A fanned-out parent holds no slot: its children do the transfers.
+        if old == .running, !task.isFannedOut {
             runningCount -= 1
             runningByHost[task.hostKey, default: 1] -= 1
             if runningByHost[task.hostKey] == 0 { runningByHost[task.hostKey] = nil }
         }
-        if new == .running {
+        if new == .running, !task.isFannedOut {
             runningCount += 1
             runningByHost[task.hostKey, default: 0] += 1
         }
@@ -130,6 +173,7 @@ extension TaskState {
     struct Change {
         var before: TaskPhase, after: TaskPhase
         var hostBefore: String, hostAfter: String
+        var bytesBefore: Int64, bytesAfter: Int64
     }
 
     /// Returns what changed, so the caller never has to copy the task out of
@@ -137,6 +181,7 @@ extension TaskState {
     mutating func apply(_ event: Event) -> Change {
         let before = phase
         let hostBefore = hostKey
+        let bytesBefore = bytes
         defer {
             lastSeq = event.seq
             updatedAtMs = event.atMs
@@ -218,9 +263,22 @@ extension TaskState {
             bytes = cancelled.bytes
             endedAtMs = event.atMs
             speed = 0
+        case .expanded(let expansion):
+            var progress = hls ?? HLSProgress(playlist: expansion.playlist, targetDurationMs: expansion.targetDurationMs,
+                                               ended: false, entries: [], mediaMs: 0, lastSequence: nil)
+            progress.playlist = expansion.playlist
+            progress.targetDurationMs = expansion.targetDurationMs
+            progress.ended = progress.ended || expansion.ended
+            progress.entries += expansion.entries
+            for entry in expansion.entries {
+                progress.mediaMs = progress.mediaMs &+ entry.durationMs
+                progress.lastSequence = max(progress.lastSequence ?? entry.sequence, entry.sequence)
+            }
+            hls = progress
         case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified, .controlled, .configReloaded:
             break
         }
-        return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey)
+        return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey,
+                      bytesBefore: bytesBefore, bytesAfter: bytes)
     }
 }

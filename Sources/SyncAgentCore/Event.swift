@@ -41,10 +41,11 @@ public enum EventBody: Equatable, Sendable {
     case notified(Notified)
     case controlled(Controlled)
     case configReloaded(ConfigReloaded)
+    case expanded(Expanded)
 
     public static let allTypes = [
         "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
-        "finished", "failed", "cancelled", "rejected", "controlled",
+        "finished", "failed", "cancelled", "rejected", "controlled", "expanded",
         "agent_started", "agent_stopped", "batch_finished", "notified", "config_reloaded",
     ]
 
@@ -67,6 +68,7 @@ public enum EventBody: Equatable, Sendable {
         case .notified: "notified"
         case .controlled: "controlled"
         case .configReloaded: "config_reloaded"
+        case .expanded: "expanded"
         }
     }
 }
@@ -263,5 +265,39 @@ public struct Notified: Codable, Equatable, Sendable {
     public var warning: String?
     public init(batch: String?, summary: String, delivered: Bool, warning: String? = nil) {
         self.batch = batch; self.summary = summary; self.delivered = delivered; self.warning = warning
+    }
+}
+
+/// An HLS parent read its media playlist (SPEC §10): these children are its
+/// new segments, in playback order, each with what the local playlist needs.
+/// Key and init-segment children are named by the entries that use them.
+public struct Expanded: Codable, Equatable, Sendable {
+    /// The media playlist's URL (the chosen variant's, after redirects).
+    public var playlist: String
+    public var targetDurationMs: Int64
+    /// No segment will follow: `#EXT-X-ENDLIST`, or `max_duration` reached.
+    public var ended: Bool
+    public var entries: [HLSEntry]
+    public init(playlist: String, targetDurationMs: Int64, ended: Bool, entries: [HLSEntry]) {
+        self.playlist = playlist; self.targetDurationMs = targetDurationMs; self.ended = ended; self.entries = entries
+    }
+}
+
+/// One segment of an HLS parent: the child that downloads it and how it plays.
+public struct HLSEntry: Codable, Equatable, Sendable {
+    public var child: String
+    public var durationMs: Int64
+    public var sequence: Int64
+    public var discontinuity: Bool
+    /// The child holding the AES-128 key (never printed: a file, not a log entry).
+    public var keyChild: String?
+    /// The AES-128 IV, hex (public by RFC 8216: it travels in the playlist).
+    public var iv: String?
+    /// The child holding the fMP4 init segment (`#EXT-X-MAP`).
+    public var mapChild: String?
+    public init(child: String, durationMs: Int64, sequence: Int64, discontinuity: Bool = false, keyChild: String? = nil,
+                iv: String? = nil, mapChild: String? = nil) {
+        self.child = child; self.durationMs = durationMs; self.sequence = sequence; self.discontinuity = discontinuity
+        self.keyChild = keyChild; self.iv = iv; self.mapChild = mapChild
     }
 }

@@ -64,9 +64,20 @@ public enum EventCoding {
             json.field("batch", p.batch); json.field("body_file", p.bodyFile); json.field("dest", p.dest)
             json.field("form", json: JSONWriter.array(p.form.map { pairJSON($0.name, $0.value) }))
             json.field("form_field", p.formField); json.field("headers", json: headersJSON(p.headers))
+            json.field("hls", json: p.hls.map { hls in
+                var object = JSONWriter()
+                object.field("max_duration", hls.maxDurationS.map(Int64.init)); object.field("output", hls.output.rawValue)
+                object.field("variant", hls.variant)
+                return object.finish()
+            })
             json.field("kind", p.kind.rawValue); json.field("max_speed", p.maxSpeed); json.field("md5", p.md5)
             json.field("method", p.method); json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
-            json.field("overwrite", p.overwrite.rawValue); json.field("priority", p.priority)
+            json.field("overwrite", p.overwrite.rawValue); json.field("parent", p.parent); json.field("priority", p.priority)
+            json.field("range", json: p.byteRange.map { range in
+                var object = JSONWriter()
+                object.field("length", range.length); object.field("offset", range.offset)
+                return object.finish()
+            })
             json.field("retries", p.retries.map(Int64.init)); json.field("sha256", p.sha256)
             json.field("source", json: p.source.map { source in
                 var object = JSONWriter()
@@ -88,6 +99,7 @@ public enum EventCoding {
             case .notified(let p): bytes = try encoder.encode(p)
             case .controlled(let p): bytes = try encoder.encode(p)
             case .configReloaded(let p): bytes = try encoder.encode(p)
+            case .expanded(let p): bytes = try encoder.encode(p)
             default: preconditionFailure("written by hand above")
             }
         } catch {
@@ -157,6 +169,7 @@ public enum EventCoding {
         case "notified": return .notified(try decode(Notified.self))
         case "controlled": return .controlled(try decode(Controlled.self))
         case "config_reloaded": return .configReloaded(try decode(ConfigReloaded.self))
+        case "expanded": return .expanded(try decode(Expanded.self))
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }
@@ -323,6 +336,7 @@ extension TaskSpec {
         var priority: Int64 = 0, overwrite = OverwriteMode.rename, headers: [Header] = [], batch: String?
         var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
         var method: String?, bodyFile: String?, formField: String?, form: [FormField] = []
+        var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?
         func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
             let raw = try value.readString()
             guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
@@ -351,6 +365,32 @@ extension TaskSpec {
             case "max_speed": maxSpeed = try value.readOptional { try $0.readInt() }
             case "not_before_ms": notBeforeMs = try value.readOptional { try $0.readInt() }
             case "headers": headers = try value.readHeaders()
+            case "parent": parent = try value.readOptional { try $0.readString() }
+            case "range":
+                byteRange = try value.readOptional { element in
+                    var length: Int64?, offset: Int64?
+                    try element.readObject { key, field in
+                        switch key {
+                        case "length": length = try field.readInt()
+                        case "offset": offset = try field.readOptional { try $0.readInt() }
+                        default: try field.skipValue()
+                        }
+                    }
+                    return HLSByteRange(length: try required(length, "length"), offset: offset)
+                }
+            case "hls":
+                hls = try value.readOptional { element in
+                    var options = HLSOptions()
+                    try element.readObject { key, field in
+                        switch key {
+                        case "variant": options.variant = try field.readString()
+                        case "output": options.output = try choice(&field, "output")
+                        case "max_duration": options.maxDurationS = try field.readOptional { Int(clamping: try $0.readInt()) }
+                        default: try field.skipValue()
+                        }
+                    }
+                    return options
+                }
             case "source":
                 source = try value.readOptional { element in
                     let (file, identity) = try element.readStringPair("file", "identity")
@@ -362,7 +402,8 @@ extension TaskSpec {
         self.init(url: try required(url, "url"), kind: kind, dest: dest, sha256: sha256, md5: md5,
                   priority: Int(priority), overwrite: overwrite, headers: headers, batch: batch, notify: notify,
                   retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source,
-                  method: method, bodyFile: bodyFile, formField: formField, form: form)
+                  method: method, bodyFile: bodyFile, formField: formField, form: form, parent: parent,
+                  byteRange: byteRange, hls: hls)
     }
 }
 

@@ -41,6 +41,8 @@ public struct JobParser: Sendable {
         "batch", "notify", "retries", "max_speed", "headers",
         // upload and data jobs:
         "method", "body_file", "form_field", "form",
+        // HLS jobs:
+        "variant", "output", "max_duration",
     ]
     static let controlKeys: Set<String> = ["action", "task"]
 
@@ -77,18 +79,18 @@ public struct JobParser: Sendable {
         try URLRules.checkTransferURL(url, key: "url")
 
         let kind = try reader.choice("kind", TransferKind.self) ?? .download
-        if kind == .hls {
-            throw KeyError(key: "kind", "\"hls\" is not supported by this agent yet; it runs download, upload and data jobs")
-        }
         let request = try parseRequest(reader, kind: kind)
+        let hls = try parseHLS(reader, kind: kind)
 
         let id = try reader.string("id")
         if let id { try IDRules.check(id) }
 
         var dest: String?
         switch kind {
-        case .download, .hls:
+        case .download:
             dest = try resolveDest(try reader.string("dest") ?? URLRules.fileName(from: url))
+        case .hls:
+            dest = try resolveDest(try reader.string("dest") ?? URLRules.videoName(from: url))
         case .data:
             dest = try reader.string("dest").map(resolveDest)
         case .upload:
@@ -130,9 +132,35 @@ public struct JobParser: Sendable {
             method: request.method,
             bodyFile: request.bodyFile,
             formField: request.formField,
-            form: request.form
+            form: request.form,
+            hls: hls
         )
         return .transfer(id: id, spec: spec)
+    }
+
+    /// `variant`, `output`, `max_duration`: HLS jobs only; no checksum
+    /// applies to a video made of many files.
+    private func parseHLS(_ reader: TOMLReader, kind: TransferKind) throws -> HLSOptions? {
+        guard kind == .hls else {
+            for key in ["variant", "output", "max_duration"] where reader.has(key) {
+                throw KeyError(key: key, "applies to HLS jobs (kind = \"hls\") only")
+            }
+            return nil
+        }
+        for key in ["sha256", "md5"] where reader.has(key) {
+            throw KeyError(key: key, "does not apply to an HLS job: a video is many files, each checked as it arrives")
+        }
+        var options = HLSOptions()
+        if let variant = try reader.string("variant") {
+            let isResolution = variant.range(of: #"^[0-9]{1,5}x[0-9]{1,5}$"#, options: .regularExpression) != nil
+            guard variant == "best" || variant == "worst" || HTTPNumbers.parseCount(variant) != nil || isResolution else {
+                throw KeyError(key: "variant", "must be \"best\", \"worst\", a BANDWIDTH such as \"2500000\" or a resolution such as \"1280x720\", not \"\(variant)\"")
+            }
+            options.variant = variant
+        }
+        options.output = try reader.choice("output", HLSOutput.self) ?? .directory
+        options.maxDurationS = try reader.int("max_duration", in: 1...(30 * 86_400))
+        return options
     }
 
     /// The request keys of upload and data jobs: `method`, `body_file`, `form_field`, `[form]`.
@@ -231,6 +259,19 @@ public enum URLRules {
         var stem = String(decoded.prefix(200 - min(ext.utf8.count + 1, 40)))
         while stem.utf8.count + ext.utf8.count + 1 > 200 { stem.removeLast() }
         return ext.isEmpty || ext.utf8.count >= 40 ? stem : stem + "." + ext
+    }
+
+    /// The default destination of an HLS job: the playlist's name without
+    /// its extension, or its folder's name when the playlist is called
+    /// `index`, `master` or `playlist` (…/talk/master.m3u8 → talk).
+    public static func videoName(from url: String) -> String {
+        let parts = (URLComponents(string: url)?.path ?? "").split(separator: "/").map { ($0.removingPercentEncoding ?? String($0)) }
+        var name = ((parts.last ?? "") as NSString).deletingPathExtension
+        if ["index", "master", "playlist", "prog_index", ""].contains(name.lowercased()), parts.count > 1 {
+            name = parts[parts.count - 2]
+        }
+        let safe = name.replacingOccurrences(of: "/", with: "_")
+        return safe.isEmpty || safe == "." || safe == ".." || safe.contains("\0") ? "video" : String(safe.prefix(200))
     }
 
     /// `host:port` with the scheme's default port: what `max_per_host` counts.

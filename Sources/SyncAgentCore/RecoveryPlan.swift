@@ -16,6 +16,18 @@ public enum RecoveryPlan: Equatable, Sendable {
     /// Waits for its start time or retry backoff.
     case waitUntil(ms: Int64)
 
+    /// A parent waits for its children (and a live one reads its playlist again).
+    case waitForChildren(done: Int, total: Int, live: Bool)
+
+    /// The plan of `task`, knowing its children if it has any.
+    public static func plan(for task: TaskState, in state: AgentState, nowMs: Int64) -> RecoveryPlan {
+        if let family = state.families[task.id], task.isFannedOut, !task.phase.isEnded,
+           !(task.phase == .paused && task.pauseReason == .user) {
+            return .waitForChildren(done: family.finished, total: family.total, live: task.hls?.ended == false)
+        }
+        return plan(for: task, nowMs: nowMs)
+    }
+
     public static func plan(for task: TaskState, nowMs: Int64) -> RecoveryPlan {
         switch task.phase {
         case .finished, .failed, .cancelled:
@@ -53,6 +65,8 @@ public enum RecoveryPlan: Equatable, Sendable {
         case .restartFromZero(let reason): "restart from 0: \(reason)"
         case .staysPaused(let offset): "stay paused at byte \(offset) until resumed"
         case .waitUntil(let ms): "wait until \(Self.iso8601(ms)), then start from 0"
+        case .waitForChildren(let done, let total, let live):
+            "wait for its segments (\(done) of \(total) finished)" + (live ? ", read the live playlist again" : "") + ", then publish"
         }
     }
 

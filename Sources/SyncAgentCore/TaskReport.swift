@@ -32,16 +32,26 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var plan: String?
     /// `status --task` only: each attempt with its metrics.
     public var attemptHistory: [AttemptRecord]?
+    /// A parent (an HLS video): its children finished and in all.
+    public var children: Children?
+    /// A child: its parent's id.
+    public var parent: String?
+
+    public struct Children: Codable, Equatable, Sendable {
+        public var done: Int
+        public var total: Int
+    }
 
     enum CodingKeys: String, CodingKey {
         case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
-        case error, etag, headers, plan, method, status
+        case error, etag, headers, plan, method, status, children, parent
         case attemptHistory = "attempt_history"
         case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
         case createdAtMs = "created_at_ms", updatedAtMs = "updated_at_ms", lastSeq = "last_seq"
     }
 
-    public init(_ task: TaskState, plan: RecoveryPlan? = nil) {
+    /// - Parameter agentState: where a parent's children are counted (its bytes and speed are theirs).
+    public init(_ task: TaskState, plan: RecoveryPlan? = nil, in agentState: AgentState? = nil) {
         id = task.id
         kind = task.spec.kind.rawValue
         state = task.phase.rawValue
@@ -67,6 +77,13 @@ public struct TaskReport: Codable, Equatable, Sendable {
         updatedAtMs = task.updatedAtMs
         lastSeq = task.lastSeq
         self.plan = plan?.words
+        parent = task.spec.parent
+        if let figures = agentState?.figures(of: task), let family = figures.children {
+            children = Children(done: family.done, total: family.total)
+            bytes = figures.bytes
+            percent = figures.percent.map { ($0 * 10).rounded() / 10 }
+            speed = figures.speed
+        }
     }
 
     /// `{"tasks": [...]}`, keys sorted so output is stable.

@@ -61,6 +61,23 @@ public struct FormField: Codable, Equatable, Sendable {
     public init(name: String, value: String) { self.name = name; self.value = value }
 }
 
+/// `output` of an HLS job: a folder with a local playlist, or one file.
+public enum HLSOutput: String, Codable, Equatable, Sendable, CaseIterable {
+    case directory, file
+}
+
+/// The keys only an HLS job has.
+public struct HLSOptions: Codable, Equatable, Sendable {
+    /// `best`, `worst`, a BANDWIDTH, or `WxH`.
+    public var variant: String
+    public var output: HLSOutput
+    /// Seconds of media to take from a live playlist (required for one).
+    public var maxDurationS: Int?
+    public init(variant: String = "best", output: HLSOutput = .directory, maxDurationS: Int? = nil) {
+        self.variant = variant; self.output = output; self.maxDurationS = maxDurationS
+    }
+}
+
 /// A validated transfer: the payload of the `created` event.
 public struct TaskSpec: Codable, Equatable, Sendable {
     public var url: String
@@ -90,18 +107,25 @@ public struct TaskSpec: Codable, Equatable, Sendable {
     public var formField: String?
     /// … after these fields.
     public var form: [FormField]
+    /// A child task's parent (an HLS segment's playlist task): SPEC §10.
+    public var parent: String?
+    /// Only these bytes of the URL's resource (an HLS `#EXT-X-BYTERANGE`).
+    public var byteRange: HLSByteRange?
+    public var hls: HLSOptions?
 
     public init(url: String, kind: TransferKind = .download, dest: String?, sha256: String? = nil,
                 md5: String? = nil, priority: Int = 0, overwrite: OverwriteMode = .rename,
                 headers: [Header] = [], batch: String? = nil, notify: NotifyMode = .batch,
                 retries: Int? = nil, maxSpeed: Int64? = nil, notBeforeMs: Int64? = nil,
                 source: JobSource? = nil, method: String? = nil, bodyFile: String? = nil,
-                formField: String? = nil, form: [FormField] = []) {
+                formField: String? = nil, form: [FormField] = [], parent: String? = nil,
+                byteRange: HLSByteRange? = nil, hls: HLSOptions? = nil) {
         self.url = url; self.kind = kind; self.dest = dest; self.sha256 = sha256; self.md5 = md5
         self.priority = priority; self.overwrite = overwrite; self.headers = headers
         self.batch = batch; self.notify = notify; self.retries = retries; self.maxSpeed = maxSpeed
         self.notBeforeMs = notBeforeMs; self.source = source
         self.method = method; self.bodyFile = bodyFile; self.formField = formField; self.form = form
+        self.parent = parent; self.byteRange = byteRange; self.hls = hls
     }
 
     /// The method the request goes out with.

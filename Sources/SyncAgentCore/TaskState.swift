@@ -27,6 +27,29 @@ struct TaskDetails: Equatable, Sendable {
     var publishedPath: String?
     var responseStatus: Int?
     var skipReason: String?
+    var hls: HLSProgress?
+}
+
+/// What an HLS parent knows of its playlist: every segment so far, in order.
+public struct HLSProgress: Equatable, Sendable {
+    public var playlist: String
+    public var targetDurationMs: Int64
+    public var ended: Bool
+    public var entries: [HLSEntry]
+    /// Media seconds taken so far (× 1000), for `max_duration`.
+    public var mediaMs: Int64
+    public var lastSequence: Int64?
+}
+
+/// A parent's children in numbers, kept by the fold as they change.
+public struct Family: Equatable, Sendable {
+    public var total = 0
+    public var finished = 0
+    /// Failed or cancelled: the parent cannot complete.
+    public var lost = 0
+    /// Bytes the children's logs vouch for.
+    public var bytes: Int64 = 0
+    public init() {}
 }
 
 /// Copy-on-write storage for `TaskDetails`, so `TaskState` keeps value semantics.
@@ -97,6 +120,10 @@ public struct TaskState: Equatable, Sendable {
     public var publishedPath: String? { get { details.publishedPath } set { details.publishedPath = newValue } }
     /// Upload and data tasks: the status of the response they finished with.
     public var responseStatus: Int? { get { details.responseStatus } set { details.responseStatus = newValue } }
+    /// An HLS parent after it read its playlist; nil before.
+    public var hls: HLSProgress? { get { details.hls } set { details.hls = newValue } }
+    /// A parent whose work is its children's: it holds no transfer slot.
+    public var isFannedOut: Bool { hls != nil }
     /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
     public var skipReason: String? { get { details.skipReason } set { details.skipReason = newValue } }
 
@@ -169,6 +196,12 @@ public struct AgentState: Equatable, Sendable {
     /// Destinations and partial files of live (not ended) tasks → the task
     /// holding them: two live tasks never share one (see `Destinations`).
     public internal(set) var reservedPaths: [String: String] = [:]
+    /// Children of each parent, in creation order, and their numbers.
+    public internal(set) var children: [String: [String]] = [:]
+    public internal(set) var families: [String: Family] = [:]
+    /// Running parents whose children have all finished (and whose playlist
+    /// has ended), or one of whose children failed: a decision is due.
+    public internal(set) var settledParents: Set<String> = []
     /// The pid of the agent that last started and has not recorded a stop.
     public internal(set) var runningAgentPid: Int32?
 
@@ -181,4 +214,37 @@ public struct AgentState: Equatable, Sendable {
     /// Unknown ids found while folding: events for tasks never created.
     /// Kept, not thrown, so a damaged log still replays what it can.
     public internal(set) var orphanEvents: [Int64] = []
+}
+
+/// What `status` shows of a task's progress. A parent's is its children's:
+/// their bytes and speed, and the share of them finished.
+public struct TaskFigures: Equatable, Sendable {
+    public var bytes: Int64
+    public var total: Int64?
+    public var percent: Double?
+    public var speed: Int64
+    /// A parent's children: finished of all.
+    public var children: (done: Int, total: Int)?
+
+    public static func == (lhs: TaskFigures, rhs: TaskFigures) -> Bool {
+        lhs.bytes == rhs.bytes && lhs.total == rhs.total && lhs.percent == rhs.percent && lhs.speed == rhs.speed
+            && lhs.children?.done == rhs.children?.done && lhs.children?.total == rhs.children?.total
+    }
+}
+
+extension AgentState {
+    public func figures(of task: TaskState) -> TaskFigures {
+        guard let family = families[task.id], task.phase != .finished else {
+            return TaskFigures(bytes: task.bytes, total: task.total, percent: task.percent,
+                               speed: task.phase == .running ? task.speed : 0,
+                               children: families[task.id].map { ($0.finished, $0.total) })
+        }
+        let running = (children[task.id] ?? []).compactMap { self[$0] }.filter { $0.phase == .running }
+        // Until a live playlist ends, its share done is not known.
+        let known = task.hls?.ended == true && family.total > 0
+        return TaskFigures(bytes: family.bytes, total: nil,
+                           percent: known ? Double(family.finished) * 100 / Double(family.total) : nil,
+                           speed: task.phase == .running ? running.reduce(0) { $0 &+ $1.speed } : 0,
+                           children: (family.finished, family.total))
+    }
 }

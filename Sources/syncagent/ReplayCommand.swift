@@ -39,15 +39,15 @@ struct ReplayCommand: ParsableCommand {
             if tasks.isEmpty { throw fail("no task has the id \"\(id)\" up to seq \(state.lastSeq)") }
         }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let plans = Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, nowMs: now)) })
+        let plans = Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, in: state, nowMs: now)) })
         if json {
-            print(TaskReport.json(tasks.map { TaskReport($0, plan: plans[$0.id]) }))
+            print(TaskReport.json(tasks.map { TaskReport($0, plan: plans[$0.id], in: state) }))
         } else {
             print("log: \(store.path), replayed through seq \(state.lastSeq)")
-            print(TaskTable.render(tasks, bars: false, plans: plans.mapValues(\.words)), terminator: "")
+            print(TaskTable.render(tasks, in: state, bars: false, plans: plans.mapValues(\.words)), terminator: "")
         }
         if verify {
-            let problems = tasks.flatMap(DiskCheck.mismatches)
+            let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state) }
             for problem in problems { print("mismatch: \(problem)") }
             if problems.isEmpty { print("verify: every file on disk matches the log") } else { throw ExitCode(5) }
         }
@@ -56,10 +56,17 @@ struct ReplayCommand: ParsableCommand {
 
 /// `replay --verify`: what the disk holds against what the log vouches for.
 enum DiskCheck {
-    static func mismatches(_ task: TaskState) -> [String] {
+    static func mismatches(_ task: TaskState, in state: AgentState) -> [String] {
         let fileManager = FileManager.default
         func size(_ path: String) -> Int64? {
             (try? fileManager.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+        }
+        // A published video's segments now live in it (or were joined into one file).
+        if let parent = task.spec.parent, state[parent]?.phase == .finished { return [] }
+        if task.spec.kind == .hls {
+            guard task.phase == .finished, let dest = task.dest else { return [] }
+            let exists = fileManager.fileExists(atPath: task.spec.hls?.output == .file ? dest : dest + "/index.m3u8")
+            return exists ? [] : ["\(task.id): \(dest) is missing"]
         }
         // An upload or a data task without dest keeps no file to check.
         // Nor does a task that skipped its transfer (`overwrite = "skip"`).

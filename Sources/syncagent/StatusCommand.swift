@@ -30,7 +30,7 @@ struct StatusCommand: ParsableCommand {
         if watch {
             while true {
                 let state = try store.replay()
-                print("\u{1B}[H\u{1B}[2J" + TaskTable.render(state.orderedTasks, bars: true), terminator: "")
+                print("\u{1B}[H\u{1B}[2J" + TaskTable.render(state.orderedTasks, in: state, bars: true), terminator: "")
                 fflush(stdout)
                 usleep(500_000)
             }
@@ -42,7 +42,7 @@ struct StatusCommand: ParsableCommand {
             try store.forEach(task: id) { events.append($0) }
             let history = AttemptRecord.history(of: events)
             if json {
-                var report = TaskReport(one)
+                var report = TaskReport(one, in: state)
                 report.attemptHistory = history
                 print(TaskReport.json([report]))
             } else {
@@ -64,9 +64,9 @@ struct StatusCommand: ParsableCommand {
             return
         }
         if json {
-            print(TaskReport.json(state.orderedTasks.map { TaskReport($0) }))
+            print(TaskReport.json(state.orderedTasks.map { TaskReport($0, in: state) }))
         } else {
-            print(TaskTable.render(state.orderedTasks, bars: false), terminator: "")
+            print(TaskTable.render(state.orderedTasks, in: state, bars: false), terminator: "")
         }
     }
 }
@@ -82,18 +82,22 @@ func openLog(_ global: GlobalOptions) throws -> EventStore {
 
 /// The human table of `status` and `replay`.
 enum TaskTable {
-    static func render(_ tasks: [TaskState], bars: Bool, plans: [String: String] = [:]) -> String {
+    /// A parent's children (an HLS video's segments) are summed up on its
+    /// row, not listed: `status --task PARENT` and `--json` show them.
+    static func render(_ tasks: [TaskState], in state: AgentState, bars: Bool, plans: [String: String] = [:]) -> String {
         if tasks.isEmpty { return "no tasks\n" }
         var rows = [["ID", "KIND", "STATE", "BYTES", "%", "SPEED", "DEST"]]
-        for task in tasks {
-            let size = task.total.map { "\(ByteCount.format(task.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(task.bytes)
-            let percent = task.percent.map { "\(Int($0.rounded()))" } ?? "-"
+        for task in tasks where task.spec.parent == nil || state[task.spec.parent!] == nil {
+            let figures = state.figures(of: task)
+            var size = figures.total.map { "\(ByteCount.format(figures.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(figures.bytes)
+            if let children = figures.children { size += " (\(children.done)/\(children.total) segments)" }
+            let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             var dest = task.dest ?? "\(task.spec.effectiveMethod) \(Redaction.url(task.spec.url))"
-            if bars, let value = task.percent {
+            if bars, let value = figures.percent {
                 let filled = Int(value / 5)
                 dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: 20 - filled) + "] " + dest
             }
-            let speed = task.phase == .running ? ByteCount.format(task.speed) + "/s" : "-"
+            let speed = task.phase == .running ? ByteCount.format(figures.speed) + "/s" : "-"
             rows.append([task.id, task.spec.kind.rawValue, task.phase.rawValue, size, percent, speed, dest])
             if let error = task.error, task.phase == .failed || task.phase == .queued {
                 rows.append(["", "", "", "", "", "", "  " + Redaction.text(error)])

@@ -17,6 +17,8 @@ struct SubmitCommand: ParsableCommand {
                 --sha256 3a7b… --priority 5
               syncagent submit https://example.com/videos --kind upload \\
                 --body-file clip.mp4 --form-field file --form title=holiday
+              syncagent submit https://example.com/talk/master.m3u8 --kind hls \\
+                --dest videos/talk --variant 1280x720 --output file
               syncagent submit https://example.com/api/items --kind data \\
                 --method POST --body-file item.json --dest answers/item.json \\
                 --header 'Content-Type: application/json'
@@ -30,8 +32,17 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Destination, relative to download_dir (default: the URL's file name).")
     var dest: String?
 
-    @Option(help: "download (default), upload or data.")
+    @Option(help: "download (default), upload, data or hls.")
     var kind: String?
+
+    @Option(help: "HLS jobs: best (default), worst, a BANDWIDTH or a resolution such as 1280x720.")
+    var variant: String?
+
+    @Option(help: "HLS jobs: directory (default: DEST/index.m3u8 and its segments) or file (one DEST.ts or DEST.mp4).")
+    var output: String?
+
+    @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")
+    var maxDuration: Int?
 
     @Option(help: "Upload and data jobs: the request method (default GET, or PUT for an upload).")
     var method: String?
@@ -68,6 +79,9 @@ struct SubmitCommand: ParsableCommand {
             lines.append("body_file = \(tomlString(absolute.standardizedFileURL.path))")
         }
         if let formField { lines.append("form_field = \(tomlString(formField))") }
+        if let variant { lines.append("variant = \(tomlString(variant))") }
+        if let output { lines.append("output = \(tomlString(output))") }
+        if let maxDuration { lines.append("max_duration = \(maxDuration)") }
         try appendTable("headers", headers, separator: ":", option: "--header", shape: "'Name: value'", to: &lines)
         try appendTable("form", formFields, separator: "=", option: "--form", shape: "'name=value'", to: &lines)
         let text = lines.joined(separator: "\n") + "\n"

@@ -303,7 +303,7 @@ final class Intake {
             if cut.utf8.count + character.utf8.count > limit - (marked ? 9 : 0) { break }
             cut.append(character)
         }
-        return marked ? cut + "~" + Hex.string(SHA256.hash(data: Array(name.utf8)).prefix(4)) : cut
+        return marked ? cut + "~" + Hex.encode(SHA256.hash(data: Array(name.utf8)).prefix(4)) : cut
     }
 
     /// Six lowercase letters and digits, unused so far. One random draw
@@ -358,7 +358,7 @@ struct JobFile {
             throw KeyError(key: nil, "the job file is \(info.st_size) bytes, over the 64 KiB limit")
         }
         bytes.removeSubrange(filled...)
-        let digest = Hex.string(SHA256.hash(data: bytes).prefix(12))
+        let digest = Hex.encode(SHA256.hash(data: bytes).prefix(12))
         let ctime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
         let identity = "\(info.st_dev):\(info.st_ino):\(ctime):\(digest)"
         let modifiedMs = Int64(info.st_mtim.tv_sec) * 1000 + Int64(info.st_mtim.tv_nsec) / 1_000_000

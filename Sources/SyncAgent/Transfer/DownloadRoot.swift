@@ -75,6 +75,7 @@ final class DownloadRoot {
         error == ELOOP || error == EXDEV ? "(a symbolic link inside download_dir is never followed)" : ""
     }
 
+    @discardableResult
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
         let (directory, name) = try parent(of: file, create: create)
         defer { close(directory) }
@@ -152,6 +153,67 @@ final class DownloadRoot {
     func syncDirectory(of file: String) throws {
         try withParent(of: file) { directory, _ in
             try syscall("sync the directory of \(file)") { fsync(directory) }
+        }
+    }
+
+    /// Makes `folder` (and its parents) beneath the root.
+    func makeDirectory(_ folder: String) throws {
+        try withParent(of: folder, create: true) { directory, name in
+            if mkdirat(directory, name, 0o755) != 0, errno != EEXIST {
+                throw SystemError(operation: "create directory \(folder)", errno: errno)
+            }
+        }
+    }
+
+    /// Removes `folder` and the plain files and folders in it (an HLS
+    /// task's work folder), never following a symlink; absent is fine.
+    func removeTree(_ folder: String) throws {
+        try withParent(of: folder) { directory, name in try Self.removeTree(name, in: directory, shown: folder) }
+    }
+
+    private static func removeTree(_ name: String, in parent: Int32, shown: String) throws {
+        let folder = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if folder < 0 {
+            if errno == ENOENT { return }
+            if errno == ENOTDIR || errno == ELOOP {
+                try syscall("remove \(shown)") { unlinkat(parent, name, 0) }
+                return
+            }
+            throw SystemError(operation: "open \(shown)", errno: errno)
+        }
+        guard let stream = fdopendir(folder) else {
+            close(folder)
+            throw SystemError(operation: "list \(shown)", errno: errno)
+        }
+        var entries: [(String, Bool)] = []
+        while let entry = readdir(stream) {
+            let child = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if child != ".", child != ".." { entries.append((child, entry.pointee.d_type == UInt8(DT_DIR))) }
+        }
+        defer { closedir(stream) }
+        for (child, isFolder) in entries {
+            if isFolder {
+                try removeTree(child, in: folder, shown: shown + "/" + child)
+            } else {
+                try syscall("remove \(shown)/\(child)") { unlinkat(folder, child, 0) }
+            }
+        }
+        try syscall("remove \(shown)") { unlinkat(parent, name, AT_REMOVEDIR) }
+    }
+
+    /// A whole (small) file, read without following a symlink.
+    func read(_ file: String, limit: Int) throws -> [UInt8] {
+        let fd = try openForReading(file)
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = try chunk.withUnsafeMutableBytes { buffer in
+                try syscall("read \(file)") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+            }
+            if count == 0 { return bytes }
+            bytes += chunk[0..<count]
+            guard bytes.count <= limit else { throw SystemError(operation: "\(file) is over \(limit) bytes", errno: EFBIG) }
         }
     }
 }

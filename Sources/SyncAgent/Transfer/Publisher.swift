@@ -73,21 +73,6 @@ enum Publisher {
             sha.update(bufferPointer: chunk)
             if wantsMD5 { md5.update(bufferPointer: chunk) }
         }
-        return (Hex.string(sha.finalize()), wantsMD5 ? Hex.string(md5.finalize()) : nil)
-    }
-}
-
-enum Hex {
-    private static let digits = Array("0123456789abcdef".utf8)
-
-    /// Lowercase hex, without String(format:) (which costs ~14k instructions a byte).
-    static func string<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        var out: [UInt8] = []
-        out.reserveCapacity(64)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        return (Hex.encode(sha.finalize()), wantsMD5 ? Hex.encode(md5.finalize()) : nil)
     }
 }

@@ -44,6 +44,13 @@ final class TransferAttempt {
     private(set) var sawSetCookie = false
     /// Upload and data tasks: the final response's headers (the first 100).
     private(set) var responseHeaders: [Header] = []
+    /// An HLS playlist's body, kept in memory (at most `playlistLimit` bytes).
+    private(set) var playlistBody: [UInt8] = []
+    static let playlistLimit = 16 << 20
+    /// A live playlist read again, not an attempt of its own: no events.
+    let isRefresh: Bool
+    /// This attempt's byte range of the resource (an HLS `#EXT-X-BYTERANGE`).
+    private let byteRange: HLSByteRange?
     private static let keptResponseHeaders = 100
 
     /// Bytes in the partial file.
@@ -63,7 +70,8 @@ final class TransferAttempt {
     private var retryAfterMs: Int64?
     private var total: Int64?
     private var previousValidator: String?
-    private var currentURL: String
+    /// Where the request went last (after redirects): a playlist's URIs resolve against it.
+    private(set) var currentURL: String
     private var bodyStarted = false
     /// The last upload progress logged.
     private var reportedSent: Int64 = 0
@@ -86,7 +94,9 @@ final class TransferAttempt {
     ///     attempt closes it), or -1 when the response body is not kept.
     ///   - ifRange: the validator guarding a resume from `offset` (the agent's decision).
     init(task: TaskState, partFile: Int32, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
-         cookies: CookieJar?, sink: @escaping Sink, requestSync: @escaping SyncRequest) throws {
+         cookies: CookieJar?, isRefresh: Bool = false, sink: @escaping Sink, requestSync: @escaping SyncRequest) throws {
+        self.isRefresh = isRefresh
+        byteRange = task.spec.byteRange
         self.requestSync = requestSync
         Self.nextSerial += 1
         serial = Self.nextSerial
@@ -97,7 +107,7 @@ final class TransferAttempt {
         written = offset
         durable = offset
         currentURL = task.currentURL
-        total = task.spec.isResumable ? task.total : nil
+        total = task.spec.byteRange?.length ?? (task.spec.isResumable ? task.total : nil)
         previousValidator = task.etag ?? task.lastModified
         self.deadlineMs = deadlineMs
         self.settings = settings
@@ -158,7 +168,12 @@ final class TransferAttempt {
             headers.removeAll { $0.name.lowercased() == header.name.lowercased() }
             headers.append(header)
         }
-        if requestedOffset > 0 {
+        if let byteRange, let start = byteRange.offset {
+            // Only this slice of the resource, from where the partial file ends.
+            try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE,
+                                                     "\(start + requestedOffset)-\(start + byteRange.length - 1)"))
+            if let ifRange, requestedOffset > 0 { headers.append(Header(name: "If-Range", value: ifRange)) }
+        } else if requestedOffset > 0 {
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"))
             if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
         }
@@ -319,7 +334,15 @@ final class TransferAttempt {
             return 0
         }
         if fd < 0 {
-            // A response nobody keeps: counted, not stored.
+            // A response nobody keeps is counted, not stored; a playlist is kept in memory.
+            if kind == .hls {
+                guard playlistBody.count + count <= Self.playlistLimit else {
+                    stopReason = .permanent(reason: "the playlist at \(Redaction.url(currentURL)) is over \(Self.playlistLimit >> 20) MiB",
+                                            code: "bad_playlist")
+                    return 0
+                }
+                playlistBody += UnsafeRawBufferPointer(start: data, count: count)
+            }
             written += Int64(count)
             lastActivityMs = FileSystem.monotonicMs
             return count
@@ -361,14 +384,19 @@ final class TransferAttempt {
             return httpFailure()
         }
         let shownURL = Redaction.url(currentURL)
+        // A byte-range child counts from the start of its slice.
+        let sliceStart = byteRange?.offset ?? 0
+        if byteRange != nil, status != 206 {
+            return .permanent(reason: "server answered \(status), not 206, to the byte range of \(shownURL)", code: "range_ignored")
+        }
         if status == 206 {
             guard case .some(.some(let range)) = contentRange, let first = range.first else {
                 let what = contentRange == nil ? "no Content-Range" : "an unreadable Content-Range"
                 return .transient(reason: "server sent bytes from nowhere (\(what)) when asked for \(requestedOffset)",
                                   retryAfterMs: nil, restartFromZero: true)
             }
-            guard first == requestedOffset else {
-                return .transient(reason: "server sent bytes from \(first) when asked for \(requestedOffset)",
+            guard first == sliceStart + requestedOffset else {
+                return .transient(reason: "server sent bytes from \(first) when asked for \(sliceStart + requestedOffset)",
                                   retryAfterMs: nil, restartFromZero: true)
             }
         } else if requestedOffset > 0 {
@@ -381,7 +409,9 @@ final class TransferAttempt {
         }
         var length: curl_off_t = -1
         sa_easy_getinfo_off(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length)
-        if case .some(.some(let range)) = contentRange, status == 206, let complete = range.complete {
+        if let byteRange {
+            total = byteRange.length
+        } else if case .some(.some(let range)) = contentRange, status == 206, let complete = range.complete {
             total = complete
         } else if length >= 0 {
             // curl parsed it; we still refuse sums that cannot be real.

@@ -1,0 +1,222 @@
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The HLS parent's behaviour in the agent (SPEC §10): read the playlist
+/// (through the master's chosen variant), fan out one child download per
+/// segment, key and init segment, read a live playlist again every target
+/// duration, and fan in — assemble and publish — once every child has
+/// finished. The decisions are the core's (`HLSPlaylist`, `HLSFanOut`,
+/// the fold's `settledParents`); this file carries them out.
+extension Agent {
+    /// A playlist arrived for a parent's own attempt.
+    func playlistArrived(_ task: TaskState, _ attempt: TransferAttempt) {
+        let url = attempt.currentURL
+        let playlist: HLSPlaylist
+        do {
+            playlist = try HLSPlaylist.parse(attempt.playlistBody, base: url)
+        } catch {
+            fail(task, reason: "\(Redaction.url(url)): \(error)", code: "bad_playlist", metrics: attempt.metrics)
+            return
+        }
+        switch playlist {
+        case .master(let variants):
+            let rule = task.spec.hls?.variant ?? "best"
+            guard let variant = HLSVariant.pick(variants, rule: rule) else {
+                let offered = variants.compactMap { $0.resolution ?? $0.bandwidth.map(String.init) }.joined(separator: ", ")
+                fail(task, reason: "no variant of \(Redaction.url(url)) matches variant = \"\(rule)\" (it offers \(offered))",
+                     code: "no_variant", metrics: attempt.metrics)
+                return
+            }
+            // A master that leads to masters forever is refused like a redirect loop.
+            guard task.redirects < settings.maxRedirects else {
+                fail(task, reason: "more than \(settings.maxRedirects) master playlists in a row from \(Redaction.url(url))",
+                     code: "bad_playlist", metrics: attempt.metrics)
+                return
+            }
+            // The choice is a hop like a redirect: a restart reads the variant's playlist directly.
+            log.record(.redirected(Redirected(from: url, to: variant.uri, status: 300)), task: task.id)
+            if let moved = log.state[task.id] { start(moved) }
+        case .media(let media):
+            expand(task, with: media, url: url)
+        }
+    }
+
+    /// Records the children a media playlist adds, and when to read it again.
+    @discardableResult
+    func expand(_ task: TaskState, with media: HLSMediaPlaylist, url: String) -> Bool {
+        let plan: HLSFanOut.Plan
+        do {
+            plan = try HLSFanOut.plan(parent: task, playlist: media, url: url, in: log.state)
+        } catch let refusal as HLSFanOut.Refusal {
+            fail(task, reason: refusal.description, code: refusal.code)
+            return false
+        } catch {
+            fail(task, reason: "\(error)", code: "bad_playlist")
+            return false
+        }
+        if !task.isFannedOut, plan.expanded.entries.isEmpty, plan.expanded.ended {
+            fail(task, reason: "the playlist \(Redaction.url(url)) has no segments", code: "bad_playlist")
+            return false
+        }
+        if !plan.expanded.entries.isEmpty || !task.isFannedOut || plan.expanded.ended != task.hls?.ended {
+            for child in plan.children { log.record(.created(child.spec), task: child.id) }
+            log.record(.expanded(plan.expanded), task: task.id)
+            logger.info("playlist read", metadata: ["task.id": "\(task.id)", "segments": "\(plan.expanded.entries.count)",
+                                                    "ended": "\(plan.expanded.ended)"])
+        }
+        if plan.expanded.ended {
+            refreshAt[task.id] = nil
+        } else {
+            // RFC 8216 §6.3.4: again after a target duration, or half of one when nothing changed.
+            let wait = plan.expanded.entries.isEmpty ? media.targetDurationMs / 2 : media.targetDurationMs
+            refreshAt[task.id] = FileSystem.monotonicMs + max(500, wait)
+        }
+        needsScheduling = true
+        return true
+    }
+
+    /// A fanned-out parent taken from the queue (a restart, a resume): its
+    /// children do the work; a live one reads its playlist again at once.
+    func resumeParent(_ task: TaskState) {
+        log.record(.started(Started(attempt: task.attempts, offset: 0, url: task.currentURL)), task: task.id)
+        if task.hls?.ended == false { refreshAt[task.id] = FileSystem.monotonicMs }
+        needsScheduling = true
+    }
+
+    /// Starts the playlist reads that are due (live parents only).
+    func refreshDuePlaylists() {
+        let now = FileSystem.monotonicMs
+        for (id, due) in refreshAt where due <= now {
+            refreshAt[id] = nil
+            guard let task = log.state[id], task.phase == .running, attemptByTask[id] == nil else { continue }
+            do {
+                let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
+                                                  settings: settings, cookies: cookies, isRefresh: true,
+                                                  sink: { _, _ in }, requestSync: { _, _, _ in })
+                attempts[attempt.easy] = attempt
+                attemptByTask[id] = attempt.easy
+                multi.add(attempt.easy)
+            } catch {
+                refreshFailed(task, "cannot start: \(error)")
+            }
+        }
+    }
+
+    /// A live playlist read again: new segments become children; failures
+    /// are tried again next interval, up to a point.
+    func refreshed(_ task: TaskState, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
+        guard task.phase == .running else { return }
+        switch outcome {
+        case .complete:
+            do {
+                guard case .media(let media) = try HLSPlaylist.parse(attempt.playlistBody, base: attempt.currentURL) else {
+                    refreshFailed(task, "the live playlist became a master playlist")
+                    return
+                }
+                refreshFailures[task.id] = nil
+                expand(task, with: media, url: attempt.currentURL)
+            } catch {
+                refreshFailed(task, "\(error)")
+            }
+        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _):
+            refreshFailed(task, reason)
+        }
+    }
+
+    private func refreshFailed(_ task: TaskState, _ reason: String) {
+        let failures = (refreshFailures[task.id] ?? 0) + 1
+        refreshFailures[task.id] = failures
+        let allowed = max(task.spec.retries ?? config.retries, 1)
+        guard failures <= allowed else {
+            refreshFailures[task.id] = nil
+            fail(task, reason: "the live playlist could not be read \(failures) times in a row: \(reason)", code: "playlist_unavailable")
+            return
+        }
+        logger.notice("live playlist not read; trying again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+        refreshAt[task.id] = FileSystem.monotonicMs + max(1000, task.hls?.targetDurationMs ?? 1000)
+    }
+
+    /// Parents whose children all finished are published; a parent one of
+    /// whose children failed fails, its other children waiting paused for `resume`.
+    func settleParents() throws {
+        guard !log.state.settledParents.isEmpty else { return }
+        // The last segments' files take their names at the commit: assemble after it.
+        if !renamesAfterCommit.isEmpty { try commit() }
+        for id in log.state.settledParents.sorted() {
+            guard let parent = log.state[id], parent.phase == .running, let family = log.state.families[id] else { continue }
+            let children = log.state.children[id] ?? []
+            if family.lost > 0 {
+                let lost = children.compactMap { log.state[$0] }.first { $0.phase == .failed || $0.phase == .cancelled }
+                let why = lost.map { "\($0.id) \($0.phase.rawValue)" + ($0.error.map { ": \($0)" } ?? "") } ?? "a segment was lost"
+                for child in children.compactMap({ log.state[$0] }) where child.phase.isActive {
+                    pause(child.id, reason: .user, bytesIfIdle: child.bytes)
+                }
+                fail(parent, reason: "segment \(why)", code: "segment_failed")
+                continue
+            }
+            do {
+                let prepared = try HLSPublisher.prepare(parent, in: log.state, root: root)
+                log.record(.finished(Finished(bytes: prepared.bytes, dest: prepared.dest)), task: id)
+                renamesAfterCommit.append((prepared.staging, prepared.dest))
+                if let work = HLSFanOut.workDirectory(of: parent) { cleanupsAfterCommit.append(work) }
+                logger.info("video published", metadata: ["task.id": "\(id)", "dest": "\(prepared.dest)", "segments": "\(family.total)"])
+            } catch let failure as HLSPublisher.HLSFailure {
+                fail(parent, reason: failure.reason, code: failure.code)
+            } catch let error as SystemError {
+                let failure = DiskFailure(operation: "assemble", path: HLSPublisher.staging(of: parent) ?? "", errno: error.errno)
+                fail(parent, reason: "\(failure.description) (\(error.operation))", code: failure.code)
+            } catch {
+                fail(parent, reason: "cannot assemble the video: \(error)", code: "local_error")
+            }
+        }
+    }
+
+    /// Start-up: a finished video whose rename the log vouches for is
+    /// renamed; its work folder is removed.
+    func completeHLSPublishing(_ task: TaskState) {
+        guard task.phase == .finished || task.phase == .cancelled, let work = HLSFanOut.workDirectory(of: task) else { return }
+        if task.phase == .finished, let staging = HLSPublisher.staging(of: task), let dest = task.dest, root.exists(staging) {
+            do {
+                try root.rename(staging, to: dest)
+                try root.syncDirectory(of: dest)
+            } catch {
+                logger.error("cannot publish", metadata: ["task.id": "\(task.id)", "dest": "\(dest)", "error": "\(error)"])
+                return
+            }
+        }
+        if root.exists(work) { removeWorkFolder(work) }
+    }
+
+    func removeWorkFolder(_ folder: String) {
+        do { try root.removeTree(folder) } catch {
+            logger.error("cannot remove a work folder", metadata: ["folder": "\(folder)", "error": "\(error)"])
+        }
+    }
+
+    /// Control of a parent applies to its children first (SPEC §4.3).
+    func carryOutOnChildren(_ action: ControlJob.Action, of parent: TaskState) {
+        for id in log.state.children[parent.id] ?? [] {
+            guard let child = log.state[id] else { continue }
+            switch (action, child.phase) {
+            case (.pause, .queued), (.pause, .running):
+                pause(id, reason: .user, bytesIfIdle: child.bytes)
+            case (.resume, .paused):
+                log.record(.resumed(Resumed(bytes: child.bytes, reason: "its parent \(parent.id) was resumed")), task: id)
+            case (.resume, .failed):
+                let kept = child.partPath.flatMap(root.size) ?? 0
+                log.record(.resumed(Resumed(bytes: kept >= child.bytes ? child.bytes : 0,
+                                            reason: "its parent \(parent.id) runs again")), task: id)
+            case (.cancel, let phase) where !phase.isEnded || phase == .failed:
+                let attempt = detach(id)
+                log.record(.cancelled(Cancelled(bytes: attempt?.durable ?? child.bytes, metrics: attempt?.metrics)), task: id)
+            default:
+                continue
+            }
+        }
+        refreshAt[parent.id] = nil
+        if action == .cancel, let work = HLSFanOut.workDirectory(of: parent) { removeWorkFolder(work) }
+    }
+}

@@ -1,0 +1,168 @@
+import _CryptoExtras
+import Crypto
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The fan-in of an HLS parent (SPEC §10): once every segment child has
+/// finished, the video is assembled in `<dest>.part/out` — a folder with
+/// `0.ts, 1.ts, …` and a local `index.m3u8`, or one concatenated file —
+/// with AES-128 segments decrypted on the way. `finished` is then recorded
+/// with the final path, and the rename that publishes it follows the
+/// commit (the same two steps as a download's `Publisher`).
+enum HLSPublisher {
+    struct Prepared {
+        /// The assembled video, to be renamed to `dest` after the commit.
+        var staging: String
+        var dest: String
+        var bytes: Int64
+    }
+
+    /// Where the video is assembled: inside the parent's work folder.
+    static func staging(of parent: TaskState) -> String? {
+        HLSFanOut.workDirectory(of: parent).map { $0 + "/out" }
+    }
+
+    static func prepare(_ parent: TaskState, in state: AgentState, root: DownloadRoot) throws -> Prepared {
+        guard let hls = parent.hls, let dest = parent.spec.dest, let staging = staging(of: parent) else {
+            throw SystemError(operation: "task \(parent.id) has no playlist to publish", errno: EINVAL)
+        }
+        let options = parent.spec.hls ?? HLSOptions()
+        let keys = try readKeys(hls.entries, in: state, root: root)
+        let isFMP4 = hls.entries.contains { $0.mapChild != nil }
+        switch options.output {
+        case .directory:
+            let bytes = try assembleFolder(hls, at: staging, keys: keys, in: state, root: root)
+            return Prepared(staging: staging, dest: try finalPath(dest, parent, in: state, root: root), bytes: bytes)
+        case .file:
+            let bytes = try concatenate(hls, into: staging, keys: keys, in: state, root: root)
+            return Prepared(staging: staging, dest: try finalPath(dest + (isFMP4 ? ".mp4" : ".ts"), parent, in: state, root: root),
+                            bytes: bytes)
+        }
+    }
+
+    /// `overwrite` for the finished video: rename picks a free name; a
+    /// folder that exists is never deleted to make room.
+    private static func finalPath(_ path: String, _ parent: TaskState, in state: AgentState, root: DownloadRoot) throws -> String {
+        guard let existing = root.status(path) else { return path }
+        switch parent.spec.overwrite {
+        case .rename:
+            return Destinations.firstFree(path, owner: parent.id, in: state, exists: { $0 != parent.partPath && root.exists($0) })
+        case .replace where (existing.st_mode & S_IFMT) != S_IFDIR:
+            return path
+        case .replace:
+            throw HLSFailure(reason: "\(path) is a folder that exists; overwrite = \"replace\" never deletes a folder", code: "dest_exists")
+        case .skip, .fail:
+            throw HLSFailure(reason: "\(path) already exists (overwrite = \"\(parent.spec.overwrite.rawValue)\")", code: "dest_exists")
+        }
+    }
+
+    struct HLSFailure: Error, CustomStringConvertible {
+        var reason: String
+        var code: String
+        var description: String { reason }
+    }
+
+    /// Key bytes by key child: secrets, kept in memory only while assembling.
+    private static func readKeys(_ entries: [HLSEntry], in state: AgentState, root: DownloadRoot) throws -> [String: SymmetricKey] {
+        var keys: [String: SymmetricKey] = [:]
+        for id in Set(entries.compactMap(\.keyChild)) {
+            guard let path = state[id]?.dest else { continue }
+            let bytes = try root.read(path, limit: 64)
+            guard bytes.count == 16 else {
+                throw HLSFailure(reason: "the AES-128 key of \(state[id].map { Redaction.url($0.spec.url) } ?? id) has \(bytes.count) bytes, not 16",
+                                 code: "bad_key")
+            }
+            keys[id] = SymmetricKey(data: bytes)
+        }
+        return keys
+    }
+
+    /// A segment's bytes as a player wants them: decrypted if it has a key.
+    private static func clearBytes(_ entry: HLSEntry, keys: [String: SymmetricKey], in state: AgentState,
+                                   root: DownloadRoot) throws -> [UInt8] {
+        guard let path = state[entry.child]?.dest else { throw HLSFailure(reason: "segment \(entry.sequence) has no file", code: "local_error") }
+        let bytes = try root.read(path, limit: 1 << 30)
+        guard let keyChild = entry.keyChild, let key = keys[keyChild] else { return bytes }
+        do {
+            let iv = try AES._CBC.IV(ivBytes: Hex.decode(entry.iv ?? "") ?? [])
+            return Array(try AES._CBC.decrypt(bytes, using: key, iv: iv))
+        } catch {
+            throw HLSFailure(reason: "segment \(entry.sequence) does not decrypt with its AES-128 key (\(error))", code: "decrypt_failed")
+        }
+    }
+
+    /// `out/0.ts, 1.ts, …, init.mp4, index.m3u8`. Clear segments are moved,
+    /// not copied; a crash half-way resumes (what is in `out/` is done).
+    private static func assembleFolder(_ hls: HLSProgress, at staging: String, keys: [String: SymmetricKey],
+                                       in state: AgentState, root: DownloadRoot) throws -> Int64 {
+        try root.makeDirectory(staging)
+        let (names, inits) = HLSLocalPlaylist.names(of: hls.entries)
+        var bytes: Int64 = 0
+        var moves: [(from: String, to: String)] = inits.compactMap { child, name in
+            state[child]?.dest.map { ($0, staging + "/" + name) }
+        }
+        for (index, entry) in hls.entries.enumerated() {
+            let target = staging + "/" + names[index]
+            if entry.keyChild != nil {
+                if !root.exists(target) { try write(try clearBytes(entry, keys: keys, in: state, root: root), to: target, root: root) }
+            } else if let source = state[entry.child]?.dest {
+                moves.append((source, target))
+            }
+        }
+        for move in moves where root.exists(move.from) || !root.exists(move.to) {
+            try root.rename(move.from, to: move.to)
+        }
+        for name in names + Array(inits.values) { bytes += root.size(staging + "/" + name) ?? 0 }
+        let playlist = Array(HLSLocalPlaylist.text(entries: hls.entries, targetDurationMs: hls.targetDurationMs).utf8)
+        try write(playlist, to: staging + "/index.m3u8", root: root)
+        try root.syncDirectory(of: staging + "/index.m3u8")
+        return bytes + Int64(playlist.count)
+    }
+
+    /// One file: each init segment where it starts to apply, then every
+    /// segment in order, decrypted. Written whole again after a crash.
+    private static func concatenate(_ hls: HLSProgress, into staging: String, keys: [String: SymmetricKey],
+                                     in state: AgentState, root: DownloadRoot) throws -> Int64 {
+        let fd = try root.openPartial(staging, truncatingTo: 0)
+        defer { close(fd) }
+        var written: Int64 = 0
+        var currentInit: String?
+        for entry in hls.entries {
+            if let map = entry.mapChild, map != currentInit, let path = state[map]?.dest {
+                currentInit = map
+                written += try append(try root.read(path, limit: 64 << 20), to: fd, staging)
+            }
+            written += try append(try clearBytes(entry, keys: keys, in: state, root: root), to: fd, staging)
+        }
+        try syscall("flush \(staging)") { fdatasync(fd) }
+        return written
+    }
+
+    private static func append(_ bytes: [UInt8], to fd: Int32, _ path: String) throws -> Int64 {
+        var offset = 0
+        while offset < bytes.count {
+            offset += try bytes.withUnsafeBytes { buffer in
+                try syscall("write \(path)") { Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset) }
+            }
+        }
+        return Int64(bytes.count)
+    }
+
+    /// A complete file: written under `.part`, flushed, renamed.
+    private static func write(_ bytes: [UInt8], to path: String, root: DownloadRoot) throws {
+        let temporary = Destinations.partPath(of: path)
+        let fd = try root.openPartial(temporary, truncatingTo: 0)
+        do {
+            _ = try append(bytes, to: fd, temporary)
+            try syscall("flush \(temporary)") { fdatasync(fd) }
+        } catch {
+            close(fd)
+            throw error
+        }
+        close(fd)
+        try root.rename(temporary, to: path)
+    }
+}
