@@ -5,8 +5,9 @@ SHELL := /bin/bash
 
 # libnotify-dev brings libnotify4, which the agent dlopens at its first notification.
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
-# e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4).
-TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount
+# e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4);
+# ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.
+TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl
 BENCH_PACKAGES := curl aria2 time
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -1,0 +1,271 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// SPEC §10 against real HLS made by ffmpeg, served by nginx and by the
+/// fault server: every segment byte-identical to ffmpeg's clear segment,
+/// and ffprobe reads what we publish with the source's duration.
+@Suite("HLS: a playlist becomes a parent, its segments child downloads", .serialized)
+struct HLSTests {
+    static let mediaFolder = TempDirectory()
+    static let media: HLSMedia? = {
+        do { return try HLSMedia.make(in: mediaFolder.path) } catch {
+            print("HLS media could not be made: \(error)")
+            return nil
+        }
+    }()
+
+    func media() throws -> HLSMedia { try #require(Self.media, "ffmpeg could not make the test media") }
+
+    /// A harness with nginx serving the media under /hls/.
+    func world(_ config: String = "") throws -> (AgentHarness, Nginx, HLSMedia) {
+        let media = try media()
+        let harness = try AgentHarness(config: config)
+        let nginx = try Nginx(in: harness.directory)
+        try FileManager.default.createSymbolicLink(atPath: nginx.root + "/hls", withDestinationPath: media.root)
+        return (harness, nginx, media)
+    }
+
+    func run(_ harness: AgentHarness, expecting status: Int32 = 0, seconds: Double = 120) throws {
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        let exit = agent.wait(seconds: seconds)
+        #expect(exit == status, "\(agent.stderr.suffix(2000))")
+    }
+
+    func task(_ harness: AgentHarness, _ id: String) throws -> [String: Any] {
+        try #require(try harness.statusTasks().first { $0["id"] as? String == id })
+    }
+
+    func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
+
+    @Test func aVODBecomesAFolderAndAFileThatPlay() throws {
+        let (harness, nginx, media) = try world()
+        try harness.drop("dir.job", "id = \"dir\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\ndest = \"videos/clear\"\n")
+        try harness.drop("file.job", "id = \"file\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\n"
+                         + "dest = \"videos/joined\"\noutput = \"file\"\n")
+        try run(harness)
+        let folder = harness.downloads + "/videos/clear"
+        let sources = try media.segments(of: "clear/index.m3u8")
+        #expect(sources.count == 10)
+        for (index, source) in sources.enumerated() {
+            #expect(contents("\(folder)/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
+        }
+        let local = try String(contentsOfFile: folder + "/index.m3u8", encoding: .utf8)
+        #expect(local.contains("#EXT-X-ENDLIST") && local.contains("\n0.ts\n") && !local.contains("http"))
+        for published in [folder + "/index.m3u8", harness.downloads + "/videos/joined.ts"] {
+            let duration = try #require(HLSMedia.duration(of: published))
+            #expect(abs(duration - 20) <= 0.5, "\(published): \(duration) s")
+            #expect(Set(HLSMedia.streams(of: published)) == ["video", "audio"])
+        }
+        let parent = try task(harness, "dir")
+        #expect(parent["state"] as? String == "finished")
+        #expect((parent["children"] as? [String: Int]) == ["done": 10, "total": 10])
+        // Nothing left behind but the videos.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.downloads + "/videos").sorted() == ["clear", "joined.ts"])
+        try expectVerifyClean(harness)
+    }
+
+    @Test func aMasterPlaylistGivesTheChosenVariant() throws {
+        let (harness, nginx, media) = try world()
+        try harness.drop("best.job", "id = \"best\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/master.m3u8"))\"\ndest = \"best\"\n")
+        try harness.drop("small.job", "id = \"small\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/master.m3u8"))\"\n"
+                         + "dest = \"small\"\nvariant = \"160x120\"\n")
+        try harness.drop("none.job", "id = \"none\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/master.m3u8"))\"\n"
+                         + "dest = \"none\"\nvariant = \"1920x1080\"\n")
+        try run(harness, expecting: 4)
+        for (id, rendition) in [("best", "hi"), ("small", "lo")] {
+            let sources = try media.segments(of: "\(rendition)/index.m3u8")
+            for (index, source) in sources.enumerated() {
+                #expect(contents("\(harness.downloads)/\(id)/\(index).ts") == contents(media.path("\(rendition)/\(source)")),
+                        "\(id) segment \(index)")
+            }
+        }
+        let none = try task(harness, "none")
+        #expect(none["error_code"] as? String == "no_variant")
+        #expect((none["error"] as? String)?.contains("it offers 160x120, 320x240") == true)
+    }
+
+    @Test func aes128SegmentsAreDecryptedAndTheKeyNeverShows() throws {
+        let (harness, nginx, media) = try world()
+        try harness.drop("enc.job", "id = \"enc\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/enc/index.m3u8"))\"\ndest = \"enc\"\n")
+        try harness.drop("encfile.job", "id = \"encfile\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/enc/index.m3u8"))\"\n"
+                         + "dest = \"encfile\"\noutput = \"file\"\n")
+        try run(harness)
+        let sources = try media.segments(of: "clear/index.m3u8")
+        for (index, source) in sources.enumerated() {
+            #expect(contents("\(harness.downloads)/enc/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
+        }
+        let local = try String(contentsOfFile: harness.downloads + "/enc/index.m3u8", encoding: .utf8)
+        #expect(!local.contains("EXT-X-KEY"))
+        #expect(abs((HLSMedia.duration(of: harness.downloads + "/encfile.ts") ?? 0) - 20) <= 0.5)
+        // Fetched once per key URI and task, and never printed.
+        #expect(nginx.requests.filter { $0.uri.hasPrefix("/hls/enc/key.bin") }.count == 2)
+        let hexKey = media.key.map { String(format: "%02x", $0) }.joined()
+        var output = ""
+        for command in [["status", "--json"], ["events", "--json"], ["replay", "--json"], ["status", "--task", "enc"]] {
+            output += try harness.run(command).stdout
+        }
+        #expect(!output.lowercased().contains(hexKey))
+        #expect(!output.contains(media.key.base64EncodedString()))
+    }
+
+    @Test func fragmentedMP4AndByteRangesArePublished() throws {
+        let (harness, nginx, media) = try world()
+        try harness.drop("fmp4.job", "id = \"fmp4\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/fmp4/index.m3u8"))\"\ndest = \"fmp4\"\n")
+        try harness.drop("fmp4file.job", "id = \"fmp4file\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/fmp4/index.m3u8"))\"\n"
+                         + "dest = \"fmp4file\"\noutput = \"file\"\n")
+        try harness.drop("single.job", "id = \"single\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/single/index.m3u8"))\"\n"
+                         + "dest = \"single\"\noutput = \"file\"\n")
+        try run(harness)
+        #expect(contents(harness.downloads + "/fmp4/init.mp4") == contents(media.path("fmp4/init.mp4")))
+        let local = try String(contentsOfFile: harness.downloads + "/fmp4/index.m3u8", encoding: .utf8)
+        #expect(local.contains("#EXT-X-MAP:URI=\"init.mp4\""))
+        for published in [harness.downloads + "/fmp4/index.m3u8", harness.downloads + "/fmp4file.mp4"] {
+            #expect(abs((HLSMedia.duration(of: published) ?? 0) - 10) <= 0.5, "\(published)")
+        }
+        // One file served in byte ranges: the joined copy is that file again.
+        #expect(contents(harness.downloads + "/single.ts") == contents(media.path("single/index.ts")))
+        #expect(nginx.requests.filter { $0.uri.hasPrefix("/hls/single/index.ts") }.allSatisfy { $0.status == 206 })
+    }
+
+    @Test func segmentsSurviveDropsAndServerErrors() throws {
+        let media = try media()
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try FileManager.default.createSymbolicLink(atPath: server.root + "/hls", withDestinationPath: media.root)
+        // Absolute URIs with faults in their query strings, which must be kept.
+        let sources = try media.segments(of: "clear/index.m3u8")
+        var lines = ["#EXTM3U", "#EXT-X-TARGETDURATION:2", "#EXT-X-MEDIA-SEQUENCE:0"]
+        for (index, source) in sources.enumerated() {
+            let faults = index % 3 == 0 ? "drop_after=20000&drop_times=1" : index % 3 == 1 ? "fail_status=503&fail_times=1" : ""
+            lines += ["#EXTINF:2.0,", server.url("hls/clear/" + source, faults)]
+        }
+        lines.append("#EXT-X-ENDLIST")
+        try (lines.joined(separator: "\n") + "\n").write(toFile: server.root + "/faulty.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("f.job", "id = \"f\"\nkind = \"hls\"\nurl = \"\(server.url("faulty.m3u8"))\"\ndest = \"faulty\"\n")
+        try run(harness)
+        for (index, source) in sources.enumerated() {
+            #expect(contents("\(harness.downloads)/faulty/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
+        }
+        // A dropped segment resumed where it stopped.
+        #expect(server.requests.contains { $0.range == "bytes=20000-" && $0.status == 206 })
+        try expectVerifyClean(harness)
+    }
+
+    @Test func aLivePlaylistIsFollowedUntilItEnds() throws {
+        let media = try media()
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try FileManager.default.createSymbolicLink(atPath: nginx.root + "/hls", withDestinationPath: media.root)
+        let sources = try media.segments(of: "clear/index.m3u8")
+        func publish(_ count: Int, ended: Bool) throws {
+            var lines = ["#EXTM3U", "#EXT-X-TARGETDURATION:1", "#EXT-X-MEDIA-SEQUENCE:0"]
+            for source in sources.prefix(count) { lines += ["#EXTINF:2.0,", "hls/clear/" + source] }
+            if ended { lines.append("#EXT-X-ENDLIST") }
+            try (lines.joined(separator: "\n") + "\n").write(toFile: nginx.root + "/live.m3u8", atomically: true, encoding: .utf8)
+        }
+        try publish(3, ended: false)
+        try harness.drop("live.job", "id = \"live\"\nkind = \"hls\"\nurl = \"\(nginx.url("live.m3u8"))\"\ndest = \"live\"\nmax_duration = 600\n")
+        try harness.drop("capped.job", "id = \"capped\"\nkind = \"hls\"\nurl = \"\(nginx.url("live.m3u8"))\"\ndest = \"capped\"\nmax_duration = 4\n")
+        try harness.drop("nolimit.job", "id = \"nolimit\"\nkind = \"hls\"\nurl = \"\(nginx.url("live.m3u8"))\"\ndest = \"nolimit\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        // The playlist grows while the agent follows it, then ends.
+        for count in 4...sources.count {
+            #expect(eventually(within: 20) {
+                ((try? harness.events()) ?? []).filter { $0.type == "expanded" && $0.task == "live" }
+                    .reduce(0) { $0 + (($1.data["entries"] as? [Any])?.count ?? 0) } >= count - 1
+            })
+            try publish(count, ended: count == sources.count)
+        }
+        #expect(agent.wait(seconds: 60) == 4, "\(agent.stderr.suffix(1500))")
+        for (index, source) in sources.enumerated() {
+            #expect(contents("\(harness.downloads)/live/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
+        }
+        // max_duration = 4 with 2-second segments: two of them, published as ended.
+        let capped = try String(contentsOfFile: harness.downloads + "/capped/index.m3u8", encoding: .utf8)
+        #expect(capped.components(separatedBy: "#EXTINF").count - 1 == 2)
+        let nolimit = try task(harness, "nolimit")
+        #expect(nolimit["error_code"] as? String == "max_duration_missing")
+        #expect((nolimit["error"] as? String)?.hasPrefix("key \"max_duration\" is required for a live playlist") == true)
+    }
+
+    @Test func whatIsNotAPlaylistFailsWithAReason() throws {
+        let (harness, nginx, _) = try world()
+        try "<html><body>Not here</body></html>\n".write(toFile: nginx.root + "/page.m3u8", atomically: true, encoding: .utf8)
+        try "#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"k\"\n#EXTINF:2,\na.ts\n#EXT-X-ENDLIST\n"
+            .write(toFile: nginx.root + "/drm.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("html.job", "id = \"html\"\nkind = \"hls\"\nurl = \"\(nginx.url("page.m3u8"))\"\n")
+        try harness.drop("drm.job", "id = \"drm\"\nkind = \"hls\"\nurl = \"\(nginx.url("drm.m3u8"))\"\n")
+        try harness.drop("bad.job", "kind = \"hls\"\nurl = \"\(nginx.url("x.m3u8"))\"\nsha256 = \"\(String(repeating: "a", count: 64))\"\n")
+        try run(harness, expecting: 4)
+        #expect((try task(harness, "html")["error"] as? String)?.contains("not an HLS playlist: it starts with \"<html>") == true)
+        #expect((try task(harness, "drm")["error"] as? String)?.contains("METHOD=SAMPLE-AES (DRM) cannot be decrypted") == true)
+        let rejected = try String(contentsOfFile: harness.inbox + "/rejected/bad.job.error", encoding: .utf8)
+        #expect(rejected.contains("key \"sha256\" does not apply to an HLS job"))
+    }
+
+    @Test func controlOfAParentAppliesToItsSegments() throws {
+        let (harness, nginx, media) = try world("max_active = 2\n")
+        try harness.drop("p.job", "id = \"p\"\nkind = \"hls\"\nurl = \"\(nginx.url("slow/hls/long/index.m3u8"))\"\ndest = \"p\"\n"
+                         + "max_speed = \"200K\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "expanded" }) ?? false })
+        #expect(try harness.run(["pause", "p"]).status == 0)
+        #expect(eventually(within: 10) {
+            let tasks = (try? harness.statusTasks()) ?? []
+            return tasks.filter { $0["parent"] as? String == "p" }.allSatisfy { ["paused", "finished"].contains($0["state"] as? String ?? "") }
+                && tasks.first { $0["id"] as? String == "p" }?["state"] as? String == "paused"
+        })
+        #expect(try harness.run(["cancel", "p"]).status == 0)
+        #expect(eventually(within: 10) { (try? task(harness, "p"))?["state"] as? String == "cancelled" })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        let children = try harness.statusTasks().filter { $0["parent"] as? String == "p" }
+        #expect(children.count == (try media.segments(of: "long/index.m3u8")).count)
+        #expect(children.allSatisfy { ["cancelled", "finished"].contains($0["state"] as? String ?? "") })
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/p.part"))
+    }
+
+    /// kill -9 at five seeded instants during a 100-segment download: the
+    /// same video, each segment finished once, no segment fetched twice
+    /// beyond the one that was in flight.
+    @Test func killedFiveTimesTheVideoEndsTheSame() throws {
+        let (harness, nginx, media) = try world()
+        let sources = try media.segments(of: "long/index.m3u8")
+        #expect(sources.count == 100)
+        try harness.drop("long.job", "id = \"long\"\nkind = \"hls\"\nurl = \"\(nginx.url("slow/hls/long/index.m3u8"))\"\n"
+                         + "dest = \"long\"\nmax_speed = \"300K\"\n")
+        var generator = SplitMix64(seed: 42)
+        for kill in 0..<5 {
+            let agent = try harness.startAgent()
+            let threshold = (kill + 1) * 15
+            #expect(eventually(within: 60) {
+                ((try? harness.statusTasks()) ?? []).filter { $0["parent"] as? String == "long" && $0["state"] as? String == "finished" }.count
+                    >= threshold
+            })
+            usleep(UInt32(generator.next() % 400_000))
+            agent.signal(SIGKILL)
+            _ = agent.wait(seconds: 10)
+        }
+        try run(harness, seconds: 180)
+        for (index, source) in sources.enumerated() {
+            #expect(contents("\(harness.downloads)/long/\(index).ts") == contents(media.path("long/" + source)), "segment \(index)")
+        }
+        let events = try harness.events()
+        let finished = events.filter { $0.type == "finished" }.compactMap(\.task)
+        #expect(finished.count == Set(finished).count, "each task finished once")
+        #expect(finished.count == sources.count + 1)
+        // What was in flight at a kill (up to 4 transfers, and bodies whose
+        // flush and `finished` were not committed yet) is fetched once more;
+        // nothing that was committed is.
+        let requests = nginx.requests.filter { $0.uri.hasPrefix("/slow/hls/long/seg") }
+        let fetches = Dictionary(grouping: requests, by: \.uri).mapValues(\.count)
+        #expect(fetches.count == sources.count)
+        #expect(fetches.values.allSatisfy { $0 <= 2 }, "\(fetches.filter { $0.value > 2 })")
+        #expect(fetches.values.filter { $0 == 2 }.count <= 5 * 16)
+        try expectVerifyClean(harness)
+    }
+}
