@@ -8,7 +8,9 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4);
 # ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl
-BENCH_PACKAGES := curl aria2 time
+BENCH_PACKAGES := curl aria2 time python3-venv
+# yt-dlp, the HLS peer of make bench, from PyPI into a virtualenv of our own.
+VENV := .venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test bench fuzz build release deps test-deps bench-deps clean
@@ -30,6 +32,7 @@ test-deps: deps
 
 bench-deps: test-deps
 	$(call apt_install,$(BENCH_PACKAGES))
+	@[ -x $(VENV)/bin/yt-dlp ] || { python3 -m venv $(VENV) && $(VENV)/bin/pip install -q yt-dlp; }
 
 build: deps
 	swift build
@@ -65,7 +68,7 @@ fuzz: deps
 
 # Compares syncagent with curl, aria2c and URLSession in one run; writes bench/results.md.
 bench: bench-deps
-	python3 bench/run.py
+	YTDLP=$(CURDIR)/$(VENV)/bin/yt-dlp python3 bench/run.py
 
 clean:
-	rm -rf .build $(FUZZ_BUILD)
+	rm -rf .build $(FUZZ_BUILD) $(VENV)

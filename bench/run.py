@@ -7,6 +7,8 @@ Workloads (loopback nginx on 127.0.0.1, files generated here):
   3. replay of a 1,000,000-event log (`syncagent replay`) and agent start-up on it
   4. peak RSS of the agent holding 10,000 queued jobs
   5. latency from a job's rename into the inbox to its `started` event
+  6. a 200-segment HLS VOD (about 1 MiB a segment, made by ffmpeg), against
+     `ffmpeg -i URL -c copy` and `yt-dlp -N 6` (pip, in the Makefile's venv)
 
 Tools: syncagent (jobs in its inbox, `run --exit-when-idle`, end to end),
 curl (one process; -Z --parallel-max N for many files), aria2c (-i list -j N)
@@ -184,6 +186,71 @@ def transfer_workload(title, urls, expected_sizes, rounds):
     return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
 
 
+# ---------------------------------------------------------------- HLS
+
+
+def hls_vod(www, segments):
+    """Twenty seconds of noisy 720p from ffmpeg (ten ~1.2 MiB segments), listed
+    `segments` times over under fresh names: a long VOD without a long encode."""
+    base = fresh(os.path.join(WORK, "hls-base"))
+    sh("ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+       "testsrc2=size=1280x720:rate=25:duration=20,noise=alls=30:allf=t+u", "-f", "lavfi",
+       "-i", "sine=frequency=440:duration=20", "-c:v", "libx264", "-preset", "ultrafast", "-b:v", "4M",
+       "-maxrate", "4M", "-bufsize", "8M", "-g", "50", "-c:a", "aac", "-f", "hls", "-hls_time", "2",
+       "-hls_playlist_type", "vod", "-hls_segment_filename", os.path.join(base, "s%02d.ts"), os.path.join(base, "index.m3u8"))
+    clips = sorted(n for n in os.listdir(base) if n.endswith(".ts"))
+    out = fresh(os.path.join(www, "vod"))
+    lines = ["#EXTM3U", "#EXT-X-VERSION:3", "#EXT-X-TARGETDURATION:2", "#EXT-X-MEDIA-SEQUENCE:0", "#EXT-X-PLAYLIST-TYPE:VOD"]
+    total = 0
+    for index in range(segments):
+        name = f"seg{index:04d}.ts"
+        shutil.copy(os.path.join(base, clips[index % len(clips)]), os.path.join(out, name))
+        total += os.path.getsize(os.path.join(out, name))
+        lines += ["#EXTINF:2.000000,", name]
+    lines.append("#EXT-X-ENDLIST")
+    with open(os.path.join(out, "index.m3u8"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return total
+
+
+def run_syncagent_hls(url, out):
+    state, inbox, config = syncagent_world("syncagent-hls", out)
+    with open(os.path.join(inbox, "vod.job"), "w") as f:
+        f.write(f'kind = "hls"\nurl = "{url}"\ndest = "vod"\n')
+    wall_rss = timed([SYNCAGENT, "run", "--exit-when-idle", "--config", config, "--state-dir", state, "--inbox", inbox],
+                     env=syncagent_env())
+    return wall_rss, os.path.join(out, "vod", "index.m3u8")
+
+
+def run_ffmpeg_hls(url, out):
+    target = os.path.join(out, "vod.ts")
+    return timed(["ffmpeg", "-loglevel", "error", "-y", "-i", url, "-c", "copy", target]), target
+
+
+def run_ytdlp_hls(url, out):
+    target = os.path.join(out, "vod.ts")
+    return timed([YTDLP, "-q", "--no-progress", "-N", str(CONCURRENCY), "--downloader", "m3u8:native", "--no-part",
+                  "-o", target, url]), target
+
+
+HLS_TOOLS = [("syncagent", run_syncagent_hls), ("ffmpeg", run_ffmpeg_hls), ("yt-dlp", run_ytdlp_hls)]
+
+
+def hls_workload(url, rounds):
+    results = {name: [] for name, _ in HLS_TOOLS}
+    for round_index in range(rounds):
+        order = HLS_TOOLS[round_index % len(HLS_TOOLS):] + HLS_TOOLS[:round_index % len(HLS_TOOLS)]
+        for name, run in order:
+            out = fresh(os.path.join(WORK, "out"))
+            (wall, rss), target = run(url, out)
+            if not os.path.exists(target) or os.path.getsize(target) == 0:
+                sys.exit(f"{name}: {target} missing after the HLS workload")
+            results[name].append((wall, rss))
+            print(f"  HLS: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
+    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
+
+
 # ---------------------------------------------------------------- syncagent alone
 
 
@@ -298,24 +365,27 @@ def machine():
 
 
 def main():
-    global WORK, SYNCAGENT, LOGGEN, URLSESSION_PEER
+    global WORK, SYNCAGENT, LOGGEN, URLSESSION_PEER, YTDLP
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small sizes: try the harness, not a result")
     options = parser.parse_args()
     WORK = fresh(os.environ.get("BENCH_DIR", "/tmp/syncagent-bench"))
     SYNCAGENT, LOGGEN, URLSESSION_PEER = build()
+    YTDLP = os.environ.get("YTDLP", shutil.which("yt-dlp") or "yt-dlp")
 
     big = (64 if options.quick else 1024) << 20
     smalls = 200 if options.quick else 2000
     events = 100_000 if options.quick else 1_000_000
     queued = 1_000 if options.quick else 10_000
+    segments = 20 if options.quick else 200
 
     www = fresh(os.path.join(WORK, "www"))
     write_random(os.path.join(www, "big.bin"), big)
     os.makedirs(os.path.join(www, "small"))
     for index in range(smalls):
         write_random(os.path.join(www, "small", f"f{index:04d}.bin"), 16 << 10)
+    hls_bytes = hls_vod(www, segments)
     nginx = Nginx(www)
     try:
         print(f"1. one {big >> 20} MiB file", flush=True)
@@ -329,6 +399,8 @@ def main():
         queued_rss, intake = queued_rss_workload(nginx, queued)
         print("5. inbox-to-started latency", flush=True)
         latency, worst = latency_workload(nginx, 50)
+        print(f"6. a {segments}-segment HLS VOD", flush=True)
+        hls = hls_workload(nginx.url("vod/index.m3u8"), options.rounds)
     finally:
         nginx.stop()
 
@@ -345,6 +417,14 @@ def main():
         cells = [f"{results[n][0]:.2f} s ({results[n][0] / curl:.2f}× curl)" for n, _ in TOOLS]
         lines.append(f"| {title}: wall time | " + " | ".join(cells) + " |")
         lines.append(f"| {title}: peak RSS | " + " | ".join(mib(results[n][1]) for n, _ in TOOLS) + " |")
+    ffmpeg = hls["ffmpeg"][0]
+    lines += [
+        "",
+        f"| {segments}-segment HLS VOD ({hls_bytes / (1 << 20):.0f} MiB) | " + " | ".join(n for n, _ in HLS_TOOLS) + " |",
+        "|---|---|---|---|",
+        "| wall time | " + " | ".join(f"{hls[n][0]:.2f} s ({hls[n][0] / ffmpeg:.2f}× ffmpeg)" for n, _ in HLS_TOOLS) + " |",
+        "| peak RSS | " + " | ".join(mib(hls[n][1]) for n, _ in HLS_TOOLS) + " |",
+    ]
     lines += [
         "",
         "| syncagent alone | figure | target |",

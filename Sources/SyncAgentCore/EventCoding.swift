@@ -61,23 +61,24 @@ public enum EventCoding {
             json.field("from", p.from); json.field("status", p.status); json.field("to", p.to)
             return json.finish()
         case .created(let p):
-            json.field("batch", p.batch); json.field("body_file", p.bodyFile); json.field("dest", p.dest)
+            json.field("batch", p.batch); json.field("body_file", p.bodyFile)
+            json.field("byte_range", json: p.byteRange.map { range in
+                var object = JSONWriter()
+                object.field("length", range.length); object.field("offset", range.offset)
+                return object.finish()
+            })
+            json.field("dest", p.dest)
             json.field("form", json: JSONWriter.array(p.form.map { pairJSON($0.name, $0.value) }))
             json.field("form_field", p.formField); json.field("headers", json: headersJSON(p.headers))
             json.field("hls", json: p.hls.map { hls in
                 var object = JSONWriter()
-                object.field("max_duration", hls.maxDurationS.map(Int64.init)); object.field("output", hls.output.rawValue)
+                object.field("max_duration_s", hls.maxDurationS.map(Int64.init)); object.field("output", hls.output.rawValue)
                 object.field("variant", hls.variant)
                 return object.finish()
             })
             json.field("kind", p.kind.rawValue); json.field("max_speed", p.maxSpeed); json.field("md5", p.md5)
             json.field("method", p.method); json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
             json.field("overwrite", p.overwrite.rawValue); json.field("parent", p.parent); json.field("priority", p.priority)
-            json.field("range", json: p.byteRange.map { range in
-                var object = JSONWriter()
-                object.field("length", range.length); object.field("offset", range.offset)
-                return object.finish()
-            })
             json.field("retries", p.retries.map(Int64.init)); json.field("sha256", p.sha256)
             json.field("source", json: p.source.map { source in
                 var object = JSONWriter()
@@ -366,7 +367,7 @@ extension TaskSpec {
             case "not_before_ms": notBeforeMs = try value.readOptional { try $0.readInt() }
             case "headers": headers = try value.readHeaders()
             case "parent": parent = try value.readOptional { try $0.readString() }
-            case "range":
+            case "byte_range":
                 byteRange = try value.readOptional { element in
                     var length: Int64?, offset: Int64?
                     try element.readObject { key, field in
@@ -385,7 +386,7 @@ extension TaskSpec {
                         switch key {
                         case "variant": options.variant = try field.readString()
                         case "output": options.output = try choice(&field, "output")
-                        case "max_duration": options.maxDurationS = try field.readOptional { Int(clamping: try $0.readInt()) }
+                        case "max_duration_s": options.maxDurationS = try field.readOptional { Int(clamping: try $0.readInt()) }
                         default: try field.skipValue()
                         }
                     }

@@ -16,6 +16,24 @@ public enum FuzzTargets {
         _ = Redaction.text(text)
         _ = Redaction.url(text)
         logRows(input)
+        playlists(bytes)
+    }
+
+    /// A playlist as a server may send it, and what the parent makes of it.
+    static func playlists(_ bytes: [UInt8]) {
+        guard let playlist = try? HLSPlaylist.parse(bytes, base: "https://cdn.example.com/v/index.m3u8?token=t") else { return }
+        switch playlist {
+        case .master(let variants):
+            for rule in ["best", "worst", "1280x720", "800000"] { _ = HLSVariant.pick(variants, rule: rule) }
+        case .media(let media):
+            var state = AgentState()
+            state.apply(Event(seq: 1, atMs: 1, task: "v", body: .created(TaskSpec(
+                url: "https://cdn.example.com/v/index.m3u8", kind: .hls, dest: "/home/me/Downloads/v",
+                hls: HLSOptions(maxDurationS: 60)))))
+            guard let parent = state["v"], let plan = try? HLSFanOut.plan(parent: parent, playlist: media, url: "u", in: state) else { return }
+            _ = HLSLocalPlaylist.text(entries: plan.expanded.entries, targetDurationMs: plan.expanded.targetDurationMs)
+            _ = EventCoding.data(of: .expanded(plan.expanded))
+        }
     }
 
     private static let parser = JobParser(downloadDir: "/home/me/Downloads",

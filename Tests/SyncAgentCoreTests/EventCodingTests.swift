@@ -39,6 +39,15 @@ struct EventCodingTests {
         .configReloaded(ConfigReloaded(file: "/c.toml", applied: [], needRestart: [], error: "key \"x\" is not a known key")),
         .finished(Finished(bytes: 0, dest: nil, skipped: "skipped: task a (queued) already brings /d/x")),
         .rejected(Rejected(file: "bad.job", error: "key \"url\" is missing", identity: "1:2:3:def")),
+        // Issue 10: HLS parents and children.
+        .created(TaskSpec(url: "https://h/v/seg1.ts", dest: "/d/v.part/seg1.ts", notify: .none, parent: "v",
+                          byteRange: HLSByteRange(length: 100, offset: 2000))),
+        .created(TaskSpec(url: "https://h/v/master.m3u8", kind: .hls, dest: "/d/v",
+                          hls: HLSOptions(variant: "1280x720", output: .file, maxDurationS: 60))),
+        .expanded(Expanded(playlist: "https://h/v/720.m3u8", targetDurationMs: 6000, ended: true,
+                           entries: [HLSEntry(child: "v.seg1.ts", durationMs: 5_005, sequence: 1, discontinuity: true,
+                                              keyChild: "v.key0.key", iv: "000102030405060708090a0b0c0d0e0f",
+                                              mapChild: "v.init1.mp4")])),
     ]
 
     static let metrics = AttemptMetrics(dnsUs: 10, connectUs: 20, tlsUs: 30, ttfbUs: 40, totalUs: 50, httpVersion: "2",

@@ -165,7 +165,7 @@ struct FoldTests {
 
     @Test func everyEventTypeIsCoveredByTheseTests() {
         // A new event type must come with its fold test above.
-        #expect(EventBody.allTypes.count == 17)
+        #expect(EventBody.allTypes.count == 18)
     }
 
     @Test func controlOutcomesAndRejectionsMakeTheirJobFilesKnown() {

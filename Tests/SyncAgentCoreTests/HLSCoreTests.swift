@@ -1,0 +1,196 @@
+import Foundation
+import Testing
+@testable import SyncAgentCore
+
+/// The pure half of HLS (SPEC §10): the playlist parser, the variant
+/// choice, the fan-out plan and the fold's parent/child indexes.
+@Suite("HLS: playlists, fan-out, parents in the fold")
+struct HLSCoreTests {
+    let base = "https://cdn.example.com/talk/720/index.m3u8?token=t"
+
+    func parse(_ text: String, base: String? = nil) throws -> HLSPlaylist {
+        try HLSPlaylist.parse(Array(text.utf8), base: base ?? self.base)
+    }
+
+    @Test func aMediaPlaylistWithEveryTagWeUse() throws {
+        let playlist = try parse("""
+            #EXTM3U
+            #EXT-X-VERSION:7
+            #EXT-X-TARGETDURATION:6
+            #EXT-X-MEDIA-SEQUENCE:40
+            #EXT-X-MAP:URI="init.mp4",BYTERANGE="720@0"
+            #EXT-X-KEY:METHOD=AES-128,URI="../keys/k1?x=1",IV=0x000102030405060708090A0B0C0D0E0F
+            #EXTINF:5.005,first
+            seg40.m4s?sig=abc
+            #EXT-X-SOME-FUTURE-TAG:whatever
+            #EXT-X-DISCONTINUITY
+            #EXT-X-BYTERANGE:1000@2000
+            #EXTINF:6,
+            all.m4s
+            #EXT-X-KEY:METHOD=NONE
+            #EXT-X-BYTERANGE:500
+            #EXTINF:4.5,
+            all.m4s
+            #EXT-X-ENDLIST
+            """)
+        guard case .media(let media) = playlist else { Issue.record("not a media playlist"); return }
+        #expect(media.targetDurationMs == 6000)
+        #expect(media.ended)
+        #expect(media.segments.map(\.sequence) == [40, 41, 42])
+        #expect(media.segments.map(\.durationMs) == [5005, 6000, 4500])
+        #expect(media.segments[0].uri == "https://cdn.example.com/talk/720/seg40.m4s?sig=abc")
+        #expect(media.segments[0].key?.uri == "https://cdn.example.com/talk/keys/k1?x=1")
+        #expect(media.segments[0].key?.iv == Array(0...15))
+        #expect(media.segments[0].map == HLSMap(uri: "https://cdn.example.com/talk/720/init.mp4", range: HLSByteRange(length: 720, offset: 0)))
+        #expect(media.segments[1].discontinuity && !media.segments[2].discontinuity)
+        #expect(media.segments[1].range == HLSByteRange(length: 1000, offset: 2000))
+        // No offset: it starts where the previous range of the same URI ended.
+        #expect(media.segments[2].range == HLSByteRange(length: 500, offset: 3000))
+        #expect(media.segments[2].key == nil)
+        // Without an IV, the media sequence number is the IV.
+        #expect(HLSKey(uri: "k", iv: nil).iv(forSequence: 258) == [UInt8](repeating: 0, count: 14) + [1, 2])
+    }
+
+    @Test func aMasterPlaylistAndTheVariantRule() throws {
+        guard case .master(let variants) = try parse("""
+            #EXTM3U
+            #EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=640x360,CODECS="avc1.4d401e,mp4a.40.2"
+            360/index.m3u8
+            #EXT-X-STREAM-INF:BANDWIDTH=2500000,RESOLUTION=1280x720
+            720/index.m3u8
+            #EXT-X-STREAM-INF:BANDWIDTH=200000
+            audio.m3u8
+            """, base: "https://cdn.example.com/talk/master.m3u8") else { Issue.record("not a master"); return }
+        #expect(variants.count == 3)
+        #expect(variants[0].codecs == "avc1.4d401e,mp4a.40.2")
+        #expect(HLSVariant.pick(variants, rule: "best")?.uri == "https://cdn.example.com/talk/720/index.m3u8")
+        #expect(HLSVariant.pick(variants, rule: "worst")?.uri == "https://cdn.example.com/talk/audio.m3u8")
+        #expect(HLSVariant.pick(variants, rule: "900000")?.resolution == "640x360")
+        #expect(HLSVariant.pick(variants, rule: "1280x720")?.bandwidth == 2_500_000)
+        #expect(HLSVariant.pick(variants, rule: "1920x1080") == nil)
+    }
+
+    @Test(arguments: [
+        ("<html><body>no</body></html>", "not an HLS playlist: it starts with \"<html><body>no</body></html>\", not #EXTM3U"),
+        ("#EXTM3U\n#EXTINF:abc,\na.ts", "bad #EXTINF duration \"abc,\""),
+        ("#EXTM3U\n#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"k\"\n#EXTINF:1,\na.ts",
+         "segments encrypted with METHOD=SAMPLE-AES (DRM) cannot be decrypted; only AES-128 can"),
+        ("#EXTM3U\n#EXTINF:1,\nftp://h/a.ts", "a playlist URI that is not http or https: \"ftp://h/a.ts\""),
+        ("#EXTM3U\n#EXT-X-BYTERANGE:100\n#EXTINF:1,\na.ts", "#EXT-X-BYTERANGE without an offset, and no earlier range of https://cdn.example.com/talk/720/a.ts"),
+        ("#EXTM3U\n#EXT-X-TARGETDURATION:99999999999999999999\n", "bad #EXT-X-TARGETDURATION \"99999999999999999999\""),
+        ("#EXTM3U\n", "an HLS playlist with neither variants nor segments"),
+    ])
+    func whatIsNotAUsablePlaylistSaysWhy(_ text: String, _ message: String) {
+        do {
+            _ = try parse(text)
+            Issue.record("accepted")
+        } catch {
+            #expect("\(error)" == message)
+        }
+        #expect(throws: HLSPlaylist.ParseError.self) { try HLSPlaylist.parse([0xFF, 0x00, 0x12], base: base) }
+    }
+
+    func parent(_ options: HLSOptions = HLSOptions()) -> (AgentState, TaskState) {
+        var state = AgentState()
+        state.apply(Event(seq: 1, atMs: 1, task: "v", body: .created(TaskSpec(url: base, kind: .hls, dest: "/dl/talk",
+                                                                               retries: 3, hls: options))))
+        state.apply(Event(seq: 2, atMs: 2, task: "v", body: .started(Started(attempt: 1, offset: 0, url: base))))
+        return (state, state["v"]!)
+    }
+
+    func media(_ sequences: ClosedRange<Int64>, ended: Bool, keyed: Bool = false) -> HLSMediaPlaylist {
+        var media = HLSMediaPlaylist()
+        media.targetDurationMs = 2000
+        media.ended = ended
+        media.segments = sequences.map {
+            HLSSegment(uri: "https://cdn.example.com/s\($0).ts", durationMs: 2000, sequence: $0, discontinuity: false,
+                       range: nil, key: keyed ? HLSKey(uri: "https://cdn.example.com/key", iv: nil) : nil, map: nil)
+        }
+        return media
+    }
+
+    @Test func theFanOutMakesOneChildPerSegmentAndOnePerKey() throws {
+        let (state, parent) = parent()
+        let plan = try HLSFanOut.plan(parent: parent, playlist: media(5...7, ended: true, keyed: true), url: base, in: state)
+        #expect(plan.children.map(\.id) == ["v.key0.key", "v.seg5.ts", "v.seg6.ts", "v.seg7.ts"])
+        let segment = plan.children[1].spec
+        #expect(segment.parent == "v" && segment.dest == "/dl/talk.part/seg5.ts" && segment.notify == .none && segment.retries == 3)
+        #expect(plan.expanded.entries.map(\.keyChild) == ["v.key0.key", "v.key0.key", "v.key0.key"])
+        #expect(plan.expanded.entries[0].iv == "00000000000000000000000000000005")
+        #expect(plan.expanded.ended)
+    }
+
+    @Test func aLivePlaylistNeedsMaxDurationAndStopsThere() throws {
+        let (state, parent) = parent()
+        #expect(throws: HLSFanOut.Refusal.self) { try HLSFanOut.plan(parent: parent, playlist: media(0...3, ended: false), url: base, in: state) }
+        var (live, capped) = self.parent(HLSOptions(maxDurationS: 5))
+        let first = try HLSFanOut.plan(parent: capped, playlist: media(0...1, ended: false), url: base, in: live)
+        #expect(first.expanded.entries.count == 2 && !first.expanded.ended)
+        var seq: Int64 = 3
+        for child in first.children { seq += 1; live.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
+        live.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(first.expanded)))
+        capped = live["v"]!
+        // Read again: only segments not taken yet, up to max_duration (5 s: three 2-second segments).
+        let second = try HLSFanOut.plan(parent: capped, playlist: media(0...6, ended: false), url: base, in: live)
+        #expect(second.expanded.entries.map(\.sequence) == [2])
+        #expect(second.expanded.ended)
+    }
+
+    @Test func theFoldCountsAParentsChildrenAndFreesItsSlot() throws {
+        var (state, parent) = parent()
+        #expect(state.runningCount == 1)
+        let plan = try HLSFanOut.plan(parent: parent, playlist: media(0...1, ended: true), url: base, in: state)
+        var seq: Int64 = 2
+        func apply(_ body: EventBody, _ task: String) { seq += 1; state.apply(Event(seq: seq, atMs: seq * 10, task: task, body: body)) }
+        for child in plan.children { apply(.created(child.spec), child.id) }
+        apply(.expanded(plan.expanded), "v")
+        #expect(state.runningCount == 0, "a fanned-out parent holds no slot")
+        #expect(state["v"]?.phase == .running)
+        #expect(state.families["v"]?.total == 2)
+        #expect(state.settledParents.isEmpty)
+        apply(.started(Started(attempt: 1, offset: 0, url: "u")), "v.seg0.ts")
+        #expect(state.runningCount == 1)
+        apply(.progressed(Progressed(bytes: 700, total: 1000)), "v.seg0.ts")
+        apply(.finished(Finished(bytes: 1000, dest: "/dl/talk.part/seg0.ts")), "v.seg0.ts")
+        #expect(state.families["v"]?.bytes == 1000 && state.families["v"]?.finished == 1)
+        #expect(state.figures(of: state["v"]!).children?.done == 1)
+        apply(.started(Started(attempt: 1, offset: 0, url: "u")), "v.seg1.ts")
+        apply(.finished(Finished(bytes: 500, dest: "/dl/talk.part/seg1.ts")), "v.seg1.ts")
+        #expect(state.settledParents == ["v"])
+        #expect(RecoveryPlan.plan(for: state["v"]!, in: state, nowMs: 0).words == "wait for its segments (2 of 2 finished), then publish")
+        apply(.finished(Finished(bytes: 1500, dest: "/dl/talk")), "v")
+        #expect(state.settledParents.isEmpty)
+        #expect(state.runningCount == 0 && state.activeCount == 0)
+    }
+
+    @Test func aLostChildSettlesItsParent() throws {
+        var (state, parent) = parent()
+        let plan = try HLSFanOut.plan(parent: parent, playlist: media(0...2, ended: true), url: base, in: state)
+        var seq: Int64 = 2
+        for child in plan.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
+        state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(plan.expanded)))
+        state.apply(Event(seq: seq + 2, atMs: seq + 2, task: "v.seg1.ts", body: .failed(Failed(reason: "404", code: "http_404", bytes: 0))))
+        #expect(state.settledParents == ["v"])
+        #expect(state.families["v"]?.lost == 1)
+    }
+
+    @Test func theLocalPlaylistNamesLocalFilesOnly() {
+        let entries = [HLSEntry(child: "a", durationMs: 2000, sequence: 7, mapChild: "i"),
+                       HLSEntry(child: "b", durationMs: 1500, sequence: 8, discontinuity: true, keyChild: "k", iv: "00", mapChild: "i")]
+        #expect(HLSLocalPlaylist.text(entries: entries, targetDurationMs: 2000) == """
+            #EXTM3U
+            #EXT-X-VERSION:7
+            #EXT-X-TARGETDURATION:2
+            #EXT-X-MEDIA-SEQUENCE:0
+            #EXT-X-PLAYLIST-TYPE:VOD
+            #EXT-X-MAP:URI="init.mp4"
+            #EXTINF:2.000,
+            0.m4s
+            #EXT-X-DISCONTINUITY
+            #EXTINF:1.500,
+            1.m4s
+            #EXT-X-ENDLIST
+
+            """)
+    }
+}
