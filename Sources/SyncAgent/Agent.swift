@@ -36,6 +36,9 @@ public final class Agent {
     private var runStartedAtMs: Int64 = 0
     /// `finished` is recorded with its final path; the rename waits for the commit.
     var renamesAfterCommit: [(part: String, dest: String)] = []
+    /// Locks on the partial files of tasks that may write them (see
+    /// `DownloadRoot.lockPartial`), by task id; released once a task stops.
+    private var partLocks: [String: Int32] = [:]
     /// Live HLS parents: when each reads its playlist again (monotonic ms),
     /// and how many reads in a row failed.
     var refreshAt: [String: Int64] = [:]
@@ -111,6 +114,9 @@ public final class Agent {
             if needsScheduling {
                 needsScheduling = false
                 try settleParents()
+                // A transfer writes files named by its `created` event: that event must be on disk
+                // first, or a crash could leave a partial file no log knows (and a second name).
+                if log.hasPendingCreations { try commit() }
                 startReadyTasks()
                 try announceDrainedBatches()
             }
@@ -202,6 +208,10 @@ public final class Agent {
             case .ready(let path):
                 recordFinished(task, attempt, bytes: bytes, dest: path)
                 renamesAfterCommit.append((task.partPath!, path))
+            case .skipped(let reason):
+                removePartial(task.partPath!, of: id)
+                log.record(.finished(Finished(bytes: root.size(task.spec.dest!) ?? 0, dest: task.spec.dest,
+                                              metrics: attempt.metrics, skipped: reason)), task: id)
             case .failed(let reason, let code):
                 fail(task, reason: reason, code: code, metrics: attempt.metrics)
             }
@@ -304,6 +314,7 @@ public final class Agent {
     // MARK: - Scheduling and attempts
 
     private func startReadyTasks() {
+        releaseIdleLocks()
         let now = FileSystem.nowMs
         let completing = Array(awaitingSync.keys)
         for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits, completing: completing) {
@@ -311,6 +322,14 @@ public final class Agent {
             start(task)
         }
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)
+    }
+
+    /// A task that stopped (ended, paused, waiting to retry) holds no lock.
+    private func releaseIdleLocks() {
+        for (id, descriptor) in partLocks where attemptByTask[id] == nil && awaitingSync[id] == nil {
+            close(descriptor)
+            partLocks[id] = nil
+        }
     }
 
     /// `total_timeout` (timeoutIntervalForResource) runs from the task's first
@@ -347,6 +366,7 @@ public final class Agent {
         do {
             // A playlist is read into memory; everything else that keeps a body into its partial file.
             let keepsFile = task.spec.kind != .hls
+            if keepsFile, let part = task.partPath, partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
             let partFile = try task.partPath.flatMap { keepsFile ? try root.openPartial($0, truncatingTo: offset) : nil } ?? -1
             attempt = try TransferAttempt(task: task, partFile: partFile, offset: offset, ifRange: ifRange, deadlineMs: deadline,
                                           settings: settings, cookies: cookies, sink: { [unowned self] id, body in
@@ -354,6 +374,10 @@ public final class Agent {
             }, requestSync: { [unowned self] attempt, descriptor, offset in
                 self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
             })
+        } catch let busy as DownloadRoot.Busy {
+            fail(task, reason: "cannot start: \(busy)", code: "dest_busy", removingPartial: false)
+            needsScheduling = true
+            return
         } catch let error as SystemError {
             let failure = DiskFailure(operation: "open", path: task.partPath ?? "", errno: error.errno)
             let code = failure.code == "local_error" ? "cannot_start" : failure.code
@@ -432,7 +456,7 @@ public final class Agent {
             let decision = RetryDecision.decide(
                 reason: reason, attemptsUsed: task.attempts - task.attemptsBeforeRerun,
                 retriesAllowed: task.spec.retries ?? config.retries, retryAfterMs: retryAfterMs,
-                nowMs: FileSystem.nowMs, deadlineMs: attempt.deadlineMs, totalTimeoutWords: totalTimeoutWords,
+                nowMs: FileSystem.nowMs, deadlineMs: attempt.deadlineMs, totalTimeoutS: config.totalTimeout,
                 jitter: Double.random(in: 0...1))
             switch decision {
             case .retry(let delay):
@@ -447,7 +471,28 @@ public final class Agent {
             fail(task, reason: reason, code: code, metrics: metrics)
         case .localFailure(let reason, let code):
             fail(task, reason: reason, code: code, metrics: metrics, keeping: attempt.durable)
+        case .redirect(let target, let status):
+            follow(task, to: target, status: status, metrics: metrics)
         }
+    }
+
+    /// A hop the attempt left to us: the same checks curl makes (http or
+    /// https, at most max_redirects), recorded like curl's own hops; the
+    /// next request goes to the new URL without the job's credentials
+    /// unless it is the job's own host.
+    private func follow(_ task: TaskState, to target: String, status: Int, metrics: AttemptMetrics) {
+        guard (try? URLRules.checkTransferURL(target, key: "Location")) != nil else {
+            fail(task, reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(target)))",
+                 code: "curl_\(CURLE_UNSUPPORTED_PROTOCOL.rawValue)", metrics: metrics)
+            return
+        }
+        guard task.redirects < settings.maxRedirects else {
+            fail(task, reason: "more than \(settings.maxRedirects) redirects from \(Redaction.url(task.spec.url))",
+                 code: "curl_\(CURLE_TOO_MANY_REDIRECTS.rawValue)", metrics: metrics)
+            return
+        }
+        log.record(.redirected(Redirected(from: task.currentURL, to: target, status: status)), task: task.id)
+        if let moved = log.state[task.id] { start(moved) }
     }
 
     /// `finished` with what the attempt learned: where the body went (if it
@@ -465,10 +510,12 @@ public final class Agent {
     /// Records `failed`. `keeping` > 0: the partial file keeps that many
     /// durable bytes (a full disk, a server outage), so that `resume` goes
     /// on from there; otherwise the partial file is removed.
-    func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil, keeping: Int64 = 0) {
+    /// - Parameter removingPartial: false when the partial file is not ours to remove (another process holds it).
+    func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil, keeping: Int64 = 0,
+              removingPartial: Bool = true) {
         let kept = task.spec.isResumable ? keeping : 0
         // An HLS parent's partial name is its children's folder: their bytes stay for `resume`.
-        if kept == 0, task.spec.kind != .hls, let part = task.partPath { removePartial(part, of: task.id) }
+        if kept == 0, removingPartial, task.spec.kind != .hls, let part = task.partPath { removePartial(part, of: task.id) }
         refreshAt[task.id] = nil
         log.record(.failed(Failed(reason: reason, code: code, bytes: kept, metrics: metrics)), task: task.id)
         logger.error("task failed", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])

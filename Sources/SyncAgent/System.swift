@@ -32,6 +32,17 @@ enum FileSystem {
         }
     }
 
+    /// The agent's own folder `path` (an inbox's `rejected/`, `.taken/`):
+    /// a symbolic link planted there is removed, never followed, so
+    /// nothing the agent writes there lands elsewhere.
+    static func makeOwnDirectory(_ path: String) throws {
+        var info = stat()
+        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFLNK {
+            try syscall("remove the symbolic link \(path)") { unlink(path) }
+        }
+        try makeDirectory(path)
+    }
+
     static func exists(_ path: String) -> Bool {
         var info = stat()
         return lstat(path, &info) == 0

@@ -113,18 +113,16 @@ extension AgentState {
     /// that claims them. (Logs written before reservations existed may name
     /// one file twice; the later claim then holds nothing, so an ended task
     /// never frees a name another still uses.)
+    /// (Only the destination is stored: its partial name follows from it,
+    /// and `Destinations.holder` checks both.)
     private mutating func reserve(_ dest: String?, for id: String) {
-        guard let dest else { return }
-        for path in [dest, Destinations.partPath(of: dest)] where reservedPaths[path] == nil {
-            reservedPaths[path] = id
-        }
+        guard let dest, reservedPaths[dest] == nil else { return }
+        reservedPaths[dest] = id
     }
 
     private mutating func release(_ dest: String?, for id: String) {
-        guard let dest else { return }
-        for path in [dest, Destinations.partPath(of: dest)] where reservedPaths[path] == id {
-            reservedPaths[path] = nil
-        }
+        guard let dest, reservedPaths[dest] == id else { return }
+        reservedPaths[dest] = nil
     }
 
     /// Keeps the derived indexes current on every phase change — the run

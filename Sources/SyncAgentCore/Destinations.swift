@@ -57,13 +57,23 @@ public enum Destinations {
         }
     }
 
-    /// The decision at creation. Files on disk matter only to `rename`
-    /// here; `skip` and `fail` look at the disk again when the task starts
-    /// and `replace` at publish time, as before.
+    /// The decision at creation. Of the files on disk, `rename` avoids
+    /// both the destination and its partial name; the others refuse a
+    /// partial file they would truncate, and look at the destination itself
+    /// when the task starts (`skip`, `fail`) or publishes (`replace`).
     public static func decide(dest: String, overwrite: OverwriteMode, in state: AgentState,
                               exists: (String) -> Bool) -> Decision {
         if overwrite == .rename { return .use(firstFree(dest, in: state, exists: exists)) }
-        guard let holder = holder(of: dest, in: state) else { return .use(dest) }
+        guard let holder = holder(of: dest, in: state) else {
+            // A partial file no live task holds is someone's: the user's, another
+            // agent's, or a failed task's kept bytes. Never truncated by a new task.
+            let part = partPath(of: dest)
+            guard exists(part) else { return .use(dest) }
+            let keeper = state.orderedTasks.last { $0.phase == .failed && $0.partPath == part }
+            let whose = keeper.map { "the bytes task \($0.id) kept when it failed (resume or cancel it)" }
+                ?? "not a partial file of this agent's"
+            return .refuse(dest, reason: "\(part) exists and is \(whose); move it away, or use overwrite = \"rename\"")
+        }
         let phase = state[holder]?.phase.rawValue ?? "live"
         switch overwrite {
         case .skip:

@@ -251,7 +251,10 @@ public enum URLRules {
     public static func fileName(from url: String) -> String {
         let path = URLComponents(string: url)?.path ?? ""
         let last = path.split(separator: "/").last.map(String.init) ?? ""
-        let decoded = (last.removingPercentEncoding ?? last).replacingOccurrences(of: "/", with: "_")
+        // A name from the URL never carries a control character into a file name or a terminal.
+        let decoded = String(String.UnicodeScalarView((last.removingPercentEncoding ?? last).unicodeScalars.map {
+            Printable.isControl($0) || $0 == "/" ? "_" : $0
+        }))
         if decoded.isEmpty || decoded == "." || decoded == ".." || decoded.contains("\0") { return "index.html" }
         // A name the file system can hold, keeping the extension where it can.
         guard decoded.utf8.count > 200 else { return decoded }
@@ -270,7 +273,7 @@ public enum URLRules {
         if ["index", "master", "playlist", "prog_index", ""].contains(name.lowercased()), parts.count > 1 {
             name = parts[parts.count - 2]
         }
-        let safe = name.replacingOccurrences(of: "/", with: "_")
+        let safe = String(String.UnicodeScalarView(name.unicodeScalars.map { Printable.isControl($0) || $0 == "/" ? "_" : $0 }))
         return safe.isEmpty || safe == "." || safe == ".." || safe.contains("\0") ? "video" : String(safe.prefix(200))
     }
 
@@ -304,8 +307,8 @@ public enum PathRules {
         if dest.isEmpty || dest.hasSuffix("/") {
             throw KeyError(key: key, "must name a file, not \"\(dest)\"")
         }
-        if dest.contains("\0") {
-            throw KeyError(key: key, "contains a NUL character")
+        if dest.unicodeScalars.contains(where: Printable.isControl) {
+            throw KeyError(key: key, "must not contain control characters (a line break, an escape …): \"\(Printable.escaping(dest))\"")
         }
         let root = normalize(downloadDir)
         let joined = dest.hasPrefix("/") ? dest : root + "/" + dest

@@ -33,17 +33,27 @@ public enum Redaction {
             out += authority
         }
         let rest = afterScheme[authorityEnd...]
-        guard let question = rest.firstIndex(of: "?") else { return out + rest }
-        out += rest[...question]
-        let afterQuestion = rest[rest.index(after: question)...]
-        let fragmentStart = afterQuestion.firstIndex(of: "#") ?? afterQuestion.endIndex
-        let pairs = afterQuestion[..<fragmentStart].split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
+        // The query, and a fragment written like one (OAuth puts access_token there).
+        let fragmentStart = rest.firstIndex(of: "#") ?? rest.endIndex
+        var path = rest[..<fragmentStart]
+        if let question = path.firstIndex(of: "?") {
+            out += path[...question] + redactPairs(path[path.index(after: question)...])
+        } else {
+            out += path
+        }
+        path = rest[fragmentStart...]
+        if !path.isEmpty { out += "#" + redactPairs(path.dropFirst()) }
+        return out
+    }
+
+    /// `a=1&token=2` → `a=1&token=<redacted>`.
+    private static func redactPairs(_ text: Substring) -> String {
+        text.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
             guard let equals = pair.firstIndex(of: "=") else { return String(pair) }
             let name = String(pair[..<equals])
             let decoded = name.removingPercentEncoding ?? name
             return isSecretName(decoded) ? name + "=" + placeholder : String(pair)
-        }
-        return out + pairs.joined(separator: "&") + afterQuestion[fragmentStart...]
+        }.joined(separator: "&")
     }
 
     /// Every URL inside a sentence (a failure reason, an error) redacted.
@@ -61,5 +71,28 @@ public enum Redaction {
             rest = rest[end...]
         }
         return out + rest
+    }
+}
+
+/// Text from outside (a URL's name, a job's dest, a server's reason) as it
+/// may reach a terminal: control characters shown as `\x1B`, never sent
+/// raw, so no job can draw fake lines or colours in `status`.
+public enum Printable {
+    public static func escaping(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            if isControl(scalar) {
+                let hex = String(scalar.value, radix: 16, uppercase: true)
+                out += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
+    public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
     }
 }

@@ -61,7 +61,8 @@ public enum RetryDecision: Equatable, Sendable {
     ///   - retryAfterMs: what the server's `Retry-After` asked for, if anything (any size).
     ///   - deadlineMs: when `total_timeout` runs out for the task.
     public static func decide(reason: String, attemptsUsed: Int, retriesAllowed: Int, retryAfterMs: Int64?,
-                              nowMs: Int64, deadlineMs: Int64, totalTimeoutWords: String, jitter: Double) -> RetryDecision {
+                              nowMs: Int64, deadlineMs: Int64, totalTimeoutS: Int, jitter: Double) -> RetryDecision {
+        let totalTimeoutWords = "did not finish within total_timeout (\(totalTimeoutS) s) of its first start"
         guard attemptsUsed <= retriesAllowed else {
             return .fail(reason: "gave up after \(attemptsUsed) attempts: \(reason)", code: "retries_exhausted")
         }
@@ -69,8 +70,10 @@ public enum RetryDecision: Equatable, Sendable {
         let (wakeMs, overflow) = nowMs.addingReportingOverflow(delay)
         guard !overflow, wakeMs < deadlineMs else {
             if let asked = retryAfterMs, asked == delay {
+                let left = Durations.words(ms: max(0, deadlineMs &- nowMs))
                 return .fail(reason: "server asked to wait \(Durations.words(ms: asked)) before trying again (Retry-After), "
-                             + "beyond what is left of \(totalTimeoutWords); last attempt: \(reason)", code: "total_timeout")
+                             + "more than the \(left) left of total_timeout (\(totalTimeoutS) s); last attempt: \(reason)",
+                             code: "total_timeout")
             }
             return .fail(reason: "\(totalTimeoutWords); last attempt: \(reason)", code: "total_timeout")
         }

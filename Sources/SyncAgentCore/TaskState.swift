@@ -193,8 +193,8 @@ public struct AgentState: Equatable, Sendable {
     /// Active (queued or running) task count per batch, to know when one drains.
     public internal(set) var activeByBatch: [BatchKey: Int] = [:]
     public internal(set) var activeCount = 0
-    /// Destinations and partial files of live (not ended) tasks → the task
-    /// holding them: two live tasks never share one (see `Destinations`).
+    /// Destinations of live (not ended) tasks → the task holding them (and
+    /// so their partial files): two live tasks never share one (see `Destinations`).
     public internal(set) var reservedPaths: [String: String] = [:]
     /// Children of each parent, in creation order, and their numbers.
     public internal(set) var children: [String: [String]] = [:]

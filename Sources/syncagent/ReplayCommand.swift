@@ -75,6 +75,10 @@ enum DiskCheck {
         case .finished:
             guard let actual = size(dest) else { return ["\(task.id): \(dest) is missing"] }
             if actual != task.bytes { return ["\(task.id): \(dest) has \(actual) bytes, the log says \(task.bytes)"] }
+            // The size is all the log knows of most files; a job's sha256 says more.
+            if let expected = task.spec.sha256, let digest = try? FileDigest.sha256(ofFile: dest), digest != expected {
+                return ["\(task.id): \(dest) has sha256 \(digest), the job asked for \(expected)"]
+            }
             return []
         case .queued, .running, .paused:
             guard task.bytes > 0, task.spec.isResumable else { return [] }

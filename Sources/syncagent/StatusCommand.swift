@@ -104,6 +104,8 @@ enum TaskTable {
             }
             if let plan = plans[task.id] { rows.append(["", "", "", "", "", "", "  plan: " + plan]) }
         }
+        // Names and reasons come from jobs and servers: no raw control character reaches the terminal.
+        rows = rows.map { $0.map(Printable.escaping) }
         let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
         return rows.map { row in
             zip(row.dropLast(), widths).map { cell, width in
@@ -135,6 +137,6 @@ enum TaskTable {
         if let lastModified = task.lastModified { lines.append("modified:    \(lastModified)") }
         for header in task.spec.headers { lines.append("header:      \(header.printable)") }
         if let error = task.error { lines.append("error:       \(Redaction.text(error))") }
-        return lines.joined(separator: "\n")
+        return lines.map(Printable.escaping).joined(separator: "\n")
     }
 }

@@ -67,6 +67,30 @@ struct HardeningCoreTests {
                 == "server answered 404 Not Found for http://<redacted>@h/x?token=<redacted> (retrying)")
     }
 
+    @Test func aFragmentWrittenLikeAQueryIsRedactedToo() {
+        #expect(Redaction.url("https://h/cb#access_token=abc&state=1") == "https://h/cb#access_token=<redacted>&state=1")
+        #expect(Redaction.url("https://h/page#section-2") == "https://h/page#section-2")
+    }
+
+    @Test func controlCharactersAreShownNotSent() {
+        #expect(Printable.escaping("evil\u{1B}[31m\nname\u{7F}") == "evil\\x1B[31m\\x0Aname\\x7F")
+        #expect(Printable.escaping("plain naïve") == "plain naïve")
+        #expect(URLRules.fileName(from: "http://h/evil%1B%5B31m%0Aevil.bin") == "evil_[31m_evil.bin")
+        #expect(throws: KeyError.self) { try JobParser(downloadDir: "/dl").parse(Array("url = \"http://h/x\"\ndest = \"a\\nb\"\n".utf8)) }
+    }
+
+    @Test func aPartialFileNoLiveTaskHoldsIsRefusedUnlessRenamed() {
+        var log = LogBuilder()
+        _ = log.add(.created(TaskSpec(url: "http://h/a", dest: "/dl/a.bin")), task: "a")
+        _ = log.add(.failed(Failed(reason: "disk full", code: "disk_full", bytes: 10)), task: "a")
+        let onDisk = { (path: String) in path == "/dl/a.bin.part" }
+        guard case .refuse(_, let reason) = Destinations.decide(dest: "/dl/a.bin", overwrite: .replace, in: log.state, exists: onDisk) else {
+            Issue.record("a failed task's kept bytes were handed to a new task"); return
+        }
+        #expect(reason.contains("the bytes task a kept when it failed (resume or cancel it)"))
+        #expect(Destinations.decide(dest: "/dl/a.bin", overwrite: .rename, in: log.state, exists: onDisk) == .use("/dl/a.1.bin"))
+    }
+
     @Test func credentialHeadersAreSecretByTheirNames() {
         for name in ["Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "X-Auth-Token",
                      "Client-Secret", "X-Session-Id"] {
@@ -146,13 +170,13 @@ struct HardeningCoreTests {
         }
         #expect(why == "skipped: task a (queued) already brings /dl/x.bin")
         // The disk alone decides nothing at creation for these three.
-        #expect(Destinations.decide(dest: "/dl/y.bin", overwrite: .replace, in: live, exists: { _ in true }) == .use("/dl/y.bin"))
+        #expect(Destinations.decide(dest: "/dl/y.bin", overwrite: .replace, in: live, exists: { $0 == "/dl/y.bin" }) == .use("/dl/y.bin"))
     }
 
     @Test func reservationsEndWithTheTaskAndComeBackWhenAFailedTaskRunsAgain() {
         var log = LogBuilder()
         _ = log.add(.created(TaskSpec(url: "http://h/a", dest: "/dl/a.bin")), task: "a")
-        #expect(log.state.reservedPaths == ["/dl/a.bin": "a", "/dl/a.bin.part": "a"])
+        #expect(log.state.reservedPaths == ["/dl/a.bin": "a"])
         _ = log.add(.failed(Failed(reason: "disk full", code: "disk_full", bytes: 10)), task: "a")
         #expect(log.state.reservedPaths.isEmpty)
         _ = log.add(.resumed(Resumed(bytes: 10, reason: "run again")), task: "a")
@@ -185,18 +209,17 @@ struct HardeningCoreTests {
     // MARK: - Retry or fail
 
     @Test func retryAfterBeyondTheDeadlineFailsWithAReason() {
-        let words = "did not finish within total_timeout (60 s) of its first start"
         let decide = { (retryAfter: Int64?) in
             RetryDecision.decide(reason: "server answered 503", attemptsUsed: 1, retriesAllowed: 5, retryAfterMs: retryAfter,
-                                 nowMs: 1_000_000, deadlineMs: 1_060_000, totalTimeoutWords: words, jitter: 0.5)
+                                 nowMs: 1_000_000, deadlineMs: 1_060_000, totalTimeoutS: 60, jitter: 0.5)
         }
         #expect(decide(nil) == .retry(delayMs: 750))
         #expect(decide(30_000) == .retry(delayMs: 30_000))
         guard case .fail(let reason, let code) = decide(.max) else { Issue.record(); return }
         #expect(code == "total_timeout")
-        #expect(reason.hasPrefix("server asked to wait more than ten years before trying again (Retry-After)"))
+        #expect(reason.hasPrefix("server asked to wait more than ten years before trying again (Retry-After), more than the 60 s left of total_timeout (60 s); last attempt: server answered 503"))
         #expect(RetryDecision.decide(reason: "x", attemptsUsed: 6, retriesAllowed: 5, retryAfterMs: nil, nowMs: 0,
-                                     deadlineMs: .max, totalTimeoutWords: words, jitter: 0)
+                                     deadlineMs: .max, totalTimeoutS: 60, jitter: 0)
                 == .fail(reason: "gave up after 6 attempts: x", code: "retries_exhausted"))
     }
 

@@ -24,6 +24,9 @@ parameters, so one server covers every case:
   content_length=N  send this Content-Length (absurd ones too), then the body as it is
   header=NAME:VALUE add a hostile header (repeatable); a NAME of a header the server
                     sends anyway (Content-Range, ETag …) replaces it
+  redirect_to=URL   answer 302 with Location: URL
+  forbid_header=NAME  answer 400 if the request carries that header (a leaked credential)
+  not_http=1        answer with a status line that is not HTTP/1.x or 2 (HTTP/1.2)
 
 Any method with a request body (PUT, POST, PATCH, …) is read in chunks and
 answered with a JSON description of what arrived: method, path, size,
@@ -204,6 +207,25 @@ class Handler(BaseHTTPRequestHandler):
         number = self.number
 
         if self.refused(range_header):
+            return
+
+        if "forbid_header" in query and self.headers.get(query["forbid_header"]) is not None:
+            self.send_response(400)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self.record(400, range_header, 0)
+            return
+        if "redirect_to" in query:
+            self.send_response(302)
+            self.send_header("Location", query["redirect_to"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self.record(302, range_header, 0)
+            return
+        if query.get("not_http"):
+            self.wfile.write(b"HTTP/1.2 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+            self.close_connection = True
+            self.record(200, range_header, 5)
             return
 
         if not os.path.isfile(path):

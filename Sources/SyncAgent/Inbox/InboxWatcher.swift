@@ -74,7 +74,9 @@ final class InboxWatcher {
         self.directory = directory
         try FileSystem.makeDirectory(directory)
         fd = try syscall("inotify_init1") { inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC)) }
-        let mask = UInt32(IN_CLOSE_WRITE) | UInt32(IN_MOVED_TO) | UInt32(IN_ONLYDIR)
+        // IN_CREATE for what is never written and closed here: a hard link
+        // (`ln`, a no-clobber dropper's link(2)) or a symbolic link.
+        let mask = UInt32(IN_CLOSE_WRITE) | UInt32(IN_MOVED_TO) | UInt32(IN_CREATE) | UInt32(IN_ONLYDIR)
         do {
             try syscall("watch \(directory)") { inotify_add_watch(fd, directory, mask) }
         } catch {
@@ -104,13 +106,27 @@ final class InboxWatcher {
                     if nameLength > 0 {
                         let nameBytes = UnsafeRawBufferPointer(start: base + headerSize, count: nameLength)
                         let name = InboxName(bytes: nameBytes.prefix { $0 != 0 })
+                        let created = mask & UInt32(IN_CREATE) != 0
                         // One name can come twice (closed, then renamed over): once is enough.
-                        if InboxRules.isJobFileName(name.text), seen.insert(name).inserted { changes.names.append(name) }
+                        if InboxRules.isJobFileName(name.text), !created || isLinked(name), seen.insert(name).inserted {
+                            changes.names.append(name)
+                        }
                     }
                     offset += headerSize + nameLength
                 }
             }
         }
+    }
+
+    /// A name created as a link (hard or symbolic) rather than by a writer
+    /// who will close it: a file being written has one link and comes again
+    /// with IN_CLOSE_WRITE.
+    private func isLinked(_ name: InboxName) -> Bool {
+        var info = stat()
+        let path = InboxName(bytes: Array(directory.utf8) + [UInt8(ascii: "/")] + name.bytes)
+        let status = path.withCString { fstatat(AT_FDCWD, $0, &info, AT_SYMLINK_NOFOLLOW) }
+        guard status == 0 else { return false }
+        return (info.st_mode & S_IFMT) == S_IFLNK || ((info.st_mode & S_IFMT) == S_IFREG && info.st_nlink > 1)
     }
 
     /// Job files present now, oldest first (then by name): the order they were dropped.

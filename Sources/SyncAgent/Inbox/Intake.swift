@@ -47,8 +47,8 @@ final class Intake {
         self.log = log
         self.logger = logger
         self.exists = exists
-        try FileSystem.makeDirectory(rejectedDirectory)
-        try FileSystem.makeDirectory(takenDirectory)
+        try FileSystem.makeOwnDirectory(rejectedDirectory)
+        try FileSystem.makeOwnDirectory(takenDirectory)
     }
 
     var isIdle: Bool { retryAt.isEmpty }
@@ -109,7 +109,7 @@ final class Intake {
         for attempt in 0..<2 {
             if inboxFd < 0 { inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
             if takenFd < 0 {
-                try? FileSystem.makeDirectory(takenDirectory)
+                try? FileSystem.makeOwnDirectory(takenDirectory)
                 takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             }
             guard inboxFd >= 0, takenFd >= 0 else { return errno }
@@ -262,7 +262,7 @@ final class Intake {
     /// its `.error` beside it. The event comes first: if the move fails the
     /// file stays in `.taken/`, and a restart only retries the move.
     private func reject(_ takenPath: String, name: String, _ sentence: String, identity: String?) {
-        let shown = Redaction.text(sentence)
+        let shown = Printable.escaping(Redaction.text(sentence))
         log.record(.rejected(Rejected(file: name, error: shown, identity: identity)))
         logger.warning("job rejected", metadata: ["file": "\(name)", "reason": "\(shown)"])
         moveToRejected(takenPath, name: name, sentence: shown)
@@ -273,7 +273,7 @@ final class Intake {
     /// that name is already there).
     private func moveToRejected(_ takenPath: String, name: String, sentence: String?) {
         do {
-            try FileSystem.makeDirectory(rejectedDirectory)
+            try FileSystem.makeOwnDirectory(rejectedDirectory)
             let base = Self.prefix(of: name, bytes: 200, marked: true)
             var number = 0
             while FileSystem.exists(rejectedDirectory + "/" + Destinations.candidate(base, number: number)) { number += 1 }

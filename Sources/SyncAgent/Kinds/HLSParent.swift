@@ -123,6 +123,8 @@ extension Agent {
             }
         case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _):
             refreshFailed(task, reason)
+        case .redirect(let target, _):
+            refreshFailed(task, "the live playlist moved to \(Redaction.url(target))")
         }
     }
 

@@ -22,15 +22,21 @@ final class EventLog {
         let event = Event(seq: state.lastSeq + 1, atMs: clock(), task: task, body: body)
         state.apply(event)
         pending.append(event)
+        if case .created = body { hasPendingCreations = true }
         return event
     }
 
     var hasPending: Bool { !pending.isEmpty }
+
+    /// A task was created since the last commit: it may not start (nor
+    /// create a file on disk) before its `created` is durable.
+    private(set) var hasPendingCreations = false
 
     /// One transaction for everything recorded since the last commit.
     func commit() throws {
         guard !pending.isEmpty else { return }
         try store.append(pending)
         pending.removeAll(keepingCapacity: true)
+        hasPendingCreations = false
     }
 }

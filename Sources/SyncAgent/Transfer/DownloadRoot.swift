@@ -82,6 +82,32 @@ final class DownloadRoot {
         return try body(directory, name)
     }
 
+    /// Another process holds the partial file (a second agent on the same download_dir).
+    struct Busy: Error, CustomStringConvertible {
+        var path: String
+        var description: String {
+            "another process is writing \(path) (a second agent sharing download_dir?); nothing was written to it"
+        }
+    }
+
+    /// A lock on the partial file (flock on a descriptor of its own), held
+    /// by the agent for as long as the task may write it, across attempts:
+    /// a second process writing the same file is refused, never mixed in.
+    func lockPartial(_ file: String) throws -> Int32 {
+        try withParent(of: file, create: true) { directory, name in
+            let descriptor = try syscall("open \(file)") {
+                openat(directory, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+            }
+            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+                let error = errno
+                close(descriptor)
+                if error == EWOULDBLOCK { throw Busy(path: file) }
+                throw SystemError(operation: "lock \(file)", errno: error)
+            }
+            return descriptor
+        }
+    }
+
     /// The partial file, opened for writing without following a symlink,
     /// cut back to `offset`: never trust bytes beyond what the log vouches for.
     func openPartial(_ file: String, truncatingTo offset: Int64) throws -> Int32 {

@@ -14,6 +14,8 @@ enum Publisher {
     enum Verdict: Equatable {
         /// Verified (checksums only when the job gave one) and placed.
         case ready(path: String)
+        /// `overwrite = "skip"` and the destination appeared meanwhile: finish without publishing.
+        case skipped(reason: String)
         case failed(reason: String, code: String)
     }
 
@@ -36,11 +38,21 @@ enum Publisher {
                 return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: "checksum_mismatch")
             }
         }
-        guard root.exists(dest) else { return .ready(path: dest) }
+        // The rename must be able to happen before `finished` vouches for it.
+        do {
+            close(try root.parent(of: dest, create: true).directory)
+        } catch {
+            return .failed(reason: "cannot publish \(dest): \(error)", code: "dest_unreachable")
+        }
+        guard let existing = root.status(dest) else { return .ready(path: dest) }
         switch task.spec.overwrite {
+        case .replace where (existing.st_mode & S_IFMT) == S_IFDIR:
+            return .failed(reason: "\(dest) is a folder; overwrite = \"replace\" replaces files, never folders", code: "dest_exists")
         case .replace:
             return .ready(path: dest)
-        case .fail, .skip:
+        case .skip:
+            return .skipped(reason: "skipped: \(dest) appeared while the task ran")
+        case .fail:
             return .failed(reason: "\(dest) already exists (overwrite = \"\(task.spec.overwrite.rawValue)\")", code: "dest_exists")
         case .rename:
             // A file appeared at the reserved name meanwhile: the next free
@@ -62,6 +74,20 @@ enum Publisher {
     static func hash(_ path: String, md5 wantsMD5: Bool, root: DownloadRoot) throws -> (sha256: String, md5: String?) {
         let fd = try root.openForReading(path)
         defer { close(fd) }
+        return try FileDigest.digests(of: fd, path: path, md5: wantsMD5)
+    }
+}
+
+/// Checksums streamed through a 1 MiB buffer: memory stays flat.
+public enum FileDigest {
+    /// `replay --verify`: a finished file's SHA-256, read as it is on disk.
+    public static func sha256(ofFile path: String) throws -> String {
+        let fd = try syscall("open \(path)") { open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        defer { close(fd) }
+        return try digests(of: fd, path: path, md5: false).sha256
+    }
+
+    static func digests(of fd: Int32, path: String, md5 wantsMD5: Bool) throws -> (sha256: String, md5: String?) {
         var sha = SHA256()
         var md5 = Insecure.MD5()
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)

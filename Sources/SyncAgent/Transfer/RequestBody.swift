@@ -31,12 +31,22 @@ final class RequestBody {
 
     deinit { close(fd) }
 
+    /// Set when the file ended before the size announced as Content-Length
+    /// (it shrank while being sent): the attempt was aborted, not finished.
+    private(set) var shrank = false
+
     /// curl's read callback: fills `buffer`, returns 0 at the end, or aborts.
+    /// Never more than the size announced, never fewer without aborting.
     func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
+        let wanted = Int(min(Int64(capacity), max(0, size - position)))
+        guard wanted > 0 else { return 0 }
         while true {
-            let got = Glibc.read(fd, buffer, capacity)
+            let got = Glibc.read(fd, buffer, wanted)
             if got < 0 && errno == EINTR { continue }
-            guard got >= 0 else { return Int(CURL_READFUNC_ABORT) }
+            guard got > 0 else {
+                if got == 0 { shrank = true }
+                return Int(CURL_READFUNC_ABORT)
+            }
             position += Int64(got)
             onRead?(position)
             return got

@@ -16,6 +16,9 @@ enum AttemptOutcome: Equatable {
     /// This machine failed (disk full, I/O error): the task stops, keeping
     /// the bytes the log vouches for, so `resume` continues once fixed.
     case localFailure(reason: String, code: String)
+    /// A redirect this attempt does not follow itself (its request carries
+    /// credentials another host must not get): the agent takes the hop.
+    case redirect(to: String, status: Int)
 }
 
 /// One attempt of a task: a curl easy handle that sends the request (with
@@ -67,6 +70,11 @@ final class TransferAttempt {
     private var lastModified: String?
     /// `Content-Range` as sent: nil if absent; `.some(nil)` if unreadable.
     private var contentRange: HTTPNumbers.ContentRange??
+    /// `Content-Length` as sent, parsed by us (curl reads "1e5" as 1): nil
+    /// if absent; `.some(nil)` if unreadable.
+    private var contentLength: Int64??
+    /// Redirects are followed by the agent, not curl (see `.redirect`).
+    private let followsRedirectsItself: Bool
     private var retryAfterMs: Int64?
     private var total: Int64?
     private var previousValidator: String?
@@ -97,6 +105,12 @@ final class TransferAttempt {
          cookies: CookieJar?, isRefresh: Bool = false, sink: @escaping Sink, requestSync: @escaping SyncRequest) throws {
         self.isRefresh = isRefresh
         byteRange = task.spec.byteRange
+        // curl drops Authorization and Cookie when a redirect changes host, but
+        // not the other credential headers (X-Api-Key, Private-Token …): a
+        // transfer that sends one takes each hop through the agent, which
+        // sends them only to the job's own host.
+        followsRedirectsItself = (task.spec.kind == .download || task.spec.kind == .hls)
+            && (settings.headers + task.spec.headers).contains { $0.isSecret }
         self.requestSync = requestSync
         Self.nextSerial += 1
         serial = Self.nextSerial
@@ -140,7 +154,7 @@ final class TransferAttempt {
     private func configure(task: TaskState, ifRange: String?) throws {
         try check("URL", sa_easy_setopt_string(easy, CURLOPT_URL, task.currentURL))
         try check("NOSIGNAL", sa_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
-        try check("FOLLOWLOCATION", sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1))
+        try check("FOLLOWLOCATION", sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, followsRedirectsItself ? 0 : 1))
         try check("MAXREDIRS", sa_easy_setopt_long(easy, CURLOPT_MAXREDIRS, settings.maxRedirects))
         // SPEC §7: HTTP and HTTPS only, for the job URL and every redirect.
         // A curl that cannot enforce this must not run the transfer at all.
@@ -168,6 +182,8 @@ final class TransferAttempt {
             headers.removeAll { $0.name.lowercased() == header.name.lowercased() }
             headers.append(header)
         }
+        // Credentials go to the job's own host only, never to where a redirect led.
+        if URLRules.hostKey(task.currentURL) != URLRules.hostKey(task.spec.url) { headers.removeAll(where: \.isSecret) }
         if let byteRange, let start = byteRange.offset {
             // Only this slice of the resource, from where the partial file ends.
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE,
@@ -291,6 +307,7 @@ final class TransferAttempt {
             etag = nil
             lastModified = nil
             contentRange = nil
+            contentLength = nil
             retryAfterMs = nil
             responseHeaders.removeAll()
             return
@@ -309,6 +326,8 @@ final class TransferAttempt {
             if case .delayMs(let delay) = HTTPNumbers.retryAfter(value, nowMs: FileSystem.nowMs) { retryAfterMs = delay }
         } else if let value = header.value(ifNamed: "content-range") {
             contentRange = .some(HTTPNumbers.contentRange(value))
+        } else if let value = header.value(ifNamed: "content-length") {
+            contentLength = .some(HTTPNumbers.contentLength(value))
         }
     }
 
@@ -380,10 +399,14 @@ final class TransferAttempt {
     /// to the partial file. Never writes a body that does not start where
     /// the file ends (SPEC §7: on any request, not only a resume).
     private func acceptResponse() -> AttemptOutcome? {
+        if let hop = redirectToFollow() { return hop }
         if !isSuccess(status) {
             return httpFailure()
         }
         let shownURL = Redaction.url(currentURL)
+        if case .some(nil) = contentLength {
+            return .transient(reason: "server sent an unreadable Content-Length for \(shownURL)", retryAfterMs: nil, restartFromZero: true)
+        }
         // A byte-range child counts from the start of its slice.
         let sliceStart = byteRange?.offset ?? 0
         if byteRange != nil, status != 206 {
@@ -407,8 +430,8 @@ final class TransferAttempt {
                 : "the server ignored Range and sent the whole file"
             if let failure = restart(reason: reason) { return failure }
         }
-        var length: curl_off_t = -1
-        sa_easy_getinfo_off(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length)
+        // Our own reading of Content-Length (absent: chunked, or up to the close).
+        let length = (contentLength ?? nil).map { curl_off_t($0) } ?? -1
         if let byteRange {
             total = byteRange.length
         } else if case .some(.some(let range)) = contentRange, status == 206, let complete = range.complete {
@@ -436,6 +459,15 @@ final class TransferAttempt {
         sink(taskID, .progressed(Progressed(bytes: 0, total: nil, etag: etag, lastModified: lastModified,
                                             restartReason: reason)))
         return nil
+    }
+
+    /// With curl not following: a 3xx with a Location is a hop for the agent.
+    private func redirectToFollow() -> AttemptOutcome? {
+        guard followsRedirectsItself, [301, 302, 303, 307, 308].contains(status) else { return nil }
+        var target: UnsafePointer<CChar>?
+        sa_easy_getinfo_string(easy, CURLINFO_REDIRECT_URL, &target)
+        guard let target else { return nil }
+        return .redirect(to: String(cString: target), status: status)
     }
 
     private func httpFailure() -> AttemptOutcome {
@@ -533,6 +565,7 @@ final class TransferAttempt {
             return stopReason
         }
         if result == CURLE_OK {
+            if let hop = redirectToFollow() { return hop }
             if !isSuccess(status) { return httpFailure() }
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
             // No fdatasync here: the agent's DataSyncer makes the complete body
@@ -545,15 +578,22 @@ final class TransferAttempt {
             return .complete(bytes: kind == .upload ? resultBytes : written)
         }
         if let failure = flush() { return failure }
+        if let body, body.shrank {
+            return .permanent(reason: "body_file \(body.path) shrank below its \(body.size) bytes while being sent", code: "body_changed")
+        }
         // The server answered with an error while we were still sending (an
         // upload refused early): its answer says more than the broken send.
         if status >= 400 { return httpFailure() }
         let words = String(cString: curl_easy_strerror(result))
         let reason = "\(words) (\(Redaction.url(currentURL)))"
         switch result {
-        case CURLE_UNSUPPORTED_PROTOCOL:
+        case CURLE_UNSUPPORTED_PROTOCOL where (300..<400).contains(status):
             return .permanent(reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(currentURL)))",
                               code: "curl_\(result.rawValue)")
+        case CURLE_UNSUPPORTED_PROTOCOL:
+            // No redirect: what came back was not HTTP (a bad status line, HTTP/0.9, stray bytes).
+            return .transient(reason: "the answer from \(Redaction.url(currentURL)) is not HTTP (\(words))", retryAfterMs: nil,
+                              restartFromZero: false)
         case CURLE_URL_MALFORMAT, CURLE_TOO_MANY_REDIRECTS, CURLE_PEER_FAILED_VERIFICATION,
              CURLE_SSL_CERTPROBLEM, CURLE_SSL_CACERT_BADFILE, CURLE_FILESIZE_EXCEEDED, CURLE_LOGIN_DENIED,
              CURLE_REMOTE_ACCESS_DENIED:

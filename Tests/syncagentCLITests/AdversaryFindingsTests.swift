@@ -1,0 +1,212 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a second attacker (a helper given only the binary and SPEC) found
+/// after issue 9's first fixes; each case as it reproduced, now a test.
+@Suite("Found by the adversary", .serialized)
+struct AdversaryFindingsTests {
+    func tasksByID(_ harness: AgentHarness) throws -> [String: [String: Any]] {
+        Dictionary(uniqueKeysWithValues: try harness.statusTasks().map { ($0["id"] as? String ?? "", $0) })
+    }
+
+    func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
+
+    @Test func aPartialFileNoTaskOwnsIsNeverTruncated() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("a.bin", size: 3000)
+        try FileManager.default.createDirectory(atPath: harness.downloads, withIntermediateDirectories: true)
+        let mine = Data("USERDATA\n".utf8)
+        for mode in ["replace", "fail", "skip", "rename"] {
+            try mine.write(to: URL(fileURLWithPath: "\(harness.downloads)/\(mode).part"))
+            try harness.drop("\(mode).job", "id = \"\(mode)\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"\(mode)\"\noverwrite = \"\(mode)\"\n")
+        }
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        let tasks = try tasksByID(harness)
+        for mode in ["replace", "fail", "skip", "rename"] {
+            #expect(contents("\(harness.downloads)/\(mode).part") == mine, "\(mode).part was touched")
+        }
+        for mode in ["replace", "fail", "skip"] {
+            #expect(tasks[mode]?["state"] as? String == "failed")
+            #expect((tasks[mode]?["error"] as? String)?.contains("\(mode).part exists and is not a partial file of this agent's") == true)
+        }
+        #expect(contents("\(harness.downloads)/rename.1") == data)
+        try expectVerifyClean(harness)
+    }
+
+    @Test func twoAgentsOnOneDownloadDirNeverWriteOnePartialFile() throws {
+        let first = try AgentHarness()
+        let second = try AgentHarness(config: "max_active = 1\n")
+        try "download_dir = \"\(first.downloads)\"\nmax_active = 1\n".write(toFile: second.configFile, atomically: true, encoding: .utf8)
+        let server = try FaultServer(in: first.directory)
+        try server.serve("blocker.bin", size: 100_000)
+        let mine = try server.serve("one.bin", size: 300_000, seed: 1)
+        try server.serve("two.bin", size: 300_000, seed: 2)
+        // The second agent reserves r.bin while its task waits behind a slow one…
+        try second.drop("blocker.job", "id = \"blocker\"\nurl = \"\(server.url("blocker.bin", "rate=50000"))\"\n")
+        try second.drop("r.job", "id = \"two\"\nurl = \"\(server.url("two.bin"))\"\ndest = \"r.bin\"\n")
+        let secondAgent = try second.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { (try? second.events().contains { $0.type == "created" && $0.task == "two" }) ?? false })
+        // … and the first agent writes r.bin.part meanwhile.
+        try first.drop("r.job", "id = \"one\"\nurl = \"\(server.url("one.bin", "rate=100000"))\"\ndest = \"r.bin\"\n")
+        let firstAgent = try first.startAgent(exitWhenIdle: true)
+        #expect(firstAgent.wait(seconds: 60) == 0)
+        #expect(secondAgent.wait(seconds: 60) == 4)
+        #expect(contents(first.downloads + "/r.bin") == mine)
+        let two = try #require(try tasksByID(second)["two"])
+        #expect(two["error_code"] as? String == "dest_busy", "\(two)")
+        try expectVerifyClean(first)
+        try expectVerifyClean(second)
+    }
+
+    @Test func aTransferNeverStartsBeforeItsTaskIsOnDisk() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("L1.bin", size: 4000)
+        let agent = try harness.startAgent()
+        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        // Another process holds the log: nothing can be committed.
+        let holder = try ChildProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, time
+            db = sqlite3.connect("\(harness.stateDir)/events.sqlite", isolation_level=None, timeout=10)
+            db.execute("BEGIN EXCLUSIVE")
+            print("locked", flush=True)
+            time.sleep(30)
+            """], environment: [:], outputIn: harness.directory.path, name: "locker")
+        #expect(eventually { holder.stdout.contains("locked") })
+        try harness.drop("L1.job", "url = \"\(nginx.url("L1.bin"))\"\ndest = \"L1.bin\"\n")
+        usleep(1_500_000)
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/L1.bin.part"), "a file named by an unrecorded task")
+        agent.signal(SIGKILL)
+        _ = agent.wait(seconds: 10)
+        holder.signal(SIGKILL)
+        _ = holder.wait(seconds: 10)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(contents(harness.downloads + "/L1.bin") == data)
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/L1.1.bin"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.downloads) == ["L1.bin"])
+    }
+
+    @Test func aPublishThatCannotHappenIsAFailureNotAFinish() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("x.bin", size: 3000)
+        try FileManager.default.createDirectory(atPath: harness.downloads + "/adir", withIntermediateDirectories: true)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"adir\"\noverwrite = \"replace\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        let task = try #require(try tasksByID(harness)["a"])
+        #expect(task["state"] as? String == "failed")
+        #expect((task["error"] as? String)?.contains("is a folder") == true)
+        try expectVerifyClean(harness)
+    }
+
+    @Test func credentialsNeverFollowARedirectToAnotherHost() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("c.bin", size: 5000)
+        // The same server under another name: 127.0.0.1 → localhost.
+        let elsewhere = "http://localhost:\(server.port)/c.bin?forbid_header=X-Api-Key"
+        let hop = server.url("hop.bin", "redirect_to=" + elsewhere.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(hop)\"\n[headers]\nX-Api-Key = \"KEY-1234\"\nPrivate-Token = \"PT\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0, "\(agent.stderr.suffix(1500))")
+        #expect(contents(harness.downloads + "/hop.bin") == data)
+        let task = try #require(try tasksByID(harness)["c"])
+        #expect(task["redirects"] as? Int == 1)
+        #expect((task["current_url"] as? String)?.hasPrefix("http://localhost:") == true)
+    }
+
+    @Test func contentLengthsCurlWouldMisreadAreRefused() throws {
+        let harness = try AgentHarness(config: "retries = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("n.bin", size: 100_000)
+        for (id, faults) in [("sci", "content_length=1e5"), ("plus", "content_length=%2B100000"),
+                             ("huge", "content_length=99999999999999999999999&drop_after=10"), ("garbage", "not_http=1")] {
+            try harness.drop("\(id).job", "id = \"\(id)\"\nurl = \"\(server.url("n.bin", faults))\"\ndest = \"\(id).bin\"\n")
+        }
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        let tasks = try tasksByID(harness)
+        for id in ["sci", "plus", "huge"] {
+            #expect(tasks[id]?["state"] as? String == "failed")
+            #expect((tasks[id]?["error"] as? String)?.contains("unreadable Content-Length") == true, "\(id): \(tasks[id]?["error"] ?? "")")
+            #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/\(id).bin"))
+        }
+        #expect((tasks["garbage"]?["error"] as? String)?.contains("is not HTTP") == true, "\(tasks["garbage"]?["error"] ?? "")")
+        #expect(tasks["garbage"]?["error_code"] as? String == "retries_exhausted")
+    }
+
+    @Test func hardLinkedJobsAreTakenWhileTheAgentRuns() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("l.bin", size: 2000)
+        let agent = try harness.startAgent()
+        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        let source = harness.directory.file("linked.job")
+        try "url = \"\(nginx.url("l.bin"))\"\n".write(toFile: source, atomically: true, encoding: .utf8)
+        #expect(link(source, harness.inbox + "/linked.job") == 0)
+        #expect(eventually(within: 10) { self.contents(harness.downloads + "/l.bin") == data })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
+    @Test func namesWithControlCharactersNeverReachTheTerminal() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("evil.bin", size: 100)
+        try harness.drop("nl.job", "url = \"\(nginx.url("x.bin"))\"\ndest = \"a\\nFAKE download finished\"\n")
+        // The name from the URL carries an escape and a line break, percent-encoded.
+        try harness.drop("esc.job", "id = \"esc\"\nurl = \"\(nginx.url("evil%1B%5B31m%0Aevil.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        let error = try String(contentsOfFile: harness.inbox + "/rejected/nl.job.error", encoding: .utf8)
+        #expect(error.contains("must not contain control characters"))
+        #expect(error.filter { $0 == "\n" }.count == 1)
+        let status = try harness.run(["status"]).stdout + (try harness.run(["status", "--task", "esc"]).stdout)
+        #expect(!status.unicodeScalars.contains { $0.value == 0x1B })
+        #expect(try harness.statusTasks().first { $0["id"] as? String == "esc" }?["dest"] as? String
+                == "\(harness.downloads)/evil_[31m_evil.bin")
+    }
+
+    @Test func aSymlinkedRejectedFolderIsNeverFollowed() throws {
+        let harness = try AgentHarness()
+        let outside = harness.directory.file("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: harness.inbox + "/rejected", withDestinationPath: outside)
+        try harness.drop("bad.job", "colour = \"red\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
+        #expect(FileManager.default.fileExists(atPath: harness.inbox + "/rejected/bad.job.error"))
+    }
+
+    @Test func anUploadWhoseFileShrinksFailsInsteadOfHanging() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.bin")
+        try Data(count: 8 << 20).write(to: URL(fileURLWithPath: body))
+        try harness.drop("u.job", "id = \"u\"\nkind = \"upload\"\nurl = \"\(server.url("up"))\"\nbody_file = \"\(body)\"\nmax_speed = \"1M\"\n"
+                         + "retries = 0\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "progressed" && $0.task == "u" }) ?? false })
+        #expect(truncate(body, 1 << 20) == 0)
+        #expect(agent.wait(seconds: 30) == 4, "must not wait for idle_timeout")
+        let task = try #require(try tasksByID(harness)["u"])
+        #expect(task["error_code"] as? String == "body_changed")
+        #expect(task["state"] as? String == "failed", "the short body is never called finished")
+    }
+
+    @Test func verifyChecksTheSha256AJobGave() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("s.bin", size: 5000)
+        try harness.drop("s.job", "url = \"\(nginx.url("s.bin"))\"\nsha256 = \"\(sha256Hex(data))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        try expectVerifyClean(harness)
+        try Data(repeating: 0x41, count: 5000).write(to: URL(fileURLWithPath: harness.downloads + "/s.bin"))
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.status == 5)
+        #expect(verify.stdout.contains("the job asked for \(sha256Hex(data))"))
+    }
+}
