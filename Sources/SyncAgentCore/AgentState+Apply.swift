@@ -32,14 +32,6 @@ extension AgentState {
             if let identity = control.identity { takenSources.insert(identity) }
         case .configReloaded:
             break
-        case .expanded where event.task.flatMap({ tasks[$0] })?.isFannedOut == false
-                             && event.task.flatMap({ tasks[$0] })?.phase == .running:
-            // From now on the parent's work is its children's: its slot goes to them.
-            let task = tasks[event.task!]!
-            runningCount -= 1
-            runningByHost[task.hostKey, default: 1] -= 1
-            if runningByHost[task.hostKey] == 0 { runningByHost[task.hostKey] = nil }
-            applyToTask(event)
         case .agentStarted(let started):
             runningAgentPid = started.pid
         case .agentStopped:
@@ -66,6 +58,12 @@ extension AgentState {
         guard let id = event.task, let index = tasks.index(forKey: id) else { orphanEvents.append(event.seq); return }
         // Mutated in place through the index: no copy of the task, one hash lookup.
         let change = tasks.values[index].apply(event)
+        if change.fannedOut, change.after == .running {
+            // From now on the parent's work is its children's: its slot goes to them.
+            runningCount -= 1
+            runningByHost[change.hostAfter, default: 1] -= 1
+            if runningByHost[change.hostAfter] == 0 { runningByHost[change.hostAfter] = nil }
+        }
         if change.before != change.after {
             if change.before.isEnded != change.after.isEnded {
                 let dest = tasks.values[index].spec.dest
@@ -83,8 +81,7 @@ extension AgentState {
             if runningByHost[change.hostBefore] == 0 { runningByHost[change.hostBefore] = nil }
             runningByHost[change.hostAfter, default: 0] += 1
         }
-        let task = tasks.values[index]
-        if let parent = task.spec.parent, change.before != change.after || change.bytesBefore != change.bytesAfter {
+        if let parent = tasks.values[index].parentID, change.before != change.after || change.bytesBefore != change.bytesAfter {
             var family = families[parent, default: Family()]
             family.finished += (change.after == .finished ? 1 : 0) - (change.before == .finished ? 1 : 0)
             let isLost = { (phase: TaskPhase) in phase == .failed || phase == .cancelled }
@@ -93,7 +90,8 @@ extension AgentState {
             families[parent] = family
             settle(parent)
         }
-        if families[id] != nil { settle(id) }
+        // A parent settles when its own phase changes, or its playlist grows or ends.
+        if change.before != change.after || change.expanded, !families.isEmpty, families[id] != nil { settle(id) }
     }
 
     /// Keeps `settledParents` current for `parent`.
@@ -172,6 +170,10 @@ extension TaskState {
         var before: TaskPhase, after: TaskPhase
         var hostBefore: String, hostAfter: String
         var bytesBefore: Int64, bytesAfter: Int64
+        /// An HLS parent read its playlist (`expanded`) …
+        var expanded = false
+        /// … for the first time: its transfer slot goes to its children.
+        var fannedOut = false
     }
 
     /// Returns what changed, so the caller never has to copy the task out of
@@ -180,6 +182,7 @@ extension TaskState {
         let before = phase
         let hostBefore = hostKey
         let bytesBefore = bytes
+        var expanded = false, fannedOut = false
         defer {
             lastSeq = event.seq
             updatedAtMs = event.atMs
@@ -262,6 +265,8 @@ extension TaskState {
             endedAtMs = event.atMs
             speed = 0
         case .expanded(let expansion):
+            expanded = true
+            fannedOut = hls == nil
             var progress = hls ?? HLSProgress(playlist: expansion.playlist, targetDurationMs: expansion.targetDurationMs,
                                                ended: false, entries: [], mediaMs: 0, lastSequence: nil)
             progress.playlist = expansion.playlist
@@ -277,6 +282,6 @@ extension TaskState {
             break
         }
         return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey,
-                      bytesBefore: bytesBefore, bytesAfter: bytes)
+                      bytesBefore: bytesBefore, bytesAfter: bytes, expanded: expanded, fannedOut: fannedOut)
     }
 }

@@ -123,7 +123,10 @@ public struct TaskState: Equatable, Sendable {
     /// An HLS parent after it read its playlist; nil before.
     public var hls: HLSProgress? { get { details.hls } set { details.hls = newValue } }
     /// A parent whose work is its children's: it holds no transfer slot.
-    public var isFannedOut: Bool { hls != nil }
+    /// (Read in place: the fold asks on every phase change.)
+    public var isFannedOut: Bool { detailsBox?.value.hls != nil }
+    /// The parent of a child task, read in place (not through a copy of the spec).
+    public var parentID: String? { specBox.spec.parent }
     /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
     public var skipReason: String? { get { details.skipReason } set { details.skipReason = newValue } }
 

@@ -8,15 +8,21 @@ import Glibc
 /// raw bytes reach the file (so a job named in Latin-1 is taken like any
 /// other), `text` shows it, with each byte that is not UTF-8 as `%XX`.
 struct InboxName: Hashable, CustomStringConvertible {
-    let bytes: [UInt8]
     let text: String
+    /// The raw bytes, kept only when they are not the UTF-8 of `text`
+    /// (a backlog of 10,000 names should not be held twice).
+    private let raw: [UInt8]?
+
+    var bytes: [UInt8] { raw ?? Array(text.utf8) }
 
     init<Bytes: Collection>(bytes: Bytes) where Bytes.Element == UInt8 {
-        self.bytes = Array(bytes)
-        if let valid = String(validating: self.bytes, as: UTF8.self) {
+        let array = Array(bytes)
+        if let valid = String(validating: array, as: UTF8.self) {
             text = valid
+            raw = nil
         } else {
-            text = Self.escaped(self.bytes)
+            text = Self.escaped(array)
+            raw = array
         }
     }
 

@@ -27,10 +27,10 @@ final class Intake {
     /// A control job found in the inbox; returns an error sentence if it cannot apply.
     var applyControl: (ControlJob, JobSource) -> String? = { _, _ in nil }
 
-    /// Files that failed to parse while perhaps still being written (seen by
-    /// a scan, not by close-write): looked at again after a grace period,
-    /// the way transmission's watchdir keeps a retry set.
-    private(set) var retryAt: [InboxName: Int64] = [:]
+    /// Taken files that failed to parse while perhaps still being written
+    /// (seen by a scan, not by close-write): looked at again in `.taken/`
+    /// after a grace period, the way transmission's watchdir keeps a retry set.
+    private(set) var retryAt: [String: (name: String, due: Int64)] = [:]
     static let graceMs: Int64 = 2000
     /// Names that could not be moved out of the inbox (logged once); left
     /// alone until the next start instead of being tried on every wake-up.
@@ -57,12 +57,12 @@ final class Intake {
     func isStuck(_ name: InboxName) -> Bool { stuck.contains(name) }
 
     /// Earliest moment a retry is due, for the loop's poll timeout.
-    var nextRetryMs: Int64? { retryAt.values.min() }
+    var nextRetryMs: Int64? { retryAt.values.map(\.due).min() }
 
     func takeDueRetries(nowMs: Int64) {
-        for (name, due) in retryAt.sorted(by: { $0.value < $1.value }) where due <= nowMs {
-            retryAt[name] = nil
-            take(name, closedAfterWriting: true)
+        for (path, retry) in retryAt.sorted(by: { $0.value.due < $1.value.due }) where retry.due <= nowMs {
+            retryAt[path] = nil
+            process(path, name: retry.name, closedAfterWriting: true)
         }
     }
 
@@ -71,11 +71,6 @@ final class Intake {
     func take(_ name: InboxName, closedAfterWriting: Bool) {
         guard !stuck.contains(name) else { return }
         let path = inbox + "/" + name.text
-        if !closedAfterWriting, mayStillBeWritten(name) {
-            retryAt[name] = FileSystem.monotonicMs + Self.graceMs
-            return
-        }
-        retryAt[name] = nil
         takenCounter += 1
         // Short and unique; the job's own name follows for a restart to read back.
         let takenName = "\(runStamp)-\(takenCounter)-" + Self.prefix(of: name.text, bytes: 200)
@@ -84,7 +79,7 @@ final class Intake {
         }
         switch moved {
         case 0:
-            process(takenDirectory + "/" + takenName, name: name.text)
+            process(takenDirectory + "/" + takenName, name: name.text, closedAfterWriting: closedAfterWriting)
         case ENOENT:
             return  // gone meanwhile: taken by nobody, nothing to do
         default:
@@ -123,27 +118,21 @@ final class Intake {
         return ENOENT
     }
 
-    /// A file seen by a scan (not by close-write) whose content does not
-    /// parse yet and that changed within the grace period: a writer may
-    /// still be at it.
-    private func mayStillBeWritten(_ name: InboxName) -> Bool {
-        guard let file = try? JobFile.load(inbox + "/" + name.text),
-              FileSystem.nowMs - file.modifiedMs < Self.graceMs else { return false }
-        return (try? parser.parse(file.bytes)) == nil
-    }
-
     /// Jobs a previous agent moved into `.taken/` and did not finish with.
     func takeLeftovers() {
         for entry in InboxWatcher.entries(of: takenDirectory).sorted(by: { ($0.mtime, $0.name.text) < ($1.mtime, $1.name.text) }) {
             // "<stamp>-<counter>-<name>": the job's own name for its events.
             let parts = entry.name.text.split(separator: "-", maxSplits: 2)
             let name = parts.count == 3 ? String(parts[2]) : entry.name.text
-            process(takenDirectory + "/" + entry.name.text, name: name)
+            process(takenDirectory + "/" + entry.name.text, name: name, closedAfterWriting: false)
         }
     }
 
-    /// Reads a file moved into `.taken/` and records what it is.
-    private func process(_ takenPath: String, name: String) {
+    /// Reads a file moved into `.taken/` and records what it is. A file
+    /// that does not parse yet, changed within the grace period and was not
+    /// seen closed may still be written (the writer's descriptor follows it
+    /// into `.taken/`): it is read again there after the grace period.
+    private func process(_ takenPath: String, name: String, closedAfterWriting: Bool) {
         let file: JobFile
         do {
             guard let read = try JobFile.load(takenPath) else { return }
@@ -172,6 +161,10 @@ final class Intake {
         do {
             job = try parser.parse(file.bytes, source: source)
         } catch let error as KeyError {
+            if !closedAfterWriting, FileSystem.nowMs - file.modifiedMs < Self.graceMs {
+                retryAt[takenPath] = (name, FileSystem.monotonicMs + Self.graceMs)
+                return
+            }
             reject(takenPath, name: name, error.description, identity: file.identity)
             return
         } catch {

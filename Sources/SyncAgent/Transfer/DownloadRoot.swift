@@ -141,7 +141,15 @@ final class DownloadRoot {
         }
     }
 
-    func exists(_ file: String) -> Bool { status(file) != nil }
+    /// Cheap where it matters (every rename decision at intake asks): a
+    /// path that is not there through any route is absent beneath the root
+    /// too; only a path that is there is looked at without symlinks.
+    func exists(_ file: String) -> Bool {
+        guard let relative = try? relative(file) else { return false }
+        var info = stat()
+        if fstatat(fd, relative, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
+        return status(file) != nil
+    }
 
     func size(_ file: String) -> Int64? { status(file).map { Int64($0.st_size) } }
 
