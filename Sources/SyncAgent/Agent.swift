@@ -43,6 +43,9 @@ public final class Agent {
     /// and how many reads in a row failed.
     var refreshAt: [String: Int64] = [:]
     var refreshFailures: [String: Int] = [:]
+    /// Reads in a row that brought no new segment, per live parent.
+    var staleRefreshes: [String: Int] = [:]
+    static let staleReadsBeforeEnding = 30
     /// HLS work folders to remove once their video's rename is committed.
     var cleanupsAfterCommit: [String] = []
     /// When a waiting task (not_before, retry backoff) becomes startable;
@@ -367,9 +370,13 @@ public final class Agent {
             // A playlist is read into memory; everything else that keeps a body into its partial file.
             let keepsFile = task.spec.kind != .hls
             if keepsFile, let part = task.partPath, partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
-            let partFile = try task.partPath.flatMap { keepsFile ? try root.openPartial($0, truncatingTo: offset) : nil } ?? -1
+            // An HLS key is a secret on disk too: readable by its owner only.
+            let mode: mode_t = task.spec.parent != nil && task.spec.dest?.hasSuffix(".key") == true ? 0o600 : 0o644
+            let partFile = try task.partPath.flatMap { keepsFile ? try root.openPartial($0, truncatingTo: offset, mode: mode) : nil } ?? -1
+            // A child's credentials are its parent's, for its parent's host.
+            let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
             attempt = try TransferAttempt(task: task, partFile: partFile, offset: offset, ifRange: ifRange, deadlineMs: deadline,
-                                          settings: settings, cookies: cookies, sink: { [unowned self] id, body in
+                                          settings: settings, cookies: cookies, origin: origin, sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
             }, requestSync: { [unowned self] attempt, descriptor, offset in
                 self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
@@ -529,6 +536,10 @@ public final class Agent {
 
     private func pauseAllForStop() {
         for id in Array(attemptByTask.keys).sorted() { pause(id, reason: .agentStopping, bytesIfIdle: 0) }
+        // A parent waiting for its children stops with them.
+        for id in log.state.families.keys.sorted() where log.state[id]?.phase == .running {
+            pause(id, reason: .agentStopping, bytesIfIdle: 0)
+        }
     }
 
     /// Records `paused`, stopping the task's attempt if one runs: a download
@@ -572,6 +583,10 @@ public final class Agent {
     }
 
     private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
+        if action == .resume, task.phase == .failed,
+           let cancelled = (log.state.children[task.id] ?? []).first(where: { log.state[$0]?.phase == .cancelled }) {
+            return "cannot run again: its segment \(cancelled) was cancelled; cancel the video and submit it again"
+        }
         // On a parent, control applies to its children too, whenever it applies to the parent.
         let applies = switch action {
         case .pause: task.phase.isActive
@@ -590,6 +605,7 @@ public final class Agent {
             if let dest = task.spec.dest, let holder = Destinations.holder(of: dest, in: log.state, except: task.id) {
                 return "cannot run again: \(dest) is now the destination of task \(holder)"
             }
+
             // The bytes kept when it failed, if its partial file still holds them.
             let kept = task.partPath.flatMap(root.size) ?? 0
             let bytes = task.spec.isResumable && kept >= task.bytes ? task.bytes : 0

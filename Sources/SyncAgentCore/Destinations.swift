@@ -61,8 +61,25 @@ public enum Destinations {
     /// both the destination and its partial name; the others refuse a
     /// partial file they would truncate, and look at the destination itself
     /// when the task starts (`skip`, `fail`) or publishes (`replace`).
+    /// The live task whose folder `path` lies in: an HLS video's own folder
+    /// (its destination) or its work folder (`DEST.part/`). No name inside
+    /// those is free, whatever its number.
+    public static func folderHolder(of path: String, in state: AgentState) -> String? {
+        var folder = Substring(path)
+        while let slash = folder.lastIndex(of: "/"), slash > folder.startIndex {
+            folder = folder[..<slash]
+            if let holder = state.reservedPaths[String(folder)] { return holder }
+            if folder.hasSuffix(".part"), let holder = state.reservedPaths[String(folder.dropLast(5))] { return holder }
+        }
+        return nil
+    }
+
     public static func decide(dest: String, overwrite: OverwriteMode, in state: AgentState,
                               exists: (String) -> Bool) -> Decision {
+        if let holder = folderHolder(of: dest, in: state) {
+            return .refuse(dest, reason: "\(dest) lies in a folder of task \(holder) (\(state[holder]?.phase.rawValue ?? "live")); "
+                           + "nothing else writes there")
+        }
         if overwrite == .rename { return .use(firstFree(dest, in: state, exists: exists)) }
         guard let holder = holder(of: dest, in: state) else {
             // A partial file no live task holds is someone's: the user's, another

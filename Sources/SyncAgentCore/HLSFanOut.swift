@@ -52,8 +52,11 @@ public enum HLSFanOut {
             var suffix = 2
             while taken.contains(id) { id = "\(parent.id).\(name)-\(suffix)"; suffix += 1 }
             taken.insert(id)
+            // The job's credentials go to the job's own host only, never to a CDN a playlist names.
+            let sameHost = URLRules.hostKey(url) == URLRules.hostKey(parent.spec.url)
             let spec = TaskSpec(url: url, kind: .download, dest: "\(work)/\(name)", priority: parent.spec.priority,
-                                overwrite: .replace, headers: parent.spec.headers, batch: parent.spec.batch, notify: .none,
+                                overwrite: .replace, headers: parent.spec.headers.filter { sameHost || !$0.isSecret },
+                                batch: parent.spec.batch, notify: .none,
                                 retries: parent.spec.retries, maxSpeed: parent.spec.maxSpeed, parent: parent.id, byteRange: range)
             children.append(Child(id: id, spec: spec))
             return id
@@ -68,12 +71,14 @@ public enum HLSFanOut {
 
         for segment in playlist.segments where segment.sequence > after {
             if let limitMs, mediaMs >= limitMs { limitReached = true; break }
+            // Segments a live playlist dropped while we were away: the player must know of the gap.
+            let gap = entries.isEmpty && after != Int64.min && segment.sequence > after &+ 1
             let keyChild = segment.key.map { support("key", ".key", url: $0.uri, range: nil) }
             let mapChild = segment.map.map { support("init", ".mp4", url: $0.uri, range: $0.range) }
             let ext = segment.map == nil ? ".ts" : ".m4s"
             let id = child("seg\(segment.sequence)\(ext)", url: segment.uri, range: segment.range)
             entries.append(HLSEntry(child: id, durationMs: segment.durationMs, sequence: segment.sequence,
-                                    discontinuity: segment.discontinuity, keyChild: keyChild,
+                                    discontinuity: segment.discontinuity || gap, keyChild: keyChild,
                                     iv: segment.key.map { Hex.encode($0.iv(forSequence: segment.sequence)) }, mapChild: mapChild))
             mediaMs += segment.durationMs
         }

@@ -66,7 +66,7 @@ public enum HLSPlaylist: Equatable, Sendable {
                 sawMediaTag = true
                 let parts = value.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false)
                 guard let duration = HLSNumbers.milliseconds(String(parts.first ?? "")) else {
-                    throw ParseError(message: "bad #EXTINF duration \"\(value.prefix(40))\"")
+                    throw ParseError(message: "bad #EXTINF duration \"\((parts.first ?? "").prefix(40))\"")
                 }
                 pendingDurationMs = duration
                 pendingTitle = parts.count > 1 ? String(parts[1]) : ""

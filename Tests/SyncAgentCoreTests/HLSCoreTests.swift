@@ -72,7 +72,7 @@ struct HLSCoreTests {
 
     @Test(arguments: [
         ("<html><body>no</body></html>", "not an HLS playlist: it starts with \"<html><body>no</body></html>\", not #EXTM3U"),
-        ("#EXTM3U\n#EXTINF:abc,\na.ts", "bad #EXTINF duration \"abc,\""),
+        ("#EXTM3U\n#EXTINF:abc,\na.ts", "bad #EXTINF duration \"abc\""),
         ("#EXTM3U\n#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"k\"\n#EXTINF:1,\na.ts",
          "segments encrypted with METHOD=SAMPLE-AES (DRM) cannot be decrypted; only AES-128 can"),
         ("#EXTM3U\n#EXTINF:1,\nftp://h/a.ts", "a playlist URI that is not http or https: \"ftp://h/a.ts\""),
@@ -161,6 +161,37 @@ struct HLSCoreTests {
         apply(.finished(Finished(bytes: 1500, dest: "/dl/talk")), "v")
         #expect(state.settledParents.isEmpty)
         #expect(state.runningCount == 0 && state.activeCount == 0)
+    }
+
+    @Test func nothingElseWritesInAVideosFoldersAndCredentialsStayHome() throws {
+        var (state, parent) = parent()
+        var media = self.media(0...1, ended: true)
+        media.segments[1].uri = "https://other-cdn.example.net/s1.ts"
+        var withHeaders = parent
+        state.apply(Event(seq: 3, atMs: 3, task: "w", body: .created(TaskSpec(url: base, kind: .hls, dest: "/dl/w",
+            headers: [Header(name: "X-Api-Key", value: "k"), Header(name: "Accept", value: "*/*")], hls: HLSOptions()))))
+        withHeaders = state["w"]!
+        let plan = try HLSFanOut.plan(parent: withHeaders, playlist: media, url: base, in: state)
+        #expect(plan.children[0].spec.headers.map(\.name) == ["X-Api-Key", "Accept"])
+        #expect(plan.children[1].spec.headers.map(\.name) == ["Accept"], "no credential for another host")
+        for inside in ["/dl/talk.part/seg5.ts", "/dl/talk.part/out/evil.ts", "/dl/talk/evil.ts"] {
+            guard case .refuse(_, let reason) = Destinations.decide(dest: inside, overwrite: .rename, in: state, exists: { _ in false }) else {
+                Issue.record("\(inside) was handed out"); continue
+            }
+            #expect(reason.contains("lies in a folder of task v"))
+        }
+        _ = parent
+    }
+
+    @Test func segmentsALivePlaylistDroppedAreMarkedAsAGap() throws {
+        var (state, parent) = parent(HLSOptions(maxDurationS: 60))
+        let first = try HLSFanOut.plan(parent: parent, playlist: media(0...1, ended: false), url: base, in: state)
+        var seq: Int64 = 3
+        for child in first.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
+        state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(first.expanded)))
+        parent = state["v"]!
+        let later = try HLSFanOut.plan(parent: parent, playlist: media(5...6, ended: false), url: base, in: state)
+        #expect(later.expanded.entries.map(\.discontinuity) == [true, false])
     }
 
     @Test func aLostChildSettlesItsParent() throws {

@@ -207,6 +207,33 @@ struct HLSTests {
         #expect(rejected.contains("key \"sha256\" does not apply to an HLS job"))
     }
 
+    @Test func aBadKeyFailsTheVideoAndResumeFetchesItAgain() throws {
+        let (harness, nginx, media) = try world()
+        // A copy of enc/ whose key file is short, then fixed.
+        let folder = nginx.root + "/enc2"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        for name in try FileManager.default.contentsOfDirectory(atPath: media.path("enc")) where name != "key.bin" {
+            try FileManager.default.copyItem(atPath: media.path("enc/" + name), toPath: folder + "/" + name)
+        }
+        try media.key.prefix(15).write(to: URL(fileURLWithPath: folder + "/key.bin"))
+        try harness.drop("k.job", "id = \"k\"\nkind = \"hls\"\nurl = \"\(nginx.url("enc2/index.m3u8"))\"\ndest = \"k\"\n")
+        try run(harness, expecting: 4)
+        #expect((try task(harness, "k")["error"] as? String)?.contains("has 15 bytes, not 16") == true)
+        // No key is left readable by others meanwhile.
+        for name in try FileManager.default.contentsOfDirectory(atPath: harness.downloads + "/k.part") where name.hasSuffix(".key") {
+            let mode = try FileManager.default.attributesOfItem(atPath: harness.downloads + "/k.part/" + name)[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+        }
+        try media.key.write(to: URL(fileURLWithPath: folder + "/key.bin"))
+        #expect(try harness.run(["resume", "k"]).status == 0)
+        try run(harness)
+        let sources = try media.segments(of: "clear/index.m3u8")
+        for (index, source) in sources.enumerated() {
+            #expect(contents("\(harness.downloads)/k/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
+        }
+        try expectVerifyClean(harness)
+    }
+
     @Test func controlOfAParentAppliesToItsSegments() throws {
         let (harness, nginx, media) = try world("max_active = 2\n")
         try harness.drop("p.job", "id = \"p\"\nkind = \"hls\"\nurl = \"\(nginx.url("slow/hls/long/index.m3u8"))\"\ndest = \"p\"\n"

@@ -67,12 +67,25 @@ extension Agent {
             logger.info("playlist read", metadata: ["task.id": "\(task.id)", "segments": "\(plan.expanded.entries.count)",
                                                     "ended": "\(plan.expanded.ended)"])
         }
+        // A live playlist that stops growing (or goes backwards) ends after this many reads:
+        // what it gave is published, instead of waiting for total_timeout.
+        let staleReads = plan.expanded.entries.isEmpty ? (staleRefreshes[task.id] ?? 0) + 1 : 0
+        staleRefreshes[task.id] = staleReads
+        if !plan.expanded.ended, task.isFannedOut, staleReads >= Self.staleReadsBeforeEnding {
+            log.record(.expanded(Expanded(playlist: url, targetDurationMs: media.targetDurationMs, ended: true, entries: [])), task: task.id)
+            logger.notice("live playlist stopped growing; publishing what it gave",
+                          metadata: ["task.id": "\(task.id)", "reads": "\(staleReads)"])
+            refreshAt[task.id] = nil
+            staleRefreshes[task.id] = nil
+            needsScheduling = true
+            return true
+        }
         if plan.expanded.ended {
             refreshAt[task.id] = nil
         } else {
             // RFC 8216 §6.3.4: again after a target duration, or half of one when nothing changed.
             let wait = plan.expanded.entries.isEmpty ? media.targetDurationMs / 2 : media.targetDurationMs
-            refreshAt[task.id] = FileSystem.monotonicMs + max(500, wait)
+            refreshAt[task.id] = FileSystem.monotonicMs + max(1000, wait)
         }
         needsScheduling = true
         return true
@@ -166,13 +179,28 @@ extension Agent {
                 if let work = HLSFanOut.workDirectory(of: parent) { cleanupsAfterCommit.append(work) }
                 logger.info("video published", metadata: ["task.id": "\(id)", "dest": "\(prepared.dest)", "segments": "\(family.total)"])
             } catch let failure as HLSPublisher.HLSFailure {
+                if let child = failure.child.flatMap({ log.state[$0] }) {
+                    fail(child, reason: failure.reason, code: failure.code)
+                }
+                dropUnfinishedJoin(parent)
                 fail(parent, reason: failure.reason, code: failure.code)
             } catch let error as SystemError {
+                dropUnfinishedJoin(parent)
                 let failure = DiskFailure(operation: "assemble", path: HLSPublisher.staging(of: parent) ?? "", errno: error.errno)
                 fail(parent, reason: "\(failure.description) (\(error.operation))", code: failure.code)
             } catch {
                 fail(parent, reason: "cannot assemble the video: \(error)", code: "local_error")
             }
+        }
+    }
+
+    /// A joined file that could not be finished takes room for nothing: it
+    /// is written whole again next time. (A folder's staging keeps the
+    /// segments already moved there, so it stays.)
+    private func dropUnfinishedJoin(_ parent: TaskState) {
+        guard parent.spec.hls?.output == .file, let staging = HLSPublisher.staging(of: parent) else { return }
+        do { try root.remove(staging) } catch {
+            logger.error("cannot remove a half-joined video", metadata: ["file": "\(staging)", "error": "\(error)"])
         }
     }
 

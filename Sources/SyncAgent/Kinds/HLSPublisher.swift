@@ -33,6 +33,9 @@ enum HLSPublisher {
         let keys = try readKeys(hls.entries, in: state, root: root)
         let isFMP4 = hls.entries.contains { $0.mapChild != nil }
         switch options.output {
+        case .file where Set(hls.entries.compactMap(\.mapChild)).count > 1:
+            throw HLSFailure(reason: "the playlist changes its fMP4 init segment (#EXT-X-MAP) part-way: one file cannot hold "
+                             + "both; use output = \"directory\"", code: "cannot_join")
         case .directory:
             let bytes = try assembleFolder(hls, at: staging, keys: keys, in: state, root: root)
             return Prepared(staging: staging, dest: try finalPath(dest, parent, in: state, root: root), bytes: bytes)
@@ -62,6 +65,9 @@ enum HLSPublisher {
     struct HLSFailure: Error, CustomStringConvertible {
         var reason: String
         var code: String
+        /// The child whose file is at fault (a bad key, a segment that does
+        /// not decrypt): failed too, so that `resume` fetches it again.
+        var child: String? = nil
         var description: String { reason }
     }
 
@@ -73,7 +79,7 @@ enum HLSPublisher {
             let bytes = try root.read(path, limit: 64)
             guard bytes.count == 16 else {
                 throw HLSFailure(reason: "the AES-128 key of \(state[id].map { Redaction.url($0.spec.url) } ?? id) has \(bytes.count) bytes, not 16",
-                                 code: "bad_key")
+                                 code: "bad_key", child: id)
             }
             keys[id] = SymmetricKey(data: bytes)
         }
@@ -90,7 +96,8 @@ enum HLSPublisher {
             let iv = try AES._CBC.IV(ivBytes: Hex.decode(entry.iv ?? "") ?? [])
             return Array(try AES._CBC.decrypt(bytes, using: key, iv: iv))
         } catch {
-            throw HLSFailure(reason: "segment \(entry.sequence) does not decrypt with its AES-128 key (\(error))", code: "decrypt_failed")
+            throw HLSFailure(reason: "segment \(entry.sequence) does not decrypt with its AES-128 key (its padding is wrong: "
+                             + "a wrong key, or a damaged segment)", code: "decrypt_failed", child: keyChild)
         }
     }
 

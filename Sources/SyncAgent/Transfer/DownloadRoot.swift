@@ -110,12 +110,15 @@ final class DownloadRoot {
 
     /// The partial file, opened for writing without following a symlink,
     /// cut back to `offset`: never trust bytes beyond what the log vouches for.
-    func openPartial(_ file: String, truncatingTo offset: Int64) throws -> Int32 {
+    /// - Parameter mode: 0600 for what must not be readable by others (an HLS key).
+    func openPartial(_ file: String, truncatingTo offset: Int64, mode: mode_t = 0o644) throws -> Int32 {
         try withParent(of: file, create: true) { directory, name in
             let descriptor = try syscall("open \(file)") {
-                openat(directory, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+                openat(directory, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode)
             }
             do {
+                // The file may exist already (its lock created it): the mode is set either way.
+                try syscall("chmod \(file)") { fchmod(descriptor, mode) }
                 try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) }
                 try syscall("seek \(file) to \(offset)") { lseek(descriptor, off_t(offset), SEEK_SET) }
             } catch {

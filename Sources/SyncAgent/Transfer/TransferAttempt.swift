@@ -75,6 +75,8 @@ final class TransferAttempt {
     private var contentLength: Int64??
     /// Redirects are followed by the agent, not curl (see `.redirect`).
     private let followsRedirectsItself: Bool
+    /// Credentials go only to this URL's host.
+    private let origin: String
     private var retryAfterMs: Int64?
     private var total: Int64?
     private var previousValidator: String?
@@ -101,8 +103,11 @@ final class TransferAttempt {
     ///   - partFile: the partial file, open for writing at `offset` (the
     ///     attempt closes it), or -1 when the response body is not kept.
     ///   - ifRange: the validator guarding a resume from `offset` (the agent's decision).
+    ///   - origin: the URL whose host may receive the job's credentials (a child's parent's URL); default the task's own.
     init(task: TaskState, partFile: Int32, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
-         cookies: CookieJar?, isRefresh: Bool = false, sink: @escaping Sink, requestSync: @escaping SyncRequest) throws {
+         cookies: CookieJar?, isRefresh: Bool = false, origin: String? = nil, sink: @escaping Sink,
+         requestSync: @escaping SyncRequest) throws {
+        self.origin = origin ?? task.spec.url
         self.isRefresh = isRefresh
         byteRange = task.spec.byteRange
         // curl drops Authorization and Cookie when a redirect changes host, but
@@ -183,7 +188,7 @@ final class TransferAttempt {
             headers.append(header)
         }
         // Credentials go to the job's own host only, never to where a redirect led.
-        if URLRules.hostKey(task.currentURL) != URLRules.hostKey(task.spec.url) { headers.removeAll(where: \.isSecret) }
+        if URLRules.hostKey(task.currentURL) != URLRules.hostKey(origin) { headers.removeAll(where: \.isSecret) }
         if let byteRange, let start = byteRange.offset {
             // Only this slice of the resource, from where the partial file ends.
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE,
@@ -348,8 +353,25 @@ final class TransferAttempt {
             }
         }
         if let total, written + Int64(count) > total, kind == .download {
-            stopReason = .transient(reason: "server sent more than the \(total) bytes it announced (\(Redaction.url(currentURL)))",
-                                    retryAfterMs: nil, restartFromZero: true)
+            guard byteRange != nil, fd >= 0 else {
+                stopReason = .transient(reason: "server sent more than the \(total) bytes it announced (\(Redaction.url(currentURL)))",
+                                        retryAfterMs: nil, restartFromZero: true)
+                return 0
+            }
+            // A slice answered with more than asked (the rest of the file): take the slice, leave the rest.
+            let wanted = Int(total - written)
+            var offset = 0
+            while offset < wanted {
+                let result = write(fd, data + offset, wanted - offset)
+                if result < 0 {
+                    if errno == EINTR { continue }
+                    stopReason = localFailure("write", errno)
+                    return 0
+                }
+                offset += result
+            }
+            written = total
+            stopReason = .complete(bytes: total)
             return 0
         }
         if fd < 0 {
