@@ -276,7 +276,7 @@ public final class Agent {
     /// back to the queue at the offset the log vouches for, no further.
     private func resumeInterruptedTasks() {
         for task in log.state.orderedTasks {
-            if task.spec.kind == .hls {
+            if task.spec.behaviour.fansOut {
                 completeHLSPublishing(task)
             } else if task.phase == .finished, let part = task.partPath, let dest = task.dest, root.exists(part) {
                 // Died between committing `finished` and the rename: finish the rename.
@@ -291,7 +291,7 @@ public final class Agent {
             guard interrupted else { continue }
             let offset = resumePoint(for: task).offset
             // Never trust bytes beyond what the log vouches for (no-op if absent).
-            if let part = task.partPath, task.spec.kind != .hls {
+            if let part = task.partPath, task.spec.behaviour.body == .partialFile {
                 do { try root.truncate(part, to: offset) } catch {
                     logger.error("cannot cut back a partial file", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
                 }
@@ -368,7 +368,7 @@ public final class Agent {
         let attempt: TransferAttempt
         do {
             // A playlist is read into memory; everything else that keeps a body into its partial file.
-            let keepsFile = task.spec.kind != .hls
+            let keepsFile = task.spec.behaviour.body == .partialFile
             if keepsFile, let part = task.partPath, partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
             // An HLS key is a secret on disk too: readable by its owner only.
             let mode: mode_t = task.spec.parent != nil && task.spec.dest?.hasSuffix(".key") == true ? 0o600 : 0o644
@@ -449,7 +449,7 @@ public final class Agent {
 
         let metrics = attempt.metrics
         switch outcome {
-        case .complete where task.spec.kind == .hls:
+        case .complete where task.spec.behaviour.fansOut:
             playlistArrived(task, attempt)
         case .complete(let bytes) where attempt.keepsBody:
             // Published once its data is durable (see DataSyncer).
@@ -506,7 +506,7 @@ public final class Agent {
     /// was kept), and for upload and data tasks the response's status and headers.
     func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?) {
         let metrics = attempt.metrics
-        let response = task.spec.kind == .download ? nil : attempt.responseHeaders
+        let response = task.spec.behaviour.recordsResponse ? attempt.responseHeaders : nil
         log.record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256,
                                       status: response == nil ? nil : metrics.status,
                                       responseHeaders: response, metrics: metrics)), task: task.id)
@@ -522,7 +522,9 @@ public final class Agent {
               removingPartial: Bool = true) {
         let kept = task.spec.isResumable ? keeping : 0
         // An HLS parent's partial name is its children's folder: their bytes stay for `resume`.
-        if kept == 0, removingPartial, task.spec.kind != .hls, let part = task.partPath { removePartial(part, of: task.id) }
+        if kept == 0, removingPartial, task.spec.behaviour.body == .partialFile, let part = task.partPath {
+            removePartial(part, of: task.id)
+        }
         refreshAt[task.id] = nil
         log.record(.failed(Failed(reason: reason, code: code, bytes: kept, metrics: metrics)), task: task.id)
         logger.error("task failed", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
@@ -549,7 +551,7 @@ public final class Agent {
     func pause(_ id: String, reason: PauseReason, bytesIfIdle: Int64) -> Int64 {
         let attempt = detach(id)
         attempt?.flush()
-        let bytes = attempt.map { $0.kind == .download ? $0.durable : 0 } ?? bytesIfIdle
+        let bytes = attempt.map { $0.behaviour.resumes ? $0.durable : 0 } ?? bytesIfIdle
         log.record(.paused(Paused(bytes: bytes, reason: reason, metrics: attempt?.metrics)), task: id)
         return bytes
     }

@@ -139,7 +139,7 @@ public struct TaskSpec: Codable, Equatable, Sendable {
 
     /// Only downloads continue from a byte offset; a request with a body, or
     /// a data task's answer, is sent or fetched again from the start.
-    public var isResumable: Bool { kind == .download }
+    public var isResumable: Bool { behaviour.resumes }
 
     /// The spec as it may be shown: credentials replaced by `<redacted>`.
     public var redacted: TaskSpec {

@@ -63,7 +63,7 @@ enum DiskCheck {
         }
         // A published video's segments now live in it (or were joined into one file).
         if let parent = task.spec.parent, state[parent]?.phase == .finished { return [] }
-        if task.spec.kind == .hls {
+        if task.spec.behaviour.fansOut {
             guard task.phase == .finished, let dest = task.dest else { return [] }
             let exists = fileManager.fileExists(atPath: task.spec.hls?.output == .file ? dest : dest + "/index.m3u8")
             return exists ? [] : ["\(task.id): \(dest) is missing"]

@@ -205,6 +205,17 @@ struct HLSCoreTests {
         #expect(state.families["v"]?.lost == 1)
     }
 
+    @Test func eachKindAnswersTheEnginesQuestionsInOnePlace() {
+        let download = TaskSpec(url: "http://h/a", dest: "/dl/a").behaviour
+        #expect(download.body == .partialFile && download.resumes && !download.recordsResponse && download.accepts == 200...299)
+        let upload = TaskSpec(url: "http://h/u", kind: .upload, dest: nil, bodyFile: "/f").behaviour
+        #expect(upload.countsSent && upload.body == .discard && !upload.resumes && !upload.canFollowRedirectsItself)
+        #expect(TaskSpec(url: "http://h/d", kind: .data, dest: nil).behaviour.accepts.contains(304))
+        #expect(TaskSpec(url: "http://h/d", kind: .data, dest: "/dl/d").behaviour.body == .partialFile)
+        let hls = TaskSpec(url: "http://h/v.m3u8", kind: .hls, dest: "/dl/v").behaviour
+        #expect(hls.fansOut && hls.body == .memory && !hls.resumes)
+    }
+
     @Test func theLocalPlaylistNamesLocalFilesOnly() {
         let entries = [HLSEntry(child: "a", durationMs: 2000, sequence: 7, mapChild: "i"),
                        HLSEntry(child: "b", durationMs: 1500, sequence: 8, discontinuity: true, keyChild: "k", iv: "00", mapChild: "i")]

@@ -30,7 +30,8 @@ final class TransferAttempt {
     typealias Sink = (_ task: String, _ body: EventBody) -> Void
 
     let taskID: String
-    let kind: TransferKind
+    /// What this kind of transfer does with a response (see `KindBehaviour`).
+    let behaviour: KindBehaviour
     let easy: UnsafeMutableRawPointer
     let partPath: String?
     let requestedOffset: Int64
@@ -114,13 +115,13 @@ final class TransferAttempt {
         // not the other credential headers (X-Api-Key, Private-Token …): a
         // transfer that sends one takes each hop through the agent, which
         // sends them only to the job's own host.
-        followsRedirectsItself = (task.spec.kind == .download || task.spec.kind == .hls)
+        behaviour = task.spec.behaviour
+        followsRedirectsItself = behaviour.canFollowRedirectsItself
             && (settings.headers + task.spec.headers).contains { $0.isSecret }
         self.requestSync = requestSync
         Self.nextSerial += 1
         serial = Self.nextSerial
         taskID = task.id
-        kind = task.spec.kind
         partPath = task.partPath
         requestedOffset = offset
         written = offset
@@ -286,7 +287,7 @@ final class TransferAttempt {
     private func sent(upTo position: Int64) {
         let now = FileSystem.monotonicMs
         lastActivityMs = now
-        guard kind == .upload, let size = body?.size else { return }
+        guard behaviour.countsSent, let size = body?.size else { return }
         if position == size || position - reportedSent >= settings.progressIntervalBytes
             || now - lastFlushMs >= settings.progressIntervalMs {
             guard position != reportedSent else { return }
@@ -318,7 +319,7 @@ final class TransferAttempt {
             return
         }
         if header.value(ifNamed: "set-cookie") != nil { sawSetCookie = true }
-        if kind != .download, responseHeaders.count < Self.keptResponseHeaders, let pair = header.pair {
+        if behaviour.recordsResponse, responseHeaders.count < Self.keptResponseHeaders, let pair = header.pair {
             responseHeaders.append(pair)
         }
         // Only these four become Strings; every other header is skipped in place.
@@ -352,7 +353,7 @@ final class TransferAttempt {
                 return 0
             }
         }
-        if let total, written + Int64(count) > total, kind == .download {
+        if let total, written + Int64(count) > total, behaviour.resumes {
             guard byteRange != nil, fd >= 0 else {
                 stopReason = .transient(reason: "server sent more than the \(total) bytes it announced (\(Redaction.url(currentURL)))",
                                         retryAfterMs: nil, restartFromZero: true)
@@ -376,7 +377,7 @@ final class TransferAttempt {
         }
         if fd < 0 {
             // A response nobody keeps is counted, not stored; a playlist is kept in memory.
-            if kind == .hls {
+            if behaviour.body == .memory {
                 guard playlistBody.count + count <= Self.playlistLimit else {
                     stopReason = .permanent(reason: "the playlist at \(Redaction.url(currentURL)) is over \(Self.playlistLimit >> 20) MiB",
                                             code: "bad_playlist")
@@ -511,11 +512,7 @@ final class TransferAttempt {
         return .permanent(reason: reason, code: "http_\(status)")
     }
 
-    /// A download needs a 2xx; a data task's answer may also be a 3xx that
-    /// was not followed (304 Not Modified is a result); an upload needs a 2xx.
-    private func isSuccess(_ status: Int) -> Bool {
-        kind == .data ? (200..<400).contains(status) : (200..<300).contains(status)
-    }
+    private func isSuccess(_ status: Int) -> Bool { behaviour.accepts.contains(status) }
 
     /// fdatasync, then claim the bytes in the log. A failed sync claims
     /// nothing and says why.
@@ -534,7 +531,7 @@ final class TransferAttempt {
 
     /// What `finished` records for an upload or data task: bytes sent for an
     /// upload, bytes received otherwise.
-    var resultBytes: Int64 { kind == .upload ? body?.position ?? 0 : written }
+    var resultBytes: Int64 { behaviour.countsSent ? body?.position ?? 0 : written }
 
     /// Whether a complete response still has to be made durable and published.
     var keepsBody: Bool { fd >= 0 }
@@ -592,12 +589,12 @@ final class TransferAttempt {
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
             // No fdatasync here: the agent's DataSyncer makes the complete body
             // durable off the loop, then calls `claimSynced`.
-            if kind == .download, let total, written != total {
+            if behaviour.resumes, let total, written != total {
                 if let failure = flush() { return failure }
                 return .transient(reason: "connection closed at byte \(written) of \(total)",
                                   retryAfterMs: nil, restartFromZero: false)
             }
-            return .complete(bytes: kind == .upload ? resultBytes : written)
+            return .complete(bytes: resultBytes)
         }
         if let failure = flush() { return failure }
         if let body, body.shrank {
