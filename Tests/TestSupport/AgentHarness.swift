@@ -74,6 +74,11 @@ public final class AgentHarness {
         try tasks(fromJSON: run(["status", "--json"] + extra))
     }
 
+    /// `status --json` → the task objects by id.
+    public func tasksByID() throws -> [String: [String: Any]] {
+        Dictionary(uniqueKeysWithValues: try statusTasks().map { ($0["id"] as? String ?? "", $0) })
+    }
+
     public func replayTasks(_ extra: [String] = []) throws -> [[String: Any]] {
         try tasks(fromJSON: run(["replay", "--json"] + extra))
     }

@@ -9,10 +9,6 @@ import Glibc
 /// after issue 9's first fixes; each case as it reproduced, now a test.
 @Suite("Found by the adversary", .serialized)
 struct AdversaryFindingsTests {
-    func tasksByID(_ harness: AgentHarness) throws -> [String: [String: Any]] {
-        Dictionary(uniqueKeysWithValues: try harness.statusTasks().map { ($0["id"] as? String ?? "", $0) })
-    }
-
     func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
     @Test func aPartialFileNoTaskOwnsIsNeverTruncated() throws {
@@ -26,7 +22,7 @@ struct AdversaryFindingsTests {
             try harness.drop("\(mode).job", "id = \"\(mode)\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"\(mode)\"\noverwrite = \"\(mode)\"\n")
         }
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
-        let tasks = try tasksByID(harness)
+        let tasks = try harness.tasksByID()
         for mode in ["replace", "fail", "skip", "rename"] {
             #expect(contents("\(harness.downloads)/\(mode).part") == mine, "\(mode).part was touched")
         }
@@ -57,7 +53,7 @@ struct AdversaryFindingsTests {
         #expect(firstAgent.wait(seconds: 60) == 0)
         #expect(secondAgent.wait(seconds: 60) == 4)
         #expect(contents(first.downloads + "/r.bin") == mine)
-        let two = try #require(try tasksByID(second)["two"])
+        let two = try #require(try second.tasksByID()["two"])
         #expect(two["error_code"] as? String == "dest_busy", "\(two)")
         try expectVerifyClean(first)
         try expectVerifyClean(second)
@@ -98,7 +94,7 @@ struct AdversaryFindingsTests {
         try FileManager.default.createDirectory(atPath: harness.downloads + "/adir", withIntermediateDirectories: true)
         try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"adir\"\noverwrite = \"replace\"\n")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
-        let task = try #require(try tasksByID(harness)["a"])
+        let task = try #require(try harness.tasksByID()["a"])
         #expect(task["state"] as? String == "failed")
         #expect((task["error"] as? String)?.contains("is a folder") == true)
         try expectVerifyClean(harness)
@@ -115,7 +111,7 @@ struct AdversaryFindingsTests {
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 30) == 0, "\(agent.stderr.suffix(1500))")
         #expect(contents(harness.downloads + "/hop.bin") == data)
-        let task = try #require(try tasksByID(harness)["c"])
+        let task = try #require(try harness.tasksByID()["c"])
         #expect(task["redirects"] as? Int == 1)
         #expect((task["current_url"] as? String)?.hasPrefix("http://localhost:") == true)
     }
@@ -129,7 +125,7 @@ struct AdversaryFindingsTests {
             try harness.drop("\(id).job", "id = \"\(id)\"\nurl = \"\(server.url("n.bin", faults))\"\ndest = \"\(id).bin\"\n")
         }
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
-        let tasks = try tasksByID(harness)
+        let tasks = try harness.tasksByID()
         for id in ["sci", "plus", "huge"] {
             #expect(tasks[id]?["state"] as? String == "failed")
             #expect((tasks[id]?["error"] as? String)?.contains("unreadable Content-Length") == true, "\(id): \(tasks[id]?["error"] ?? "")")
@@ -192,7 +188,7 @@ struct AdversaryFindingsTests {
         #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "progressed" && $0.task == "u" }) ?? false })
         #expect(truncate(body, 1 << 20) == 0)
         #expect(agent.wait(seconds: 30) == 4, "must not wait for idle_timeout")
-        let task = try #require(try tasksByID(harness)["u"])
+        let task = try #require(try harness.tasksByID()["u"])
         #expect(task["error_code"] as? String == "body_changed")
         #expect(task["state"] as? String == "failed", "the short body is never called finished")
     }

@@ -10,10 +10,6 @@ import Glibc
 /// ends with the log and the disk agreeing (`replay --verify`).
 @Suite("Hardening against a hostile world", .serialized)
 struct HardeningTests {
-    func tasksByID(_ harness: AgentHarness) throws -> [String: [String: Any]] {
-        Dictionary(uniqueKeysWithValues: try harness.statusTasks().map { ($0["id"] as? String ?? "", $0) })
-    }
-
     func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
     // MARK: 1. One destination, many tasks
@@ -59,7 +55,7 @@ struct HardeningTests {
         }
         #expect(agent.wait(seconds: 60) == 4)
         #expect(contents("\(harness.downloads)/x.bin") == slow)
-        let tasks = try tasksByID(harness)
+        let tasks = try harness.tasksByID()
         #expect(tasks["a"]?["state"] as? String == "finished")
         #expect(tasks["replace"]?["state"] as? String == "failed")
         #expect(tasks["replace"]?["error_code"] as? String == "dest_reserved")
@@ -88,7 +84,7 @@ struct HardeningTests {
         }
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 60) == 4, "\(agent.stderr.suffix(2000))")
-        let tasks = try tasksByID(harness)
+        let tasks = try harness.tasksByID()
         for id in hostile.keys {
             #expect(tasks[id]?["state"] as? String == "failed", "\(id)")
             #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/\(id).bin"), "\(id)")
@@ -132,7 +128,7 @@ struct HardeningTests {
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 60) == 4)
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/p.bin"))
-        let task = try #require(try tasksByID(harness)["p"])
+        let task = try #require(try harness.tasksByID()["p"])
         #expect(task["state"] as? String == "failed")
         #expect((task["error"] as? String)?.contains("server sent bytes from 50000 when asked for 0") == true)
         try expectVerifyClean(harness)
@@ -155,7 +151,7 @@ struct HardeningTests {
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 60) == 4)
         #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere).isEmpty)
-        let tasks = try tasksByID(harness)
+        let tasks = try harness.tasksByID()
         for id in ["a", "b"] {
             #expect(tasks[id]?["state"] as? String == "failed")
             #expect((tasks[id]?["error"] as? String)?.contains("a symbolic link inside download_dir is never followed") == true,
@@ -261,7 +257,7 @@ struct HardeningTests {
         try harness.drop("done.job", "id = \"done\"\nurl = \"\(server.url("c.bin"))\"\ndest = \"done.bin\"\n")
         try harness.drop("flaky.job", "id = \"flaky\"\nurl = \"\(server.url("flaky.bin", "fail_status=503&fail_times=1"))\"\n")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
-        #expect(try tasksByID(harness)["flaky"]?["state"] as? String == "failed")
+        #expect(try harness.tasksByID()["flaky"]?["state"] as? String == "failed")
 
         for action in ["pause", "resume", "cancel"] {
             #expect(try harness.run([action, "done"]).status == 0)
@@ -272,7 +268,7 @@ struct HardeningTests {
         let outcomes = try harness.events().filter { $0.type == "controlled" }.compactMap { $0.data["outcome"] as? String }
         #expect(outcomes == ["done: nothing to do: task already finished", "done: nothing to do: task already finished",
                              "done: nothing to do: task already finished", "flaky: runs again from byte 0"], "\(outcomes)")
-        #expect(try tasksByID(harness)["flaky"]?["state"] as? String == "finished")
+        #expect(try harness.tasksByID()["flaky"]?["state"] as? String == "finished")
         #expect(contents("\(harness.downloads)/flaky.bin") == data)
         #expect(harness.jobFiles().isEmpty)
         try expectVerifyClean(harness)
@@ -317,7 +313,7 @@ struct HardeningTests {
             #expect(!all.contains(secret), "\(secret) leaked")
         }
         #expect(all.contains("access_token=<redacted>"))
-        #expect(try tasksByID(harness)["s"]?["state"] as? String == "finished")
+        #expect(try harness.tasksByID()["s"]?["state"] as? String == "finished")
     }
 
     // MARK: 11. A damaged log

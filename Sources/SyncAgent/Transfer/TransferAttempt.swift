@@ -360,17 +360,7 @@ final class TransferAttempt {
                 return 0
             }
             // A slice answered with more than asked (the rest of the file): take the slice, leave the rest.
-            let wanted = Int(total - written)
-            var offset = 0
-            while offset < wanted {
-                let result = write(fd, data + offset, wanted - offset)
-                if result < 0 {
-                    if errno == EINTR { continue }
-                    stopReason = localFailure("write", errno)
-                    return 0
-                }
-                offset += result
-            }
+            guard writeToPartial(data, Int(total - written)) else { return 0 }
             written = total
             stopReason = .complete(bytes: total)
             return 0
@@ -389,16 +379,7 @@ final class TransferAttempt {
             lastActivityMs = FileSystem.monotonicMs
             return count
         }
-        var offset = 0
-        while offset < count {
-            let result = write(fd, data + offset, count - offset)
-            if result < 0 {
-                if errno == EINTR { continue }
-                stopReason = localFailure("write", errno)
-                return 0
-            }
-            offset += result
-        }
+        guard writeToPartial(data, count) else { return 0 }
         written += Int64(count)
         let now = FileSystem.monotonicMs
         lastActivityMs = now
@@ -409,6 +390,22 @@ final class TransferAttempt {
             requestSync(self, fd, written)
         }
         return count
+    }
+
+    /// Writes all `count` bytes to the partial file; false, with the
+    /// disk's reason as the stop reason, if it refused.
+    private func writeToPartial(_ data: UnsafeRawPointer, _ count: Int) -> Bool {
+        var offset = 0
+        while offset < count {
+            let result = write(fd, data + offset, count - offset)
+            if result < 0 {
+                if errno == EINTR { continue }
+                stopReason = localFailure("write", errno)
+                return false
+            }
+            offset += result
+        }
+        return true
     }
 
     /// The disk under the partial file failed: the words name the file,
