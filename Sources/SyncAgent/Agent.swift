@@ -56,6 +56,8 @@ public final class Agent {
     private var lastCommitMs: Int64 = 0
     /// Makes file data durable off the loop (see DataSyncer).
     let syncer: DataSyncer
+    /// Assembles finished HLS videos off the loop (see HLSAssembler).
+    let assembler: HLSAssembler
     /// Complete bodies whose data is being made durable, by task id.
     private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64)] = [:]
     /// The session's cookies; nil for `cookies = "off"`.
@@ -76,6 +78,7 @@ public final class Agent {
         self.notifier = DesktopNotifier(logger: logger)
         self.settings = TransferSettings(config: config)
         self.syncer = try DataSyncer()
+        self.assembler = try HLSAssembler()
     }
 
     /// Runs until SIGTERM/SIGINT (exit 0) or, with `exitWhenIdle`, until the
@@ -130,8 +133,9 @@ public final class Agent {
             }
 
             if exitWhenIdle && isIdle(watcher) { break }
-            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd], timeoutMs: pollTimeoutMs())
+            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd], timeoutMs: pollTimeoutMs())
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
+            if ready.contains(assembler.fd) { assembled(assembler.drain()) }
             if ready.contains(signalFd) {
                 let signal = sa_read_signal(signalFd)
                 if signal == SIGHUP {
@@ -162,7 +166,9 @@ public final class Agent {
             abortStalledAttempts()
         }
 
-        // Bodies already complete are published, not paused.
+        // Bodies already complete are published, not paused. A video being
+        // assembled is not waited for (a join can take longer than a stop
+        // may): its parent is paused with its children and assembled again.
         syncer.waitForAll()
         applySynced(syncer.drain())
         if let stopSignal {

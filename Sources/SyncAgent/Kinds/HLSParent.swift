@@ -172,12 +172,23 @@ extension Agent {
                 fail(parent, reason: "segment \(why)", code: "segment_failed")
                 continue
             }
+            if !assembler.busy.contains(id) { assembler.assemble(parent, in: log.state, root: root) }
+        }
+    }
+
+    /// What the assembler made of a video: published once `finished` is
+    /// committed, or the reason it failed. A parent paused or cancelled
+    /// meanwhile takes no result (a resume assembles it again).
+    func assembled(_ results: [(id: String, outcome: HLSAssembler.Outcome)]) {
+        for (id, outcome) in results {
+            guard let parent = log.state[id], parent.phase == .running else { continue }
             do {
-                let prepared = try HLSPublisher.prepare(parent, in: log.state, root: root)
+                let prepared = try outcome.get()
                 log.record(.finished(Finished(bytes: prepared.bytes, dest: prepared.dest)), task: id)
                 renamesAfterCommit.append((prepared.staging, prepared.dest))
                 if let work = HLSFanOut.workDirectory(of: parent) { cleanupsAfterCommit.append(work) }
-                logger.info("video published", metadata: ["task.id": "\(id)", "dest": "\(prepared.dest)", "segments": "\(family.total)"])
+                logger.info("video published", metadata: ["task.id": "\(id)", "dest": "\(prepared.dest)",
+                                                          "segments": "\(log.state.families[id]?.total ?? 0)"])
             } catch let failure as HLSPublisher.HLSFailure {
                 if let child = failure.child.flatMap({ log.state[$0] }) {
                     fail(child, reason: failure.reason, code: failure.code)
@@ -192,6 +203,7 @@ extension Agent {
                 fail(parent, reason: "cannot assemble the video: \(error)", code: "local_error")
             }
         }
+        needsScheduling = true
     }
 
     /// A joined file that could not be finished takes room for nothing: it
