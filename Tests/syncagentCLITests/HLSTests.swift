@@ -68,6 +68,18 @@ struct HLSTests {
         try expectVerifyClean(harness)
     }
 
+    @Test func oneNotificationNamesTheVideoNotItsSegments() throws {
+        let (harness, nginx, _) = try world()
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+        try harness.drop("talk.job", "kind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\ndest = \"talk\"\n")
+        try run(harness)
+        let calls = daemon.notifyCalls
+        #expect(calls.count == 1, "\(calls)")
+        #expect(calls.first?.contains("\"1 transfer finished\"") == true, "\(calls)")
+        #expect(calls.first?.contains("talk") == true && calls.first?.contains("seg") == false, "\(calls)")
+    }
+
     @Test func aMasterPlaylistGivesTheChosenVariant() throws {
         let (harness, nginx, media) = try world()
         try harness.drop("best.job", "id = \"best\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/master.m3u8"))\"\ndest = \"best\"\n")
