@@ -30,28 +30,18 @@ final class DataSyncer {
     }
 
     /// Readable when syncs have finished: poll it beside curl's sockets.
-    let fd: Int32
-    private let wakeWriter: Int32
-    private let lock = NSLock()
-    private var finished: [Done] = []
+    var fd: Int32 { finished.fd }
+    private let finished: WorkerResults<Done>
     private let group = DispatchGroup()
     private let queue = DispatchQueue(label: "syncagent.fdatasync", attributes: .concurrent)
 
     init() throws {
-        var ends: [Int32] = [0, 0]
-        try syscall("pipe") { pipe(&ends) }
-        for end in ends {
-            try syscall("fcntl on the wake-up pipe") { fcntl(end, F_SETFL, O_NONBLOCK) }
-            try syscall("fcntl on the wake-up pipe") { fcntl(end, F_SETFD, FD_CLOEXEC) }
-        }
-        fd = ends[0]
-        wakeWriter = ends[1]
+        finished = try WorkerResults()
     }
 
     deinit {
         group.wait()
-        close(fd)
-        close(wakeWriter)
+        finished.close()
     }
 
     /// Flushes the file behind `descriptor` in the background. The worker
@@ -77,25 +67,12 @@ final class DataSyncer {
     private func report(_ done: Done, error: Int32?) {
         var result = done
         result.error = error
-        lock.lock()
-        finished.append(result)
-        lock.unlock()
-        // The pipe is non-blocking: a full pipe already holds a wake-up.
-        var byte: UInt8 = 1
-        _ = write(wakeWriter, &byte, 1)
+        finished.post(result)
         group.leave()
     }
 
     /// Syncs finished since the last call.
-    func drain() -> [Done] {
-        var sink = [UInt8](repeating: 0, count: 256)
-        while read(fd, &sink, sink.count) > 0 {}
-        lock.lock()
-        defer { lock.unlock() }
-        let done = finished
-        finished.removeAll()
-        return done
-    }
+    func drain() -> [Done] { finished.drain() }
 
     /// Blocks until every sync handed over so far is done (on stop).
     func waitForAll() { group.wait() }
