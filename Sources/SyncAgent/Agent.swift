@@ -285,13 +285,7 @@ public final class Agent {
             if task.spec.behaviour.fansOut {
                 completeHLSPublishing(task)
             } else if task.phase == .finished, let part = task.partPath, let dest = task.dest, root.exists(part) {
-                // Died between committing `finished` and the rename: finish the rename.
-                do {
-                    try Publisher.complete(part: part, to: dest, root: root)
-                    try root.syncDirectory(of: dest)
-                } catch {
-                    logger.error("cannot publish", metadata: ["task.id": "\(task.id)", "dest": "\(dest)", "error": "\(error)"])
-                }
+                completeRename(of: task, from: part, to: dest)
             }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
@@ -308,6 +302,20 @@ public final class Agent {
         }
         for (_, batch) in log.state.owedNotices.sorted(by: { $0.key < $1.key }) {
             post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
+        }
+    }
+
+    /// Died between committing `finished` and the rename: the rename the
+    /// log vouches for is done now. False (and logged) if it cannot be.
+    @discardableResult
+    func completeRename(of task: TaskState, from source: String, to dest: String) -> Bool {
+        do {
+            try Publisher.complete(part: source, to: dest, root: root)
+            try root.syncDirectory(of: dest)
+            return true
+        } catch {
+            logger.error("cannot publish", metadata: ["task.id": "\(task.id)", "dest": "\(dest)", "error": "\(error)"])
+            return false
         }
     }
 
@@ -403,9 +411,21 @@ public final class Agent {
             return
         }
         log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
+        register(attempt)
+    }
+
+    /// Hands an attempt to curl and indexes it by handle and by task.
+    func register(_ attempt: TransferAttempt) {
         attempts[attempt.easy] = attempt
-        attemptByTask[task.id] = attempt.easy
+        attemptByTask[attempt.taskID] = attempt.easy
         multi.add(attempt.easy)
+    }
+
+    /// Records a hop (a redirect the agent follows, a master playlist's
+    /// variant) and starts the next request at its target.
+    func hop(_ task: TaskState, to target: String, status: Int) {
+        log.record(.redirected(Redirected(from: task.currentURL, to: target, status: status)), task: task.id)
+        if let moved = log.state[task.id] { start(moved) }
     }
 
     /// Removes an attempt from curl; its partial file keeps the durable bytes.
@@ -504,8 +524,7 @@ public final class Agent {
                  code: "curl_\(CURLE_TOO_MANY_REDIRECTS.rawValue)", metrics: metrics)
             return
         }
-        log.record(.redirected(Redirected(from: task.currentURL, to: target, status: status)), task: task.id)
-        if let moved = log.state[task.id] { start(moved) }
+        hop(task, to: target, status: status)
     }
 
     /// `finished` with what the attempt learned: where the body went (if it
@@ -590,7 +609,7 @@ public final class Agent {
         return nil
     }
 
-    private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
+    func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
         if action == .resume, task.phase == .failed,
            let cancelled = (log.state.children[task.id] ?? []).first(where: { log.state[$0]?.phase == .cancelled }) {
             return "cannot run again: its segment \(cancelled) was cancelled; cancel the video and submit it again"

@@ -37,29 +37,27 @@ extension Agent {
                 return
             }
             // The choice is a hop like a redirect: a restart reads the variant's playlist directly.
-            log.record(.redirected(Redirected(from: url, to: variant.uri, status: 300)), task: task.id)
-            if let moved = log.state[task.id] { start(moved) }
+            hop(task, to: variant.uri, status: 300)
         case .media(let media):
             expand(task, with: media, url: url)
         }
     }
 
     /// Records the children a media playlist adds, and when to read it again.
-    @discardableResult
-    func expand(_ task: TaskState, with media: HLSMediaPlaylist, url: String) -> Bool {
+    func expand(_ task: TaskState, with media: HLSMediaPlaylist, url: String) {
         let plan: HLSFanOut.Plan
         do {
             plan = try HLSFanOut.plan(parent: task, playlist: media, url: url, in: log.state)
         } catch let refusal as HLSFanOut.Refusal {
             fail(task, reason: refusal.description, code: refusal.code)
-            return false
+            return
         } catch {
             fail(task, reason: "\(error)", code: "bad_playlist")
-            return false
+            return
         }
         if !task.isFannedOut, plan.expanded.entries.isEmpty, plan.expanded.ended {
             fail(task, reason: "the playlist \(Redaction.url(url)) has no segments", code: "bad_playlist")
-            return false
+            return
         }
         if !plan.expanded.entries.isEmpty || !task.isFannedOut || plan.expanded.ended != task.hls?.ended {
             for child in plan.children { log.record(.created(child.spec), task: child.id) }
@@ -78,7 +76,7 @@ extension Agent {
             refreshAt[task.id] = nil
             staleRefreshes[task.id] = nil
             needsScheduling = true
-            return true
+            return
         }
         if plan.expanded.ended {
             refreshAt[task.id] = nil
@@ -88,7 +86,6 @@ extension Agent {
             refreshAt[task.id] = FileSystem.monotonicMs + max(1000, wait)
         }
         needsScheduling = true
-        return true
     }
 
     /// A fanned-out parent taken from the queue (a restart, a resume): its
@@ -109,9 +106,7 @@ extension Agent {
                 let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
                                                   settings: settings, cookies: cookies, isRefresh: true,
                                                   sink: { _, _ in }, requestSync: { _, _, _ in })
-                attempts[attempt.easy] = attempt
-                attemptByTask[id] = attempt.easy
-                multi.add(attempt.easy)
+                register(attempt)
             } catch {
                 refreshFailed(task, "cannot start: \(error)")
             }
@@ -220,14 +215,9 @@ extension Agent {
     /// renamed; its work folder is removed.
     func completeHLSPublishing(_ task: TaskState) {
         guard task.phase == .finished || task.phase == .cancelled, let work = HLSFanOut.workDirectory(of: task) else { return }
-        if task.phase == .finished, let staging = HLSPublisher.staging(of: task), let dest = task.dest, root.exists(staging) {
-            do {
-                try root.rename(staging, to: dest)
-                try root.syncDirectory(of: dest)
-            } catch {
-                logger.error("cannot publish", metadata: ["task.id": "\(task.id)", "dest": "\(dest)", "error": "\(error)"])
-                return
-            }
+        if task.phase == .finished, let staging = HLSPublisher.staging(of: task), let dest = task.dest, root.exists(staging),
+           !completeRename(of: task, from: staging, to: dest) {
+            return
         }
         if root.exists(work) { removeWorkFolder(work) }
     }
@@ -238,25 +228,13 @@ extension Agent {
         }
     }
 
-    /// Control of a parent applies to its children first (SPEC §4.3).
+    /// Control of a parent applies to its children first (SPEC §4.3), as it
+    /// would to each of them; then the parent stops reading its playlist, and
+    /// a cancelled video's work folder goes.
     func carryOutOnChildren(_ action: ControlJob.Action, of parent: TaskState) {
         for id in log.state.children[parent.id] ?? [] {
             guard let child = log.state[id] else { continue }
-            switch (action, child.phase) {
-            case (.pause, .queued), (.pause, .running):
-                pause(id, reason: .user, bytesIfIdle: child.bytes)
-            case (.resume, .paused):
-                log.record(.resumed(Resumed(bytes: child.bytes, reason: "its parent \(parent.id) was resumed")), task: id)
-            case (.resume, .failed):
-                let kept = child.partPath.flatMap(root.size) ?? 0
-                log.record(.resumed(Resumed(bytes: kept >= child.bytes ? child.bytes : 0,
-                                            reason: "its parent \(parent.id) runs again")), task: id)
-            case (.cancel, let phase) where !phase.isEnded || phase == .failed:
-                let attempt = detach(id)
-                log.record(.cancelled(Cancelled(bytes: attempt?.durable ?? child.bytes, metrics: attempt?.metrics)), task: id)
-            default:
-                continue
-            }
+            _ = carryOut(action, on: child)
         }
         refreshAt[parent.id] = nil
         if action == .cancel, let work = HLSFanOut.workDirectory(of: parent) { removeWorkFolder(work) }
