@@ -48,12 +48,6 @@ enum FileSystem {
         return lstat(path, &info) == 0
     }
 
-    static func size(_ path: String) -> Int64? {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
-        return Int64(info.st_size)
-    }
-
     /// A rename is only durable once its directory is synced.
     static func syncDirectory(of path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
@@ -67,18 +61,18 @@ enum FileSystem {
         let temp = path + ".tmp"
         let fd = try syscall("create \(temp)") { open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode) }
         defer { close(fd) }
-        var bytes = Array(text.utf8)
-        var written = 0
-        while written < bytes.count {
-            let count = try bytes.withUnsafeMutableBytes { buffer in
-                try syscall("write \(temp)") { write(fd, buffer.baseAddress! + written, buffer.count - written) }
-            }
-            written += count
-        }
-        bytes.removeAll()
+        try Array(text.utf8).withUnsafeBytes { try writeAll(fd, $0, to: temp) }
         try syscall("fsync \(temp)") { fsync(fd) }
         try syscall("rename \(temp)") { rename(temp, path) }
         try syncDirectory(of: path)
+    }
+
+    /// Every byte of `bytes` to `fd` (a short write is continued, EINTR retried).
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, to path: String) throws {
+        var offset = 0
+        while offset < bytes.count {
+            offset += try syscall("write \(path)") { write(fd, bytes.baseAddress! + offset, bytes.count - offset) }
+        }
     }
 
     static var nowMs: Int64 {

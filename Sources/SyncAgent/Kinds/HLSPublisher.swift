@@ -149,12 +149,7 @@ enum HLSPublisher {
     }
 
     private static func append(_ bytes: [UInt8], to fd: Int32, _ path: String) throws -> Int64 {
-        var offset = 0
-        while offset < bytes.count {
-            offset += try bytes.withUnsafeBytes { buffer in
-                try syscall("write \(path)") { Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset) }
-            }
-        }
+        try bytes.withUnsafeBytes { try FileSystem.writeAll(fd, $0, to: path) }
         return Int64(bytes.count)
     }
 

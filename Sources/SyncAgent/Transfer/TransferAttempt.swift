@@ -395,17 +395,13 @@ final class TransferAttempt {
     /// Writes all `count` bytes to the partial file; false, with the
     /// disk's reason as the stop reason, if it refused.
     private func writeToPartial(_ data: UnsafeRawPointer, _ count: Int) -> Bool {
-        var offset = 0
-        while offset < count {
-            let result = write(fd, data + offset, count - offset)
-            if result < 0 {
-                if errno == EINTR { continue }
-                stopReason = localFailure("write", errno)
-                return false
-            }
-            offset += result
+        do {
+            try FileSystem.writeAll(fd, UnsafeRawBufferPointer(start: data, count: count), to: partPath ?? "")
+            return true
+        } catch {
+            stopReason = localFailure("write", (error as? SystemError)?.errno ?? EIO)
+            return false
         }
-        return true
     }
 
     /// The disk under the partial file failed: the words name the file,
