@@ -41,6 +41,18 @@ struct HLSTests {
 
     func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
+    /// Each published `N.ts` in `folder` is byte for byte the clear segment
+    /// ffmpeg made for `rendition` (its index.m3u8 lists them in order).
+    func expectSegments(in folder: String, of rendition: String, _ media: HLSMedia,
+                        sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let sources = try media.segments(of: "\(rendition)/index.m3u8")
+        #expect(!sources.isEmpty, sourceLocation: sourceLocation)
+        for (index, source) in sources.enumerated() {
+            #expect(contents("\(folder)/\(index).ts") == contents(media.path("\(rendition)/\(source)")),
+                    "\(folder) segment \(index)", sourceLocation: sourceLocation)
+        }
+    }
+
     @Test func aVODBecomesAFolderAndAFileThatPlay() throws {
         let (harness, nginx, media) = try world()
         try harness.drop("dir.job", "id = \"dir\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\ndest = \"videos/clear\"\n")
@@ -48,11 +60,8 @@ struct HLSTests {
                          + "dest = \"videos/joined\"\noutput = \"file\"\n")
         try run(harness)
         let folder = harness.downloads + "/videos/clear"
-        let sources = try media.segments(of: "clear/index.m3u8")
-        #expect(sources.count == 10)
-        for (index, source) in sources.enumerated() {
-            #expect(contents("\(folder)/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
-        }
+        #expect(try media.segments(of: "clear/index.m3u8").count == 10)
+        try expectSegments(in: folder, of: "clear", media)
         let local = try String(contentsOfFile: folder + "/index.m3u8", encoding: .utf8)
         #expect(local.contains("#EXT-X-ENDLIST") && local.contains("\n0.ts\n") && !local.contains("http"))
         for published in [folder + "/index.m3u8", harness.downloads + "/videos/joined.ts"] {
@@ -89,11 +98,7 @@ struct HLSTests {
                          + "dest = \"none\"\nvariant = \"1920x1080\"\n")
         try run(harness, expecting: 4)
         for (id, rendition) in [("best", "hi"), ("small", "lo")] {
-            let sources = try media.segments(of: "\(rendition)/index.m3u8")
-            for (index, source) in sources.enumerated() {
-                #expect(contents("\(harness.downloads)/\(id)/\(index).ts") == contents(media.path("\(rendition)/\(source)")),
-                        "\(id) segment \(index)")
-            }
+            try expectSegments(in: "\(harness.downloads)/\(id)", of: rendition, media)
         }
         let none = try task(harness, "none")
         #expect(none["error_code"] as? String == "no_variant")
@@ -106,10 +111,7 @@ struct HLSTests {
         try harness.drop("encfile.job", "id = \"encfile\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/enc/index.m3u8"))\"\n"
                          + "dest = \"encfile\"\noutput = \"file\"\n")
         try run(harness)
-        let sources = try media.segments(of: "clear/index.m3u8")
-        for (index, source) in sources.enumerated() {
-            #expect(contents("\(harness.downloads)/enc/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
-        }
+        try expectSegments(in: harness.downloads + "/enc", of: "clear", media)
         let local = try String(contentsOfFile: harness.downloads + "/enc/index.m3u8", encoding: .utf8)
         #expect(!local.contains("EXT-X-KEY"))
         #expect(abs((HLSMedia.duration(of: harness.downloads + "/encfile.ts") ?? 0) - 20) <= 0.5)
@@ -159,9 +161,7 @@ struct HLSTests {
         try (lines.joined(separator: "\n") + "\n").write(toFile: server.root + "/faulty.m3u8", atomically: true, encoding: .utf8)
         try harness.drop("f.job", "id = \"f\"\nkind = \"hls\"\nurl = \"\(server.url("faulty.m3u8"))\"\ndest = \"faulty\"\n")
         try run(harness)
-        for (index, source) in sources.enumerated() {
-            #expect(contents("\(harness.downloads)/faulty/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
-        }
+        try expectSegments(in: harness.downloads + "/faulty", of: "clear", media)
         // A dropped segment resumed where it stopped.
         #expect(server.requests.contains { $0.range == "bytes=20000-" && $0.status == 206 })
         try expectVerifyClean(harness)
@@ -193,9 +193,7 @@ struct HLSTests {
             try publish(count, ended: count == sources.count)
         }
         #expect(agent.wait(seconds: 60) == 4, "\(agent.stderr.suffix(1500))")
-        for (index, source) in sources.enumerated() {
-            #expect(contents("\(harness.downloads)/live/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
-        }
+        try expectSegments(in: harness.downloads + "/live", of: "clear", media)
         // max_duration = 4 with 2-second segments: two of them, published as ended.
         let capped = try String(contentsOfFile: harness.downloads + "/capped/index.m3u8", encoding: .utf8)
         #expect(capped.components(separatedBy: "#EXTINF").count - 1 == 2)
@@ -239,10 +237,7 @@ struct HLSTests {
         try media.key.write(to: URL(fileURLWithPath: folder + "/key.bin"))
         #expect(try harness.run(["resume", "k"]).status == 0)
         try run(harness)
-        let sources = try media.segments(of: "clear/index.m3u8")
-        for (index, source) in sources.enumerated() {
-            #expect(contents("\(harness.downloads)/k/\(index).ts") == contents(media.path("clear/" + source)), "segment \(index)")
-        }
+        try expectSegments(in: harness.downloads + "/k", of: "clear", media)
         try expectVerifyClean(harness)
     }
 
@@ -290,9 +285,7 @@ struct HLSTests {
             _ = agent.wait(seconds: 10)
         }
         try run(harness, seconds: 180)
-        for (index, source) in sources.enumerated() {
-            #expect(contents("\(harness.downloads)/long/\(index).ts") == contents(media.path("long/" + source)), "segment \(index)")
-        }
+        try expectSegments(in: harness.downloads + "/long", of: "long", media)
         let events = try harness.events()
         let finished = events.filter { $0.type == "finished" }.compactMap(\.task)
         #expect(finished.count == Set(finished).count, "each task finished once")
