@@ -6,7 +6,7 @@ import SyncAgentCore
 /// pause / resume / cancel travel through the inbox as control jobs
 /// (SPEC §4.3), so they work whether or not the agent is running.
 struct ControlTarget: ParsableArguments {
-    @Argument(help: "The task id.")
+    @Argument(help: "The task id.", completion: TaskIDCompletion.kind)
     var id: String?
 
     @Flag(name: .long, help: "Every task.")
@@ -64,7 +64,7 @@ struct CancelCommand: ParsableCommand {
         abstract: "Cancel a task and remove its partial file.",
         discussion: "Example:\n  syncagent cancel debian-13")
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "The task id.") var id: String
+    @Argument(help: "The task id.", completion: TaskIDCompletion.kind) var id: String
     func run() throws { try sendControl(.cancel, task: id, global: global) }
 }
 

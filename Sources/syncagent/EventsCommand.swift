@@ -20,7 +20,7 @@ struct EventsCommand: ParsableCommand {
     @Flag(help: "One JSON object per line.")
     var json = false
 
-    @Option(help: "Only this task's events.")
+    @Option(help: "Only this task's events.", completion: TaskIDCompletion.kind)
     var task: String?
 
     @Flag(help: "Keep printing new events, like tail -f.")

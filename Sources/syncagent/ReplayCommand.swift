@@ -21,7 +21,7 @@ struct ReplayCommand: ParsableCommand {
     @Flag(help: "Print {\"tasks\": [...]} as JSON, each with \"plan\" and \"last_seq\".")
     var json = false
 
-    @Option(help: "Only this task.")
+    @Option(help: "Only this task.", completion: TaskIDCompletion.kind)
     var task: String?
 
     @Option(help: "Stop at this sequence number: the state a restart at that point would see.")

@@ -22,7 +22,7 @@ struct StatusCommand: ParsableCommand {
     @Flag(help: "Redraw live progress until interrupted.")
     var watch = false
 
-    @Option(help: "Show one task in full, with its events.")
+    @Option(help: "Show one task in full, with its events.", completion: TaskIDCompletion.kind)
     var task: String?
 
     func run() throws {
