@@ -16,6 +16,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var total: Int64?
     public var percent: Double?
     public var speed: Int64
+    /// Seconds left at the current speed (running tasks of known size).
+    public var etaS: Int64?
     public var attempts: Int
     public var redirects: Int
     public var priority: Int
@@ -45,6 +47,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
     enum CodingKeys: String, CodingKey {
         case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
         case error, etag, headers, plan, method, status, children, parent
+        case etaS = "eta_s"
         case attemptHistory = "attempt_history"
         case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
         case createdAtMs = "created_at_ms", updatedAtMs = "updated_at_ms", lastSeq = "last_seq"
@@ -84,14 +87,62 @@ public struct TaskReport: Codable, Equatable, Sendable {
             percent = figures.percent.map { ($0 * 10).rounded() / 10 }
             speed = figures.speed
         }
+        etaS = StatusView.etaSeconds(TaskFigures(bytes: bytes, total: total, percent: percent, speed: speed, children: nil),
+                                     phase: task.phase)
     }
 
-    /// `{"tasks": [...]}`, keys sorted so output is stable.
-    public static func json(_ reports: [TaskReport]) -> String {
+    /// SPEC §3: every key of a task is present, `null` when it has no value;
+    /// `plan`, `attempt_history`, `children` and `parent` only where they apply.
+    public func encode(to encoder: Encoder) throws {
+        var keys = encoder.container(keyedBy: CodingKeys.self)
+        try keys.encode(id, forKey: .id); try keys.encode(kind, forKey: .kind); try keys.encode(state, forKey: .state)
+        try keys.encode(url, forKey: .url); try keys.encode(currentURL, forKey: .currentURL); try keys.encode(dest, forKey: .dest)
+        try keys.encode(method, forKey: .method); try keys.encode(status, forKey: .status); try keys.encode(bytes, forKey: .bytes)
+        try keys.encode(total, forKey: .total); try keys.encode(percent, forKey: .percent); try keys.encode(speed, forKey: .speed)
+        try keys.encode(etaS, forKey: .etaS); try keys.encode(attempts, forKey: .attempts)
+        try keys.encode(redirects, forKey: .redirects); try keys.encode(priority, forKey: .priority)
+        try keys.encode(batch, forKey: .batch); try keys.encode(error, forKey: .error); try keys.encode(errorCode, forKey: .errorCode)
+        try keys.encode(etag, forKey: .etag); try keys.encode(lastModified, forKey: .lastModified)
+        try keys.encode(headers, forKey: .headers); try keys.encode(createdAtMs, forKey: .createdAtMs)
+        try keys.encode(updatedAtMs, forKey: .updatedAtMs); try keys.encode(lastSeq, forKey: .lastSeq)
+        try keys.encodeIfPresent(plan, forKey: .plan); try keys.encodeIfPresent(attemptHistory, forKey: .attemptHistory)
+        try keys.encodeIfPresent(children, forKey: .children); try keys.encodeIfPresent(parent, forKey: .parent)
+    }
+
+    /// `{"tasks": [...]}` (and `"agent"` for `status`), keys sorted so output is stable.
+    public static func json(_ reports: [TaskReport], agent: AgentReport? = nil) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        // For the attempt history's metrics (dns_us, …); the explicit keys above are snake_case already.
         encoder.keyEncodingStrategy = .convertToSnakeCase
-        let data = (try? encoder.encode(["tasks": reports])) ?? Data("{\"tasks\": []}".utf8)
+        let data = (try? encoder.encode(Document(agent: agent, tasks: reports))) ?? Data("{\"tasks\": []}".utf8)
         return String(decoding: data, as: UTF8.self)
+    }
+
+    private struct Document: Encodable {
+        var agent: AgentReport?
+        var tasks: [TaskReport]
+    }
+}
+
+/// `status --json`'s `"agent"`: whether an agent holds the state directory's lock.
+public struct AgentReport: Codable, Equatable, Sendable {
+    public var running: Bool
+    public var pid: Int32?
+    public var startedAtMs: Int64?
+
+    public init(running: Bool, pid: Int32?, startedAtMs: Int64?) {
+        self.running = running; self.pid = pid; self.startedAtMs = startedAtMs
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case running, pid
+        case startedAtMs = "started_at_ms"
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var keys = encoder.container(keyedBy: CodingKeys.self)
+        try keys.encode(running, forKey: .running); try keys.encode(pid, forKey: .pid)
+        try keys.encode(startedAtMs, forKey: .startedAtMs)
     }
 }

@@ -28,6 +28,10 @@ struct EventsCommand: ParsableCommand {
 
     func run() throws {
         var last: Int64 = 0
+        if let task, !follow, try openLog(global).replay()[task] == nil {
+            // As `status --task` says it (with --follow the task may be about to appear).
+            throw fail("no task has the id \"\(task)\"")
+        }
         repeat {
             // Re-opened each round: the agent may create the log after we start.
             let store = try openLog(global)

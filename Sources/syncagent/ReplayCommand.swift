@@ -44,7 +44,9 @@ struct ReplayCommand: ParsableCommand {
             print(TaskReport.json(tasks.map { TaskReport($0, plan: plans[$0.id], in: state) }))
         } else {
             print("log: \(store.path), replayed through seq \(state.lastSeq)")
-            print(TaskTable.render(tasks, in: state, bars: false, plans: plans.mapValues(\.words)), terminator: "")
+            // A video's segments are summed up on its row (replay --task SEGMENT shows one).
+            let rows = task != nil ? tasks : tasks.filter { $0.spec.parent.map { state[$0] == nil } ?? true }
+            print(TaskTable.render(rows, in: state, plans: plans.mapValues(\.words)), terminator: "")
         }
         if verify {
             let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state) }

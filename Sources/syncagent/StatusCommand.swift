@@ -6,68 +6,171 @@ import SyncAgentCore
 struct StatusCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show the tasks the event log describes (read-only; safe while the agent runs).",
+        abstract: "Show whether the agent runs and the tasks the event log describes (read-only; safe while the agent runs).",
         discussion: """
+            The first line says whether an agent runs on the state directory. Tasks a
+            dead agent left running read "interrupted": the next start resumes them.
+            Ended tasks older than a day are not listed unless --all; --json lists them.
+
             Example:
               syncagent status
+              syncagent status --state failed --all
               syncagent status --json | jq '.tasks[] | select(.state == "failed")'
               syncagent status --task debian-13
             """)
 
     @OptionGroup var global: GlobalOptions
 
-    @Flag(help: "Print {\"tasks\": [...]} as JSON.")
+    @Flag(help: "Print {\"agent\": {...}, \"tasks\": [...]} as JSON.")
     var json = false
 
-    @Flag(help: "Redraw live progress until interrupted.")
+    @Flag(help: "Redraw live progress until interrupted: fitted to a terminal, plain snapshots when piped.")
     var watch = false
 
-    @Option(help: "Show one task in full, with its events.", completion: TaskIDCompletion.kind)
+    @Option(help: "Show one task in full, with its attempts and events.", completion: TaskIDCompletion.kind)
     var task: String?
 
-    func run() throws {
-        let store = try openLog(global)
-        if watch {
-            while true {
-                let state = try store.replay()
-                print("\u{1B}[H\u{1B}[2J" + TaskTable.render(state.orderedTasks, in: state, bars: true), terminator: "")
-                fflush(stdout)
-                usleep(500_000)
+    @Option(name: .customLong("state"), parsing: .singleValue,
+            help: ArgumentHelp("Only tasks in this state: queued, running, paused, finished, failed or cancelled; repeatable or comma-separated.",
+                               valueName: "state"))
+    var states: [String] = []
+
+    @Flag(help: "Also list tasks that ended more than a day ago.")
+    var all = false
+
+    func validate() throws {
+        _ = try phases()
+        if task != nil && (watch || !states.isEmpty || all) { throw fail("--task shows one task; it takes no --watch, --state or --all") }
+        if json && watch { throw fail("--json prints one document; it cannot --watch") }
+    }
+
+    private func phases() throws -> Set<TaskPhase>? {
+        guard !states.isEmpty else { return nil }
+        var phases = Set<TaskPhase>()
+        for word in states.flatMap({ $0.split(separator: ",") }) {
+            let name = word.trimmingCharacters(in: .whitespaces)
+            guard let phase = TaskPhase(rawValue: name) else {
+                throw fail("--state \"\(name)\" is not a state; use queued, running, paused, finished, failed or cancelled")
             }
+            phases.insert(phase)
         }
+        return phases
+    }
+
+    func run() throws {
+        let resolved = try global.resolve()
+        let store = try openLog(global)
+        if watch { try watchLoop(store, resolved.paths) }
+        let agent = AgentLiveness.probe(lockFile: resolved.paths.lockFile)
         let state = try store.replay()
         if let id = task {
-            guard let one = state[id] else { throw fail("no task has the id \"\(id)\"") }
-            var events: [Event] = []
-            try store.forEach(task: id) { events.append($0) }
-            let history = AttemptRecord.history(of: events)
-            if json {
-                var report = TaskReport(one, in: state)
-                report.attemptHistory = history
-                print(TaskReport.json([report]))
-            } else {
-                print(TaskTable.detail(one))
-                print("attempts:")
-                for record in history {
-                    let ending = record.endedBy ?? (one.phase == .running ? "running" : "no end recorded")
-                    print("  #\(record.attempt) from byte \(record.offset), \(ending): " + (record.metrics?.words ?? "no metrics"))
-                }
-                if let headers = events.lazy.compactMap({ event -> [Header]? in
-                    if case .finished(let finished) = event.body { return finished.responseHeaders } else { return nil }
-                }).last {
-                    print("response headers:")
-                    for header in headers { print("  " + header.printable) }
-                }
-                print("events:")
-                try store.forEachRow(task: id) { print("  " + EventLine.text($0)) }
-            }
+            try show(id, of: store, in: state, agentRunning: agent.running)
             return
         }
+        let selection = StatusView.select(state, phases: try phases(), all: all || json, children: json,
+                                          nowMs: Int64(Date().timeIntervalSince1970 * 1000))
         if json {
-            print(TaskReport.json(state.orderedTasks.map { TaskReport($0, in: state) }))
+            let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
+            print(TaskReport.json(selection.tasks.map { TaskReport($0, in: state) }, agent: report))
         } else {
-            print(TaskTable.render(state.orderedTasks, in: state, bars: false), terminator: "")
+            print(screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
         }
+    }
+
+    /// The agent line, the table, the summary line.
+    private func screen(_ state: AgentState, _ selection: (tasks: [TaskState], hidden: Int), _ agent: AgentLiveness,
+                        style: TaskTable.Style, height: Int? = nil) -> [String] {
+        var lines = [Self.agentLine(agent)]
+        var table = selection.tasks.isEmpty ? ["no tasks"] : TaskTable.lines(selection.tasks, in: state, style: style)
+        // A terminal shows the header, the first rows that fit, and how many more there are.
+        if let height, table.count + 2 > height, height >= 4 {
+            let shown = height - 3
+            table = Array(table.prefix(shown)) + ["… \(table.count - shown) more lines (resize, or status without --watch)"]
+        }
+        lines += table
+        let summary = StatusView.summary(of: selection.tasks, in: state, hidden: selection.hidden, agentRunning: agent.running)
+        lines.append(style.width.map { StatusView.shorten(summary.words, to: $0) } ?? summary.words)
+        return lines
+    }
+
+    static func agentLine(_ agent: AgentLiveness) -> String {
+        guard agent.running else { return "agent: not running" }
+        var words = agent.pid.map { "pid \($0)" } ?? "pid unknown"
+        if let started = agent.startedAtMs { words += ", since " + clockTime(started) }
+        return "agent: running (\(words))"
+    }
+
+    /// "10:02" today, "Nov 21 10:02" before.
+    static func clockTime(_ ms: Int64) -> String {
+        let date = Date(timeIntervalSince1970: Double(ms) / 1000)
+        let formatter = DateFormatter()
+        formatter.dateFormat = Calendar.current.isDateInToday(date) ? "HH:mm" : "MMM d HH:mm"
+        return formatter.string(from: date)
+    }
+
+    private func show(_ id: String, of store: EventStore, in state: AgentState, agentRunning: Bool) throws {
+        guard let one = state[id] else { throw fail("no task has the id \"\(id)\"") }
+        var events: [Event] = []
+        try store.forEach(task: id) { events.append($0) }
+        let history = AttemptRecord.history(of: events)
+        if json {
+            var report = TaskReport(one, in: state)
+            report.attemptHistory = history
+            print(TaskReport.json([report]))
+            return
+        }
+        print(TaskTable.detail(one, in: state, agentRunning: agentRunning))
+        print("attempts:")
+        for record in history {
+            let ending = record.endedBy ?? (one.phase == .running ? (agentRunning ? "running" : "interrupted") : "no end recorded")
+            print("  #\(record.attempt) from byte \(record.offset), \(ending): " + (record.metrics?.words ?? "no metrics"))
+        }
+        if let headers = events.lazy.compactMap({ event -> [Header]? in
+            if case .finished(let finished) = event.body { return finished.responseHeaders } else { return nil }
+        }).last {
+            print("response headers:")
+            for header in headers { print("  " + header.printable) }
+        }
+        print("events:")
+        try store.forEachRow(task: id) { print("  " + EventLine.text($0)) }
+    }
+
+    /// On a terminal: the screen redrawn in place, fitted to its size, in
+    /// colour unless NO_COLOR. Piped: a plain snapshot every second, with no
+    /// escape codes, for a log file or `grep`.
+    private func watchLoop(_ store: EventStore, _ paths: AgentPaths) throws -> Never {
+        let terminal = isatty(STDOUT_FILENO) == 1
+        let noColour = !(ProcessInfo.processInfo.environment["NO_COLOR"] ?? "").isEmpty
+        let phases = try phases()
+        while true {
+            let agent = AgentLiveness.probe(lockFile: paths.lockFile)
+            let state = try store.replay()
+            let selection = StatusView.select(state, phases: phases, all: all, nowMs: Int64(Date().timeIntervalSince1970 * 1000))
+            if terminal {
+                let size = TerminalSize.current()
+                let style = TaskTable.Style(width: size.columns, colour: !noColour, bars: size.columns >= 100,
+                                            agentRunning: agent.running)
+                let lines = screen(state, selection, agent, style: style, height: size.rows)
+                // Home, each line cleared to its end, the rest of the screen cleared: no flicker.
+                print("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", terminator: "")
+                fflush(stdout)
+                usleep(500_000)
+            } else {
+                let time = ISO8601DateFormatter().string(from: Date())
+                print(([time] + screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
+                fflush(stdout)
+                sleep(1)
+            }
+        }
+    }
+}
+
+/// The terminal's size in character cells (80×24 when it cannot be asked).
+enum TerminalSize {
+    static func current() -> (columns: Int, rows: Int) {
+        var size = winsize()
+        guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0, size.ws_row > 0 else { return (80, 24) }
+        return (Int(size.ws_col), Int(size.ws_row))
     }
 }
 
@@ -80,63 +183,3 @@ func openLog(_ global: GlobalOptions) throws -> EventStore {
     }
 }
 
-/// The human table of `status` and `replay`.
-enum TaskTable {
-    /// A parent's children (an HLS video's segments) are summed up on its
-    /// row, not listed: `status --task PARENT` and `--json` show them.
-    static func render(_ tasks: [TaskState], in state: AgentState, bars: Bool, plans: [String: String] = [:]) -> String {
-        if tasks.isEmpty { return "no tasks\n" }
-        var rows = [["ID", "KIND", "STATE", "BYTES", "%", "SPEED", "DEST"]]
-        for task in tasks where task.spec.parent == nil || state[task.spec.parent!] == nil {
-            let figures = state.figures(of: task)
-            var size = figures.total.map { "\(ByteCount.format(figures.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(figures.bytes)
-            if let children = figures.children { size += " (\(children.done)/\(children.total) segments)" }
-            let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
-            var dest = task.dest ?? "\(task.spec.effectiveMethod) \(Redaction.url(task.spec.url))"
-            if bars, let value = figures.percent {
-                let filled = Int(value / 5)
-                dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: 20 - filled) + "] " + dest
-            }
-            let speed = task.phase == .running ? ByteCount.format(figures.speed) + "/s" : "-"
-            rows.append([task.id, task.spec.kind.rawValue, task.phase.rawValue, size, percent, speed, dest])
-            if let error = task.error, task.phase == .failed || task.phase == .queued {
-                rows.append(["", "", "", "", "", "", "  " + Redaction.text(error)])
-            }
-            if let plan = plans[task.id] { rows.append(["", "", "", "", "", "", "  plan: " + plan]) }
-        }
-        // Names and reasons come from jobs and servers: no raw control character reaches the terminal.
-        rows = rows.map { $0.map(Printable.escaping) }
-        let widths = (0..<rows[0].count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
-        return rows.map { row in
-            zip(row.dropLast(), widths).map { cell, width in
-                cell + String(repeating: " ", count: width - cell.count + 2)
-            }.joined() + row.last!
-        }.joined(separator: "\n") + "\n"
-    }
-
-    static func detail(_ task: TaskState) -> String {
-        var lines = [
-            "id:          \(task.id)",
-            "kind:        \(task.spec.kind.rawValue)",
-            "state:       \(task.phase.rawValue)",
-            "url:         \(Redaction.url(task.spec.url))",
-            "current url: \(Redaction.url(task.currentURL))",
-            "dest:        \(task.dest ?? "- (the response body is not kept)")",
-            "bytes:       \(task.bytes)" + (task.total.map { " of \($0)" } ?? ""),
-            "attempts:    \(task.attempts)",
-            "priority:    \(task.spec.priority)",
-        ]
-        if task.spec.kind != .download { lines.append("method:      \(task.spec.effectiveMethod)") }
-        if let body = task.spec.bodyFile { lines.append("body file:   \(body)") }
-        if let field = task.spec.formField {
-            lines.append("form:        multipart, file as \"\(field)\"" + task.spec.form.map { ", \($0.name)=\($0.value)" }.joined())
-        }
-        if let status = task.responseStatus { lines.append("status:      \(status)") }
-        if let batch = task.spec.batch { lines.append("batch:       \(batch)") }
-        if let etag = task.etag { lines.append("etag:        \(etag)") }
-        if let lastModified = task.lastModified { lines.append("modified:    \(lastModified)") }
-        for header in task.spec.headers { lines.append("header:      \(header.printable)") }
-        if let error = task.error { lines.append("error:       \(Redaction.text(error))") }
-        return lines.map(Printable.escaping).joined(separator: "\n")
-    }
-}

@@ -1,0 +1,111 @@
+import Foundation
+
+/// What `status` shows (SPEC §3): which tasks, their ETA, and the summary
+/// line. Pure, so the rules are tested without an agent.
+public enum StatusView {
+    /// Ended tasks older than this leave the human view unless `--all`.
+    public static let endedShownForMs: Int64 = 86_400_000
+
+    /// The tasks to list, without forgotten ones, in the given phases if
+    /// any, and without ended tasks older than a day unless `all`. `hidden`
+    /// counts the last. A table leaves out children (a video's segments are
+    /// summed up on its row); JSON lists them with their `parent`.
+    public static func select(_ state: AgentState, phases: Set<TaskPhase>?, all: Bool, children: Bool = false,
+                              nowMs: Int64) -> (tasks: [TaskState], hidden: Int) {
+        var tasks: [TaskState] = []
+        var hidden = 0
+        for task in state.orderedTasks where !task.forgotten {
+            if !children, let parent = task.spec.parent, state[parent] != nil { continue }
+            if let phases, !phases.contains(task.phase) { continue }
+            if !all, task.phase.isEnded, let ended = task.endedAtMs, nowMs - ended > endedShownForMs {
+                hidden += 1
+                continue
+            }
+            tasks.append(task)
+        }
+        return (tasks, hidden)
+    }
+
+    /// Seconds left at the current speed; nil when not running, the size is
+    /// unknown or nothing moves.
+    public static func etaSeconds(_ figures: TaskFigures, phase: TaskPhase) -> Int64? {
+        guard phase == .running, let total = figures.total, figures.speed > 0 else { return nil }
+        let left = max(0, total - figures.bytes)
+        return (left + figures.speed - 1) / figures.speed
+    }
+
+    public struct Summary: Equatable, Sendable {
+        public var counts: [TaskPhase: Int] = [:]
+        /// Bytes per second of everything running.
+        public var speed: Int64 = 0
+        /// Bytes still to come of running and queued tasks whose size is known.
+        public var bytesLeft: Int64 = 0
+        /// Some running or queued task's size is not known yet: the ETA is a lower bound.
+        public var sizeUnknown = false
+        public var hidden = 0
+        /// Left `running` by an agent that is gone (counted here, not in `counts`).
+        public var interrupted = 0
+
+        public var etaSeconds: Int64? {
+            guard speed > 0, bytesLeft > 0 else { return nil }
+            return (bytesLeft + speed - 1) / speed
+        }
+
+        /// "2 running, 5 queued, 1 failed · 3.1 MiB/s · ETA 4m10s".
+        public var words: String {
+            var parts: [String] = []
+            // What needs an eye first.
+            let order: [TaskPhase] = [.running, .queued, .paused, .failed, .finished, .cancelled]
+            var named = order.compactMap { phase in counts[phase].flatMap { $0 > 0 ? "\($0) \(phase.rawValue)" : nil } }
+            if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
+            parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
+            if speed > 0 { parts.append(ByteCount.format(speed) + "/s") }
+            if let eta = etaSeconds { parts.append("ETA " + (sizeUnknown ? "≥ " : "") + StatusView.duration(eta)) }
+            if hidden > 0 { parts.append("\(hidden) ended over a day ago not shown (--all)") }
+            return parts.joined(separator: " · ")
+        }
+    }
+
+    /// - Parameter agentRunning: false: running tasks were left so by an
+    ///   agent that is gone; they count as interrupted and move no bytes.
+    public static func summary(of tasks: [TaskState], in state: AgentState, hidden: Int, agentRunning: Bool = true) -> Summary {
+        var summary = Summary()
+        summary.hidden = hidden
+        for task in tasks {
+            if task.phase == .running && !agentRunning {
+                summary.interrupted += 1
+                continue
+            }
+            summary.counts[task.phase, default: 0] += 1
+            guard task.phase.isActive else { continue }
+            let figures = state.figures(of: task)
+            summary.speed &+= figures.speed
+            if let total = figures.total {
+                summary.bytesLeft &+= max(0, total - figures.bytes)
+            } else {
+                summary.sizeUnknown = true
+            }
+        }
+        return summary
+    }
+
+    /// 42 → "42s", 192 → "3m12s", 3900 → "1h05m", 183600 → "2d03h".
+    public static func duration(_ seconds: Int64) -> String {
+        func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        switch seconds {
+        case ..<60: return "\(max(0, seconds))s"
+        case ..<3600: return "\(seconds / 60)m\(two(seconds % 60))s"
+        case ..<86_400: return "\(seconds / 3600)h\(two(seconds % 3600 / 60))m"
+        default: return "\(seconds / 86_400)d\(two(seconds % 86_400 / 3600))h"
+        }
+    }
+
+    /// Fits `text` into `width` columns, keeping its end (a path's file
+    /// name matters more than its folders): "…/talks/2026/keynote.ts".
+    public static func shorten(_ text: String, to width: Int) -> String {
+        guard width > 0 else { return "" }
+        guard text.count > width else { return text }
+        if width == 1 { return "…" }
+        return "…" + text.suffix(width - 1)
+    }
+}

@@ -1,0 +1,145 @@
+import Foundation
+import SyncAgentCore
+
+/// The human table of `status` and `replay`.
+enum TaskTable {
+    struct Style {
+        /// Columns to fit every line into (`--watch` on a terminal); nil: no limit.
+        var width: Int?
+        var colour = false
+        var bars = false
+        /// `status`: whether an agent runs (false: `running` reads `interrupted`). nil: the log's words as they are.
+        var agentRunning: Bool?
+    }
+
+    private static let header = ["ID", "KIND", "STATE", "BYTES", "%", "SPEED", "ETA", "DEST"]
+    private static let stateColumn = 2
+    /// A long custom id is shortened in a fitted table: the destination says more.
+    private static let fittedIDWidth = 16
+    private static let barWidth = 20
+
+    /// One line per task (a parent's children are summed up on its row, not
+    /// listed), each followed by its error or recovery plan when it has one.
+    static func lines(_ tasks: [TaskState], in state: AgentState, style: Style = Style(),
+                      plans: [String: String] = [:]) -> [String] {
+        var rows: [[String]] = []
+        var notes: [Int: [String]] = [:]
+        for task in tasks {
+            let figures = state.figures(of: task)
+            var size = figures.total.map { "\(ByteCount.format(figures.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(figures.bytes)
+            if let children = figures.children { size += " (\(children.done)/\(children.total) segments)" }
+            let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
+            let interrupted = task.phase == .running && style.agentRunning == false
+            let phase = interrupted ? "interrupted" : task.phase.rawValue
+            let moving = task.phase == .running && !interrupted
+            let speed = moving ? ByteCount.format(figures.speed) + "/s" : "-"
+            let eta = moving ? StatusView.etaSeconds(figures, phase: task.phase).map(StatusView.duration) ?? "?" : "-"
+            var dest = task.dest ?? "\(task.spec.effectiveMethod) \(Redaction.url(task.spec.url))"
+            if style.bars, let value = figures.percent {
+                let filled = min(barWidth, max(0, Int(value / 100 * Double(barWidth))))
+                dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "] " + dest
+            }
+            var taskNotes: [String] = []
+            if let error = task.error, task.phase == .failed || task.phase == .queued { taskNotes.append(Redaction.text(error)) }
+            if let plan = plans[task.id] { taskNotes.append("plan: " + plan) }
+            if !taskNotes.isEmpty { notes[rows.count] = taskNotes }
+            rows.append([task.id, task.spec.kind.rawValue, phase, size, percent, speed, eta, dest])
+        }
+        // Names and reasons come from jobs and servers: no raw control character reaches the terminal.
+        rows = ([header] + rows).map { $0.map(Printable.escaping) }
+        if style.width != nil {
+            for index in rows.indices { rows[index][0] = StatusView.shorten(rows[index][0], to: fittedIDWidth) }
+        }
+        let widths = (0..<header.count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        let destColumn = widths.reduce(0) { $0 + $1 + 2 }
+        var out: [String] = []
+        for (index, row) in rows.enumerated() {
+            var line = "", coloured = ""
+            for (column, width) in widths.enumerated() {
+                let cell = row[column]
+                let padding = String(repeating: " ", count: width - cell.count + 2)
+                line += cell + padding
+                coloured += (index > 0 && column == stateColumn ? colour(cell) : cell) + padding
+            }
+            var dest = row.last!
+            if let width = style.width { dest = StatusView.shorten(dest, to: width - destColumn) }
+            let fitted = fit(line + dest, style: style)
+            // A line that had to be cut loses its colour: the escape codes would be cut with it.
+            out.append(style.colour && fitted == line + dest ? coloured + dest : fitted)
+            for note in notes[index - 1] ?? [] {
+                var text = "  " + Printable.escaping(note)
+                // A reason reads from its start: cut its end.
+                if let width = style.width, destColumn + text.count > width {
+                    text = String(text.prefix(max(0, width - destColumn - 1))) + "…"
+                }
+                out.append(fit(String(repeating: " ", count: destColumn) + text, style: style))
+            }
+        }
+        return out
+    }
+
+    /// The table as one string, each line ended: `replay` and plain `status`.
+    static func render(_ tasks: [TaskState], in state: AgentState, style: Style = Style(), plans: [String: String] = [:]) -> String {
+        if tasks.isEmpty { return "no tasks\n" }
+        return lines(tasks, in: state, style: style, plans: plans).map { $0 + "\n" }.joined()
+    }
+
+    /// A line wider than the terminal even without its destination (a very
+    /// narrow window) is cut, never wrapped.
+    private static func fit(_ line: String, style: Style) -> String {
+        guard let width = style.width, line.count > width else { return line }
+        return String(line.prefix(max(0, width - 1))) + "…"
+    }
+
+    /// SGR colours by state (no colour for finished: the eye goes to what needs it).
+    static func colour(_ state: String) -> String {
+        let code = switch state {
+        case "running": "32"
+        case "queued": "36"
+        case "paused", "interrupted": "33"
+        case "failed": "31"
+        case "cancelled": "2"
+        default: ""
+        }
+        return code.isEmpty ? state : "\u{1B}[\(code)m\(state)\u{1B}[0m"
+    }
+
+    /// `status --task`: one task in full, sizes in words and exact bytes.
+    static func detail(_ task: TaskState, in state: AgentState, agentRunning: Bool) -> String {
+        let figures = state.figures(of: task)
+        func size(_ bytes: Int64) -> String { "\(ByteCount.format(bytes)) (\(bytes) bytes)" }
+        let interrupted = task.phase == .running && !agentRunning
+        var lines = [
+            "id:          \(task.id)",
+            "kind:        \(task.spec.kind.rawValue)",
+            "state:       \(interrupted ? "interrupted (running when its agent stopped; the next start resumes it)" : task.phase.rawValue)",
+            "url:         \(Redaction.url(task.spec.url))",
+            "current url: \(Redaction.url(task.currentURL))",
+            "dest:        \(task.dest ?? "- (the response body is not kept)")",
+            "bytes:       \(size(figures.bytes))" + (figures.total.map { " of \(size($0))" } ?? ""),
+        ]
+        if task.phase == .running && !interrupted {
+            let eta = StatusView.etaSeconds(figures, phase: task.phase).map { ", ETA \(StatusView.duration($0))" } ?? ""
+            lines.append("speed:       \(ByteCount.format(figures.speed))/s" + eta)
+        }
+        if let children = figures.children { lines.append("segments:    \(children.done) of \(children.total) done") }
+        lines += [
+            "attempts:    \(task.attempts)",
+            "priority:    \(task.spec.priority)",
+        ]
+        if let parent = task.spec.parent { lines.append("parent:      \(parent)") }
+        if task.spec.kind != .download { lines.append("method:      \(task.spec.effectiveMethod)") }
+        if let body = task.spec.bodyFile { lines.append("body file:   \(body)") }
+        if let field = task.spec.formField {
+            lines.append("form:        multipart, file as \"\(field)\"" + task.spec.form.map { ", \($0.name)=\($0.value)" }.joined())
+        }
+        if let status = task.responseStatus { lines.append("status:      \(status)") }
+        if let batch = task.spec.batch { lines.append("batch:       \(batch)") }
+        if let etag = task.etag { lines.append("etag:        \(etag)") }
+        if let lastModified = task.lastModified { lines.append("modified:    \(lastModified)") }
+        for header in task.spec.headers { lines.append("header:      \(header.printable)") }
+        if let error = task.error { lines.append("error:       \(Redaction.text(error))") }
+        if task.forgotten { lines.append("forgotten:   yes (not listed by status)") }
+        return lines.map(Printable.escaping).joined(separator: "\n")
+    }
+}

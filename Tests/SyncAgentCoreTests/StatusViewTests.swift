@@ -1,0 +1,92 @@
+import Foundation
+import Testing
+@testable import SyncAgentCore
+
+@Suite struct StatusViewTests {
+    @Test func endedTasksOlderThanADayAreHiddenAndCounted() {
+        var log = LogBuilder()
+        log.create("old")
+        log.runToEnd("old")
+        log.nowMs += StatusView.endedShownForMs + 1
+        log.create("new")
+        log.runToEnd("new")
+        log.create("waiting")
+        let now = log.nowMs
+        let shown = StatusView.select(log.state, phases: nil, all: false, nowMs: now)
+        #expect(shown.tasks.map(\.id) == ["new", "waiting"])
+        #expect(shown.hidden == 1)
+        #expect(StatusView.select(log.state, phases: nil, all: true, nowMs: now).tasks.count == 3)
+        let queued = StatusView.select(log.state, phases: [.queued], all: true, nowMs: now)
+        #expect(queued.tasks.map(\.id) == ["waiting"])
+    }
+
+    @Test func etaAndSummaryComeFromSpeedAndWhatIsLeft() {
+        var log = LogBuilder()
+        log.create("a")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/a")), task: "a")
+        _ = log.add(.progressed(Progressed(bytes: 0, total: 10_000)), task: "a", afterMs: 1000)
+        _ = log.add(.progressed(Progressed(bytes: 1000, total: 10_000)), task: "a", afterMs: 1000)
+        log.create("b")
+        let a = log.state["a"]!
+        let figures = log.state.figures(of: a)
+        #expect(figures.speed == 1000)
+        #expect(StatusView.etaSeconds(figures, phase: .running) == 9)
+        let summary = StatusView.summary(of: log.state.orderedTasks, in: log.state, hidden: 2)
+        #expect(summary.counts == [.running: 1, .queued: 1])
+        #expect(summary.sizeUnknown, "b has not said its size")
+        #expect(summary.words == "1 running, 1 queued · 1000 B/s · ETA ≥ 9s · 2 ended over a day ago not shown (--all)")
+        // A dead agent's running task moves no bytes.
+        let dead = StatusView.summary(of: log.state.orderedTasks, in: log.state, hidden: 0, agentRunning: false)
+        #expect(dead.interrupted == 1 && dead.speed == 0 && dead.etaSeconds == nil)
+        #expect(dead.words.hasPrefix("1 interrupted"))
+    }
+
+    @Test(arguments: [(Int64(0), "0s"), (42, "42s"), (192, "3m12s"), (3900, "1h05m"), (183_600, "2d03h")])
+    func durationsReadAtAGlance(_ seconds: Int64, _ words: String) {
+        #expect(StatusView.duration(seconds) == words)
+    }
+
+    @Test func shorteningKeepsTheEndOfAPath() {
+        #expect(StatusView.shorten("/home/me/Downloads/talks/keynote.ts", to: 14) == "…s/keynote.ts")
+        #expect(StatusView.shorten("short", to: 14) == "short")
+        #expect(StatusView.shorten("abc", to: 1) == "…")
+        #expect(StatusView.shorten("abc", to: 0) == "")
+    }
+}
+
+@Suite struct SubmitInputTests {
+    @Test func urlsWithIndentedOptionsCommentsAndBlankLines() throws {
+        let text = "# nightly\nhttps://h/a.iso\n  dest=isos/a.iso\n\tmax-speed = 2M\n\nhttps://h/b.iso\r\n  header=X-A: 1\n"
+        let entries = try SubmitInput.parse(text)
+        #expect(entries.map(\.url) == ["https://h/a.iso", "https://h/b.iso"])
+        #expect(entries[0].options.map(\.key) == ["dest", "max_speed"])
+        #expect(entries[0].options.map(\.value) == ["isos/a.iso", "2M"])
+        #expect(entries[1].options.first?.value == "X-A: 1")
+        #expect(entries[1].line == 6)
+    }
+
+    @Test func mistakesNameTheirLine() {
+        #expect(throws: SubmitInput.Malformed(line: 1, problem: "an indented option \"dest=x\" comes before any URL")) {
+            try SubmitInput.parse("  dest=x\n")
+        }
+        #expect(throws: SubmitInput.Malformed(line: 2, problem: "an option must look like key=value, not \"dest\"")) {
+            try SubmitInput.parse("https://h/a\n  dest\n")
+        }
+        #expect((try? SubmitInput.parse("https://h/a https://m/a\n")) == nil)
+    }
+}
+
+@Suite struct SpeedSharesTests {
+    @Test func anOverallCapIsSplitFairlyAndNeverExceeded() {
+        let shares = SpeedShares.split(overall: 900, own: ["a": nil, "b": nil, "c": nil])
+        #expect(shares == ["a": 300, "b": 300, "c": 300])
+        // A transfer capped lower keeps its cap; the others share what it leaves.
+        let mixed = SpeedShares.split(overall: 1000, own: ["slow": 100, "x": nil, "y": 2000])
+        #expect(mixed == ["slow": 100, "x": 450, "y": 450])
+        #expect(mixed.values.compactMap { $0 }.reduce(0, +) <= 1000)
+        // No overall cap: each keeps its own.
+        #expect(SpeedShares.split(overall: nil, own: ["a": 5, "b": nil]) == ["a": 5, "b": nil])
+        // More transfers than bytes per second: nobody is left unlimited.
+        #expect(SpeedShares.split(overall: 2, own: ["a": nil, "b": nil, "c": nil]).values.allSatisfy { $0 != nil })
+    }
+}
