@@ -7,7 +7,7 @@ public enum Job: Equatable, Sendable {
 }
 
 public struct ControlJob: Equatable, Sendable {
-    public enum Action: String, CaseIterable, Sendable { case pause, resume, cancel }
+    public enum Action: String, CaseIterable, Sendable { case pause, resume, cancel, forget }
     public var action: Action
     /// A task id, or `*` for every task.
     public var task: String
@@ -215,6 +215,21 @@ public struct JobParser: Sendable {
 }
 
 public enum IDRules {
+    /// A new short id: six letters and digits without look-alikes (no l, o,
+    /// 0, 1), about 10⁹ of them; `isTaken` says which are used.
+    public static func random(isTaken: (String) -> Bool) -> String {
+        let alphabet = Array("abcdefghijkmnpqrstuvwxyz23456789")
+        while true {
+            var bits = UInt64.random(in: 0...UInt64.max)
+            var id = ""
+            for _ in 0..<6 {
+                id.append(alphabet[Int(bits & 31)])
+                bits >>= 5
+            }
+            if !isTaken(id) { return id }
+        }
+    }
+
     /// Ids appear in file names and command lines: keep them plain.
     public static func check(_ id: String) throws {
         let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")

@@ -6,15 +6,22 @@ import SyncAgentCore
 struct SubmitCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "submit",
-        abstract: "Write a job file into the inbox and print its path.",
+        abstract: "Write one job file per URL into the inbox and print each task's id.",
         discussion: """
-            The file is written under a temporary name and renamed, so the agent
-            never sees half a job. Works whether or not the agent runs; it takes
-            the job when it (next) runs.
+            Each file is written under a temporary name and renamed, so the agent never
+            sees half a job. Works whether or not the agent runs (it says so when none
+            does); the agent takes the jobs when it (next) runs. Every job is checked
+            first: if one is wrong, none is written.
+
+            -i FILE (or - for standard input) reads URLs one per line, aria2c-style: a
+            URL's options go on indented key=value lines below it (any job key, and
+            dir, out, header, form); they override the flags for that URL.
 
             Examples:
               syncagent submit https://example.com/a.iso --dest isos/a.iso \\
                 --sha256 3a7b… --priority 5
+              syncagent submit --dir isos https://example.com/a.iso https://example.com/b.iso
+              printf 'https://example.com/a.iso\\n  out=debian.iso\\n' | syncagent submit -i -
               syncagent submit https://example.com/videos --kind upload \\
                 --body-file clip.mp4 --form-field file --form title=holiday
               syncagent submit https://example.com/talk/master.m3u8 --kind hls \\
@@ -26,23 +33,55 @@ struct SubmitCommand: ParsableCommand {
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The http or https URL to transfer.")
-    var url: String
+    @Argument(help: "The http or https URLs to transfer: one job each.")
+    var urls: [String] = []
 
-    @Option(help: "Destination, relative to download_dir (default: the URL's file name).")
+    @Option(name: [.customShort("i"), .customLong("input-file")],
+            help: ArgumentHelp("Read URLs from FILE (- for standard input), one per line, each with indented key=value options.",
+                               valueName: "file"))
+    var inputFile: String?
+
+    @Option(help: "Destination, relative to download_dir (default: the URL's file name). One URL only.")
     var dest: String?
+
+    @Option(help: ArgumentHelp("Save into this folder (relative to download_dir) under the URL's file name.", valueName: "dir"))
+    var dir: String?
+
+    @Option(help: "The task's id (default: a new short id). One URL only.")
+    var id: String?
 
     @Option(help: "download (default), upload, data or hls.")
     var kind: String?
 
-    @Option(help: "HLS jobs: best (default), worst, a BANDWIDTH or a resolution such as 1280x720.")
-    var variant: String?
+    @Option(help: "Expected SHA-256 of the file, verified before it is published.")
+    var sha256: String?
 
-    @Option(help: "HLS jobs: directory (default: DEST/index.m3u8 and its segments) or file (one DEST.ts or DEST.mp4).")
-    var output: String?
+    @Option(help: "Expected MD5 of the file, verified before it is published.")
+    var md5: String?
 
-    @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")
-    var maxDuration: Int?
+    @Option(help: "When the destination exists: rename (default: name.1.ext), replace, skip or fail.")
+    var overwrite: String?
+
+    @Option(help: "Higher starts first.")
+    var priority: Int?
+
+    @Option(help: ArgumentHelp("Tasks with the same batch are notified together.", valueName: "name"))
+    var batch: String?
+
+    @Option(help: "batch (default), each (one notification per task too) or none.")
+    var notify: String?
+
+    @Option(help: "Retries after a transient failure (default: the config's retries).")
+    var retries: Int?
+
+    @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M.", valueName: "rate"))
+    var maxSpeed: String?
+
+    @Option(name: .customLong("not-before"), help: ArgumentHelp("Do not start before this time, such as 2026-11-22T03:00:00Z.", valueName: "time"))
+    var notBefore: String?
+
+    @Option(name: .customLong("header"), help: ArgumentHelp("A request header, 'Name: value'; repeatable.", valueName: "K: V"))
+    var headers: [String] = []
 
     @Option(help: "Upload and data jobs: the request method (default GET, or PUT for an upload).")
     var method: String?
@@ -56,47 +95,130 @@ struct SubmitCommand: ParsableCommand {
     @Option(name: .customLong("form"), help: ArgumentHelp("An extra form field, 'name=value'; repeatable.", valueName: "K=V"))
     var formFields: [String] = []
 
-    @Option(help: "Expected SHA-256 of the file, verified before it is published.")
-    var sha256: String?
+    @Option(help: "HLS jobs: best (default), worst, a BANDWIDTH or a resolution such as 1280x720.")
+    var variant: String?
 
-    @Option(name: .customLong("header"), help: ArgumentHelp("A request header, 'Name: value'; repeatable.", valueName: "K: V"))
-    var headers: [String] = []
+    @Option(help: "HLS jobs: directory (default: DEST/index.m3u8 and its segments) or file (one DEST.ts or DEST.mp4).")
+    var output: String?
 
-    @Option(help: "Higher starts first.")
-    var priority: Int?
+    @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")
+    var maxDuration: Int?
+
+    func validate() throws {
+        if dest != nil && dir != nil { throw fail("give --dest (a file) or --dir (a folder), not both") }
+        if urls.isEmpty && inputFile == nil { throw fail("give at least one URL, or -i FILE (- for standard input)") }
+    }
 
     func run() throws {
         let resolved = try global.resolve()
-        var lines = ["url = \(tomlString(url))"]
-        if let kind { lines.append("kind = \(tomlString(kind))") }
-        if let dest { lines.append("dest = \(tomlString(dest))") }
-        if let sha256 { lines.append("sha256 = \(tomlString(sha256))") }
-        if let priority { lines.append("priority = \(priority)") }
-        if let method { lines.append("method = \(tomlString(method))") }
-        if let bodyFile {
-            // The agent runs elsewhere: a relative path means this shell's directory.
-            let absolute = URL(fileURLWithPath: bodyFile, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
-            lines.append("body_file = \(tomlString(absolute.standardizedFileURL.path))")
+        var entries = urls.enumerated().map { index, url in
+            SubmitEntry(url: url, options: [], line: 0, origin: urls.count == 1 ? "" : "URL \(index + 1) (\(url)): ")
         }
-        if let formField { lines.append("form_field = \(tomlString(formField))") }
-        if let variant { lines.append("variant = \(tomlString(variant))") }
-        if let output { lines.append("output = \(tomlString(output))") }
-        if let maxDuration { lines.append("max_duration = \(maxDuration)") }
-        try appendTable("headers", headers, separator: ":", option: "--header", shape: "'Name: value'", to: &lines)
-        try appendTable("form", formFields, separator: "=", option: "--form", shape: "'name=value'", to: &lines)
-        let text = lines.joined(separator: "\n") + "\n"
-        // The agent would reject it; say so now, naming the key.
-        do {
-            _ = try JobParser(downloadDir: resolved.paths.downloadDir).parse(Array(text.utf8))
-        } catch let error as KeyError {
-            throw fail(error.description)
+        if let inputFile { entries += try readList(inputFile) }
+        if entries.isEmpty { throw fail("\(inputFile ?? "-"): no URL in the list") }
+        if entries.count > 1, dest != nil { throw fail("--dest names one file, but \(entries.count) URLs were given; use --dir") }
+        if entries.count > 1, id != nil { throw fail("--id names one task, but \(entries.count) URLs were given") }
+
+        // Every job is checked before any is written: a typo in line 40 leaves no half-submitted list.
+        var taken = pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
+        let logged = (try? EventStore(readingFrom: resolved.paths.eventLog).replay()) ?? AgentState()
+        let parser = JobParser(downloadDir: resolved.paths.downloadDir)
+        var jobs: [(id: String, text: String)] = []
+        for entry in entries {
+            let job = try jobText(for: entry, taken: { taken.contains($0) || logged[$0] != nil })
+            do {
+                _ = try parser.parse(Array(job.text.utf8))
+            } catch let error as KeyError {
+                throw fail(entry.origin + error.description)
+            }
+            taken.insert(job.id)
+            jobs.append(job)
         }
+        let writer = InboxWriter(inbox: resolved.paths.inbox)
+        for job in jobs {
+            do {
+                _ = try writer.write(job.text, prefix: "submit-\(job.id)")
+            } catch {
+                throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)")
+            }
+            print(job.id)
+        }
+        warnIfNoAgent(resolved.paths)
+    }
+
+    private func readList(_ path: String) throws -> [SubmitEntry] {
+        let data: Data?
+        if path == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            data = FileManager.default.contents(atPath: path)
+        }
+        let name = path == "-" ? "standard input" : path
+        guard let data else { throw fail("\(name): cannot read the URL list: \(String(cString: strerror(errno)))") }
+        guard let text = String(data: data, encoding: .utf8) else { throw fail("\(name): the URL list is not UTF-8 text") }
         do {
-            print(try InboxWriter(inbox: resolved.paths.inbox).write(text, prefix: "submit"))
-        } catch {
-            throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)")
+            return try SubmitInput.parse(text).map {
+                var entry = $0
+                entry.origin = "\(name) line \($0.line): "
+                return entry
+            }
+        } catch let error as SubmitInput.Malformed {
+            throw fail("\(name) \(error)")
         }
     }
+
+    /// The TOML of one job: the flags, then the entry's own options over them.
+    private func jobText(for entry: SubmitEntry, taken: (String) -> Bool) throws -> (id: String, text: String) {
+        var keys: [String: String] = [:]
+        func set(_ key: String, _ value: String?) { if let value { keys[key] = value } }
+        set("kind", kind); set("dest", dest); set("sha256", sha256); set("md5", md5); set("overwrite", overwrite)
+        set("priority", priority.map(String.init)); set("batch", batch); set("notify", notify)
+        set("retries", retries.map(String.init)); set("max_speed", maxSpeed); set("not_before", notBefore)
+        set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
+        set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
+        var headerLines = headers, formLines = formFields
+        var folder = dir, fileName: String?
+        for option in entry.options {
+            switch option.key {
+            case "dir": folder = option.value
+            case "out": fileName = option.value
+            case "header": headerLines.append(option.value)
+            case "form": formLines.append(option.value)
+            case "url", "headers":
+                throw fail("\(entry.origin)key \"\(option.key)\" cannot be set on an option line (line \(option.line))")
+            default: keys[option.key] = option.value
+            }
+        }
+        if folder != nil || fileName != nil {
+            let name = fileName ?? (keys["kind"] == "hls" ? URLRules.videoName(from: entry.url) : URLRules.fileName(from: entry.url))
+            keys["dest"] = folder.map { ($0.hasSuffix("/") ? $0 : $0 + "/") + name } ?? name
+        }
+        if let body = keys["body_file"] {
+            // The agent runs elsewhere: a relative path means this shell's directory.
+            let absolute = URL(fileURLWithPath: body, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+            keys["body_file"] = absolute.standardizedFileURL.path
+        }
+        let taskID = keys["id"] ?? IDRules.random(isTaken: taken)
+        if keys["id"] != nil, taken(taskID) {
+            throw fail("\(entry.origin)key \"id\": \"\(taskID)\" is already used by a task in the log or a job waiting in the inbox")
+        }
+        keys["id"] = taskID
+        // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).
+        let integerKeys: Set<String> = ["priority", "retries", "max_duration"]
+        var lines = ["url = \(tomlString(entry.url))"]
+        for key in keys.keys.sorted() {
+            let value = keys[key]!
+            lines.append("\(tomlKey(key)) = " + (integerKeys.contains(key) && Int(value) != nil ? value : tomlString(value)))
+        }
+        try appendTable("headers", headerLines, separator: ":", option: "--header", shape: "'Name: value'", to: &lines)
+        try appendTable("form", formLines, separator: "=", option: "--form", shape: "'name=value'", to: &lines)
+        return (taskID, lines.joined(separator: "\n") + "\n")
+    }
+}
+
+/// A key as written by a user on an option line: bare when it can be.
+private func tomlKey(_ key: String) -> String {
+    key.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") } && !key.isEmpty ? key : tomlString(key)
 }
 
 /// `[name]` with one `key = "value"` per `key<separator>value` given.

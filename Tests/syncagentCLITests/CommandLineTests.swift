@@ -41,9 +41,12 @@ struct CommandLineTests {
         let submitted = try harness.run(["submit", nginx.url("s.bin"), "--dest", "sub/s.bin", "--priority", "3",
                                          "--header", "Authorization: Bearer topsecret"])
         #expect(submitted.status == 0)
-        let path = submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(path.hasPrefix(harness.inbox + "/") && path.hasSuffix(".job"))
-        #expect(FileManager.default.fileExists(atPath: path))
+        // The task's id, as a script would capture it; the job waits in the inbox.
+        let id = submitted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(id.count == 6 && !id.contains("/"), "\(submitted.stdout)")
+        let waiting = try FileManager.default.contentsOfDirectory(atPath: harness.inbox).filter { $0.hasSuffix(".job") }
+        #expect(waiting.count == 1 && waiting[0].contains(id))
+        #expect(submitted.stderr.contains("no agent is running"), "\(submitted.stderr)")
 
         let bad = try harness.run(["submit", "ftp://127.0.0.1/x"])
         #expect(bad.status != 0)
@@ -52,6 +55,7 @@ struct CommandLineTests {
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 60) == 0)
         let task = try harness.statusTasks().first
+        #expect(task?["id"] as? String == id)
         #expect(task?["state"] as? String == "finished")
         #expect(task?["priority"] as? Int == 3)
         #expect(task?["dest"] as? String == "\(harness.downloads)/sub/s.bin")

@@ -302,16 +302,7 @@ final class Intake {
     /// Six lowercase letters and digits, unused so far. One random draw
     /// gives all six (randomElement() would make a getrandom call per letter).
     private func newTaskID() -> String {
-        let alphabet = Array("abcdefghijkmnpqrstuvwxyz23456789")
-        while true {
-            var bits = UInt64.random(in: 0...UInt64.max)
-            var id = ""
-            for _ in 0..<6 {
-                id.append(alphabet[Int(bits & 31)])
-                bits >>= 5
-            }
-            if log.state[id] == nil { return id }
-        }
+        IDRules.random { log.state[$0] != nil }
     }
 }
 
