@@ -1,6 +1,8 @@
 #include "CLinuxShims.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <spawn.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
@@ -19,4 +21,38 @@ int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t mode) {
     errno = ENOSYS;
     return -1;
 #endif
+}
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+int sa_pidfd_open(pid_t pid) {
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int sa_spawn_hook(char *const argv[], char *const envp[], pid_t *pid) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int error = posix_spawn_file_actions_init(&actions);
+    if (error != 0) return error;
+    error = posix_spawnattr_init(&attributes);
+    if (error != 0) {
+        posix_spawn_file_actions_destroy(&actions);
+        return error;
+    }
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    if ((error = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0
+        && (error = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK
+                                                          | POSIX_SPAWN_SETSIGDEF)) == 0
+        && (error = posix_spawnattr_setpgroup(&attributes, 0)) == 0
+        && (error = posix_spawnattr_setsigmask(&attributes, &none)) == 0
+        && (error = posix_spawnattr_setsigdefault(&attributes, &all)) == 0) {
+        error = posix_spawnp(pid, argv[0], &actions, &attributes, argv, envp);
+    }
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return error;
 }

@@ -64,6 +64,10 @@ public final class Agent {
     var cookies: CookieJar?
     /// download_dir, opened once: every task file is reached beneath it.
     var root: DownloadRoot!
+    /// The config's hooks that are running.
+    private let hooks = HookRunner()
+    /// `max_overall_speed` was shared out (see `shareOverallSpeed`).
+    private var sharingSpeed = false
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -97,7 +101,7 @@ public final class Agent {
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
         root = try DownloadRoot(path: paths.downloadDir)
-        log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current)))
+        log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
         resumeInterruptedTasks()
         try log.commit()
 
@@ -125,6 +129,7 @@ public final class Agent {
                 if log.hasPendingCreations { try commit() }
                 startReadyTasks()
                 try announceDrainedBatches()
+                try startOwedHooks()
             }
             // Group commit across wake-ups: one WAL fsync per interval at most,
             // however many events the wake-ups in between recorded.
@@ -133,7 +138,7 @@ public final class Agent {
             }
 
             if exitWhenIdle && isIdle(watcher) { break }
-            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd], timeoutMs: pollTimeoutMs())
+            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd] + hooks.fds, timeoutMs: pollTimeoutMs())
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
             if ready.contains(assembler.fd) { assembled(assembler.drain()) }
             if ready.contains(signalFd) {
@@ -161,6 +166,9 @@ public final class Agent {
                 needsScheduling = true
             }
             refreshDuePlaylists()
+            if let wake = hooks.nextWakeMs, wake <= FileSystem.monotonicMs || hooks.fds.contains(where: ready.contains) {
+                hooksEnded()
+            }
             multi.perform()
             for (easy, result) in multi.completed() { finishAttempt(easy, result) }
             abortStalledAttempts()
@@ -256,7 +264,8 @@ public final class Agent {
     private func isIdle(_ watcher: InboxWatcher) -> Bool {
         // needsScheduling: a pass (which also announces drained batches) is still due.
         guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, awaitingSync.isEmpty, intake.isIdle,
-              log.state.owedNotices.isEmpty else { return false }
+              log.state.owedNotices.isEmpty, hooks.running.isEmpty, log.state.owedTaskHooks.isEmpty,
+              log.state.owedBatchHooks.isEmpty else { return false }
         let leftovers = watcher.scan().filter { !intake.isStuck($0) }
         if leftovers.isEmpty { return true }
         // Files whose inotify events are still queued: take them now.
@@ -273,6 +282,7 @@ public final class Agent {
         if let due = intake.nextRetryMs { timeout = min(timeout, due - FileSystem.monotonicMs) }
         if let wake = nextTimedWakeMs { timeout = min(timeout, wake - FileSystem.nowMs) }
         if let refresh = refreshAt.values.min() { timeout = min(timeout, refresh - FileSystem.monotonicMs) }
+        if let hook = hooks.nextWakeMs { timeout = min(timeout, hook - FileSystem.monotonicMs) }
         return Int32(max(0, timeout))
     }
 
@@ -419,6 +429,20 @@ public final class Agent {
         attempts[attempt.easy] = attempt
         attemptByTask[attempt.taskID] = attempt.easy
         multi.add(attempt.easy)
+        shareOverallSpeed()
+    }
+
+    /// Gives each running transfer its share of `max_overall_speed`, again
+    /// whenever one starts or stops (and on SIGHUP).
+    func shareOverallSpeed() {
+        guard config.maxOverallSpeed != nil || sharingSpeed else { return }
+        // Set once a cap was shared, so that removing it on SIGHUP gives each transfer its own cap back.
+        sharingSpeed = config.maxOverallSpeed != nil
+        let own = Dictionary(uniqueKeysWithValues: attempts.values.map { ($0.taskID, $0.ownSpeedCap) })
+        let shares = SpeedShares.split(overall: config.maxOverallSpeed, own: own)
+        for attempt in attempts.values where !attempt.limitSpeed(to: shares[attempt.taskID] ?? nil) {
+            logger.warning("curl refused a new speed limit", metadata: ["task.id": "\(attempt.taskID)"])
+        }
     }
 
     /// Records a hop (a redirect the agent follows, a master playlist's
@@ -433,6 +457,7 @@ public final class Agent {
     func detach(_ id: String) -> TransferAttempt? {
         guard let easy = attemptByTask.removeValue(forKey: id), let attempt = attempts.removeValue(forKey: easy) else { return nil }
         multi.remove(easy)
+        shareOverallSpeed()
         if attempt.sawSetCookie { saveCookies() }
         return attempt
     }
@@ -610,6 +635,7 @@ public final class Agent {
     }
 
     func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
+        if action == .forget { return forget(task) }
         if action == .resume, task.phase == .failed,
            let cancelled = (log.state.children[task.id] ?? []).first(where: { log.state[$0]?.phase == .cancelled }) {
             return "cannot run again: its segment \(cancelled) was cancelled; cancel the video and submit it again"
@@ -619,6 +645,7 @@ public final class Agent {
         case .pause: task.phase.isActive
         case .resume: task.phase == .paused || task.phase == .failed
         case .cancel: !task.phase.isEnded || task.phase == .failed
+        case .forget: false
         }
         if applies, log.state.families[task.id] != nil { carryOutOnChildren(action, of: task) }
         switch (action, task.phase) {
@@ -646,9 +673,22 @@ public final class Agent {
             if let part = task.partPath { removePartial(part, of: task.id) }
             log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
             return "cancelled"
-        case (.pause, let phase), (.resume, let phase), (.cancel, let phase):
+        case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase):
             return "nothing to do: task already \(phase.rawValue)"
         }
+    }
+
+    /// An ended task leaves `status`, its segments with it; a live one is
+    /// refused, since forgetting must never lose a transfer.
+    private func forget(_ task: TaskState) -> String {
+        guard task.phase.isEnded else { return "nothing to do: task is \(task.phase.rawValue); cancel it first" }
+        // Read afresh: forgetting a video forgets its segments, which "*" then meets again.
+        guard log.state[task.id]?.forgotten == false else { return "nothing to do: task already forgotten" }
+        log.record(.forgotten(Forgotten()), task: task.id)
+        for child in log.state.children[task.id] ?? [] where log.state[child]?.forgotten == false {
+            log.record(.forgotten(Forgotten()), task: child)
+        }
+        return "forgotten"
     }
 
     // MARK: - Configuration
@@ -672,7 +712,8 @@ public final class Agent {
             config = next
             settings = TransferSettings(config: next)
             intake.parser = jobParser()
-            log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart)))
+            log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart, hooks: next.hooks)))
+            shareOverallSpeed()
             logger.notice("config reloaded", metadata: ["file": "\(file)", "applied": "\(applied)", "need_restart": "\(needRestart)"])
         } catch {
             log.record(.configReloaded(ConfigReloaded(file: file, applied: [], needRestart: [], error: "\(error)")))
@@ -706,6 +747,45 @@ public final class Agent {
         // `notified` goes to disk right away: the window in which a crash
         // would repeat the notification stays a few microseconds wide.
         try commit()
+    }
+
+    // MARK: - Hooks
+
+    /// Starts the runs the log says are owed, as slots allow. `hook_started`
+    /// is committed before any process is spawned: a crash in between loses
+    /// a run rather than repeat it (at most once per end, like notices).
+    private func startOwedHooks() throws {
+        let runs = HookPlan.due(in: log.state, limit: hooks.freeSlots)
+        guard !runs.isEmpty else { return }
+        var starting: [(run: HookPlan.Run, command: [String])] = []
+        for run in runs {
+            guard let command = run.hook == .taskEnd ? config.onTaskEnd : config.onBatchEnd else { continue }
+            log.record(.hookStarted(HookStarted(hook: run.hook, batchSeq: run.batchSeq, program: command[0])), task: run.task)
+            starting.append((run, command))
+        }
+        try commit()
+        CrashPoint.hookStartCommitted.reached()
+        for (run, command) in starting {
+            if case .failure(let failure) = hooks.spawn(run, command: command, timeoutS: config.hookTimeout) {
+                log.record(.hookEnded(HookEnded(hook: run.hook, batchSeq: run.batchSeq, pid: nil, durationMs: 0,
+                                                error: failure.description)), task: run.task)
+                logger.error("hook not started", metadata: ["hook": "\(run.hook.rawValue)", "error": "\(failure)"])
+            }
+        }
+    }
+
+    /// Records how each finished (or overdue, now killed) hook ended.
+    private func hooksEnded() {
+        for (run, ended) in hooks.reap() {
+            log.record(.hookEnded(ended), task: run.task)
+            if ended.exitStatus != 0 {
+                let how = ended.timedOut ? "killed after hook_timeout (\(config.hookTimeout) s)"
+                    : ended.signal.map { "ended by signal \($0)" } ?? "exit status \(ended.exitStatus ?? -1)"
+                logger.warning("hook failed", metadata: ["hook": "\(run.hook.rawValue)", "task.id": "\(run.task ?? "-")", "how": "\(how)"])
+            }
+            // A slot is free: the next owed run can start.
+            needsScheduling = true
+        }
     }
 
     private func post(_ notice: Notice, batch: String?, task: String?) {

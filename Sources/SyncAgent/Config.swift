@@ -54,7 +54,9 @@ public struct ResolvedConfig: Sendable {
             }
         } else if configFile != nil || FileSystem.exists(path) {
             // Named explicitly, or there but unreadable: never silently the defaults.
-            throw ConfigError(description: "\(path): cannot read the config file")
+            let why = access(path, R_OK) == 0 ? "it is not a readable file" : String(cString: strerror(errno))
+            throw ConfigError(description: "\(path): cannot read the config file: \(why)"
+                              + (configFile != nil ? " (named by --config)" : ""))
         }
 
         let paths = AgentPaths(

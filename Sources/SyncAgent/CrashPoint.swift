@@ -16,6 +16,8 @@ enum CrashPoint: String {
     case batchFinishedCommitted = "batch-finished-committed"
     /// `finished` is committed; `DEST.part` is not renamed yet.
     case finishedCommitted = "finished-committed"
+    /// `hook_started` is committed; the hook's process is not spawned yet.
+    case hookStartCommitted = "hook-start-committed"
 
     private static let armed = ProcessInfo.processInfo.environment["SYNCAGENT_CRASHPOINT"].flatMap(CrashPoint.init(rawValue:))
 

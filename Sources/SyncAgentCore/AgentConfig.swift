@@ -18,6 +18,13 @@ public struct AgentConfig: Equatable, Sendable {
     public var totalTimeout = 604_800
     public var maxRedirects = 10
     public var maxSpeed: Int64?
+    /// All running transfers together, shared among them (aria2's max-overall-download-limit).
+    public var maxOverallSpeed: Int64?
+    /// Run when a task ends (`on_task_end`) or a batch drains (`on_batch_end`); argv, no shell.
+    public var onTaskEnd: [String]?
+    public var onBatchEnd: [String]?
+    /// A hook still running after this many seconds is killed.
+    public var hookTimeout = 60
     public var notify: NotifyMode = .batch
     public var userAgent: String?
     public var cookies: CookieMode = .persistent
@@ -31,12 +38,18 @@ public struct AgentConfig: Equatable, Sendable {
 
     public init() {}
 
+    /// The hooks set, as `agent_started` and `config_reloaded` record them.
+    public var hooks: [String] {
+        (onTaskEnd != nil ? [HookKind.taskEnd.rawValue] : []) + (onBatchEnd != nil ? [HookKind.batchEnd.rawValue] : [])
+    }
+
     public var limits: SchedulerLimits { SchedulerLimits(maxActive: maxActive, maxPerHost: maxPerHost) }
 
     static let keys: Set<String> = [
         "inbox", "state_dir", "download_dir", "max_active", "max_per_host", "retries",
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
+        "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
@@ -53,7 +66,8 @@ public struct AgentConfig: Equatable, Sendable {
         note("connect_timeout", \.connectTimeout); note("idle_timeout", \.idleTimeout)
         note("total_timeout", \.totalTimeout); note("max_redirects", \.maxRedirects); note("max_speed", \.maxSpeed)
         note("notify", \.notify); note("user_agent", \.userAgent); note("cookies", \.cookies); note("proxy", \.proxy)
-        note("ca_file", \.caFile); note("headers", \.headers)
+        note("ca_file", \.caFile); note("headers", \.headers); note("max_overall_speed", \.maxOverallSpeed)
+        note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
         return keys
     }
 
@@ -73,6 +87,10 @@ public struct AgentConfig: Equatable, Sendable {
         config.totalTimeout = try reader.seconds("total_timeout") ?? config.totalTimeout
         config.maxRedirects = try reader.int("max_redirects", in: 0...100) ?? config.maxRedirects
         config.maxSpeed = try reader.byteCount("max_speed")
+        config.maxOverallSpeed = try reader.byteCount("max_overall_speed")
+        config.onTaskEnd = try reader.command("on_task_end")
+        config.onBatchEnd = try reader.command("on_batch_end")
+        config.hookTimeout = try reader.seconds("hook_timeout") ?? config.hookTimeout
         config.notify = try reader.choice("notify", NotifyMode.self) ?? config.notify
         config.userAgent = try reader.string("user_agent")
         // It goes out as a header: a line break would start another one.

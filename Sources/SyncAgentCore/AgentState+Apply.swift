@@ -30,10 +30,11 @@ extension AgentState {
             if let identity = rejection.identity { rejectedSources.insert(identity) }
         case .controlled(let control):
             if let identity = control.identity { takenSources.insert(identity) }
-        case .configReloaded:
-            break
+        case .configReloaded(let reload):
+            if let hooks = reload.hooks { arm(hooks) }
         case .agentStarted(let started):
             runningAgentPid = started.pid
+            arm(started.hooks ?? [])
         case .agentStopped:
             runningAgentPid = nil
         case .batchFinished(let batch):
@@ -42,6 +43,14 @@ extension AgentState {
             endedSinceNotice[key]?.removeAll { announced.contains($0) }
             if endedSinceNotice[key]?.isEmpty == true { endedSinceNotice[key] = nil }
             owedNotices[key] = batch
+            if armedHooks.contains(.batchEnd) { owedBatchHooks[event.seq] = batch }
+        case .hookStarted(let hook):
+            switch hook.hook {
+            case .taskEnd: if let id = event.task { owedTaskHooks.remove(id) }
+            case .batchEnd: if let seq = hook.batchSeq { owedBatchHooks[seq] = nil }
+            }
+        case .hookEnded:
+            break
         case .notified(let notice):
             if let id = event.task {
                 tasks[id]?.owesOwnNotice = false
@@ -70,6 +79,11 @@ extension AgentState {
                 if change.after.isEnded { release(dest, for: id) } else { reserve(dest, for: id) }
             }
             countActive(id, was: change.before, now: change.after)
+            if change.after.isEnded, !change.before.isEnded, armedHooks.contains(.taskEnd), tasks.values[index].parentID == nil {
+                owedTaskHooks.insert(id)
+            } else if !change.after.isEnded {
+                owedTaskHooks.remove(id)
+            }
         } else if change.after == .queued {
             // Still queued, but its start time or host may have changed.
             countActive(id, was: .queued, now: .queued)
@@ -92,6 +106,14 @@ extension AgentState {
         }
         // A parent settles when its own phase changes, or its playlist grows or ends.
         if change.before != change.after || change.expanded, !families.isEmpty, families[id] != nil { settle(id) }
+    }
+
+    /// The hooks the config now sets. Runs owed to a hook no longer set are
+    /// dropped: there is no command left to run for them.
+    private mutating func arm(_ hooks: [String]) {
+        armedHooks = Set(hooks.compactMap(HookKind.init(rawValue:)))
+        if !armedHooks.contains(.taskEnd) { owedTaskHooks.removeAll() }
+        if !armedHooks.contains(.batchEnd) { owedBatchHooks.removeAll() }
     }
 
     /// Keeps `settledParents` current for `parent`.
@@ -278,7 +300,10 @@ extension TaskState {
                 progress.lastSequence = max(progress.lastSequence ?? entry.sequence, entry.sequence)
             }
             hls = progress
-        case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified, .controlled, .configReloaded:
+        case .forgotten:
+            forgotten = true
+        case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified, .controlled, .configReloaded,
+             .hookStarted, .hookEnded:
             break
         }
         return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey,

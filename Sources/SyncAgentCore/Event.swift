@@ -42,11 +42,15 @@ public enum EventBody: Equatable, Sendable {
     case controlled(Controlled)
     case configReloaded(ConfigReloaded)
     case expanded(Expanded)
+    case forgotten(Forgotten)
+    case hookStarted(HookStarted)
+    case hookEnded(HookEnded)
 
     public static let allTypes = [
         "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
         "finished", "failed", "cancelled", "rejected", "controlled", "expanded",
         "agent_started", "agent_stopped", "batch_finished", "notified", "config_reloaded",
+        "forgotten", "hook_started", "hook_ended",
     ]
 
     public var type: String {
@@ -69,6 +73,9 @@ public enum EventBody: Equatable, Sendable {
         case .controlled: "controlled"
         case .configReloaded: "config_reloaded"
         case .expanded: "expanded"
+        case .forgotten: "forgotten"
+        case .hookStarted: "hook_started"
+        case .hookEnded: "hook_ended"
         }
     }
 }
@@ -229,15 +236,67 @@ public struct ConfigReloaded: Codable, Equatable, Sendable {
     /// Keys that changed but only take effect at the next start (paths).
     public var needRestart: [String]
     public var error: String?
-    public init(file: String, applied: [String], needRestart: [String], error: String? = nil) {
-        self.file = file; self.applied = applied; self.needRestart = needRestart; self.error = error
+    /// The hooks set from now on (nil: unchanged, as when the file did not parse).
+    public var hooks: [String]?
+    public init(file: String, applied: [String], needRestart: [String], error: String? = nil, hooks: [String]? = nil) {
+        self.file = file; self.applied = applied; self.needRestart = needRestart; self.error = error; self.hooks = hooks
+    }
+}
+
+/// `syncagent forget`: an ended task leaves `status`; the log keeps its history.
+public struct Forgotten: Codable, Equatable, Sendable {
+    public var file: String?
+    public init(file: String? = nil) { self.file = file }
+}
+
+/// The config's commands run when a task or a batch ends (`on_task_end`,
+/// `on_batch_end`, SPEC §5).
+public enum HookKind: String, Codable, Equatable, Sendable, CaseIterable {
+    case taskEnd = "task_end"
+    case batchEnd = "batch_end"
+}
+
+/// A hook is about to start: recorded and committed before the process is
+/// spawned, so a restart never runs it twice (at most once, like `notified`).
+/// The event's task is the ended task for `task_end`.
+public struct HookStarted: Codable, Equatable, Sendable {
+    public var hook: HookKind
+    /// `batch_end`: the seq of the `batch_finished` it is for.
+    public var batchSeq: Int64?
+    /// The program (the command's first word; its arguments may be private).
+    public var program: String
+    public init(hook: HookKind, batchSeq: Int64? = nil, program: String) {
+        self.hook = hook; self.batchSeq = batchSeq; self.program = program
+    }
+}
+
+/// How a hook's process ended: its exit status, or the signal that ended it
+/// (SIGKILL from the agent when it ran past `hook_timeout`: `timedOut`), or
+/// why it could not be started (`error`).
+public struct HookEnded: Codable, Equatable, Sendable {
+    public var hook: HookKind
+    public var batchSeq: Int64?
+    public var pid: Int32?
+    public var exitStatus: Int32?
+    public var signal: Int32?
+    public var timedOut: Bool
+    public var durationMs: Int64
+    public var error: String?
+    public init(hook: HookKind, batchSeq: Int64? = nil, pid: Int32?, exitStatus: Int32? = nil, signal: Int32? = nil,
+                timedOut: Bool = false, durationMs: Int64, error: String? = nil) {
+        self.hook = hook; self.batchSeq = batchSeq; self.pid = pid; self.exitStatus = exitStatus; self.signal = signal
+        self.timedOut = timedOut; self.durationMs = durationMs; self.error = error
     }
 }
 
 public struct AgentStarted: Codable, Equatable, Sendable {
     public var pid: Int32
     public var version: String
-    public init(pid: Int32, version: String) { self.pid = pid; self.version = version }
+    /// The hooks the config sets (`HookKind` raw values): ends from now on owe them a run.
+    public var hooks: [String]?
+    public init(pid: Int32, version: String, hooks: [String]? = nil) {
+        self.pid = pid; self.version = version; self.hooks = hooks
+    }
 }
 
 public struct AgentStopped: Codable, Equatable, Sendable {

@@ -101,6 +101,9 @@ public enum EventCoding {
             case .controlled(let p): bytes = try encoder.encode(p)
             case .configReloaded(let p): bytes = try encoder.encode(p)
             case .expanded(let p): bytes = try encoder.encode(p)
+            case .forgotten(let p): bytes = try encoder.encode(p)
+            case .hookStarted(let p): bytes = try encoder.encode(p)
+            case .hookEnded(let p): bytes = try encoder.encode(p)
             default: preconditionFailure("written by hand above")
             }
         } catch {
@@ -171,6 +174,9 @@ public enum EventCoding {
         case "controlled": return .controlled(try decode(Controlled.self))
         case "config_reloaded": return .configReloaded(try decode(ConfigReloaded.self))
         case "expanded": return .expanded(try decode(Expanded.self))
+        case "forgotten": return .forgotten(try decode(Forgotten.self))
+        case "hook_started": return .hookStarted(try decode(HookStarted.self))
+        case "hook_ended": return .hookEnded(try decode(HookEnded.self))
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }

@@ -8,6 +8,11 @@ public struct Notice: Equatable, Sendable {
     public init(summary: String, body: String, critical: Bool) {
         self.summary = summary; self.body = body; self.critical = critical
     }
+
+    /// The freedesktop category hint: a notification server may file or sound it by this.
+    public var category: String { critical ? "transfer.error" : "transfer.complete" }
+    /// A freedesktop icon name every icon theme has.
+    public var icon: String { critical ? "dialog-error" : "folder-download" }
 }
 
 /// When the agent owes the desktop a notification, and what it says (SPEC §8).
@@ -42,13 +47,17 @@ public enum Notices {
         }
         if let name = batch.batch { summary = "\(name): \(summary)" }
 
+        // Failures are named first, even among many: they are what the user must act on.
         var lines: [String] = []
-        let ids = batch.failed + batch.finished
-        if ids.count <= namesListedUpTo {
-            for id in ids {
+        for id in batch.failed.prefix(namesListedUpTo) {
+            guard let task = state.tasks[id] else { continue }
+            lines.append("✗ \(task.displayName): \(task.error ?? "failed")")
+        }
+        if failed > namesListedUpTo { lines.append("… and \(failed - namesListedUpTo) more failed (syncagent status --state failed)") }
+        if finished + failed <= namesListedUpTo {
+            for id in batch.finished {
                 guard let task = state.tasks[id] else { continue }
-                let name = task.displayName
-                lines.append(task.phase == .failed ? "✗ \(name): \(task.error ?? "failed")" : "✓ \(name)")
+                lines.append("✓ \(task.displayName)")
             }
         }
         return Notice(summary: summary, body: lines.joined(separator: "\n"), critical: failed > 0)

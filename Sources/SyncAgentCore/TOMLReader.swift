@@ -92,6 +92,23 @@ struct TOMLReader {
         throw KeyError(key: prefix + key, "must be a date-time with a time zone, such as 2026-11-22T03:00:00Z")
     }
 
+    /// A command as an array of strings (`["notify-send", "done"]`): run
+    /// without a shell, so every word is a whole argument.
+    func command(_ key: String) throws -> [String]? {
+        guard let value = table[key] else { return nil }
+        let rule = "must be a command as an array of strings, such as [\"/usr/local/bin/on-done\", \"--quiet\"]"
+        guard case .array(let items) = value, !items.isEmpty else { throw KeyError(key: prefix + key, rule) }
+        var words: [String] = []
+        for item in items {
+            guard case .string(let word) = item else { throw KeyError(key: prefix + key, rule) }
+            // An argv entry cannot hold NUL; the program must be named.
+            guard !word.contains("\0") else { throw KeyError(key: prefix + key, "must not contain NUL characters") }
+            words.append(word)
+        }
+        guard !words[0].isEmpty else { throw KeyError(key: prefix + key, "must start with the program to run") }
+        return words
+    }
+
     func subtable(_ key: String) throws -> TOMLReader? {
         guard let value = table[key] else { return nil }
         guard case .table(let table) = value else { throw mismatch(key, expected: "a table", got: value) }

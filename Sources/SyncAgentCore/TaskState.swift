@@ -95,6 +95,8 @@ public struct TaskState: Equatable, Sendable {
     public var pauseReason: PauseReason?
     /// `notify = "each"` tasks owe their own notification once ended.
     public var owesOwnNotice = false
+    /// `syncagent forget`: no longer listed by `status`.
+    public var forgotten = false
 
     private var details: TaskDetails {
         get { detailsBox?.value ?? TaskDetails() }
@@ -207,6 +209,12 @@ public struct AgentState: Equatable, Sendable {
     public internal(set) var settledParents: Set<String> = []
     /// The pid of the agent that last started and has not recorded a stop.
     public internal(set) var runningAgentPid: Int32?
+    /// Hooks the running config sets (from `agent_started`, `config_reloaded`).
+    public internal(set) var armedHooks: Set<HookKind> = []
+    /// Top-level tasks that ended while `on_task_end` was set and whose hook has not started.
+    public internal(set) var owedTaskHooks: Set<String> = []
+    /// `batch_finished` events (by seq) owed an `on_batch_end` run.
+    public internal(set) var owedBatchHooks: [Int64: BatchFinished] = [:]
 
     public init() {}
 

@@ -13,7 +13,8 @@ struct ControlTarget: ParsableArguments {
     var all = false
 
     func validate() throws {
-        if all == (id != nil) { throw ValidationError("give a task id or --all") }
+        if all, let id { throw fail("give a task id or --all, not both (got --all and \"\(id)\")") }
+        if !all && id == nil { throw fail("give a task id, or --all for every task") }
     }
 
     var task: String { all ? "*" : id! }
@@ -34,8 +35,16 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
     } catch {
         throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)")
     }
-    let who = task == "*" ? "every task" : "task \(task)"
+    let who = task == "*" ? (action == .forget ? "every ended task" : "every task") : "task \(task)"
     print("\(action.rawValue) requested for \(who): \(path)")
+    warnIfNoAgent(resolved.paths)
+}
+
+/// A job written while no agent runs is not lost, only late: say so (on
+/// stderr, so a script reading ids or paths from stdout is not disturbed).
+func warnIfNoAgent(_ paths: AgentPaths) {
+    guard !AgentLiveness.probe(lockFile: paths.lockFile).running else { return }
+    FileHandle.standardError.write(Data("syncagent: no agent is running on \(paths.stateDir); the request waits in \(paths.inbox) for its next start (syncagent run)\n".utf8))
 }
 
 struct PauseCommand: ParsableCommand {
@@ -66,6 +75,23 @@ struct CancelCommand: ParsableCommand {
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The task id.", completion: TaskIDCompletion.kind) var id: String
     func run() throws { try sendControl(.cancel, task: id, global: global) }
+}
+
+struct ForgetCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "forget",
+        abstract: "Take an ended task (or --ended: every ended task) off the status list; the log keeps its history.",
+        discussion: "Example:\n  syncagent forget debian-13\n  syncagent forget --ended")
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The task id.", completion: TaskIDCompletion.kind) var id: String?
+    @Flag(help: "Every task that has finished, failed or been cancelled.") var ended = false
+
+    func validate() throws {
+        if ended, let id { throw fail("give a task id or --ended, not both (got --ended and \"\(id)\")") }
+        if !ended && id == nil { throw fail("give a task id, or --ended for every ended task") }
+    }
+
+    func run() throws { try sendControl(.forget, task: ended ? "*" : id!, global: global) }
 }
 
 /// Ids named by jobs still waiting in the inbox: a control job dropped after

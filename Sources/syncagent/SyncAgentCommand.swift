@@ -20,7 +20,7 @@ struct SyncAgentCommand: ParsableCommand {
         version: SyncAgentVersion.current,
         subcommands: [
             RunCommand.self, SubmitCommand.self, StatusCommand.self, ReplayCommand.self, EventsCommand.self,
-            PauseCommand.self, ResumeCommand.self, CancelCommand.self,
+            PauseCommand.self, ResumeCommand.self, CancelCommand.self, ForgetCommand.self,
         ]
     )
 }
@@ -40,7 +40,8 @@ struct GlobalOptions: ParsableArguments {
         do {
             return try ResolvedConfig.load(configFile: config, stateDir: stateDir, inbox: inbox)
         } catch let error as ConfigError {
-            throw ValidationError(error.description)
+            // One line naming the file and key, not the usage text: the command line was fine.
+            throw fail(error.description)
         }
     }
 }

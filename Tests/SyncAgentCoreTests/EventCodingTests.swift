@@ -48,6 +48,15 @@ struct EventCodingTests {
                            entries: [HLSEntry(child: "v.seg1.ts", durationMs: 5_005, sequence: 1, discontinuity: true,
                                               keyChild: "v.key0.key", iv: "000102030405060708090a0b0c0d0e0f",
                                               mapChild: "v.init1.mp4")])),
+        // Issue 13: forgetting, hooks and the config that arms them.
+        .forgotten(Forgotten()),
+        .agentStarted(AgentStarted(pid: 9, version: "0.2.0", hooks: ["task_end", "batch_end"])),
+        .configReloaded(ConfigReloaded(file: "/c.toml", applied: ["on_task_end"], needRestart: [], hooks: ["task_end"])),
+        .hookStarted(HookStarted(hook: .taskEnd, program: "/usr/local/bin/on-done")),
+        .hookStarted(HookStarted(hook: .batchEnd, batchSeq: 42, program: "notify")),
+        .hookEnded(HookEnded(hook: .taskEnd, pid: 4242, exitStatus: 3, durationMs: 12)),
+        .hookEnded(HookEnded(hook: .batchEnd, batchSeq: 42, pid: 4243, signal: 9, timedOut: true, durationMs: 60_000)),
+        .hookEnded(HookEnded(hook: .taskEnd, pid: nil, durationMs: 0, error: "cannot start on-done: No such file or directory")),
     ]
 
     static let metrics = AttemptMetrics(dnsUs: 10, connectUs: 20, tlsUs: 30, ttfbUs: 40, totalUs: 50, httpVersion: "2",

@@ -165,7 +165,65 @@ struct FoldTests {
 
     @Test func everyEventTypeIsCoveredByTheseTests() {
         // A new event type must come with its fold test above.
-        #expect(EventBody.allTypes.count == 18)
+        #expect(EventBody.allTypes.count == 21)
+    }
+
+    @Test func aForgottenTaskKeepsItsHistoryButLeavesTheList() {
+        var log = LogBuilder()
+        log.create("a")
+        log.runToEnd("a")
+        log.create("b")
+        _ = log.add(.forgotten(Forgotten()), task: "a")
+        #expect(log.state["a"]?.forgotten == true)
+        #expect(log.state["a"]?.phase == .finished)
+        let listed = StatusView.select(log.state, phases: nil, all: true, nowMs: log.nowMs).tasks.map(\.id)
+        #expect(listed == ["b"])
+    }
+
+    /// A hook is owed by an end that happens while the config sets it, once;
+    /// `hook_started` pays it; a config without the hook drops what is owed.
+    @Test func hooksAreOwedByEndsWhileArmedAndPaidOnce() {
+        var log = LogBuilder()
+        log.create("before")
+        log.runToEnd("before")
+        #expect(log.state.owedTaskHooks.isEmpty, "no hook was set when it ended")
+        _ = log.add(.agentStarted(AgentStarted(pid: 1, version: "t", hooks: ["task_end", "batch_end"])))
+        #expect(log.state.owedTaskHooks.isEmpty, "arming does not reach back")
+        log.create("a")
+        log.runToEnd("a")
+        log.create("b")
+        _ = log.add(.failed(Failed(reason: "404", code: "http_404", bytes: 0)), task: "b")
+        #expect(log.state.owedTaskHooks == ["a", "b"])
+        let batch = log.add(.batchFinished(BatchFinished(batch: nil, finished: ["a"], failed: ["b"])))
+        #expect(log.state.owedBatchHooks[batch.seq] != nil)
+        let due = HookPlan.due(in: log.state, limit: 10)
+        #expect(due.map(\.hook) == [.taskEnd, .taskEnd, .batchEnd])
+        #expect(due.first { $0.task == "b" }?.environment["SYNCAGENT_STATE"] == "failed")
+        #expect(due.first { $0.task == "b" }?.environment["SYNCAGENT_ERROR"] == "404")
+        #expect(due.first { $0.task == "a" }?.environment["SYNCAGENT_DEST"] == "/downloads/a.bin")
+        #expect(due.last?.environment["SYNCAGENT_FAILED"] == "1")
+        #expect(HookPlan.due(in: log.state, limit: 2).count == 2)
+
+        _ = log.add(.hookStarted(HookStarted(hook: .taskEnd, program: "x")), task: "a")
+        _ = log.add(.hookStarted(HookStarted(hook: .batchEnd, batchSeq: batch.seq, program: "x")))
+        #expect(log.state.owedTaskHooks == ["b"])
+        #expect(log.state.owedBatchHooks.isEmpty)
+        // A reload without on_task_end: nothing left to run for b.
+        _ = log.add(.configReloaded(ConfigReloaded(file: "/c", applied: ["on_task_end"], needRestart: [], hooks: ["batch_end"])))
+        #expect(log.state.owedTaskHooks.isEmpty)
+        // A failed reload (hooks nil) changes nothing.
+        _ = log.add(.configReloaded(ConfigReloaded(file: "/c", applied: [], needRestart: [], error: "bad")))
+        #expect(log.state.armedHooks == [.batchEnd])
+    }
+
+    @Test func aTaskRunAgainOwesNoHookUntilItEndsAgain() {
+        var log = LogBuilder()
+        _ = log.add(.agentStarted(AgentStarted(pid: 1, version: "t", hooks: ["task_end"])))
+        log.create("a")
+        _ = log.add(.failed(Failed(reason: "503", code: "http_503", bytes: 0)), task: "a")
+        #expect(log.state.owedTaskHooks == ["a"])
+        _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "a")
+        #expect(log.state.owedTaskHooks.isEmpty)
     }
 
     @Test func controlOutcomesAndRejectionsMakeTheirJobFilesKnown() {

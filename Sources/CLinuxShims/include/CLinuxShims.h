@@ -13,4 +13,20 @@
  */
 int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t mode);
 
+/*
+ * pidfd_open(2), which glibc before 2.36 does not wrap: an fd that polls
+ * readable when the process exits, so the agent's one poll sees a hook end.
+ * Returns -1 with errno set (ENOSYS before Linux 5.3).
+ */
+int sa_pidfd_open(pid_t pid);
+
+/*
+ * Starts a hook (SPEC §5): `argv[0]` searched on PATH, no shell, standard
+ * input from /dev/null, in a process group of its own (so a hook past its
+ * time limit is killed with whatever it started), with no signal blocked
+ * or ignored (the agent blocks its stop signals for its signalfd, and a
+ * child would inherit that). Returns 0 and sets *pid, or an errno value.
+ */
+int sa_spawn_hook(char *const argv[], char *const envp[], pid_t *pid);
+
 #endif

@@ -60,6 +60,7 @@ private struct Libnotify {
     private let uninitialize: Uninit
     private let new: New
     private let setAppName: SetString
+    private let setCategory: SetString
     private let setUrgency: SetUrgency
     private let show: Show
     private let objectUnref: Free
@@ -86,6 +87,7 @@ private struct Libnotify {
             uninitialize: try symbol("notify_uninit", as: Uninit.self),
             new: try symbol("notify_notification_new", as: New.self),
             setAppName: try symbol("notify_notification_set_app_name", as: SetString.self),
+            setCategory: try symbol("notify_notification_set_category", as: SetString.self),
             setUrgency: try symbol("notify_notification_set_urgency", as: SetUrgency.self),
             show: try symbol("notify_notification_show", as: Show.self),
             objectUnref: try symbol("g_object_unref", as: Free.self),
@@ -98,11 +100,12 @@ private struct Libnotify {
 
     /// nil when shown; otherwise GLib's error message.
     func show(_ notice: Notice) -> String? {
-        guard let notification = new(notice.summary, notice.body.isEmpty ? nil : notice.body, "folder-download") else {
+        guard let notification = new(notice.summary, notice.body.isEmpty ? nil : notice.body, notice.icon) else {
             return "libnotify could not create a notification"
         }
         defer { objectUnref(UnsafeMutableRawPointer(notification)) }
         setAppName(notification, "syncagent")
+        setCategory(notification, notice.category)
         setUrgency(notification, notice.critical ? Self.critical : Self.normal)
         var error: UnsafeMutableRawPointer?
         guard show(notification, &error) == 0 else { return nil }

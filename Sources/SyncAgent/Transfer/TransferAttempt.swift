@@ -32,6 +32,8 @@ final class TransferAttempt {
     let taskID: String
     /// What this kind of transfer does with a response (see `KindBehaviour`).
     let behaviour: KindBehaviour
+    private let speedCapOfJob: Int64?
+    private let speedCapOfConfig: Int64?
     let easy: UnsafeMutableRawPointer
     let partPath: String?
     let requestedOffset: Int64
@@ -116,6 +118,8 @@ final class TransferAttempt {
         // transfer that sends one takes each hop through the agent, which
         // sends them only to the job's own host.
         behaviour = task.spec.behaviour
+        speedCapOfJob = task.spec.maxSpeed
+        speedCapOfConfig = settings.maxSpeed
         followsRedirectsItself = behaviour.canFollowRedirectsItself
             && (settings.headers + task.spec.headers).contains { $0.isSecret }
         self.requestSync = requestSync
@@ -174,9 +178,14 @@ final class TransferAttempt {
         // limit needs small ones: curl reads up to 100 buffers per perform
         // call before it checks the rate, so a big buffer overshoots it.
         var bufferSize = 512 * 1024
-        if let speed = task.spec.maxSpeed ?? settings.maxSpeed {
+        if let speed = ownSpeedCap {
             try check("MAX_RECV_SPEED_LARGE", sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(speed)))
             try check("MAX_SEND_SPEED_LARGE", sa_easy_setopt_off(easy, CURLOPT_MAX_SEND_SPEED_LARGE, curl_off_t(speed)))
+        }
+        // The buffer cannot change once the transfer runs: sized for the
+        // smallest cap it may get (a share of max_overall_speed shrinks as others start).
+        let overallShare = settings.maxOverallSpeed.map { $0 / Int64(max(1, settings.maxActive)) }
+        if let speed = [ownSpeedCap, overallShare].compactMap({ $0 }).min() {
             bufferSize = Int(min(max(speed / 800, 1024), Int64(bufferSize)))
         }
         // Only a performance hint: a curl that caps the size keeps its own.
@@ -507,6 +516,18 @@ final class TransferAttempt {
 
     private func isSuccess(_ status: Int) -> Bool { behaviour.accepts.contains(status) }
 
+    /// Its own cap: the job's `max_speed`, else the config's.
+    var ownSpeedCap: Int64? { speedCapOfJob ?? speedCapOfConfig }
+
+    /// The cap curl holds it to from now on (its share of
+    /// `max_overall_speed`; nil: its own cap, or none). curl reads the
+    /// limit afresh as it measures, so a running transfer follows.
+    func limitSpeed(to cap: Int64?) -> Bool {
+        let value = curl_off_t(cap ?? 0)
+        return sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, value) == CURLE_OK
+            && sa_easy_setopt_off(easy, CURLOPT_MAX_SEND_SPEED_LARGE, value) == CURLE_OK
+    }
+
     /// fdatasync, then claim the bytes in the log. A failed sync claims
     /// nothing and says why.
     @discardableResult
@@ -657,6 +678,9 @@ struct TransferSettings {
     var idleTimeout: Int
     var maxRedirects: Int
     var maxSpeed: Int64?
+    var maxOverallSpeed: Int64?
+    /// How many transfers may share `maxOverallSpeed` at most.
+    var maxActive: Int
     var userAgent: String
     var proxy: String?
     var caFile: String?
@@ -669,6 +693,8 @@ struct TransferSettings {
         connectTimeout = config.connectTimeout
         idleTimeout = config.idleTimeout
         maxRedirects = config.maxRedirects
+        maxOverallSpeed = config.maxOverallSpeed
+        maxActive = config.maxActive
         maxSpeed = config.maxSpeed
         userAgent = config.userAgent ?? "syncagent/\(SyncAgentVersion.current)"
         proxy = config.proxy
