@@ -38,9 +38,10 @@ public enum SubmitInput {
 
     public static func parse(_ text: String) throws -> [SubmitEntry] {
         var entries: [SubmitEntry] = []
-        for (index, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // "\r\n" is one Character in Swift: lines are split on scalars.
+        let unixText = text.replacingOccurrences(of: "\r\n", with: "\n")
+        for (index, line) in unixText.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let number = index + 1
-            let line = raw.hasSuffix("\r") ? raw.dropLast() : raw
             let content = line.trimmingCharacters(in: .whitespaces)
             if content.isEmpty || content.hasPrefix("#") { continue }
             if line.first == " " || line.first == "\t" {

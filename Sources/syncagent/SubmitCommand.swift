@@ -129,7 +129,10 @@ struct SubmitCommand: ParsableCommand {
             do {
                 _ = try parser.parse(Array(job.text.utf8))
             } catch let error as KeyError {
-                throw fail(entry.origin + error.description)
+                // A key set on an option line is named by that line, not the URL's.
+                let optionLine = entry.options.last { $0.key == error.key }?.line
+                throw fail((optionLine.map { entry.origin.replacingOccurrences(of: "line \(entry.line):", with: "line \($0):") }
+                            ?? entry.origin) + error.description)
             }
             taken.insert(job.id)
             jobs.append(job)

@@ -47,7 +47,7 @@ import Testing
     }
 
     @Test func shorteningKeepsTheEndOfAPath() {
-        #expect(StatusView.shorten("/home/me/Downloads/talks/keynote.ts", to: 14) == "…s/keynote.ts")
+        #expect(StatusView.shorten("/home/me/Downloads/talks/keynote.ts", to: 14) == "…ks/keynote.ts")
         #expect(StatusView.shorten("short", to: 14) == "short")
         #expect(StatusView.shorten("abc", to: 1) == "…")
         #expect(StatusView.shorten("abc", to: 0) == "")

@@ -1,0 +1,407 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 13: the everyday surface — is the agent alive, status that scales,
+/// submit like wget/aria2c, forget, hooks, a shared speed cap, errors.
+@Suite(.serialized) struct EverydayTests {
+    // MARK: - Liveness
+
+    @Test func statusTellsWhetherTheAgentRunsBeforeAndAfterKill9() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("big.bin", size: 4_000_000)
+        let before = try harness.run(["status"])
+        #expect(before.stdout.hasPrefix("agent: not running\n"), "\(before.stdout)")
+
+        try harness.drop("big.job", "id = \"big\"\nurl = \"\(nginx.url("big.bin"))\"\nmax_speed = \"200K\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { (try? harness.tasksByID()["big"]?["state"] as? String) == "running" })
+        let running = try harness.run(["status"])
+        #expect(running.stdout.hasPrefix("agent: running (pid \(agent.pid), since "), "\(running.stdout)")
+        #expect(running.stdout.contains(" running "))
+        let json = try statusDocument(harness)
+        let live = json["agent"] as? [String: Any]
+        #expect(live?["running"] as? Bool == true)
+        #expect(live?["pid"] as? Int == Int(agent.pid))
+        #expect((live?["started_at_ms"] as? Int ?? 0) > 0)
+
+        agent.signal(SIGKILL)
+        _ = agent.wait(seconds: 10)
+        let dead = try harness.run(["status"])
+        #expect(dead.stdout.hasPrefix("agent: not running\n"), "\(dead.stdout)")
+        #expect(dead.stdout.contains(" interrupted "), "\(dead.stdout)")
+        #expect(!dead.stdout.contains("/s "), "a dead agent's speed is not shown: \(dead.stdout)")
+        let deadJSON = try statusDocument(harness)
+        let gone = deadJSON["agent"] as? [String: Any]
+        #expect(gone?["running"] as? Bool == false)
+        #expect(gone?["pid"] is NSNull && gone?["started_at_ms"] is NSNull, "null keys stay present")
+        // The log still says running: the JSON state is the log's; the text view knows better.
+        #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["state"] as? String == "running")
+        #expect(((deadJSON["tasks"] as? [[String: Any]])?.first?.keys).map { $0.contains("error") } == true)
+
+        // Control with no agent says the request waits; a new agent starts despite status probing the lock.
+        let pause = try harness.run(["pause", "big"])
+        #expect(pause.status == 0)
+        #expect(pause.stderr.contains("no agent is running") && pause.stderr.contains("waits"), "\(pause.stderr)")
+        let again = try harness.startAgent()
+        for _ in 0..<20 { _ = try harness.run(["status"]) }
+        #expect(eventually(within: 20) { (try? harness.tasksByID()["big"]?["state"] as? String) == "paused" })
+        #expect(again.isRunning, "\(again.stderr)")
+        again.signal(SIGTERM)
+        #expect(again.wait(seconds: 10) == 0)
+    }
+
+    // MARK: - status at scale
+
+    /// 60 queued tasks with long destinations: under an 80×24 pseudo-terminal
+    /// every frame fits (no line over 80 columns, at most 24 lines) and keeps
+    /// its header; piped, the snapshots carry no escape code.
+    @Test func watchFitsATerminalAndPrintsPlainSnapshotsWhenPiped() throws {
+        let harness = try AgentHarness()
+        let later = "2099-01-01T00:00:00Z"
+        for index in 0..<60 {
+            try harness.drop("w\(index).job", """
+                id = "w\(index)"
+                url = "http://127.0.0.1:9/file-\(index).bin"
+                dest = "a/rather/long/folder/name/that/goes/on/and/on/and/on/file-number-\(index).bin"
+                not_before = "\(later)"
+                """)
+        }
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.statusTasks()) ?? []).count == 60 })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+
+        let frames = try underTerminal(harness, ["status", "--watch"], columns: 80, rows: 24, seconds: 2.5)
+        let frame = try #require(frames.last)
+        #expect(frame.count <= 24, "\(frame.count) lines")
+        #expect(frame.allSatisfy { $0.count <= 80 }, "\(frame.filter { $0.count > 80 })")
+        #expect(frame.first == "agent: not running")
+        #expect(frame.dropFirst().first?.hasPrefix("ID ") == true, "header kept: \(frame)")
+        #expect(frame.contains { $0.contains("…") && $0.contains("file-number-") }, "paths shortened: \(frame)")
+        #expect(frame.last?.hasPrefix("60 queued") == true, "\(frame.last ?? "")")
+        #expect(frame.contains { $0.hasPrefix("… ") && $0.contains("more") }, "what does not fit is counted")
+
+        let piped = try ChildProcess(syncagentBinary, ["status"] + harness.globalFlags + ["--watch"], environment: harness.environment,
+                                     outputIn: harness.directory.path, name: "piped-watch")
+        usleep(2_500_000)
+        piped.signal(SIGKILL)
+        _ = piped.wait(seconds: 5)
+        #expect(!piped.stdout.contains("\u{1B}"), "no escape codes when piped")
+        #expect(piped.stdout.contains("ID  "))
+        #expect((0..<60).allSatisfy { piped.stdout.contains("w\($0) ") }, "every task in a plain snapshot")
+
+        // Colour on a terminal, none with NO_COLOR.
+        var colourless = harness.environment
+        colourless["NO_COLOR"] = "1"
+        let plain = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, environment: colourless,
+                                      keepEscapes: true)
+        #expect(!(plain.last ?? []).joined().contains("\u{1B}[3"), "NO_COLOR honoured")
+        let coloured = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, keepEscapes: true)
+        #expect((coloured.last ?? []).joined().contains("\u{1B}[36mqueued"), "queued in colour on a terminal")
+    }
+
+    @Test func statusHidesOldEndsFiltersByStateAndShowsSizesInWords() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("one.bin", size: 3_000_000)
+        try harness.drop("one.job", "id = \"one\"\nurl = \"\(nginx.url("one.bin"))\"\n")
+        try harness.drop("bad.job", "id = \"bad\"\nurl = \"\(nginx.url("absent.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+
+        let detail = try harness.run(["status", "--task", "one"])
+        #expect(detail.stdout.contains("bytes:       2.9 MiB (3000000 bytes) of 2.9 MiB (3000000 bytes)"), "\(detail.stdout)")
+        let failed = try harness.run(["status", "--state", "failed"])
+        #expect(failed.stdout.contains("bad ") && !failed.stdout.contains("one "), "\(failed.stdout)")
+        #expect(failed.stdout.hasSuffix("1 failed\n"), "\(failed.stdout)")
+        let both = try harness.run(["status", "--state", "failed,finished"])
+        #expect(both.stdout.contains("bad ") && both.stdout.contains("one "))
+        let wrong = try harness.run(["status", "--state", "done"])
+        #expect(wrong.status != 0 && wrong.stderr.contains("--state \"done\" is not a state"))
+
+        // A day later (the clock moved by faking the log's times is not possible: move the
+        // ends back instead, through SQLite, as a year-old log would have them).
+        let database = harness.stateDir + "/events.sqlite"
+        let aged = try ChildProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            db.execute("UPDATE events SET at_ms = at_ms - 2*86400000")
+            db.commit()
+            """, database], environment: harness.environment, outputIn: harness.directory.path)
+        #expect(aged.wait(seconds: 10) == 0, "\(aged.stderr)")
+        let recent = try harness.run(["status"])
+        #expect(!recent.stdout.contains("one ") && recent.stdout.contains("2 ended over a day ago not shown (--all)"), "\(recent.stdout)")
+        let everything = try harness.run(["status", "--all"])
+        #expect(everything.stdout.contains("one ") && everything.stdout.contains("bad "))
+        #expect(try harness.statusTasks().count == 2, "--json lists every task")
+    }
+
+    // MARK: - submit
+
+    @Test func submitListMakesOneTaskPerURLAndPrintsTheirIDs() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        for name in ["a", "b", "c"] { try nginx.serve("\(name).bin", size: 10_000) }
+        let list = harness.directory.file("urls.txt")
+        try """
+            # three files, aria2c-style
+            \(nginx.url("a.bin"))
+              out=first.bin
+            \(nginx.url("b.bin"))
+              dir=fetched
+              priority=7
+
+            \(nginx.url("c.bin"))
+            """.write(toFile: list, atomically: true, encoding: .utf8)
+        let submitted = try harness.run(["submit", "-i", list, "--batch", "three"])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let ids = submitted.stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 3 && Set(ids).count == 3, "\(submitted.stdout)")
+        #expect(harness.jobFiles().count == 3)
+
+        // Several URLs on the command line, with --dir; and from standard input.
+        let more = try harness.run(["submit", "--dir", "many", nginx.url("a.bin"), nginx.url("b.bin")])
+        #expect(more.stdout.split(separator: "\n").count == 2)
+        let flags = harness.globalFlags.map { "'\($0)'" }.joined(separator: " ")
+        let piped = try ChildProcess("/bin/sh", ["-c", "printf '\(nginx.url("c.bin"))\\n  out=stdin.bin\\n' | '\(syncagentBinary)' submit \(flags) -i - --id from-stdin"],
+                                     environment: harness.environment, outputIn: harness.directory.path)
+        #expect(piped.wait(seconds: 30) == 0, "\(piped.stderr)")
+        #expect(piped.stdout == "from-stdin\n")
+
+        // A mistake anywhere writes nothing.
+        try "\(nginx.url("a.bin"))\n  sha256=nothex\n".write(toFile: list, atomically: true, encoding: .utf8)
+        let bad = try harness.run(["submit", "-i", list])
+        #expect(bad.status != 0 && bad.stderr.contains("urls.txt line 2: key \"sha256\""), "\(bad.stderr)")
+        let twoDests = try harness.run(["submit", "--dest", "x.bin", nginx.url("a.bin"), nginx.url("b.bin")])
+        #expect(twoDests.status != 0 && twoDests.stderr.contains("use --dir"))
+        #expect(harness.jobFiles().count == 6)
+
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        let tasks = try harness.tasksByID()
+        #expect(tasks.count == 6)
+        #expect(tasks[ids[0]]?["dest"] as? String == harness.downloads + "/first.bin")
+        #expect(tasks[ids[1]]?["dest"] as? String == harness.downloads + "/fetched/b.bin")
+        #expect(tasks[ids[1]]?["priority"] as? Int == 7)
+        #expect(tasks[ids[2]]?["batch"] as? String == "three")
+        #expect(tasks["from-stdin"]?["dest"] as? String == harness.downloads + "/stdin.bin")
+        #expect(FileManager.default.fileExists(atPath: harness.downloads + "/many/a.bin"))
+    }
+
+    // MARK: - forget
+
+    @Test func forgetTakesEndedTasksOffTheListAndKeepsTheirHistory() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("f.bin", size: 1000)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("f.bin"))\"\ndest = \"a.bin\"\n")
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(nginx.url("f.bin"))\"\ndest = \"b.bin\"\n")
+        try harness.drop("later.job", "id = \"later\"\nurl = \"\(nginx.url("f.bin"))\"\nnot_before = \"2099-01-01T00:00:00Z\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { (try? harness.tasksByID())?.values.filter { $0["state"] as? String == "finished" }.count == 2 })
+
+        #expect(try harness.run(["forget", "a"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["a"] == nil })
+        #expect(!(try harness.run(["status"])).stdout.contains("a.bin"))
+        #expect(try harness.events().contains { $0.task == "a" && $0.type == "finished" }, "the log keeps the fact")
+        #expect(try harness.run(["status", "--task", "a"]).stdout.contains("forgotten:   yes"))
+
+        #expect(try harness.run(["forget", "later"]).status == 0)
+        #expect(try harness.run(["forget", "--ended"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID()).map { Array($0.keys) } == ["later"] })
+        let outcome = try harness.events().last { $0.type == "controlled" && $0.task == "later" }
+        #expect((outcome?.data["outcome"] as? String)?.contains("cancel it first") == true)
+        let both = try harness.run(["forget", "--ended", "a"])
+        #expect(both.status != 0 && both.stderr.contains("not both"))
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
+    // MARK: - Hooks
+
+    /// 16 downloads, the agent killed with SIGKILL midway and started again:
+    /// the hook has run exactly once for each task, with its id, state and dest.
+    @Test func aTaskEndHookRunsOncePerTaskAcrossKill9() throws {
+        let records = TempDirectory()
+        let record = records.file("ran.txt")
+        let harness = try AgentHarness(config: """
+            max_active = 2
+            on_task_end = ["/bin/sh", "-c", "echo \\"$SYNCAGENT_TASK_ID $SYNCAGENT_STATE $SYNCAGENT_DEST\\" >> '\(record)'"]
+            on_batch_end = ["/bin/sh", "-c", "echo \\"batch $SYNCAGENT_FINISHED $SYNCAGENT_FAILED\\" >> '\(record)'"]
+            """)
+        let nginx = try Nginx(in: harness.directory)
+        for index in 0..<16 {
+            try nginx.serve("h\(index).bin", size: 600_000, seed: UInt64(index))
+            try harness.drop("h\(index).job", "id = \"h\(index)\"\nurl = \"\(nginx.url("slow/h\(index).bin"))\"\nmax_speed = \"2M\"\n")
+        }
+        let first = try harness.startAgent()
+        #expect(eventually(within: 60) {
+            ((try? String(contentsOfFile: record, encoding: .utf8)) ?? "").split(separator: "\n").count >= 5
+        })
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 10)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 120) == 0)
+
+        let lines = try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n").map(String.init)
+        let taskLines = lines.filter { !$0.hasPrefix("batch ") }
+        #expect(taskLines.count == 16, "\(lines)")
+        for index in 0..<16 {
+            #expect(taskLines.filter { $0.hasPrefix("h\(index) ") } == ["h\(index) finished \(harness.downloads)/h\(index).bin"])
+        }
+        #expect(lines.filter { $0.hasPrefix("batch ") } == ["batch 16 0"])
+        let events = try harness.events()
+        let started = events.filter { $0.type == "hook_started" && $0.task != nil }.compactMap(\.task)
+        #expect(started.count == 16 && Set(started).count == 16, "each task's hook started once: \(started)")
+        // Hooks running when the agent was killed end unrecorded; the others ended well.
+        #expect(events.filter { $0.type == "hook_ended" }.allSatisfy { $0.data["exit_status"] as? Int == 0 })
+    }
+
+    /// A crash between recording `hook_started` and spawning loses that run
+    /// (at most once), and never repeats it.
+    @Test func aCrashAfterRecordingAHookNeverRunsItTwice() throws {
+        let records = TempDirectory()
+        let record = records.file("ran.txt")
+        let harness = try AgentHarness(config: "on_task_end = [\"/bin/sh\", \"-c\", \"echo $SYNCAGENT_TASK_ID >> '\(record)'\"]\n")
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("c.bin", size: 1000)
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(nginx.url("c.bin"))\"\n")
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = "hook-start-committed"
+        #expect(try harness.startAgent().wait(seconds: 30) == 137)
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(!FileManager.default.fileExists(atPath: record))
+        let events = try harness.events()
+        #expect(events.filter { $0.type == "hook_started" }.count == 1)
+        #expect(events.filter { $0.type == "hook_ended" }.isEmpty)
+    }
+
+    @Test func hooksThatHangOrCannotStartAreRecorded() throws {
+        let harness = try AgentHarness(config: """
+            hook_timeout = 1
+            on_task_end = ["/bin/sh", "-c", "sleep 60"]
+            on_batch_end = ["/nonexistent/hook"]
+            """)
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("t.bin", size: 1000)
+        try harness.drop("t.job", "id = \"t\"\nurl = \"\(nginx.url("t.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        let ended = try harness.events().filter { $0.type == "hook_ended" }
+        let hung = ended.first { $0.task == "t" }
+        #expect(hung?.data["timed_out"] as? Bool == true && hung?.data["signal"] as? Int == 9, "\(ended.map(\.data))")
+        let missing = ended.first { $0.task == nil }
+        #expect((missing?.data["error"] as? String)?.contains("cannot start /nonexistent/hook") == true)
+        // A job file cannot set a hook.
+        try harness.drop("sneaky.job", "url = \"\(nginx.url("t.bin"))\"\non_task_end = [\"/bin/true\"]\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(FileManager.default.fileExists(atPath: harness.inbox + "/rejected/sneaky.job"))
+    }
+
+    // MARK: - A shared speed cap
+
+    /// Three downloads under max_overall_speed = 1M: together they can never
+    /// take less than their bytes over the cap (a lower bound only: a slow
+    /// machine makes it longer, never shorter).
+    @Test func anOverallCapHoldsAllTransfersTogether() throws {
+        let harness = try AgentHarness(config: "max_overall_speed = \"1M\"\n")
+        let nginx = try Nginx(in: harness.directory)
+        for index in 0..<3 {
+            try nginx.serve("s\(index).bin", size: 1_000_000, seed: UInt64(index))
+            try harness.drop("s\(index).job", "url = \"\(nginx.url("s\(index).bin"))\"\n")
+        }
+        let started = Date()
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(elapsed >= 3_000_000 / 1_048_576 * 0.7, "3 MB in \(elapsed) s under a 1 MiB/s cap")
+    }
+
+    // MARK: - Errors and notifications
+
+    @Test func errorsAreOneLineNamingWhatIsWrong() throws {
+        let harness = try AgentHarness(config: "max_actve = 3\n")
+        let status = try harness.run(["status"])
+        #expect(status.status != 0)
+        let lines = status.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines[0].contains(harness.configFile) && lines[0].contains("max_actve"), "\(status.stderr)")
+        #expect(!status.stderr.contains("Usage"))
+
+        let missing = try harness.run(["status", "--config", harness.directory.file("nope.toml")], flags: false)
+        #expect(missing.stderr.contains("nope.toml: cannot read the config file: No such file or directory"), "\(missing.stderr)")
+
+        let fine = try AgentHarness(config: "retries = 0\n")
+        #expect(try fine.run(["submit", "http://127.0.0.1:9/x"]).status == 0)
+        #expect(try fine.startAgent(exitWhenIdle: true).wait(seconds: 60) != nil)
+        let events = try fine.run(["events", "--task", "nope"])
+        #expect(events.status != 0 && events.stderr == "syncagent: no task has the id \"nope\"\n")
+        let pause = try fine.run(["pause", "--all", "abc"])
+        #expect(pause.status != 0 && pause.stderr.contains("not both") && !pause.stderr.contains("Usage"))
+    }
+
+    @Test func notificationsCarryACategoryAnIconAndTheFailedNames() throws {
+        let harness = try AgentHarness()
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("ok.bin", size: 1000)
+        try harness.drop("ok.job", "url = \"\(nginx.url("ok.bin"))\"\n")
+        try harness.drop("gone.job", "url = \"\(nginx.url("gone.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        #expect(daemon.notifyCalls.count == 1, "\(daemon.notifyCalls)")
+        // The whole call as dbusmock logged it (the body spans lines): icon, body, hints.
+        let call = try String(contentsOfFile: daemon.callLog, encoding: .utf8)
+        #expect(call.contains("\"dialog-error\"") && call.contains("\"category\": \"transfer.error\""), "\(call)")
+        #expect(call.contains("✗ gone.bin: server answered 404") && call.contains("✓ ok.bin"), "\(call)")
+    }
+
+    // MARK: - Helpers
+
+    private func statusDocument(_ harness: AgentHarness) throws -> [String: Any] {
+        let result = try harness.run(["status", "--json"])
+        return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
+    }
+
+    /// Runs a command under a pseudo-terminal of the given size for a while
+    /// and returns the frames it drew (split at cursor-home), each as lines
+    /// with escape codes removed unless `keepEscapes`.
+    private func underTerminal(_ harness: AgentHarness, _ arguments: [String], columns: Int, rows: Int, seconds: Double,
+                               environment: [String: String]? = nil, keepEscapes: Bool = false) throws -> [[String]] {
+        let output = harness.directory.file("pty-\(UUID().uuidString).out")
+        let script = """
+            import fcntl, os, pty, select, struct, sys, termios, time
+            out, seconds, rows, cols = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+            pid, fd = pty.fork()
+            if pid == 0:
+                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                os.execv(sys.argv[5], sys.argv[5:])
+            data, end = b"", time.time() + seconds
+            while time.time() < end:
+                ready, _, _ = select.select([fd], [], [], 0.1)
+                if ready:
+                    try:
+                        data += os.read(fd, 65536)
+                    except OSError:
+                        break
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            open(out, "wb").write(data)
+            """
+        let arguments = [arguments[0]] + harness.globalFlags + arguments.dropFirst()
+        let child = try ChildProcess("/usr/bin/python3", ["-c", script, output, "\(seconds)", "\(rows)", "\(columns)", syncagentBinary]
+                                     + arguments, environment: environment ?? harness.environment, outputIn: harness.directory.path)
+        guard child.wait(seconds: seconds + 20) == 0 else { throw TestFailure("pty run failed: \(child.stderr)") }
+        let text = try String(contentsOfFile: output, encoding: .utf8)
+        let frames = text.components(separatedBy: "\u{1B}[H").dropFirst().filter { !$0.isEmpty }
+        // The last frame may be cut mid-draw by the kill: keep whole ones (ended by clear-to-end).
+        let whole = frames.filter { $0.hasSuffix("\u{1B}[J") }
+        return whole.map { frame in
+            let lines = frame.replacingOccurrences(of: "\r", with: "").components(separatedBy: "\n")
+            return keepEscapes ? lines : lines.map(stripEscapes)
+        }
+    }
+
+    private func stripEscapes(_ line: String) -> String {
+        line.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+    }
+}
