@@ -12,7 +12,8 @@ struct ControlTarget: ParsableArguments {
     @Flag(name: .long, help: "Every task.")
     var all = false
 
-    func validate() throws {
+    /// Checked in `run`, not `validate`: `--help` must not print an error first.
+    func check() throws {
         if all, let id { throw fail("give a task id or --all, not both (got --all and \"\(id)\")") }
         if !all && id == nil { throw fail("give a task id, or --all for every task") }
     }
@@ -54,7 +55,10 @@ struct PauseCommand: ParsableCommand {
         discussion: "Example:\n  syncagent pause debian-13")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: ControlTarget
-    func run() throws { try sendControl(.pause, task: target.task, global: global) }
+    func run() throws {
+        try target.check()
+        try sendControl(.pause, task: target.task, global: global)
+    }
 }
 
 struct ResumeCommand: ParsableCommand {
@@ -64,7 +68,10 @@ struct ResumeCommand: ParsableCommand {
         discussion: "Example:\n  syncagent resume --all")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: ControlTarget
-    func run() throws { try sendControl(.resume, task: target.task, global: global) }
+    func run() throws {
+        try target.check()
+        try sendControl(.resume, task: target.task, global: global)
+    }
 }
 
 struct CancelCommand: ParsableCommand {
@@ -86,12 +93,15 @@ struct ForgetCommand: ParsableCommand {
     @Argument(help: "The task id.", completion: TaskIDCompletion.kind) var id: String?
     @Flag(help: "Every task that has finished, failed or been cancelled.") var ended = false
 
-    func validate() throws {
+    func check() throws {
         if ended, let id { throw fail("give a task id or --ended, not both (got --ended and \"\(id)\")") }
         if !ended && id == nil { throw fail("give a task id, or --ended for every ended task") }
     }
 
-    func run() throws { try sendControl(.forget, task: ended ? "*" : id!, global: global) }
+    func run() throws {
+        try check()
+        try sendControl(.forget, task: ended ? "*" : id!, global: global)
+    }
 }
 
 /// Ids named by jobs still waiting in the inbox: a control job dropped after

@@ -38,7 +38,8 @@ struct StatusCommand: ParsableCommand {
     @Flag(help: "Also list tasks that ended more than a day ago.")
     var all = false
 
-    func validate() throws {
+    /// Checked in `run`, not `validate`: `--help` must not print an error first.
+    private func check() throws {
         _ = try phases()
         if task != nil && (watch || !states.isEmpty || all) { throw fail("--task shows one task; it takes no --watch, --state or --all") }
         if json && watch { throw fail("--json prints one document; it cannot --watch") }
@@ -58,6 +59,7 @@ struct StatusCommand: ParsableCommand {
     }
 
     func run() throws {
+        try check()
         let resolved = try global.resolve()
         let store = try openLog(global)
         if watch { try watchLoop(store, resolved.paths) }

@@ -104,12 +104,14 @@ struct SubmitCommand: ParsableCommand {
     @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")
     var maxDuration: Int?
 
-    func validate() throws {
+    /// Checked in `run`, not `validate`: `--help` must not print an error first.
+    private func check() throws {
         if dest != nil && dir != nil { throw fail("give --dest (a file) or --dir (a folder), not both") }
         if urls.isEmpty && inputFile == nil { throw fail("give at least one URL, or -i FILE (- for standard input)") }
     }
 
     func run() throws {
+        try check()
         let resolved = try global.resolve()
         var entries = urls.enumerated().map { index, url in
             SubmitEntry(url: url, options: [], line: 0, origin: urls.count == 1 ? "" : "URL \(index + 1) (\(url)): ")

@@ -337,6 +337,11 @@ import Glibc
         #expect(events.status != 0 && events.stderr == "syncagent: no task has the id \"nope\"\n")
         let pause = try fine.run(["pause", "--all", "abc"])
         #expect(pause.status != 0 && pause.stderr.contains("not both") && !pause.stderr.contains("Usage"))
+        // --help is never preceded by a complaint about what it was not given.
+        for command in ["submit", "pause", "resume", "forget", "status"] {
+            let help = try fine.run([command, "--help"], flags: false)
+            #expect(help.status == 0 && help.stderr.isEmpty && help.stdout.contains("USAGE:"), "\(command): \(help.stderr)")
+        }
     }
 
     @Test func notificationsCarryACategoryAnIconAndTheFailedNames() throws {
