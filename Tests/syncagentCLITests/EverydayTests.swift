@@ -299,6 +299,31 @@ import Glibc
         #expect(FileManager.default.fileExists(atPath: harness.inbox + "/rejected/sneaky.job"))
     }
 
+    /// SIGHUP arms a hook (and a cap) for the ends that follow, logged.
+    @Test func sighupSetsHooksAndCapsForWhatFollows() throws {
+        let records = TempDirectory()
+        let record = records.file("ran.txt")
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("r.bin", size: 1000)
+        let agent = try harness.startAgent()
+        try harness.drop("before.job", "id = \"before\"\nurl = \"\(nginx.url("r.bin"))\"\ndest = \"before.bin\"\n")
+        #expect(eventually(within: 20) { (try? harness.tasksByID()["before"]?["state"] as? String) == "finished" })
+        let config = try String(contentsOfFile: harness.configFile, encoding: .utf8)
+        try (config + "max_overall_speed = \"4M\"\non_task_end = [\"/bin/sh\", \"-c\", \"echo $SYNCAGENT_TASK_ID >> '\(record)'\"]\n")
+            .write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        agent.signal(SIGHUP)
+        #expect(eventually(within: 10) { (try? harness.events().contains { $0.type == "config_reloaded" }) ?? false })
+        let reload = try harness.events().first { $0.type == "config_reloaded" }
+        #expect(Set(reload?.data["applied"] as? [String] ?? []) == ["max_overall_speed", "on_task_end"])
+        #expect(reload?.data["hooks"] as? [String] == ["task_end"])
+        try harness.drop("after.job", "id = \"after\"\nurl = \"\(nginx.url("r.bin"))\"\ndest = \"after.bin\"\n")
+        #expect(eventually(within: 20) { ((try? String(contentsOfFile: record, encoding: .utf8)) ?? "") == "after\n" })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        #expect(try String(contentsOfFile: record, encoding: .utf8) == "after\n", "an end before the reload owes nothing")
+    }
+
     // MARK: - A shared speed cap
 
     /// Three downloads under max_overall_speed = 1M: together they can never
