@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "CLinuxShims.h"
 
 #include <errno.h>
@@ -31,7 +32,7 @@ int sa_pidfd_open(pid_t pid) {
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-int sa_spawn_hook(char *const argv[], char *const envp[], pid_t *pid) {
+int sa_spawn_hook(char *const argv[], char *const envp[], int output, pid_t *pid) {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
     int error = posix_spawn_file_actions_init(&actions);
@@ -45,6 +46,10 @@ int sa_spawn_hook(char *const argv[], char *const envp[], pid_t *pid) {
     sigemptyset(&none);
     sigfillset(&all);
     if ((error = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0
+        && (output < 0 || (error = posix_spawn_file_actions_adddup2(&actions, output, 1)) == 0)
+        && (output < 0 || (error = posix_spawn_file_actions_adddup2(&actions, output, 2)) == 0)
+        /* Nothing of the agent's (its log, sockets, curl's wake-up pair) is the hook's. */
+        && (error = posix_spawn_file_actions_addclosefrom_np(&actions, 3)) == 0
         && (error = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK
                                                           | POSIX_SPAWN_SETSIGDEF)) == 0
         && (error = posix_spawnattr_setpgroup(&attributes, 0)) == 0

@@ -65,7 +65,7 @@ public final class Agent {
     /// download_dir, opened once: every task file is reached beneath it.
     var root: DownloadRoot!
     /// The config's hooks that are running.
-    private let hooks = HookRunner()
+    private let hooks: HookRunner
     /// `max_overall_speed` was shared out (see `shareOverallSpeed`).
     private var sharingSpeed = false
 
@@ -83,6 +83,7 @@ public final class Agent {
         self.settings = TransferSettings(config: config)
         self.syncer = try DataSyncer()
         self.assembler = try HLSAssembler()
+        self.hooks = HookRunner(stateDir: paths.stateDir)
     }
 
     /// Runs until SIGTERM/SIGINT (exit 0) or, with `exitWhenIdle`, until the
@@ -181,6 +182,8 @@ public final class Agent {
         applySynced(syncer.drain())
         if let stopSignal {
             pauseAllForStop()
+            // Within the 5 s a stop may take: hooks get 2 s to finish, then are killed.
+            for (run, ended) in hooks.stopAll(graceMs: 2000) { log.record(.hookEnded(ended), task: run.task) }
             log.record(.agentStopped(AgentStopped(reason: stopSignal == SIGINT ? "SIGINT" : "SIGTERM")))
             try commit()
             logger.info("agent stopped", metadata: ["signal": "\(stopSignal)"])

@@ -13,12 +13,16 @@ public struct AgentAlreadyRunning: Error, CustomStringConvertible {
 }
 
 /// One agent per state directory (like one background URLSession per
-/// identifier): an flock held for the agent's lifetime. The kernel drops
-/// it when the process dies, even by SIGKILL, so a crash never leaves it
-/// stale, and whether it is held is the truth about whether an agent runs.
-/// The file names the holder: "PID STARTED_AT_MS".
+/// identifier): an flock on the state directory itself, held for the
+/// agent's lifetime. The kernel drops it when the process dies, even by
+/// SIGKILL, so a crash never leaves it stale, and whether it is held is the
+/// truth about whether an agent runs. (A lock on a file in the directory
+/// could be defeated by deleting the file: a second agent would then lock a
+/// new one and write the same log.) `agent.lock` beside it names the holder,
+/// "PID STARTED_AT_MS", for `status` and for a second agent's error.
 final class StateLock {
-    private let fd: Int32
+    private let directory: Int32
+    private let nameFile: Int32
 
     /// How long a starting agent waits for the lock: `AgentLiveness.probe`
     /// holds it shared for a few microseconds, which must not look like a
@@ -26,38 +30,46 @@ final class StateLock {
     private static let probeWaitMs = 1000
 
     init(path: String, stateDir: String) throws {
-        fd = try syscall("open \(path)") { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
+        directory = try syscall("open \(stateDir)") { open(stateDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         var waitedMs = 0
-        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+        while flock(directory, LOCK_EX | LOCK_NB) != 0 {
             let error = errno
             if error == EINTR { continue }
             guard error == EWOULDBLOCK else {
-                close(fd)
-                throw SystemError(operation: "lock \(path)", errno: error)
+                close(directory)
+                throw SystemError(operation: "lock \(stateDir)", errno: error)
             }
             guard waitedMs < Self.probeWaitMs else {
-                let holder = AgentLiveness.holder(readingFrom: fd)
-                close(fd)
+                let holder = AgentLiveness.holder(readingFrom: path)
+                close(directory)
                 throw AgentAlreadyRunning(stateDir: stateDir, pid: holder?.pid)
             }
             usleep(10_000)
             waitedMs += 10
         }
+        do {
+            nameFile = try syscall("open \(path)") { open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600) }
+        } catch {
+            close(directory)
+            throw error
+        }
         // The pid is what a second agent names in its error and `status` shows: worth failing for.
         let line = Array("\(getpid()) \(FileSystem.nowMs)\n".utf8)
         do {
-            try syscall("truncate \(path)") { ftruncate(fd, 0) }
-            try syscall("write the pid into \(path)") { line.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) } }
+            try syscall("truncate \(path)") { ftruncate(nameFile, 0) }
+            try syscall("write the pid into \(path)") { line.withUnsafeBytes { pwrite(nameFile, $0.baseAddress, $0.count, 0) } }
         } catch {
-            close(fd)
+            close(nameFile)
+            close(directory)
             throw error
         }
     }
 
     deinit {
         // Best effort on the way out: the lock itself dies with the fd.
-        _ = ftruncate(fd, 0)
-        close(fd)
+        _ = ftruncate(nameFile, 0)
+        close(nameFile)
+        close(directory)
     }
 }
 
@@ -71,10 +83,10 @@ public struct AgentLiveness: Equatable, Sendable {
 
     public static let notRunning = AgentLiveness(running: false, pid: nil, startedAtMs: nil)
 
-    /// Tries the lock shared and lets go at once: taken means no agent
-    /// holds it. A missing lock file means no agent ever ran here.
-    public static func probe(lockFile: String) -> AgentLiveness {
-        let fd = open(lockFile, O_RDONLY | O_CLOEXEC)
+    /// Tries the state directory's lock shared and lets go at once: taken
+    /// means no agent holds it. A missing directory means no agent ever ran.
+    public static func probe(stateDir: String) -> AgentLiveness {
+        let fd = open(stateDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return .notRunning }
         defer { close(fd) }
         if flock(fd, LOCK_SH | LOCK_NB) == 0 {
@@ -82,12 +94,15 @@ public struct AgentLiveness: Equatable, Sendable {
             return .notRunning
         }
         guard errno == EWOULDBLOCK else { return .notRunning }
-        let holder = holder(readingFrom: fd)
+        let holder = holder(readingFrom: stateDir + "/agent.lock")
         return AgentLiveness(running: true, pid: holder?.pid, startedAtMs: holder?.startedAtMs)
     }
 
     /// "PID STARTED_AT_MS" (an older agent wrote only "PID").
-    static func holder(readingFrom fd: Int32) -> (pid: Int32, startedAtMs: Int64?)? {
+    static func holder(readingFrom path: String) -> (pid: Int32, startedAtMs: Int64?)? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
         var buffer = [UInt8](repeating: 0, count: 64)
         let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard count > 0 else { return nil }

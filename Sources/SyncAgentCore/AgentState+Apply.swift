@@ -252,6 +252,8 @@ extension TaskState {
             bytes = resumed.bytes
             pauseReason = nil
             speed = 0
+            // Running again: back on the list, or a live transfer would be invisible.
+            forgotten = false
         case .redirected(let redirect):
             currentURL = redirect.to
             redirects += 1

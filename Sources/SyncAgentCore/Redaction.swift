@@ -92,7 +92,46 @@ public enum Printable {
         return out
     }
 
+    /// C0 and C1 controls, and the format characters that make text read
+    /// other than it is: bidirectional overrides and isolates (a name that
+    /// shows as "exe.txt" but is "txt.exe"), line and paragraph separators,
+    /// zero-width spaces and joiners' look-alikes, the byte-order mark.
     public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+        switch scalar.value {
+        case 0..<0x20, 0x7F...0x9F: true
+        case 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF: true
+        default: false
+        }
+    }
+
+    /// Terminal cells a text takes: wide (East Asian, emoji) characters two,
+    /// combining marks and zero-width characters none, the rest one.
+    public static func cells(_ text: String) -> Int {
+        var total = 0
+        for character in text { total += cells(character) }
+        return total
+    }
+
+    public static func cells(_ character: Character) -> Int {
+        var width = 0
+        for scalar in character.unicodeScalars {
+            let properties = scalar.properties
+            if properties.isEmojiPresentation || isWide(scalar.value) { return 2 }
+            switch properties.generalCategory {
+            case .nonspacingMark, .enclosingMark, .format: continue
+            default: width = 1
+            }
+        }
+        return width
+    }
+
+    /// Unicode's East Asian Wide and Fullwidth blocks, in short.
+    private static func isWide(_ value: UInt32) -> Bool {
+        switch value {
+        case 0x1100...0x115F, 0x2E80...0x303E, 0x3041...0x33FF, 0x3400...0x4DBF, 0x4E00...0x9FFF, 0xA000...0xA4CF,
+             0xAC00...0xD7A3, 0xF900...0xFAFF, 0xFE30...0xFE4F, 0xFF00...0xFF60, 0xFFE0...0xFFE6,
+             0x1F300...0x1F64F, 0x1F900...0x1F9FF, 0x20000...0x3FFFD: true
+        default: false
+        }
     }
 }

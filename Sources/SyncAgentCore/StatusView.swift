@@ -100,12 +100,53 @@ public enum StatusView {
         }
     }
 
-    /// Fits `text` into `width` columns, keeping its end (a path's file
-    /// name matters more than its folders): "…/talks/2026/keynote.ts".
+    /// Fits `text` into `width` terminal cells, keeping its end (a path's
+    /// file name matters more than its folders): "…/talks/2026/keynote.ts".
     public static func shorten(_ text: String, to width: Int) -> String {
         guard width > 0 else { return "" }
-        guard text.count > width else { return text }
-        if width == 1 { return "…" }
-        return "…" + text.suffix(width - 1)
+        guard Printable.cells(text) > width else { return text }
+        var kept = Substring(text)
+        var cells = Printable.cells(text)
+        while cells > width - 1, let first = kept.first {
+            cells -= Printable.cells(first)
+            kept = kept.dropFirst()
+        }
+        return "…" + kept
+    }
+
+    /// Fits `text` into `width` cells, keeping its start (a sentence reads from its beginning).
+    public static func cut(_ text: String, to width: Int) -> String {
+        guard Printable.cells(text) > width else { return text }
+        guard width > 0 else { return "" }
+        var kept = ""
+        var cells = 0
+        for character in text {
+            let next = Printable.cells(character)
+            if cells + next > width - 1 { break }
+            kept.append(character)
+            cells += next
+        }
+        return kept + "…"
+    }
+
+    /// `--watch` shows what moves first: running, then queued, paused and
+    /// failed tasks, then the other ended ones, most recent first. (With
+    /// thousands of finished tasks, the live one must not hide below them.)
+    public static func forWatching(_ tasks: [TaskState]) -> [TaskState] {
+        func rank(_ phase: TaskPhase) -> Int {
+            switch phase {
+            case .running: 0
+            case .queued: 1
+            case .paused: 2
+            case .failed: 3
+            case .finished, .cancelled: 4
+            }
+        }
+        return tasks.enumerated().sorted { left, right in
+            let (a, b) = (left.element, right.element)
+            if rank(a.phase) != rank(b.phase) { return rank(a.phase) < rank(b.phase) }
+            if a.phase.isEnded, b.phase.isEnded, a.endedAtMs != b.endedAtMs { return (a.endedAtMs ?? 0) > (b.endedAtMs ?? 0) }
+            return left.offset < right.offset
+        }.map(\.element)
     }
 }

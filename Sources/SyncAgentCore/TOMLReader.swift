@@ -106,6 +106,10 @@ struct TOMLReader {
             words.append(word)
         }
         guard !words[0].isEmpty else { throw KeyError(key: prefix + key, "must start with the program to run") }
+        // "bin/x" would be looked for wherever the agent was started from.
+        if words[0].contains("/") && !words[0].hasPrefix("/") {
+            throw KeyError(key: prefix + key, "must name its program by an absolute path or a bare name found on PATH, not \"\(words[0])\"")
+        }
         return words
     }
 

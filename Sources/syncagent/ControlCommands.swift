@@ -24,7 +24,12 @@ struct ControlTarget: ParsableArguments {
 func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOptions) throws {
     let resolved = try global.resolve()
     if task != "*" {
-        let known = (try? EventStore(readingFrom: resolved.paths.eventLog).replay())?[task] != nil
+        let logged = (try? EventStore(readingFrom: resolved.paths.eventLog).replay())?[task]
+        // Said now rather than only in the log: forgetting never touches a live transfer.
+        if action == .forget, let logged, !logged.phase.isEnded {
+            throw fail("task \(task) is \(logged.phase.rawValue); only an ended task can be forgotten (cancel it first)")
+        }
+        let known = logged != nil
         if !known && !pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) {
             throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")
         }
@@ -44,7 +49,7 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
 /// A job written while no agent runs is not lost, only late: say so (on
 /// stderr, so a script reading ids or paths from stdout is not disturbed).
 func warnIfNoAgent(_ paths: AgentPaths) {
-    guard !AgentLiveness.probe(lockFile: paths.lockFile).running else { return }
+    guard !AgentLiveness.probe(stateDir: paths.stateDir).running else { return }
     FileHandle.standardError.write(Data("syncagent: no agent is running on \(paths.stateDir); the request waits in \(paths.inbox) for its next start (syncagent run)\n".utf8))
 }
 

@@ -45,13 +45,19 @@ struct StatusCommand: ParsableCommand {
         if json && watch { throw fail("--json prints one document; it cannot --watch") }
     }
 
-    private func phases() throws -> Set<TaskPhase>? {
+    /// The phases `--state` asks for. "interrupted" is `running` in a log
+    /// whose agent is gone (so nothing, while one runs).
+    private func phases(agentRunning: Bool = false) throws -> Set<TaskPhase>? {
         guard !states.isEmpty else { return nil }
         var phases = Set<TaskPhase>()
         for word in states.flatMap({ $0.split(separator: ",") }) {
             let name = word.trimmingCharacters(in: .whitespaces)
+            if name == "interrupted" {
+                if !agentRunning { phases.insert(.running) }
+                continue
+            }
             guard let phase = TaskPhase(rawValue: name) else {
-                throw fail("--state \"\(name)\" is not a state; use queued, running, paused, finished, failed or cancelled")
+                throw fail("--state \"\(name)\" is not a state; use queued, running, interrupted, paused, finished, failed or cancelled")
             }
             phases.insert(phase)
         }
@@ -61,15 +67,15 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         try check()
         let resolved = try global.resolve()
+        if watch { try watchLoop(resolved.paths) }
         let store = try openLog(global)
-        if watch { try watchLoop(store, resolved.paths) }
-        let agent = AgentLiveness.probe(lockFile: resolved.paths.lockFile)
+        let agent = AgentLiveness.probe(stateDir: resolved.paths.stateDir)
         let state = try store.replay()
         if let id = task {
-            try show(id, of: store, in: state, agentRunning: agent.running)
+            try show(id, of: store, in: state, agent: agent)
             return
         }
-        let selection = StatusView.select(state, phases: try phases(), all: all || json, children: json,
+        let selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all || json, children: json,
                                           nowMs: Int64(Date().timeIntervalSince1970 * 1000))
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
@@ -79,20 +85,35 @@ struct StatusCommand: ParsableCommand {
         }
     }
 
-    /// The agent line, the table, the summary line.
+    /// The agent line, the table, the summary line; on a terminal, every
+    /// line fitted to its width and the whole to its height.
     private func screen(_ state: AgentState, _ selection: (tasks: [TaskState], hidden: Int), _ agent: AgentLiveness,
                         style: TaskTable.Style, height: Int? = nil) -> [String] {
-        var lines = [Self.agentLine(agent)]
-        var table = selection.tasks.isEmpty ? ["no tasks"] : TaskTable.lines(selection.tasks, in: state, style: style)
-        // A terminal shows the header, the first rows that fit, and how many more there are.
-        if let height, table.count + 2 > height, height >= 4 {
-            let shown = height - 3
-            table = Array(table.prefix(shown)) + ["… \(table.count - shown) more lines (resize, or status without --watch)"]
-        }
-        lines += table
         let summary = StatusView.summary(of: selection.tasks, in: state, hidden: selection.hidden, agentRunning: agent.running)
-        lines.append(style.width.map { StatusView.shorten(summary.words, to: $0) } ?? summary.words)
-        return lines
+        var table = selection.tasks.isEmpty ? [] : TaskTable.lines(selection.tasks, in: state, style: style)
+        if let height {
+            if height < 4 {
+                // Too short for rows: what matters most, in the lines there are.
+                let header: [String] = table.first.map { [$0] } ?? []
+                let fitting: [String] = switch height {
+                case 1: [summary.words]
+                case 2: [Self.agentLine(agent), summary.words]
+                default: [Self.agentLine(agent)] + header + [summary.words]
+                }
+                return fitting.map { StatusView.cut($0, to: style.width ?? .max) }
+            }
+            // The header, the first rows that fit, and how many more there are.
+            if table.count + 2 > height {
+                let shown = height - 3
+                table = Array(table.prefix(shown)) + ["… \(table.count - shown) more (a taller terminal, or status without --watch)"]
+            }
+        }
+        let lines = [Self.agentLine(agent)] + table + [summary.words]
+        guard let width = style.width else { return lines }
+        // Table rows are fitted already (and may carry colour); the others are cut here.
+        return lines.enumerated().map { index, line in
+            index == 0 || index == lines.count - 1 || line.hasPrefix("… ") ? StatusView.cut(line, to: width) : line
+        }
     }
 
     static func agentLine(_ agent: AgentLiveness) -> String {
@@ -110,7 +131,8 @@ struct StatusCommand: ParsableCommand {
         return formatter.string(from: date)
     }
 
-    private func show(_ id: String, of store: EventStore, in state: AgentState, agentRunning: Bool) throws {
+    private func show(_ id: String, of store: EventStore, in state: AgentState, agent: AgentLiveness) throws {
+        let agentRunning = agent.running
         guard let one = state[id] else { throw fail("no task has the id \"\(id)\"") }
         var events: [Event] = []
         try store.forEach(task: id) { events.append($0) }
@@ -118,7 +140,7 @@ struct StatusCommand: ParsableCommand {
         if json {
             var report = TaskReport(one, in: state)
             report.attemptHistory = history
-            print(TaskReport.json([report]))
+            print(TaskReport.json([report], agent: AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)))
             return
         }
         print(TaskTable.detail(one, in: state, agentRunning: agentRunning))
@@ -140,14 +162,18 @@ struct StatusCommand: ParsableCommand {
     /// On a terminal: the screen redrawn in place, fitted to its size, in
     /// colour unless NO_COLOR. Piped: a plain snapshot every second, with no
     /// escape codes, for a log file or `grep`.
-    private func watchLoop(_ store: EventStore, _ paths: AgentPaths) throws -> Never {
+    private func watchLoop(_ paths: AgentPaths) throws -> Never {
         let terminal = isatty(STDOUT_FILENO) == 1
         let noColour = !(ProcessInfo.processInfo.environment["NO_COLOR"] ?? "").isEmpty
-        let phases = try phases()
+        var state = AgentState()
         while true {
-            let agent = AgentLiveness.probe(lockFile: paths.lockFile)
-            let state = try store.replay()
-            let selection = StatusView.select(state, phases: phases, all: all, nowMs: Int64(Date().timeIntervalSince1970 * 1000))
+            // Only the events since the last round are folded: the log only grows.
+            // (Opened afresh each round: the agent may create it after we start.)
+            try openLog(global).forEach(after: state.lastSeq) { state.apply($0) }
+            let agent = AgentLiveness.probe(stateDir: paths.stateDir)
+            var selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all,
+                                              nowMs: Int64(Date().timeIntervalSince1970 * 1000))
+            selection.tasks = StatusView.forWatching(selection.tasks)
             if terminal {
                 let size = TerminalSize.current()
                 let style = TaskTable.Style(width: size.columns, colour: !noColour, bars: size.columns >= 100,

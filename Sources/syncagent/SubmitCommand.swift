@@ -20,8 +20,10 @@ struct SubmitCommand: ParsableCommand {
             Examples:
               syncagent submit https://example.com/a.iso --dest isos/a.iso \\
                 --sha256 3a7b… --priority 5
-              syncagent submit --dir isos https://example.com/a.iso https://example.com/b.iso
-              printf 'https://example.com/a.iso\\n  out=debian.iso\\n' | syncagent submit -i -
+              syncagent submit --dir isos \\
+                https://example.com/a.iso https://example.com/b.iso
+              printf 'https://example.com/a.iso\\n  out=a.iso\\n' \\
+                | syncagent submit -i -
               syncagent submit https://example.com/videos --kind upload \\
                 --body-file clip.mp4 --form-field file --form title=holiday
               syncagent submit https://example.com/talk/master.m3u8 --kind hls \\
@@ -121,6 +123,10 @@ struct SubmitCommand: ParsableCommand {
         if entries.count > 1, dest != nil { throw fail("--dest names one file, but \(entries.count) URLs were given; use --dir") }
         if entries.count > 1, id != nil { throw fail("--id names one task, but \(entries.count) URLs were given") }
 
+        // One submit at a time checks ids against the inbox and writes: two
+        // running at once with the same --id would both pass the check.
+        let inboxLock = try lockInbox(resolved.paths.inbox)
+        defer { close(inboxLock) }
         // Every job is checked before any is written: a typo in line 40 leaves no half-submitted list.
         var taken = pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
         let logged = (try? EventStore(readingFrom: resolved.paths.eventLog).replay()) ?? AgentState()
@@ -140,26 +146,70 @@ struct SubmitCommand: ParsableCommand {
             jobs.append(job)
         }
         let writer = InboxWriter(inbox: resolved.paths.inbox)
-        for job in jobs {
+        for (index, job) in jobs.enumerated() {
             do {
                 _ = try writer.write(job.text, prefix: "submit-\(job.id)")
             } catch {
-                throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)")
+                let written = jobs.prefix(index).map(\.id)
+                throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)"
+                           + (written.isEmpty ? "" : "; written before it: \(written.joined(separator: " "))"))
             }
-            print(job.id)
+        }
+        // The ids only once every job is in: a reader that goes away (`| head -1`)
+        // cannot stop the list half-way, and an id that cannot be printed is an error.
+        signal(SIGPIPE, SIG_IGN)
+        let ids = Array(jobs.map { $0.id + "\n" }.joined().utf8)
+        var sent = 0
+        while sent < ids.count {
+            let count = ids[sent...].withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
+            if count > 0 { sent += count; continue }
+            if count < 0 && errno == EINTR { continue }
+            throw fail("\(jobs.count) jobs were written, but their ids could not be printed (\(String(cString: strerror(errno)))): "
+                       + jobs.map(\.id).joined(separator: " "))
         }
         warnIfNoAgent(resolved.paths)
     }
 
-    private func readList(_ path: String) throws -> [SubmitEntry] {
-        let data: Data?
-        if path == "-" {
-            data = FileHandle.standardInput.readDataToEndOfFile()
-        } else {
-            data = FileManager.default.contents(atPath: path)
+    /// An exclusive flock on the inbox folder, held while submitting.
+    private func lockInbox(_ inbox: String) throws -> Int32 {
+        do {
+            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        } catch {
+            throw fail("cannot make the inbox \(inbox): \(error)")
         }
+        let fd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw fail("cannot open the inbox \(inbox): \(String(cString: strerror(errno)))") }
+        while flock(fd, LOCK_EX) != 0 {
+            guard errno == EINTR else {
+                let reason = String(cString: strerror(errno))
+                close(fd)
+                throw fail("cannot lock the inbox \(inbox): \(reason)")
+            }
+        }
+        return fd
+    }
+
+    private func readList(_ path: String) throws -> [SubmitEntry] {
         let name = path == "-" ? "standard input" : path
-        guard let data else { throw fail("\(name): cannot read the URL list: \(String(cString: strerror(errno)))") }
+        var isFolder: ObjCBool = false
+        if path != "-", FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
+            throw fail("\(name): is a folder, not a URL list")
+        }
+        // Read as a stream: a FIFO or `<(…)` has no size to read up to.
+        let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw fail("\(name): cannot read the URL list: \(String(cString: strerror(errno)))") }
+        defer { if fd != STDIN_FILENO { close(fd) } }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count == 0 { break }
+            guard count > 0 else {
+                if errno == EINTR { continue }
+                throw fail("\(name): cannot read the URL list: \(String(cString: strerror(errno)))")
+            }
+            data.append(contentsOf: buffer[0..<count])
+        }
         guard let text = String(data: data, encoding: .utf8) else { throw fail("\(name): the URL list is not UTF-8 text") }
         do {
             return try SubmitInput.parse(text).map {

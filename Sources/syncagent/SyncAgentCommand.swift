@@ -25,6 +25,24 @@ struct SyncAgentCommand: ParsableCommand {
     )
 }
 
+extension SyncAgentCommand {
+    /// ArgumentParser's own errors (a missing value, an unknown flag) come
+    /// as one line naming the flag, like every other error (SPEC §3), not
+    /// with the usage text; help and version print as usual.
+    static func main() {
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch {
+            let code = exitCode(for: error)
+            guard code != .success, !(error is ExitCode) else { exit(withError: error) }
+            let words = message(for: error).split(separator: "\n").first.map(String.init) ?? "\(error)"
+            FileHandle.standardError.write(Data("syncagent: \(words) (see syncagent --help)\n".utf8))
+            Foundation.exit(code.rawValue)
+        }
+    }
+}
+
 /// `--config`, `--state-dir`, `--inbox`: every command takes them (SPEC §3).
 struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Config file (default: $XDG_CONFIG_HOME/syncagent/config.toml).", valueName: "file"))

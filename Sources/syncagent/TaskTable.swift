@@ -50,14 +50,14 @@ enum TaskTable {
         if style.width != nil {
             for index in rows.indices { rows[index][0] = StatusView.shorten(rows[index][0], to: fittedIDWidth) }
         }
-        let widths = (0..<header.count - 1).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        let widths = (0..<header.count - 1).map { column in rows.map { Printable.cells($0[column]) }.max() ?? 0 }
         let destColumn = widths.reduce(0) { $0 + $1 + 2 }
         var out: [String] = []
         for (index, row) in rows.enumerated() {
             var line = "", coloured = ""
             for (column, width) in widths.enumerated() {
                 let cell = row[column]
-                let padding = String(repeating: " ", count: width - cell.count + 2)
+                let padding = String(repeating: " ", count: width - Printable.cells(cell) + 2)
                 line += cell + padding
                 coloured += (index > 0 && column == stateColumn ? colour(cell) : cell) + padding
             }
@@ -69,9 +69,7 @@ enum TaskTable {
             for note in notes[index - 1] ?? [] {
                 var text = "  " + Printable.escaping(note)
                 // A reason reads from its start: cut its end.
-                if let width = style.width, destColumn + text.count > width {
-                    text = String(text.prefix(max(0, width - destColumn - 1))) + "…"
-                }
+                if let width = style.width { text = StatusView.cut(text, to: width - destColumn) }
                 out.append(fit(String(repeating: " ", count: destColumn) + text, style: style))
             }
         }
@@ -87,8 +85,8 @@ enum TaskTable {
     /// A line wider than the terminal even without its destination (a very
     /// narrow window) is cut, never wrapped.
     private static func fit(_ line: String, style: Style) -> String {
-        guard let width = style.width, line.count > width else { return line }
-        return String(line.prefix(max(0, width - 1))) + "…"
+        guard let width = style.width else { return line }
+        return StatusView.cut(line, to: width)
     }
 
     /// SGR colours by state (no colour for finished: the eye goes to what needs it).

@@ -178,6 +178,9 @@ struct FoldTests {
         #expect(log.state["a"]?.phase == .finished)
         let listed = StatusView.select(log.state, phases: nil, all: true, nowMs: log.nowMs).tasks.map(\.id)
         #expect(listed == ["b"])
+        // Run again: a live transfer is never hidden.
+        _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "a")
+        #expect(log.state["a"]?.forgotten == false)
     }
 
     /// A hook is owed by an end that happens while the config sets it, once;

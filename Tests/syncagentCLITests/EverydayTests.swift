@@ -209,11 +209,22 @@ import Glibc
         #expect(try harness.events().contains { $0.task == "a" && $0.type == "finished" }, "the log keeps the fact")
         #expect(try harness.run(["status", "--task", "a"]).stdout.contains("forgotten:   yes"))
 
-        #expect(try harness.run(["forget", "later"]).status == 0)
+        // A live task is refused at once (and by the agent, were the job dropped by hand).
+        let live = try harness.run(["forget", "later"])
+        #expect(live.status != 0 && live.stderr.contains("task later is queued; only an ended task can be forgotten"), "\(live.stderr)")
+        try harness.drop("forget-later.job", "action = \"forget\"\ntask = \"later\"\n")
         #expect(try harness.run(["forget", "--ended"]).status == 0)
         #expect(eventually(within: 10) { (try? harness.tasksByID()).map { Array($0.keys) } == ["later"] })
         let outcome = try harness.events().last { $0.type == "controlled" && $0.task == "later" }
         #expect((outcome?.data["outcome"] as? String)?.contains("cancel it first") == true)
+        // Run again after being forgotten: a live transfer is listed again.
+        try harness.drop("nf.job", "id = \"nf\"\nurl = \"\(nginx.url("not-yet.bin"))\"\n")
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"]?["state"] as? String == "failed" })
+        #expect(try harness.run(["forget", "nf"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"] == nil })
+        try nginx.serve("not-yet.bin", size: 1000)
+        #expect(try harness.run(["resume", "nf"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"]?["state"] as? String == "finished" }, "resumed, so listed again")
         let both = try harness.run(["forget", "--ended", "a"])
         #expect(both.status != 0 && both.stderr.contains("not both"))
         agent.signal(SIGTERM)
@@ -385,7 +396,134 @@ import Glibc
         #expect(call.contains("✗ gone.bin: server answered 404") && call.contains("✓ ok.bin"), "\(call)")
     }
 
+    // MARK: - What an adversary found
+
+    /// Deleting `agent.lock` once let a second agent start on the same log
+    /// (and lose a job): the lock is on the state directory itself.
+    @Test func deletingTheLockFileLetsNoSecondAgentIn() throws {
+        let harness = try AgentHarness()
+        let first = try harness.startAgent()
+        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        try FileManager.default.removeItem(atPath: harness.stateDir + "/agent.lock")
+        #expect(try harness.run(["status"]).stdout.hasPrefix("agent: running"), "the directory's lock still tells")
+        let second = try harness.startAgent()
+        #expect(second.wait(seconds: 10) == 3, "\(second.stderr)")
+        #expect(first.isRunning)
+        first.signal(SIGTERM)
+        #expect(first.wait(seconds: 10) == 0)
+    }
+
+    /// A SIGHUP a service manager sends while the agent is still starting is
+    /// a reload, never a death by the default action.
+    @Test func aSighupDuringStartUpDoesNotKillTheAgent() throws {
+        let harness = try AgentHarness()
+        for _ in 0..<5 {
+            let agent = try harness.startAgent()
+            usleep(UInt32.random(in: 0...30_000))
+            agent.signal(SIGHUP)
+            usleep(300_000)
+            #expect(agent.isRunning, "exit \(agent.wait(seconds: 0) ?? -1): \(agent.stderr)")
+            agent.signal(SIGTERM)
+            #expect(agent.wait(seconds: 10) == 0)
+        }
+    }
+
+    @Test func watchCountsWideCharactersAndTinyTerminals() throws {
+        let harness = try AgentHarness()
+        for index in 0..<8 {
+            try harness.drop("c\(index).job", """
+                id = "c\(index)"
+                url = "http://127.0.0.1:9/x\(index).bin"
+                dest = "日本語のファイル名前がとても長いフォルダ/動画ファイル📼\(index).bin"
+                not_before = "2099-01-01T00:00:00Z"
+                """)
+        }
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.statusTasks()) ?? []).count == 8 })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        for (columns, rows) in [(80, 24), (40, 6), (20, 3), (10, 2), (30, 1)] {
+            let frame = try #require(try underTerminal(harness, ["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
+            #expect(frame.count <= rows, "\(columns)x\(rows): \(frame)")
+            #expect(frame.allSatisfy { cells($0) <= columns }, "\(columns)x\(rows): \(frame)")
+            if rows >= 3 { #expect(frame.first?.hasPrefix("agent") == true || columns < 8) }
+        }
+    }
+
+    @Test func submitWritesEveryJobBeforeItsIDsAndSaysWhenTheyCannotBePrinted() throws {
+        let harness = try AgentHarness()
+        let list = (0..<300).map { "http://127.0.0.1:9/f\($0).bin" }.joined(separator: "\n")
+        try list.write(toFile: harness.directory.file("many.txt"), atomically: true, encoding: .utf8)
+        let flags = harness.globalFlags.map { "'\($0)'" }.joined(separator: " ")
+        let headed = try ChildProcess("/bin/bash", ["-c", "'\(syncagentBinary)' submit \(flags) -i '\(harness.directory.file("many.txt"))' | head -1"],
+                                      environment: harness.environment, outputIn: harness.directory.path)
+        #expect(headed.wait(seconds: 60) == 0)
+        #expect(harness.jobFiles().count == 300, "a reader that leaves early stops nothing half-way")
+        let full = try ChildProcess("/bin/bash", ["-c", "'\(syncagentBinary)' submit \(flags) http://127.0.0.1:9/g.bin > /dev/full"],
+                                    environment: harness.environment, outputIn: harness.directory.path)
+        #expect(full.wait(seconds: 30) == 1)
+        #expect(full.stderr.contains("1 jobs were written, but their ids could not be printed"), "\(full.stderr)")
+
+        // Four submits racing with one --id: exactly one wins.
+        let racers = try (0..<4).map { index in
+            try ChildProcess(syncagentBinary, ["submit"] + harness.globalFlags + ["--id", "race", "--dest", "r\(index).bin", "http://127.0.0.1:9/r"],
+                             environment: harness.environment, outputIn: harness.directory.path)
+        }
+        let statuses = racers.map { $0.wait(seconds: 30) }
+        #expect(statuses.filter { $0 == 0 }.count == 1, "\(statuses)")
+
+        // A FIFO (or <(…)) is read as a stream; a folder is named as one.
+        let fifo = harness.directory.file("list.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let fromFIFO = try ChildProcess(syncagentBinary, ["submit"] + harness.globalFlags + ["-i", fifo],
+                                        environment: harness.environment, outputIn: harness.directory.path)
+        try "http://127.0.0.1:9/from-fifo.bin\n".write(toFile: fifo, atomically: false, encoding: .utf8)
+        #expect(fromFIFO.wait(seconds: 30) == 0, "\(fromFIFO.stderr)")
+        #expect(fromFIFO.stdout.split(separator: "\n").count == 1)
+        let folder = try harness.run(["submit", "-i", harness.directory.path])
+        #expect(folder.stderr.contains("is a folder, not a URL list"))
+
+        // Parser errors are one line too; names that would read other than they are never pass.
+        let missing = try harness.run(["submit", "--retries"])
+        #expect(missing.stderr.split(separator: "\n").count == 1 && missing.stderr.contains("--retries"), "\(missing.stderr)")
+        let bidi = try harness.run(["submit", "http://127.0.0.1:9/x", "--dest", "invoice\u{202E}fdp.exe"])
+        #expect(bidi.status != 0 && bidi.stderr.contains("dest"), "\(bidi.stderr)")
+    }
+
+    @Test func hooksAreStoppedWithTheAgentRecordedAndKeptOutOfItsLog() throws {
+        let records = TempDirectory()
+        let marker = records.file("fds.txt")
+        let harness = try AgentHarness(config: """
+            on_task_end = ["/bin/sh", "-c", "ls /proc/self/fd > '\(marker)'; echo hook-says-hello; trap '' TERM; sleep 30"]
+            """)
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("k.bin", size: 1000)
+        try harness.drop("k.job", "id = \"k\"\nurl = \"\(nginx.url("k.bin"))\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: marker) })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        let ended = try harness.events().first { $0.type == "hook_ended" }
+        #expect(ended?.data["signal"] as? Int == 9, "a hook ignoring SIGTERM is killed when the agent stops: \(ended?.data ?? [:])")
+        #expect(!agent.stderr.contains("hook-says-hello") && !agent.stdout.contains("hook-says-hello"))
+        #expect(try String(contentsOfFile: harness.stateDir + "/hooks.log", encoding: .utf8).contains("hook-says-hello"))
+        // Only stdin, stdout, stderr (and ls's own directory fd) are open in a hook.
+        let fds = try String(contentsOfFile: marker, encoding: .utf8).split(separator: "\n").compactMap { Int($0) }
+        #expect(fds.filter { $0 > 3 }.isEmpty, "\(fds)")
+
+        let relative = try AgentHarness(config: "on_task_end = [\"hooks/done.sh\"]\n")
+        let refused = try relative.run(["status"])
+        #expect(refused.status != 0 && refused.stderr.contains("on_task_end") && refused.stderr.contains("absolute path"))
+    }
+
     // MARK: - Helpers
+
+    private func cells(_ line: String) -> Int {
+        line.reduce(0) { total, character in
+            let wide = character.unicodeScalars.contains { $0.properties.isEmojiPresentation || (0x2E80...0x9FFF).contains($0.value) }
+            return total + (wide ? 2 : 1)
+        }
+    }
 
     private func statusDocument(_ harness: AgentHarness) throws -> [String: Any] {
         let result = try harness.run(["status", "--json"])

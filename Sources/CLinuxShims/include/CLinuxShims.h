@@ -22,11 +22,13 @@ int sa_pidfd_open(pid_t pid);
 
 /*
  * Starts a hook (SPEC §5): `argv[0]` searched on PATH, no shell, standard
- * input from /dev/null, in a process group of its own (so a hook past its
- * time limit is killed with whatever it started), with no signal blocked
- * or ignored (the agent blocks its stop signals for its signalfd, and a
- * child would inherit that). Returns 0 and sets *pid, or an errno value.
+ * input from /dev/null, standard output and error to `output` (if >= 0),
+ * no other descriptor of the agent's, in a process group of its own (so a
+ * hook past its time limit is killed with whatever it started), with no
+ * signal blocked or ignored (the agent blocks its stop signals for its
+ * signalfd, and a child would inherit that). Returns 0 and sets *pid, or
+ * an errno value.
  */
-int sa_spawn_hook(char *const argv[], char *const envp[], pid_t *pid);
+int sa_spawn_hook(char *const argv[], char *const envp[], int output, pid_t *pid);
 
 #endif

@@ -26,6 +26,15 @@ final class HookRunner {
     static let tickMs: Int64 = 100
 
     private(set) var running: [Process] = []
+    /// Where hooks write: `STATE_DIR/hooks.log`, kept to about `logLimit`
+    /// (the previous one as `hooks.log.1`), so a chatty hook cannot fill the
+    /// disk or the agent's own log.
+    private let logPath: String
+    static let logLimit: Int64 = 4 << 20
+
+    init(stateDir: String) {
+        logPath = stateDir + "/hooks.log"
+    }
 
     var freeSlots: Int { Self.maximumRunning - running.count }
     var fds: [Int32] { running.map(\.pidfd).filter { $0 >= 0 } }
@@ -49,7 +58,9 @@ final class HookRunner {
             for pointer in envp { free(pointer) }
         }
         var pid: pid_t = 0
-        let error = sa_spawn_hook(argv, envp, &pid)
+        let output = openLog()
+        defer { if output >= 0 { close(output) } }
+        let error = sa_spawn_hook(argv, envp, output, &pid)
         guard error == 0 else {
             return .failure(HookFailure(description: "cannot start \(command[0]): \(String(cString: strerror(error)))"))
         }
@@ -57,6 +68,39 @@ final class HookRunner {
         running.append(Process(run: run, pid: pid, pidfd: sa_pidfd_open(pid), startedMs: now,
                                deadlineMs: now + Int64(timeoutS) * 1000))
         return .success(pid)
+    }
+
+    /// The hooks' log, rotated once it passes `logLimit`; -1 (output
+    /// dropped) if it cannot be opened.
+    private func openLog() -> Int32 {
+        var status = stat()
+        if stat(logPath, &status) == 0, Int64(status.st_size) > Self.logLimit {
+            _ = rename(logPath, logPath + ".1")
+        }
+        return open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    }
+
+    /// The agent is stopping: running hooks get SIGTERM (with their groups),
+    /// `grace` to finish, then SIGKILL, so no hook outlives its time limit
+    /// unwatched. Returns how each ended.
+    func stopAll(graceMs: Int64) -> [(run: HookPlan.Run, ended: HookEnded)] {
+        guard !running.isEmpty else { return [] }
+        for process in running {
+            _ = kill(-process.pid, SIGTERM)
+            _ = kill(process.pid, SIGTERM)
+        }
+        var ended = reap()
+        let deadline = FileSystem.monotonicMs + graceMs
+        while !running.isEmpty && FileSystem.monotonicMs < deadline {
+            usleep(20_000)
+            ended += reap()
+        }
+        for index in running.indices { running[index].deadlineMs = 0 }
+        while !running.isEmpty {
+            ended += reap()
+            if !running.isEmpty { usleep(5_000) }
+        }
+        return ended
     }
 
     /// Kills overdue hooks and collects every one that has exited.
