@@ -41,11 +41,23 @@ build: deps
 # pages it uses (about 6 MiB less RSS, measured) and needs no Swift install.
 RELEASE_FLAGS := -c release --static-swift-stdlib
 
+RELEASE_BUILD := .build
+RELEASE := swift build --scratch-path $(RELEASE_BUILD) $(RELEASE_FLAGS)
+RELEASE_BINARY = "$$($(RELEASE) --show-bin-path)/syncagent"
+
+# SwiftPM (6.3) keeps a tree's build plan when only --static-swift-stdlib
+# changes: after a plain `swift build -c release` there, or the GenerateManual
+# plugin, it would keep linking the Swift runtime dynamically. Its plan file
+# removed, it plans again; a binary that needs a Swift install is never shipped.
 release: deps
-	swift build $(RELEASE_FLAGS) --product syncagent
+	$(RELEASE) --product syncagent
+	@if ldd $(RELEASE_BINARY) | grep -q libswiftCore; then \
+	  echo "$(RELEASE_BUILD)/release.yaml links the Swift runtime dynamically: planning again" >&2; \
+	  rm -f $(RELEASE_BUILD)/release.yaml && $(RELEASE) --product syncagent; fi
+	@! ldd $(RELEASE_BINARY) | grep -q libswiftCore || { echo "syncagent still links libswiftCore.so" >&2; exit 1; }
 
 run: release
-	"$$(swift build $(RELEASE_FLAGS) --show-bin-path)/syncagent" run
+	$(RELEASE_BINARY) run
 
 test: test-deps
 	swift build --build-tests
