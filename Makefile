@@ -8,7 +8,10 @@ SHELL := /bin/bash
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4);
 # ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.
-TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl
+# InstallTests reads what make install put in place as its readers do: man-db and
+# groff-base (man -l), systemd (systemd-analyze verify), bash-completion, zsh, fish.
+TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
+                  man-db groff-base systemd bash-completion zsh fish
 BENCH_PACKAGES := curl aria2 time python3-venv
 # yt-dlp, the HLS peer of make bench, from PyPI into a virtualenv of our own.
 VENV := .venv
@@ -41,7 +44,10 @@ build: deps
 # The Swift runtime and Foundation linked in: a resident agent maps only the
 # pages it uses (about 6 MiB less RSS, measured) and needs no Swift install.
 RELEASE_FLAGS := -c release --static-swift-stdlib
+# InstallTests builds in a tree of its own, INSTALL_TEST_BUILD: swift test holds
+# the lock of .build while tests run, so a build there would wait forever.
 RELEASE_BUILD := .build
+INSTALL_TEST_BUILD := .build-install-test
 RELEASE := swift build --scratch-path $(RELEASE_BUILD) $(RELEASE_FLAGS)
 RELEASE_BINARY = "$$($(RELEASE) --show-bin-path)/syncagent"
 
@@ -59,7 +65,10 @@ release: deps
 run: release
 	$(RELEASE_BINARY) run
 
+# The release tree InstallTests installs from is built here, before the suite
+# runs beside it, so the test only finds it up to date.
 test: test-deps
+	$(MAKE) --no-print-directory release manual-tool RELEASE_BUILD=$(INSTALL_TEST_BUILD)
 	swift build --build-tests
 	swift test
 
@@ -150,4 +159,4 @@ bench: bench-deps
 	YTDLP=$(CURDIR)/$(VENV)/bin/yt-dlp python3 bench/run.py
 
 clean:
-	rm -rf .build $(FUZZ_BUILD) $(VENV)
+	rm -rf .build $(FUZZ_BUILD) $(INSTALL_TEST_BUILD) $(VENV)
