@@ -1,19 +1,23 @@
 # The two commands of the README:
 #   make run    installs missing system packages, builds, starts the agent on the XDG defaults
 #   make test   installs what the tests need, then runs the whole suite
+# and make install [PREFIX=~/.local] [DESTDIR=…] / make uninstall (below).
 SHELL := /bin/bash
 
 # libnotify-dev brings libnotify4, which the agent dlopens at its first notification.
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4);
 # ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.
-TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl
+# InstallTests reads what make install put in place as its readers do: man-db and
+# groff-base (man -l), systemd (systemd-analyze verify), bash-completion, zsh, fish.
+TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
+                  man-db groff-base systemd bash-completion zsh fish
 BENCH_PACKAGES := curl aria2 time python3-venv
 # yt-dlp, the HLS peer of make bench, from PyPI into a virtualenv of our own.
 VENV := .venv
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench fuzz build release deps test-deps bench-deps clean
+.PHONY: run test bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -40,16 +44,100 @@ build: deps
 # The Swift runtime and Foundation linked in: a resident agent maps only the
 # pages it uses (about 6 MiB less RSS, measured) and needs no Swift install.
 RELEASE_FLAGS := -c release --static-swift-stdlib
+# InstallTests builds in a tree of its own, INSTALL_TEST_BUILD: swift test holds
+# the lock of .build while tests run, so a build there would wait forever.
+RELEASE_BUILD := .build
+INSTALL_TEST_BUILD := .build-install-test
+RELEASE := swift build --scratch-path $(RELEASE_BUILD) $(RELEASE_FLAGS)
+RELEASE_BINARY = "$$($(RELEASE) --show-bin-path)/syncagent"
 
+# SwiftPM (6.3) keeps a tree's build plan when only --static-swift-stdlib
+# changes: after a plain `swift build -c release` there, or the GenerateManual
+# plugin, it would keep linking the Swift runtime dynamically. Its plan file
+# removed, it plans again; a binary that needs a Swift install is never shipped.
 release: deps
-	swift build $(RELEASE_FLAGS) --product syncagent
+	$(RELEASE) --product syncagent
+	@if ldd $(RELEASE_BINARY) | grep -q libswiftCore; then \
+	  echo "$(RELEASE_BUILD)/release.yaml links the Swift runtime dynamically: planning again" >&2; \
+	  rm -f $(RELEASE_BUILD)/release.yaml && $(RELEASE) --product syncagent; fi
+	@! ldd $(RELEASE_BINARY) | grep -q libswiftCore || { echo "syncagent still links libswiftCore.so" >&2; exit 1; }
 
 run: release
-	"$$(swift build $(RELEASE_FLAGS) --show-bin-path)/syncagent" run
+	$(RELEASE_BINARY) run
 
+# The release tree InstallTests installs from is built here, before the suite
+# runs beside it, so the test only finds it up to date.
 test: test-deps
+	$(MAKE) --no-print-directory release manual-tool RELEASE_BUILD=$(INSTALL_TEST_BUILD)
 	swift build --build-tests
 	swift test
+
+# make install [PREFIX=~/.local] [DESTDIR=/tmp/stage]: each file where its reader
+# looks: man (from PATH's ../share/man), bash-completion, fish and the systemd user
+# manager (XDG_DATA_HOME for ~/.local, XDG_DATA_DIRS for /usr/local and /usr),
+# zsh (/usr/local/share/zsh/site-functions is on fpath; ~/.local's must be added).
+PREFIX ?= $(HOME)/.local
+bindir      := $(PREFIX)/bin
+datadir     := $(PREFIX)/share
+man1dir     := $(datadir)/man/man1
+bashcompdir := $(datadir)/bash-completion/completions
+zshcompdir  := $(datadir)/zsh/site-functions
+fishcompdir := $(datadir)/fish/vendor_completions.d
+# Not PREFIX/lib/systemd/user: `systemctl --user` never looks in ~/.local/lib.
+userunitdir := $(datadir)/systemd/user
+exampledir  := $(datadir)/syncagent
+docdir      := $(datadir)/doc/syncagent
+ifneq ($(filter install uninstall,$(MAKECMDGOALS)),)
+  ifneq ($(words $(PREFIX)),1)
+    $(error PREFIX must be one path, without spaces: "$(PREFIX)")
+  endif
+endif
+INSTALLED := $(bindir)/syncagent $(man1dir)/syncagent.1 $(bashcompdir)/syncagent $(zshcompdir)/_syncagent \
+             $(fishcompdir)/syncagent.fish $(userunitdir)/syncagent.service $(exampledir)/config.toml.example \
+             $(docdir)/README.md
+
+# The man page: swift-argument-parser's generate-manual, the tool its
+# GenerateManual plugin runs, pointed at the binary being installed. The plugin
+# (`swift package plugin generate-manual`) first builds every product in release
+# without --static-swift-stdlib into the same tree, which `make release` then
+# keeps (see above); with --configuration debug it builds the package once more.
+# One page, not --multi-page: `man syncagent` shows every command, where the
+# split pages would be syncagent.pause(1) and so on, plus one for `help`.
+# Dated by the last commit, so the same source gives the same page; its blank
+# lines (which man warns about) become .Pp, mdoc's paragraph break, drawn the same.
+MANUAL_DATE := $(shell git log -1 --format=%cs 2>/dev/null)
+GENERATE_MANUAL = "$$(swift build --scratch-path $(RELEASE_BUILD) --show-bin-path)/generate-manual"
+
+manual-tool:
+	swift build --scratch-path $(RELEASE_BUILD) --product generate-manual
+
+install: release manual-tool
+	@set -e; bin=$(RELEASE_BINARY); \
+	gen=$$(mktemp -d); trap 'rm -rf "$$gen"' EXIT; \
+	$(GENERATE_MANUAL) "$$bin" $(if $(MANUAL_DATE),--date $(MANUAL_DATE)) --output-directory "$$gen"; \
+	sed -i 's/^$$/.Pp/' "$$gen/syncagent.1"; \
+	for shell in bash zsh fish; do "$$bin" --generate-completion-script $$shell > "$$gen/$$shell"; done; \
+	exec_start='ExecStart=$(subst %,%%,$(bindir))/syncagent run'; \
+	sed -e "s|^ExecStart=%h/.local/bin/syncagent run\$$|$$exec_start|" \
+	    -e 's|^Documentation=.*|Documentation=man:syncagent(1) file://$(docdir)/README.md|' \
+	    contrib/syncagent.service > "$$gen/syncagent.service"; \
+	grep -qxF "$$exec_start" "$$gen/syncagent.service" || \
+	  { echo "contrib/syncagent.service: no ExecStart to point at $(bindir)/syncagent" >&2; exit 1; }; \
+	install -D -m 755 "$$bin"                    "$(DESTDIR)$(bindir)/syncagent"; \
+	install -D -m 644 "$$gen/syncagent.1"        "$(DESTDIR)$(man1dir)/syncagent.1"; \
+	install -D -m 644 "$$gen/bash"               "$(DESTDIR)$(bashcompdir)/syncagent"; \
+	install -D -m 644 "$$gen/zsh"                "$(DESTDIR)$(zshcompdir)/_syncagent"; \
+	install -D -m 644 "$$gen/fish"               "$(DESTDIR)$(fishcompdir)/syncagent.fish"; \
+	install -D -m 644 "$$gen/syncagent.service"  "$(DESTDIR)$(userunitdir)/syncagent.service"; \
+	install -D -m 644 config/syncagent.toml      "$(DESTDIR)$(exampledir)/config.toml.example"; \
+	install -D -m 644 README.md                  "$(DESTDIR)$(docdir)/README.md"
+	@printf 'installed %s\n' $(foreach file,$(INSTALLED),"$(DESTDIR)$(file)")
+
+# Exactly the files install wrote, and the two folders only syncagent uses, once empty.
+uninstall:
+	rm -f $(foreach file,$(INSTALLED),"$(DESTDIR)$(file)")
+	@for dir in "$(DESTDIR)$(exampledir)" "$(DESTDIR)$(docdir)"; do \
+	  [ ! -d "$$dir" ] || rmdir --ignore-fail-on-non-empty "$$dir"; done
 
 # libFuzzer (with AddressSanitizer) over every parser of outside input, for
 # FUZZ_SECONDS; new inputs that reach new code are merged into fuzz/corpus,
@@ -71,4 +159,4 @@ bench: bench-deps
 	YTDLP=$(CURDIR)/$(VENV)/bin/yt-dlp python3 bench/run.py
 
 clean:
-	rm -rf .build $(FUZZ_BUILD) $(VENV)
+	rm -rf .build $(FUZZ_BUILD) $(INSTALL_TEST_BUILD) $(VENV)
