@@ -392,6 +392,7 @@ public final class Agent {
             return
         }
         let (offset, ifRange) = task.bytes > 0 ? resumePoint(for: task) : (0, nil)
+        let ifChanged = offset == 0 ? validatorsForUpdate(task) : nil
         let attempt: TransferAttempt
         do {
             // A playlist is read into memory; everything else that keeps a body into its partial file.
@@ -403,7 +404,8 @@ public final class Agent {
             // A child's credentials are its parent's, for its parent's host.
             let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
             attempt = try TransferAttempt(task: task, partFile: partFile, offset: offset, ifRange: ifRange, deadlineMs: deadline,
-                                          settings: settings, cookies: cookies, origin: origin, sink: { [unowned self] id, body in
+                                          settings: settings, cookies: cookies, origin: origin, ifChanged: ifChanged,
+                                          sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
             }, requestSync: { [unowned self] attempt, descriptor, offset in
                 self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
@@ -425,6 +427,15 @@ public final class Agent {
         }
         log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
         register(attempt)
+    }
+
+    /// `overwrite = "update"`: the validators to ask with, if this agent
+    /// published the file at `dest` and it is still that file (same size and
+    /// modification time). Otherwise the whole file is fetched again.
+    private func validatorsForUpdate(_ task: TaskState) -> (etag: String?, lastModified: String?)? {
+        guard task.spec.overwrite == .update, let dest = task.spec.dest, let published = log.state.published[dest],
+              let onDisk = root.sizeAndModified(dest) else { return nil }
+        return published.validators(size: onDisk.size, modifiedNs: onDisk.modifiedNs)
     }
 
     /// Hands an attempt to curl and indexes it by handle and by task.
@@ -534,6 +545,14 @@ public final class Agent {
             fail(task, reason: reason, code: code, metrics: metrics, keeping: attempt.durable)
         case .redirect(let target, let status):
             follow(task, to: target, status: status, metrics: metrics)
+        case .notModified:
+            // Nothing was written: the file stays as published, and so do its validators.
+            if let part = task.partPath { removePartial(part, of: id) }
+            let dest = task.spec.dest
+            let onDisk = dest.flatMap(root.sizeAndModified)
+            log.record(.finished(Finished(bytes: onDisk?.size ?? 0, dest: dest, metrics: metrics, modifiedNs: onDisk?.modifiedNs,
+                                          unchanged: true)), task: id)
+            logger.info("task unchanged", metadata: ["task.id": "\(id)", "dest": "\(dest ?? "-")"])
         }
     }
 
@@ -560,9 +579,11 @@ public final class Agent {
     func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?) {
         let metrics = attempt.metrics
         let response = task.spec.behaviour.recordsResponse ? attempt.responseHeaders : nil
+        // The partial file's time is the published file's: a rename keeps it.
+        let modified = task.partPath.flatMap(root.sizeAndModified)?.modifiedNs
         log.record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256,
                                       status: response == nil ? nil : metrics.status,
-                                      responseHeaders: response, metrics: metrics)), task: task.id)
+                                      responseHeaders: response, metrics: metrics, modifiedNs: dest == nil ? nil : modified)), task: task.id)
         logger.info("task finished", metadata: ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
                                                 "status": "\(metrics.status)"])
     }

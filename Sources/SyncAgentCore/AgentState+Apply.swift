@@ -104,6 +104,11 @@ extension AgentState {
             families[parent] = family
             settle(parent)
         }
+        if case .finished(let finished) = event.body, finished.skipped == nil, finished.unchanged != true, let dest = finished.dest {
+            let task = tasks.values[index]
+            published[dest] = PublishedFile(etag: task.etag, lastModified: task.lastModified, size: finished.bytes,
+                                            modifiedNs: finished.modifiedNs)
+        }
         // A parent settles when its own phase changes, or its playlist grows or ends.
         if change.before != change.after || change.expanded, !families.isEmpty, families[id] != nil { settle(id) }
     }
@@ -270,6 +275,7 @@ extension TaskState {
             publishedPath = finished.dest
             responseStatus = finished.status
             skipReason = finished.skipped
+            unchanged = finished.unchanged ?? false
             error = nil
             errorCode = nil
             endedAtMs = event.atMs

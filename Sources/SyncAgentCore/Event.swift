@@ -167,10 +167,17 @@ public struct Finished: Codable, Equatable, Sendable {
     /// Set when nothing was transferred because `overwrite = "skip"` found
     /// the file, or another task bringing it: why.
     public var skipped: String?
+    /// The published file's modification time (ns since the epoch), so that
+    /// `overwrite = "update"` can tell the file is still the one it published.
+    public var modifiedNs: Int64?
+    /// `overwrite = "update"`: the server answered 304; the file was left as it was.
+    public var unchanged: Bool?
     public init(bytes: Int64, dest: String?, sha256: String? = nil, status: Int? = nil,
-                responseHeaders: [Header]? = nil, metrics: AttemptMetrics? = nil, skipped: String? = nil) {
+                responseHeaders: [Header]? = nil, metrics: AttemptMetrics? = nil, skipped: String? = nil,
+                modifiedNs: Int64? = nil, unchanged: Bool? = nil) {
         self.bytes = bytes; self.dest = dest; self.sha256 = sha256; self.status = status
         self.responseHeaders = responseHeaders; self.metrics = metrics; self.skipped = skipped
+        self.modifiedNs = modifiedNs; self.unchanged = unchanged
     }
 
     /// As it may be shown: credentials among the response headers redacted.

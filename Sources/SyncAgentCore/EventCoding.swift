@@ -47,8 +47,10 @@ public enum EventCoding {
             return json.finish()
         case .finished(let p):
             json.field("bytes", p.bytes); json.field("dest", p.dest); json.field("metrics", json: p.metrics.map(metricsJSON))
+            json.field("modified_ns", p.modifiedNs)
             json.field("response_headers", json: p.responseHeaders.map(headersJSON)); json.field("sha256", p.sha256)
             json.field("skipped", p.skipped); json.field("status", p.status.map(Int64.init))
+            if let unchanged = p.unchanged { json.field("unchanged", unchanged) }
             return json.finish()
         case .failed(let p):
             json.field("bytes", p.bytes); json.field("code", p.code); json.field("metrics", json: p.metrics.map(metricsJSON))
@@ -273,10 +275,12 @@ extension Retrying {
 extension Finished {
     init(reading reader: inout JSONReader) throws {
         var bytes: Int64?, dest: String?, sha256: String?, status: Int64?, headers: [Header]?, metrics: AttemptMetrics?
-        var skipped: String?
+        var skipped: String?, modifiedNs: Int64?, unchanged: Bool?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
+            case "modified_ns": modifiedNs = try value.readOptional { try $0.readInt() }
+            case "unchanged": unchanged = try value.readOptional { try $0.readBool() }
             case "dest": dest = try value.readOptional { try $0.readString() }
             case "skipped": skipped = try value.readOptional { try $0.readString() }
             case "sha256": sha256 = try value.readOptional { try $0.readString() }
@@ -287,7 +291,7 @@ extension Finished {
             }
         }
         self.init(bytes: try required(bytes, "bytes"), dest: dest, sha256: sha256, status: status.map(Int.init),
-                  responseHeaders: headers, metrics: metrics, skipped: skipped)
+                  responseHeaders: headers, metrics: metrics, skipped: skipped, modifiedNs: modifiedNs, unchanged: unchanged)
     }
 }
 

@@ -101,6 +101,9 @@ public struct JobParser: Sendable {
         for key in ["sha256", "md5", "overwrite"] where dest == nil && reader.has(key) {
             throw KeyError(key: key, "applies only to a job that saves a file (a download, or a data job with dest)")
         }
+        if kind != .download, try reader.choice("overwrite", OverwriteMode.self) == .update {
+            throw KeyError(key: "overwrite", "\"update\" (fetch only if changed) applies to downloads")
+        }
 
         let sha256 = try reader.string("sha256").map { try Self.hexDigest($0, key: "sha256", length: 64) }
         let md5 = try reader.string("md5").map { try Self.hexDigest($0, key: "md5", length: 32) }

@@ -37,8 +37,12 @@ public enum Notices {
     public static func notice(for batch: BatchFinished, in state: AgentState) -> Notice {
         let finished = batch.finished.count
         let failed = batch.failed.count
+        // `overwrite = "update"` runs (a cron job's sync) say what changed.
+        let unchanged = batch.finished.filter { state.tasks[$0]?.unchanged == true }.count
         var summary: String
-        if failed == 0 {
+        if unchanged > 0 {
+            summary = "\(finished - unchanged) updated, \(unchanged) unchanged" + (failed > 0 ? ", \(failed) failed" : "")
+        } else if failed == 0 {
             summary = finished == 1 ? "1 transfer finished" : "\(finished) transfers finished"
         } else if finished == 0 {
             summary = failed == 1 ? "1 transfer failed" : "\(failed) transfers failed"

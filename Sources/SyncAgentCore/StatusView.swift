@@ -45,6 +45,8 @@ public enum StatusView {
         public var hidden = 0
         /// Left `running` by an agent that is gone (counted here, not in `counts`).
         public var interrupted = 0
+        /// Finished tasks a 304 left as they were (`overwrite = "update"`), also in `counts`.
+        public var unchanged = 0
 
         public var etaSeconds: Int64? {
             guard speed > 0, bytesLeft > 0 else { return nil }
@@ -56,7 +58,10 @@ public enum StatusView {
             var parts: [String] = []
             // What needs an eye first.
             let order: [TaskPhase] = [.running, .queued, .paused, .failed, .finished, .cancelled]
-            var named = order.compactMap { phase in counts[phase].flatMap { $0 > 0 ? "\($0) \(phase.rawValue)" : nil } }
+            var named = order.compactMap { phase -> String? in
+                guard let count = counts[phase], count > 0 else { return nil }
+                return "\(count) \(phase.rawValue)" + (phase == .finished && unchanged > 0 ? " (\(unchanged) unchanged)" : "")
+            }
             if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
             parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
             if speed > 0 { parts.append(ByteCount.format(speed) + "/s") }
@@ -77,6 +82,7 @@ public enum StatusView {
                 continue
             }
             summary.counts[task.phase, default: 0] += 1
+            if task.unchanged { summary.unchanged += 1 }
             guard task.phase.isActive else { continue }
             let figures = state.figures(of: task)
             summary.speed &+= figures.speed

@@ -20,6 +20,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var etaS: Int64?
     public var attempts: Int
     public var redirects: Int
+    /// `overwrite = "update"` met 304 Not Modified: finished with the file left as it was.
+    public var unchanged: Bool
     public var priority: Int
     public var batch: String?
     public var error: String?
@@ -46,7 +48,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
-        case error, etag, headers, plan, method, status, children, parent
+        case error, etag, headers, plan, method, status, children, parent, unchanged
         case etaS = "eta_s"
         case attemptHistory = "attempt_history"
         case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
@@ -69,6 +71,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         speed = task.speed
         attempts = task.attempts
         redirects = task.redirects
+        unchanged = task.unchanged
         priority = task.spec.priority
         batch = task.spec.batch
         error = task.error.map(Redaction.text)
@@ -101,6 +104,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         try keys.encode(total, forKey: .total); try keys.encode(percent, forKey: .percent); try keys.encode(speed, forKey: .speed)
         try keys.encode(etaS, forKey: .etaS); try keys.encode(attempts, forKey: .attempts)
         try keys.encode(redirects, forKey: .redirects); try keys.encode(priority, forKey: .priority)
+        try keys.encode(unchanged, forKey: .unchanged)
         try keys.encode(batch, forKey: .batch); try keys.encode(error, forKey: .error); try keys.encode(errorCode, forKey: .errorCode)
         try keys.encode(etag, forKey: .etag); try keys.encode(lastModified, forKey: .lastModified)
         try keys.encode(headers, forKey: .headers); try keys.encode(createdAtMs, forKey: .createdAtMs)

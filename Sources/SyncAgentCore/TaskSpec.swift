@@ -13,6 +13,10 @@ public enum OverwriteMode: String, Codable, Equatable, Sendable, CaseIterable {
     case skip
     /// Fail the task.
     case fail
+    /// Fetch only if it changed (wget -N, curl -z): the validators the file
+    /// was published with go out as If-None-Match / If-Modified-Since, and a
+    /// 304 finishes the task `unchanged` with no byte written.
+    case update
 }
 
 public enum NotifyMode: String, Codable, Equatable, Sendable, CaseIterable {

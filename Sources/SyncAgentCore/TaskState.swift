@@ -28,6 +28,7 @@ struct TaskDetails: Equatable, Sendable {
     var responseStatus: Int?
     var skipReason: String?
     var hls: HLSProgress?
+    var unchanged = false
 }
 
 /// What an HLS parent knows of its playlist: every segment so far, in order.
@@ -131,6 +132,8 @@ public struct TaskState: Equatable, Sendable {
     public var parentID: String? { specBox.spec.parent }
     /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
     public var skipReason: String? { get { details.skipReason } set { details.skipReason = newValue } }
+    /// `overwrite = "update"` found it unchanged on the server (a 304).
+    public var unchanged: Bool { get { details.unchanged } set { details.unchanged = newValue } }
 
     public init(id: String, spec: TaskSpec, seq: Int64, atMs: Int64) {
         self.id = id
@@ -209,6 +212,8 @@ public struct AgentState: Equatable, Sendable {
     public internal(set) var settledParents: Set<String> = []
     /// The pid of the agent that last started and has not recorded a stop.
     public internal(set) var runningAgentPid: Int32?
+    /// Files this agent published, by path: what `overwrite = "update"` asks the server about.
+    public internal(set) var published: [String: PublishedFile] = [:]
     /// Hooks the running config sets (from `agent_started`, `config_reloaded`).
     public internal(set) var armedHooks: Set<HookKind> = []
     /// Top-level tasks that ended while `on_task_end` was set and whose hook has not started.
@@ -257,5 +262,21 @@ extension AgentState {
                            percent: known ? Double(family.finished) * 100 / Double(family.total) : nil,
                            speed: task.phase == .running ? running.reduce(0) { $0 &+ $1.speed } : 0,
                            children: (family.finished, family.total))
+    }
+}
+
+/// A file as this agent published it: the validators its server gave, and
+/// its size and modification time then. A file changed on disk since is not
+/// the one the validators describe.
+public struct PublishedFile: Equatable, Sendable {
+    public var etag: String?
+    public var lastModified: String?
+    public var size: Int64
+    public var modifiedNs: Int64?
+
+    /// The conditional headers to ask with, if the file on disk is still this one.
+    public func validators(size onDisk: Int64, modifiedNs onDiskNs: Int64) -> (etag: String?, lastModified: String?)? {
+        guard etag != nil || lastModified != nil, size == onDisk, let modifiedNs, modifiedNs == onDiskNs else { return nil }
+        return (etag, lastModified)
     }
 }

@@ -61,8 +61,11 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Expected MD5 of the file, verified before it is published.")
     var md5: String?
 
-    @Option(help: "When the destination exists: rename (default: name.1.ext), replace, skip or fail.")
+    @Option(help: "When the destination exists: rename (default: name.1.ext), replace, skip, fail or update.")
     var overwrite: String?
+
+    @Flag(help: "Fetch only if it changed since this agent published it (overwrite = \"update\"; wget -N, curl -z).")
+    var update = false
 
     @Option(help: "Higher starts first.")
     var priority: Int?
@@ -109,6 +112,7 @@ struct SubmitCommand: ParsableCommand {
     /// Checked in `run`, not `validate`: `--help` must not print an error first.
     private func check() throws {
         if dest != nil && dir != nil { throw fail("give --dest (a file) or --dir (a folder), not both") }
+        if update, let overwrite, overwrite != "update" { throw fail("--update is overwrite = \"update\"; it cannot go with --overwrite \(overwrite)") }
         if urls.isEmpty && inputFile == nil { throw fail("give at least one URL, or -i FILE (- for standard input)") }
     }
 
@@ -226,7 +230,8 @@ struct SubmitCommand: ParsableCommand {
     private func jobText(for entry: SubmitEntry, taken: (String) -> Bool) throws -> (id: String, text: String) {
         var keys: [String: String] = [:]
         func set(_ key: String, _ value: String?) { if let value { keys[key] = value } }
-        set("kind", kind); set("dest", dest); set("sha256", sha256); set("md5", md5); set("overwrite", overwrite)
+        set("kind", kind); set("dest", dest); set("sha256", sha256); set("md5", md5)
+        set("overwrite", update ? "update" : overwrite)
         set("priority", priority.map(String.init)); set("batch", batch); set("notify", notify)
         set("retries", retries.map(String.init)); set("max_speed", maxSpeed); set("not_before", notBefore)
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)

@@ -30,7 +30,7 @@ enum TaskTable {
             if let children = figures.children { size += " (\(children.done)/\(children.total) segments)" }
             let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             let interrupted = task.phase == .running && style.agentRunning == false
-            let phase = interrupted ? "interrupted" : task.phase.rawValue
+            let phase = interrupted ? "interrupted" : task.unchanged ? "unchanged" : task.phase.rawValue
             let moving = task.phase == .running && !interrupted
             let speed = moving ? ByteCount.format(figures.speed) + "/s" : "-"
             let eta = moving ? StatusView.etaSeconds(figures, phase: task.phase).map(StatusView.duration) ?? "?" : "-"
@@ -137,6 +137,7 @@ enum TaskTable {
         if let lastModified = task.lastModified { lines.append("modified:    \(lastModified)") }
         for header in task.spec.headers { lines.append("header:      \(header.printable)") }
         if let error = task.error { lines.append("error:       \(Redaction.text(error))") }
+        if task.unchanged { lines.append("unchanged:   yes (the server answered 304 Not Modified; the file was left as it was)") }
         if task.forgotten { lines.append("forgotten:   yes (not listed by status)") }
         return lines.map(Printable.escaping).joined(separator: "\n")
     }

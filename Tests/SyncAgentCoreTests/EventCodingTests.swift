@@ -48,6 +48,9 @@ struct EventCodingTests {
                            entries: [HLSEntry(child: "v.seg1.ts", durationMs: 5_005, sequence: 1, discontinuity: true,
                                               keyChild: "v.key0.key", iv: "000102030405060708090a0b0c0d0e0f",
                                               mapChild: "v.init1.mp4")])),
+        // Issue 14: what overwrite = "update" needs to know.
+        .finished(Finished(bytes: 20, dest: "/d/x.iso", modifiedNs: 1_795_000_000_123_456_789)),
+        .finished(Finished(bytes: 20, dest: "/d/x.iso", metrics: metrics, modifiedNs: 5, unchanged: true)),
         // Issue 13: forgetting, hooks and the config that arms them.
         .forgotten(Forgotten()),
         .agentStarted(AgentStarted(pid: 9, version: "0.2.0", hooks: ["task_end", "batch_end"])),

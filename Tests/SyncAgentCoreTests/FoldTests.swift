@@ -219,6 +219,35 @@ struct FoldTests {
         #expect(log.state.armedHooks == [.batchEnd])
     }
 
+    /// `overwrite = "update"` asks with the validators a file was published
+    /// with, only while the file on disk is still that one; a 304 changes nothing.
+    @Test func publishedFilesKeepTheirValidatorsForUpdate() {
+        var log = LogBuilder()
+        log.create("a")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/a")), task: "a")
+        _ = log.add(.progressed(Progressed(bytes: 10, total: 10, etag: "\"v1\"", lastModified: "Sun, 22 Nov 2026 10:00:00 GMT")), task: "a")
+        _ = log.add(.finished(Finished(bytes: 10, dest: "/downloads/a.bin", modifiedNs: 77)), task: "a")
+        let published = log.state.published["/downloads/a.bin"]
+        #expect(published?.etag == "\"v1\"" && published?.size == 10 && published?.modifiedNs == 77)
+        #expect(published?.validators(size: 10, modifiedNs: 77)?.etag == "\"v1\"")
+        #expect(published?.validators(size: 11, modifiedNs: 77) == nil, "changed on disk: ask for the whole file")
+        #expect(published?.validators(size: 10, modifiedNs: 78) == nil)
+
+        log.create("b")
+        _ = log.add(.finished(Finished(bytes: 10, dest: "/downloads/a.bin", modifiedNs: 77, unchanged: true)), task: "b")
+        #expect(log.state["b"]?.unchanged == true)
+        #expect(log.state.published["/downloads/a.bin"] == published, "a 304 leaves the record as it was")
+
+        // The batch says what changed.
+        let batch = BatchFinished(batch: "hourly", finished: ["a", "b"], failed: [])
+        #expect(Notices.notice(for: batch, in: log.state).summary == "hourly: 1 updated, 1 unchanged")
+        // A live task already updating the file: a second one skips.
+        log.create("c")
+        let decision = Destinations.decide(dest: "/downloads/c.bin", overwrite: .update, in: log.state, exists: { _ in true })
+        guard case .skip(_, let reason) = decision else { Issue.record("\(decision)"); return }
+        #expect(reason.contains("already updates"))
+    }
+
     @Test func aTaskRunAgainOwesNoHookUntilItEndsAgain() {
         var log = LogBuilder()
         _ = log.add(.agentStarted(AgentStarted(pid: 1, version: "t", hooks: ["task_end"])))

@@ -133,6 +133,9 @@ extension Agent {
             refreshFailed(task, reason)
         case .redirect(let target, _):
             refreshFailed(task, "the live playlist moved to \(Redaction.url(target))")
+        case .notModified:
+            // A playlist read is never conditional; a server that says 304 anyway said nothing new.
+            refreshFailed(task, "the server answered 304 Not Modified to a request that asked no condition")
         }
     }
 

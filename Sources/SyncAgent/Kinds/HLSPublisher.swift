@@ -57,7 +57,8 @@ enum HLSPublisher {
             return path
         case .replace:
             throw HLSFailure(reason: "\(path) is a folder that exists; overwrite = \"replace\" never deletes a folder", code: "dest_exists")
-        case .skip, .fail:
+        case .skip, .fail, .update:
+            // (update applies to downloads only: the job parser refuses it for a video.)
             throw HLSFailure(reason: "\(path) already exists (overwrite = \"\(parent.spec.overwrite.rawValue)\")", code: "dest_exists")
         }
     }

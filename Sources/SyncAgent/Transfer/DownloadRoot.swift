@@ -156,6 +156,12 @@ final class DownloadRoot {
 
     func size(_ file: String) -> Int64? { status(file).map { Int64($0.st_size) } }
 
+    /// Size and modification time (ns) of a regular file; nil for anything else.
+    func sizeAndModified(_ file: String) -> (size: Int64, modifiedNs: Int64)? {
+        guard let info = status(file), (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return (Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+    }
+
     /// Cuts a partial file back (start-up recovery); absent is fine.
     func truncate(_ file: String, to offset: Int64) throws {
         try withParent(of: file) { directory, name in

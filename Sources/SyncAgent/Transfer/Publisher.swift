@@ -46,9 +46,10 @@ enum Publisher {
         }
         guard let existing = root.status(dest) else { return .ready(path: dest) }
         switch task.spec.overwrite {
-        case .replace where (existing.st_mode & S_IFMT) == S_IFDIR:
-            return .failed(reason: "\(dest) is a folder; overwrite = \"replace\" replaces files, never folders", code: "dest_exists")
-        case .replace:
+        case .replace where (existing.st_mode & S_IFMT) == S_IFDIR, .update where (existing.st_mode & S_IFMT) == S_IFDIR:
+            return .failed(reason: "\(dest) is a folder; overwrite = \"\(task.spec.overwrite.rawValue)\" replaces files, never folders",
+                           code: "dest_exists")
+        case .replace, .update:
             return .ready(path: dest)
         case .skip:
             return .skipped(reason: "skipped: \(dest) appeared while the task ran")

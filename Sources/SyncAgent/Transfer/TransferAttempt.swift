@@ -19,6 +19,8 @@ enum AttemptOutcome: Equatable {
     /// A redirect this attempt does not follow itself (its request carries
     /// credentials another host must not get): the agent takes the hop.
     case redirect(to: String, status: Int)
+    /// A conditional request (`overwrite = "update"`) met 304 Not Modified.
+    case notModified
 }
 
 /// One attempt of a task: a curl easy handle that sends the request (with
@@ -98,6 +100,7 @@ final class TransferAttempt {
     /// Distinguishes attempts of one task, so a late sync of an earlier one is never claimed.
     let serial: UInt64
     private static var nextSerial: UInt64 = 0
+    private let ifChanged: (etag: String?, lastModified: String?)?
     private let requestSync: SyncRequest
     /// A progress sync is in flight: do not queue another.
     private var syncPending = false
@@ -107,11 +110,15 @@ final class TransferAttempt {
     ///     attempt closes it), or -1 when the response body is not kept.
     ///   - ifRange: the validator guarding a resume from `offset` (the agent's decision).
     ///   - origin: the URL whose host may receive the job's credentials (a child's parent's URL); default the task's own.
+    ///   - ifChanged: `overwrite = "update"`: the validators the file on disk was published with.
     init(task: TaskState, partFile: Int32, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
-         cookies: CookieJar?, isRefresh: Bool = false, origin: String? = nil, sink: @escaping Sink,
+         cookies: CookieJar?, isRefresh: Bool = false, origin: String? = nil,
+         ifChanged: (etag: String?, lastModified: String?)? = nil, sink: @escaping Sink,
          requestSync: @escaping SyncRequest) throws {
         self.origin = origin ?? task.spec.url
         self.isRefresh = isRefresh
+        // Only a request for the whole file may be answered "not modified".
+        self.ifChanged = offset == 0 ? ifChanged : nil
         byteRange = task.spec.byteRange
         // curl drops Authorization and Cookie when a redirect changes host, but
         // not the other credential headers (X-Api-Key, Private-Token …): a
@@ -207,6 +214,10 @@ final class TransferAttempt {
         } else if requestedOffset > 0 {
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"))
             if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
+        }
+        if let ifChanged {
+            if let etag = ifChanged.etag { headers.append(Header(name: "If-None-Match", value: etag)) }
+            if let lastModified = ifChanged.lastModified { headers.append(Header(name: "If-Modified-Since", value: lastModified)) }
         }
         headers += try configureRequest(task.spec, explicitHeaders: headers)
         for header in headers {
@@ -598,6 +609,7 @@ final class TransferAttempt {
             return stopReason
         }
         if result == CURLE_OK {
+            if status == 304, ifChanged != nil { return .notModified }
             if let hop = redirectToFollow() { return hop }
             if !isSuccess(status) { return httpFailure() }
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
