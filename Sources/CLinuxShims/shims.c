@@ -28,6 +28,10 @@ int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t mode) {
 #define SYS_pidfd_open 434
 #endif
 
+int sa_syncfs(int fd) {
+    return syncfs(fd);
+}
+
 int sa_pidfd_open(pid_t pid) {
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }

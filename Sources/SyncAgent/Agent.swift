@@ -66,6 +66,8 @@ public final class Agent {
     var root: DownloadRoot!
     /// The config's hooks that are running.
     private let hooks: HookRunner
+    /// Update tasks whose 304 could not be believed: their next attempt asks for the whole file.
+    private var fetchWhole: Set<String> = []
     /// `max_overall_speed` was shared out (see `shareOverallSpeed`).
     private var sharingSpeed = false
 
@@ -298,7 +300,12 @@ public final class Agent {
             if task.spec.behaviour.fansOut {
                 completeHLSPublishing(task)
             } else if task.phase == .finished, let part = task.partPath, let dest = task.dest, root.exists(part) {
-                completeRename(of: task, from: part, to: dest)
+                if isUnpublishedBody(of: task, part: part, dest: dest) {
+                    completeRename(of: task, from: part, to: dest)
+                } else {
+                    logger.info("leaving a partial file that is not the body this task finished with",
+                                metadata: ["task.id": "\(task.id)", "part": "\(part)"])
+                }
             }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
@@ -316,6 +323,19 @@ public final class Agent {
         for (_, batch) in log.state.owedNotices.sorted(by: { $0.key < $1.key }) {
             post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
         }
+    }
+
+    /// Whether `part` is the body `task` finished with and never renamed (a
+    /// crash between the commit and the rename), rather than another live
+    /// task's download of the same path (`replace`, `update`), a later
+    /// publication's, or a file of the user's: no live task holds the
+    /// path, this task published it last, and the file has the size and
+    /// modification time `finished` recorded.
+    private func isUnpublishedBody(of task: TaskState, part: String, dest: String) -> Bool {
+        guard Destinations.holder(of: dest, in: log.state, except: task.id) == nil,
+              let record = log.state.published[dest], record.size == task.bytes,
+              let onDisk = root.sizeAndModified(part), onDisk.size == task.bytes else { return false }
+        return record.modifiedNs.map { $0 == onDisk.modifiedNs } ?? true
     }
 
     /// Died between committing `finished` and the rename: the rename the
@@ -429,13 +449,31 @@ public final class Agent {
         register(attempt)
     }
 
+    /// Why a 304 cannot be taken as "unchanged", if it cannot.
+    private func doubtAbout304(_ task: TaskState, etag: String?, sent: String?) -> String? {
+        if let etag, let sent, etag != sent, etag.trimmingPrefix("W/") != sent.trimmingPrefix("W/") {
+            return "the server answered 304 Not Modified with ETag \(etag), not the \(sent) asked about"
+        }
+        guard task.spec.sha256 != nil || task.spec.md5 != nil, let dest = task.spec.dest else { return nil }
+        guard let digests = try? Publisher.hash(dest, md5: task.spec.md5 != nil, root: root) else {
+            return "the server answered 304 Not Modified, but \(dest) cannot be read to check it"
+        }
+        if let expected = task.spec.sha256, expected != digests.sha256 {
+            return "the server answered 304 Not Modified, but \(dest) does not match the job's sha256"
+        }
+        if let expected = task.spec.md5, expected != digests.md5 {
+            return "the server answered 304 Not Modified, but \(dest) does not match the job's md5"
+        }
+        return nil
+    }
+
     /// `overwrite = "update"`: the validators to ask with, if this agent
     /// published the file at `dest` and it is still that file (same size and
     /// modification time). Otherwise the whole file is fetched again.
     private func validatorsForUpdate(_ task: TaskState) -> (etag: String?, lastModified: String?)? {
-        guard task.spec.overwrite == .update, let dest = task.spec.dest, let published = log.state.published[dest],
-              let onDisk = root.sizeAndModified(dest) else { return nil }
-        return published.validators(size: onDisk.size, modifiedNs: onDisk.modifiedNs)
+        guard task.spec.overwrite == .update, !fetchWhole.contains(task.id), let dest = task.spec.dest,
+              let published = log.state.published[dest], let onDisk = root.sizeAndModified(dest) else { return nil }
+        return published.validators(for: task.spec.url, size: onDisk.size, modifiedNs: onDisk.modifiedNs)
     }
 
     /// Hands an attempt to curl and indexes it by handle and by task.
@@ -545,9 +583,17 @@ public final class Agent {
             fail(task, reason: reason, code: code, metrics: metrics, keeping: attempt.durable)
         case .redirect(let target, let status):
             follow(task, to: target, status: status, metrics: metrics)
-        case .notModified:
-            // Nothing was written: the file stays as published, and so do its validators.
+        case .notModified(let etag):
+            // Nothing was written. Believed only if it confirms what we have (RFC 9111 §4.3.4: a
+            // 304 naming another ETag is about another representation) and the file still
+            // matches the job's checksum; otherwise the whole file is fetched.
             if let part = task.partPath { removePartial(part, of: id) }
+            if let doubt = doubtAbout304(task, etag: etag, sent: attempt.ifChanged?.etag) {
+                fetchWhole.insert(id)
+                log.record(.retrying(Retrying(attempt: task.attempts, reason: doubt + "; fetching the whole file", delayMs: 0,
+                                              bytes: 0, metrics: metrics)), task: id)
+                return
+            }
             let dest = task.spec.dest
             let onDisk = dest.flatMap(root.sizeAndModified)
             log.record(.finished(Finished(bytes: onDisk?.size ?? 0, dest: dest, metrics: metrics, modifiedNs: onDisk?.modifiedNs,

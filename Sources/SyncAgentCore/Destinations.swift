@@ -95,9 +95,7 @@ public enum Destinations {
         switch overwrite {
         case .skip:
             return .skip(dest, reason: "skipped: task \(holder) (\(phase)) already brings \(dest)")
-        case .update:
-            return .skip(dest, reason: "skipped: task \(holder) (\(phase)) already updates \(dest)")
-        case .fail, .replace:
+        case .fail, .replace, .update:
             return .refuse(dest, reason: "\(dest) is the destination of task \(holder) (\(phase)); two tasks never write one file (overwrite = \"\(overwrite.rawValue)\")")
         case .rename:
             return .use(dest)

@@ -269,14 +269,21 @@ extension AgentState {
 /// its size and modification time then. A file changed on disk since is not
 /// the one the validators describe.
 public struct PublishedFile: Equatable, Sendable {
+    /// The job URL it came from: its validators describe that resource only.
+    public var url: String
     public var etag: String?
     public var lastModified: String?
     public var size: Int64
     public var modifiedNs: Int64?
 
-    /// The conditional headers to ask with, if the file on disk is still this one.
-    public func validators(size onDisk: Int64, modifiedNs onDiskNs: Int64) -> (etag: String?, lastModified: String?)? {
-        guard etag != nil || lastModified != nil, size == onDisk, let modifiedNs, modifiedNs == onDiskNs else { return nil }
+    /// The conditional headers to ask `url` with, if the file on disk is
+    /// still this one and came from there. (`ETag: *` is no validator: sent
+    /// back as `If-None-Match: *` it would match every version.)
+    public func validators(for url: String, size onDisk: Int64, modifiedNs onDiskNs: Int64) -> (etag: String?, lastModified: String?)? {
+        let etag = self.etag == "*" ? nil : self.etag
+        guard url == self.url, etag != nil || lastModified != nil, size == onDisk, let modifiedNs, modifiedNs == onDiskNs else {
+            return nil
+        }
         return (etag, lastModified)
     }
 }

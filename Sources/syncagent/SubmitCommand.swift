@@ -149,15 +149,13 @@ struct SubmitCommand: ParsableCommand {
             taken.insert(job.id)
             jobs.append(job)
         }
-        let writer = InboxWriter(inbox: resolved.paths.inbox)
-        for (index, job) in jobs.enumerated() {
-            do {
-                _ = try writer.write(job.text, prefix: "submit-\(job.id)")
-            } catch {
-                let written = jobs.prefix(index).map(\.id)
-                throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)"
-                           + (written.isEmpty ? "" : "; written before it: \(written.joined(separator: " "))"))
-            }
+        do {
+            _ = try InboxWriter(inbox: resolved.paths.inbox).write(jobs.map { ($0.text, "submit-\($0.id)") })
+        } catch {
+            let taken = pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
+            let inboxed = jobs.map(\.id).filter(taken.contains)
+            throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)"
+                       + (inboxed.isEmpty ? "; no job was submitted" : "; these went in: \(inboxed.joined(separator: " "))"))
         }
         // The ids only once every job is in: a reader that goes away (`| head -1`)
         // cannot stop the list half-way, and an id that cannot be printed is an error.

@@ -229,9 +229,14 @@ struct FoldTests {
         _ = log.add(.finished(Finished(bytes: 10, dest: "/downloads/a.bin", modifiedNs: 77)), task: "a")
         let published = log.state.published["/downloads/a.bin"]
         #expect(published?.etag == "\"v1\"" && published?.size == 10 && published?.modifiedNs == 77)
-        #expect(published?.validators(size: 10, modifiedNs: 77)?.etag == "\"v1\"")
-        #expect(published?.validators(size: 11, modifiedNs: 77) == nil, "changed on disk: ask for the whole file")
-        #expect(published?.validators(size: 10, modifiedNs: 78) == nil)
+        let url = log.state["a"]!.spec.url
+        #expect(published?.validators(for: url, size: 10, modifiedNs: 77)?.etag == "\"v1\"")
+        #expect(published?.validators(for: url, size: 11, modifiedNs: 77) == nil, "changed on disk: ask for the whole file")
+        #expect(published?.validators(for: url, size: 10, modifiedNs: 78) == nil)
+        #expect(published?.validators(for: "http://elsewhere/a", size: 10, modifiedNs: 77) == nil, "another resource's validators")
+        var star = published!
+        star.etag = "*"
+        #expect(star.validators(for: url, size: 10, modifiedNs: 77)?.etag == nil)
 
         log.create("b")
         _ = log.add(.finished(Finished(bytes: 10, dest: "/downloads/a.bin", modifiedNs: 77, unchanged: true)), task: "b")
@@ -241,11 +246,12 @@ struct FoldTests {
         // The batch says what changed.
         let batch = BatchFinished(batch: "hourly", finished: ["a", "b"], failed: [])
         #expect(Notices.notice(for: batch, in: log.state).summary == "hourly: 1 updated, 1 unchanged")
-        // A live task already updating the file: a second one skips.
+        // A live task already writing the file: a second one is refused, never
+        // "finished" without a byte (its URL or checksum may differ).
         log.create("c")
         let decision = Destinations.decide(dest: "/downloads/c.bin", overwrite: .update, in: log.state, exists: { _ in true })
-        guard case .skip(_, let reason) = decision else { Issue.record("\(decision)"); return }
-        #expect(reason.contains("already updates"))
+        guard case .refuse(_, let reason) = decision else { Issue.record("\(decision)"); return }
+        #expect(reason.contains("two tasks never write one file"))
     }
 
     @Test func aTaskRunAgainOwesNoHookUntilItEndsAgain() {

@@ -91,7 +91,7 @@ struct JobParserTests {
         ("url = 5", #"key "url" must be a string, not an integer"#),
         ("url = \"http://h/x\"\npriority = \"high\"", #"key "priority" must be an integer, not a string"#),
         ("url = \"http://h/x\"\nsha256 = \"abc\"", #"key "sha256" must be 64 hexadecimal digits"#),
-        ("url = \"http://h/x\"\noverwrite = \"clobber\"", #"key "overwrite" must be one of "rename", "replace", "skip", "fail", not "clobber""#),
+        ("url = \"http://h/x\"\noverwrite = \"clobber\"", #"key "overwrite" must be one of "rename", "replace", "skip", "fail", "update", not "clobber""#),
         ("url = \"http://h/x\"\nretries = 1000", #"key "retries" must be between 0 and 100, not 1000"#),
         ("url = \"http://h/x\"\nmax_speed = \"fast\"", #"key "max_speed" must be a positive number of bytes such as 2000000, "512K" or "2M""#),
         ("url = \"http://h/x\"\nid = \"a b\"", #"key "id" must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'"#),

@@ -27,6 +27,8 @@ parameters, so one server covers every case:
   redirect_to=URL   answer 302 with Location: URL
   forbid_header=NAME  answer 400 if the request carries that header (a leaked credential)
   not_http=1        answer with a status line that is not HTTP/1.x or 2 (HTTP/1.2)
+  not_modified=ETAG answer 304 with ETag: ETAG to any conditional request
+                    (If-None-Match or If-Modified-Since), whatever it asked
 
 Any method with a request body (PUT, POST, PATCH, …) is read in chunks and
 answered with a JSON description of what arrived: method, path, size,
@@ -221,6 +223,12 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             self.record(302, range_header, 0)
+            return
+        if "not_modified" in query and (self.headers.get("If-None-Match") or self.headers.get("If-Modified-Since")):
+            self.send_response(304)
+            self.send_header("ETag", query["not_modified"])
+            self.end_headers()
+            self.record(304, range_header, 0)
             return
         if query.get("not_http"):
             self.wfile.write(b"HTTP/1.2 200 OK\r\nContent-Length: 5\r\n\r\nhello")

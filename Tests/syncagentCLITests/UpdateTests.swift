@@ -93,4 +93,94 @@ import Glibc
         let data = try harness.run(["submit", "--kind", "data", "--update", nginx.url("x.bin"), "--dest", "d.bin"])
         #expect(data.status != 0 && data.stderr.contains("key \"overwrite\" \"update\" (fetch only if changed) applies to downloads"))
     }
+
+    // MARK: - What an adversary found
+
+    /// The agent's start-up finished the rename of any finished task whose
+    /// DEST.part existed: an update killed while fetching a changed file had
+    /// its half-written body published over the good file.
+    @Test func aKilledUpdateNeverPublishesItsHalfFileOverTheGoodOne() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let good = try nginx.serve("big.bin", size: 3_000_000)
+        let dest = harness.downloads + "/big.bin"
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("big.bin"))\"\noverwrite = \"update\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        try nginx.serve("big.bin", size: 20_000_000, seed: 5)
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(nginx.url("big.bin"))\"\noverwrite = \"update\"\nmax_speed = \"1M\"\n")
+        let first = try harness.startAgent()
+        #expect(eventually(within: 20) { ((try? FileManager.default.attributesOfItem(atPath: dest + ".part"))?[.size] as? Int ?? 0) > 1_000_000 })
+        first.signal(SIGKILL)
+        _ = first.wait(seconds: 10)
+        let second = try harness.startAgent()
+        usleep(1_000_000)
+        #expect(FileManager.default.contents(atPath: dest) == good, "the published file stays until the update has it all")
+        second.signal(SIGTERM)
+        #expect(second.wait(seconds: 10) == 0)
+        #expect(FileManager.default.contents(atPath: dest) == good)
+        #expect(try harness.run(["replay", "--verify"]).status == 0)
+        // A partial file of the user's beside a published file is never renamed over it either.
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(nginx.url("big.bin"))\"\ndest = \"notes.txt\"\nmax_speed = \"100M\"\n")
+        try harness.drop("cancel.job", "action = \"cancel\"\ntask = \"b\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        try "my own notes".write(toFile: harness.downloads + "/notes.txt.part", atomically: true, encoding: .utf8)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(try String(contentsOfFile: harness.downloads + "/notes.txt.part", encoding: .utf8) == "my own notes")
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/notes.txt")?.count == 20_000_000)
+    }
+
+    /// A 304 is believed only when it confirms what is on disk: another ETag,
+    /// a file that fails the job's sha256, or validators of another URL
+    /// fetch the whole file; a second live update of one path is refused.
+    @Test func a304IsBelievedOnlyWhenItConfirmsTheFile() throws {
+        let harness = try AgentHarness()
+        let faults = try FaultServer(in: harness.directory)
+        let served = try faults.serve("f.bin", size: 50_000)
+        let lying = faults.url("f.bin", "not_modified=%22another%22")
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(lying)\"\ndest = \"f.bin\"\noverwrite = \"update\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(lying)\"\ndest = \"f.bin\"\noverwrite = \"update\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(faults.requests.filter { $0.path.hasPrefix("/f.bin") }.map(\.status) == [200, 304, 200])
+        let b = try harness.tasksByID()["b"]
+        #expect(b?["state"] as? String == "finished" && b?["unchanged"] as? Bool == false)
+        #expect(try harness.events().contains { $0.task == "b" && $0.type == "retrying" && ($0.data["reason"] as? String)?.contains("ETag \"another\"") == true })
+
+        // The file edited in place with its size and mtime put back: validators match, the sha256 does not.
+        let nginx = try Nginx(in: harness.directory)
+        let original = try nginx.serve("s.bin", size: 40_000)
+        let sha = sha256Hex(original)
+        let job = "url = \"\(nginx.url("s.bin"))\"\ndest = \"s.bin\"\noverwrite = \"update\"\nsha256 = \"\(sha)\"\n"
+        try harness.drop("s1.job", job)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        let path = harness.downloads + "/s.bin"
+        var info = stat()
+        #expect(stat(path, &info) == 0)
+        var tampered = original
+        tampered[0] ^= 0xFF
+        try tampered.write(to: URL(fileURLWithPath: path))
+        var times = [info.st_atim, info.st_mtim]
+        #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+        try harness.drop("s2.job", job)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(FileManager.default.contents(atPath: path) == original, "fetched whole and checked")
+        #expect(nginx.requests.filter { $0.uri == "/s.bin" }.map(\.status) == [200, 304, 200])
+
+        // Another URL for the same path: that resource's file is fetched, never a 304 on the old one's validators.
+        try nginx.serve("other.bin", size: 30_000, seed: 4)
+        try harness.drop("o.job", "url = \"\(nginx.url("other.bin"))\"\ndest = \"s.bin\"\noverwrite = \"update\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(nginx.requests.filter { $0.uri == "/other.bin" }.map(\.status) == [200])
+        #expect(FileManager.default.contents(atPath: path)?.count == 30_000)
+
+        // Two live updates of one path: the second is refused, never "finished" without a byte.
+        try harness.drop("p1.job", "id = \"p1\"\nurl = \"\(nginx.url("s.bin"))\"\ndest = \"p.bin\"\noverwrite = \"update\"\nnot_before = \"2099-01-01T00:00:00Z\"\n")
+        try harness.drop("p2.job", "id = \"p2\"\nurl = \"\(nginx.url("other.bin"))\"\ndest = \"p.bin\"\noverwrite = \"update\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { (try? harness.tasksByID()["p2"]?["state"] as? String) == "failed" })
+        #expect(try harness.tasksByID()["p2"]?["error_code"] as? String == "dest_reserved")
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        _ = served
+    }
 }

@@ -20,6 +20,10 @@ int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t mode);
  */
 int sa_pidfd_open(pid_t pid);
 
+/* syncfs(2), a GNU extension Swift's Glibc module does not show: flushes
+ * the file system holding fd. Returns 0, or -1 with errno set. */
+int sa_syncfs(int fd);
+
 /*
  * Starts a hook (SPEC §5): `argv[0]` searched on PATH, no shell, standard
  * input from /dev/null, standard output and error to `output` (if >= 0),

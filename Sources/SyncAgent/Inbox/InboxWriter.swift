@@ -1,3 +1,4 @@
+import CLinuxShims
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -12,9 +13,41 @@ public struct InboxWriter {
     /// Returns the job file's path.
     public func write(_ text: String, prefix: String) throws -> String {
         try FileSystem.makeDirectory(inbox)
-        let unique = "\(FileSystem.nowMs)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let path = "\(inbox)/\(prefix)-\(unique).job"
+        let path = uniquePath(prefix)
         try FileSystem.writeAtomically(text, to: path)
         return path
+    }
+
+    /// Many jobs at the price of two syncs, not two each (10,000 URLs from
+    /// `submit -i` took 30-45 s with one fsync and one directory sync per
+    /// job): every job is written under its temp name, the file system is
+    /// synced once, then each is renamed in and the inbox synced once. A
+    /// crash before the end leaves temp names the agent ignores, or some of
+    /// the jobs in: the caller prints ids only after this returns.
+    public func write(_ jobs: [(text: String, prefix: String)]) throws -> [String] {
+        try FileSystem.makeDirectory(inbox)
+        let paths = jobs.map { uniquePath($0.prefix) }
+        var written: [String] = []
+        defer { for path in written { unlink(path + ".tmp") } }
+        for (job, path) in zip(jobs, paths) {
+            let temp = path + ".tmp"
+            let fd = try syscall("create \(temp)") { open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644) }
+            written.append(path)
+            defer { close(fd) }
+            try Array(job.text.utf8).withUnsafeBytes { try FileSystem.writeAll(fd, $0, to: temp) }
+        }
+        let folder = try syscall("open \(inbox)") { open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        defer { close(folder) }
+        try syscall("sync the file system of \(inbox)") { sa_syncfs(folder) }
+        for path in paths {
+            try syscall("rename \(path).tmp") { rename(path + ".tmp", path) }
+            written.removeFirst()
+        }
+        try syscall("fsync \(inbox)") { fsync(folder) }
+        return paths
+    }
+
+    private func uniquePath(_ prefix: String) -> String {
+        "\(inbox)/\(prefix)-\(FileSystem.nowMs)-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).job"
     }
 }

@@ -19,8 +19,9 @@ enum AttemptOutcome: Equatable {
     /// A redirect this attempt does not follow itself (its request carries
     /// credentials another host must not get): the agent takes the hop.
     case redirect(to: String, status: Int)
-    /// A conditional request (`overwrite = "update"`) met 304 Not Modified.
-    case notModified
+    /// A conditional request (`overwrite = "update"`) met 304 Not Modified,
+    /// with the ETag the 304 carried (nil: none).
+    case notModified(etag: String?)
 }
 
 /// One attempt of a task: a curl easy handle that sends the request (with
@@ -100,7 +101,7 @@ final class TransferAttempt {
     /// Distinguishes attempts of one task, so a late sync of an earlier one is never claimed.
     let serial: UInt64
     private static var nextSerial: UInt64 = 0
-    private let ifChanged: (etag: String?, lastModified: String?)?
+    let ifChanged: (etag: String?, lastModified: String?)?
     private let requestSync: SyncRequest
     /// A progress sync is in flight: do not queue another.
     private var syncPending = false
@@ -609,7 +610,7 @@ final class TransferAttempt {
             return stopReason
         }
         if result == CURLE_OK {
-            if status == 304, ifChanged != nil { return .notModified }
+            if status == 304, ifChanged != nil { return .notModified(etag: etag) }
             if let hop = redirectToFollow() { return hop }
             if !isSuccess(status) { return httpFailure() }
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
