@@ -52,8 +52,11 @@ int sa_spawn_hook(char *const argv[], char *const envp[], int output, pid_t *pid
     if ((error = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0
         && (output < 0 || (error = posix_spawn_file_actions_adddup2(&actions, output, 1)) == 0)
         && (output < 0 || (error = posix_spawn_file_actions_adddup2(&actions, output, 2)) == 0)
-        /* Nothing of the agent's (its log, sockets, curl's wake-up pair) is the hook's. */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+        /* Nothing of the agent's (its log, sockets, curl's wake-up pair) is the hook's.
+         * Before glibc 2.34 only close-on-exec keeps them out. */
         && (error = posix_spawn_file_actions_addclosefrom_np(&actions, 3)) == 0
+#endif
         && (error = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK
                                                           | POSIX_SPAWN_SETSIGDEF)) == 0
         && (error = posix_spawnattr_setpgroup(&attributes, 0)) == 0

@@ -31,25 +31,19 @@ final class StateLock {
 
     init(path: String, stateDir: String) throws {
         directory = try syscall("open \(stateDir)") { open(stateDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        var waitedMs = 0
-        while flock(directory, LOCK_EX | LOCK_NB) != 0 {
-            let error = errno
-            if error == EINTR { continue }
-            guard error == EWOULDBLOCK else {
-                close(directory)
-                throw SystemError(operation: "lock \(stateDir)", errno: error)
-            }
-            guard waitedMs < Self.probeWaitMs else {
-                let holder = AgentLiveness.holder(readingFrom: path)
-                close(directory)
-                throw AgentAlreadyRunning(stateDir: stateDir, pid: holder?.pid)
-            }
-            usleep(10_000)
-            waitedMs += 10
-        }
         do {
             nameFile = try syscall("open \(path)") { open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600) }
         } catch {
+            close(directory)
+            throw error
+        }
+        do {
+            // Both: the directory's cannot be deleted away; the file's is what an older
+            // agent takes, and what a file system without directory flocks (NFS) still has.
+            try Self.acquire(directory, named: stateDir, optional: true, stateDir: stateDir, holderFile: path)
+            try Self.acquire(nameFile, named: path, optional: false, stateDir: stateDir, holderFile: path)
+        } catch {
+            close(nameFile)
             close(directory)
             throw error
         }
@@ -62,6 +56,26 @@ final class StateLock {
             close(nameFile)
             close(directory)
             throw error
+        }
+    }
+
+    /// An exclusive flock, waited for up to `probeWaitMs`. `optional`: a
+    /// file system that cannot lock this descriptor (an NFS directory) is
+    /// not an error; another holder always is.
+    private static func acquire(_ fd: Int32, named name: String, optional: Bool, stateDir: String, holderFile: String) throws {
+        var waitedMs = 0
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let error = errno
+            if error == EINTR { continue }
+            guard error == EWOULDBLOCK else {
+                if optional && [EBADF, ENOLCK, EOPNOTSUPP, EINVAL].contains(error) { return }
+                throw SystemError(operation: "lock \(name)", errno: error)
+            }
+            guard waitedMs < probeWaitMs else {
+                throw AgentAlreadyRunning(stateDir: stateDir, pid: AgentLiveness.holder(readingFrom: holderFile)?.pid)
+            }
+            usleep(10_000)
+            waitedMs += 10
         }
     }
 
@@ -83,19 +97,26 @@ public struct AgentLiveness: Equatable, Sendable {
 
     public static let notRunning = AgentLiveness(running: false, pid: nil, startedAtMs: nil)
 
-    /// Tries the state directory's lock shared and lets go at once: taken
-    /// means no agent holds it. A missing directory means no agent ever ran.
+    /// Tries the agent's locks (the state directory's, and `agent.lock`)
+    /// shared and lets go at once: taken means no agent holds them. A
+    /// missing directory means no agent ever ran.
     public static func probe(stateDir: String) -> AgentLiveness {
-        let fd = open(stateDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return .notRunning }
+        let lockFile = stateDir + "/agent.lock"
+        guard isHeld(open(stateDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) || isHeld(open(lockFile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW))
+        else { return .notRunning }
+        let holder = holder(readingFrom: lockFile)
+        return AgentLiveness(running: true, pid: holder?.pid, startedAtMs: holder?.startedAtMs)
+    }
+
+    /// Whether another process holds `fd`'s flock (taken shared for an instant to ask). Closes `fd`.
+    private static func isHeld(_ fd: Int32) -> Bool {
+        guard fd >= 0 else { return false }
         defer { close(fd) }
         if flock(fd, LOCK_SH | LOCK_NB) == 0 {
             _ = flock(fd, LOCK_UN)
-            return .notRunning
+            return false
         }
-        guard errno == EWOULDBLOCK else { return .notRunning }
-        let holder = holder(readingFrom: stateDir + "/agent.lock")
-        return AgentLiveness(running: true, pid: holder?.pid, startedAtMs: holder?.startedAtMs)
+        return errno == EWOULDBLOCK
     }
 
     /// "PID STARTED_AT_MS" (an older agent wrote only "PID").

@@ -106,7 +106,7 @@ extension AgentState {
         }
         if case .finished(let finished) = event.body, finished.skipped == nil, finished.unchanged != true, let dest = finished.dest {
             let task = tasks.values[index]
-            published[dest] = PublishedFile(url: task.spec.url, etag: task.etag, lastModified: task.lastModified, size: finished.bytes,
+            published[dest] = PublishedFile(task: id, url: task.spec.url, sha256: finished.sha256, etag: task.etag, lastModified: task.lastModified, size: finished.bytes,
                                             modifiedNs: finished.modifiedNs)
         }
         // A parent settles when its own phase changes, or its playlist grows or ends.

@@ -14,15 +14,16 @@ public enum HookPlan {
     /// Owed runs, oldest end first, at most `limit` of them.
     public static func due(in state: AgentState, limit: Int) -> [Run] {
         guard limit > 0 else { return [] }
-        var runs: [(seq: Int64, run: Run)] = []
+        // Ordered and cut first: with 2,000 ends owed and 4 slots, only 4 environments are built.
+        var owed: [(seq: Int64, task: TaskState?, batch: BatchFinished?)] = []
         for id in state.owedTaskHooks {
-            guard let task = state[id] else { continue }
-            runs.append((task.lastSeq, Run(hook: .taskEnd, task: id, batchSeq: nil, environment: environment(for: task))))
+            if let task = state[id] { owed.append((task.lastSeq, task, nil)) }
         }
-        for (seq, batch) in state.owedBatchHooks {
-            runs.append((seq, Run(hook: .batchEnd, task: nil, batchSeq: seq, environment: environment(for: batch, in: state))))
+        for (seq, batch) in state.owedBatchHooks { owed.append((seq, nil, batch)) }
+        return owed.sorted { $0.seq < $1.seq }.prefix(limit).map { seq, task, batch in
+            if let task { return Run(hook: .taskEnd, task: task.id, batchSeq: nil, environment: environment(for: task)) }
+            return Run(hook: .batchEnd, task: nil, batchSeq: seq, environment: environment(for: batch!, in: state))
         }
-        return runs.sorted { $0.seq < $1.seq }.prefix(limit).map(\.run)
     }
 
     /// `SYNCAGENT_TASK_ID`, `_STATE` (finished, failed, cancelled), `_DEST`

@@ -30,8 +30,12 @@ public enum StatusView {
     /// unknown or nothing moves.
     public static func etaSeconds(_ figures: TaskFigures, phase: TaskPhase) -> Int64? {
         guard phase == .running, let total = figures.total, figures.speed > 0 else { return nil }
-        let left = max(0, total - figures.bytes)
-        return (left + figures.speed - 1) / figures.speed
+        return seconds(left: max(0, total &- figures.bytes), speed: figures.speed)
+    }
+
+    /// In Double: sizes come from servers, and a sum near Int64.max must not trap.
+    static func seconds(left: Int64, speed: Int64) -> Int64 {
+        Int64(min((Double(left) / Double(speed)).rounded(.up), 9e15))
     }
 
     public struct Summary: Equatable, Sendable {
@@ -50,7 +54,7 @@ public enum StatusView {
 
         public var etaSeconds: Int64? {
             guard speed > 0, bytesLeft > 0 else { return nil }
-            return (bytesLeft + speed - 1) / speed
+            return StatusView.seconds(left: bytesLeft, speed: speed)
         }
 
         /// "2 running, 5 queued, 1 failed · 3.1 MiB/s · ETA 4m10s".
@@ -85,14 +89,19 @@ public enum StatusView {
             if task.unchanged { summary.unchanged += 1 }
             guard task.phase.isActive else { continue }
             let figures = state.figures(of: task)
-            summary.speed &+= figures.speed
+            summary.speed = saturatingSum(summary.speed, figures.speed)
             if let total = figures.total {
-                summary.bytesLeft &+= max(0, total - figures.bytes)
+                summary.bytesLeft = saturatingSum(summary.bytesLeft, max(0, total &- figures.bytes))
             } else {
                 summary.sizeUnknown = true
             }
         }
         return summary
+    }
+
+    private static func saturatingSum(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? .max : sum
     }
 
     /// 42 → "42s", 192 → "3m12s", 3900 → "1h05m", 183600 → "2d03h".

@@ -55,8 +55,10 @@ public struct TaskReport: Codable, Equatable, Sendable {
         case createdAtMs = "created_at_ms", updatedAtMs = "updated_at_ms", lastSeq = "last_seq"
     }
 
-    /// - Parameter agentState: where a parent's children are counted (its bytes and speed are theirs).
-    public init(_ task: TaskState, plan: RecoveryPlan? = nil, in agentState: AgentState? = nil) {
+    /// - Parameters:
+    ///   - agentState: where a parent's children are counted (its bytes and speed are theirs).
+    ///   - agentRunning: false: a `running` task's agent is gone; it moves no bytes (speed 0, no ETA).
+    public init(_ task: TaskState, plan: RecoveryPlan? = nil, in agentState: AgentState? = nil, agentRunning: Bool = true) {
         id = task.id
         kind = task.spec.kind.rawValue
         state = task.phase.rawValue
@@ -90,6 +92,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
             percent = figures.percent.map { ($0 * 10).rounded() / 10 }
             speed = figures.speed
         }
+        if !agentRunning { speed = 0 }
         etaS = StatusView.etaSeconds(TaskFigures(bytes: bytes, total: total, percent: percent, speed: speed, children: nil),
                                      phase: task.phase)
     }

@@ -269,8 +269,12 @@ extension AgentState {
 /// its size and modification time then. A file changed on disk since is not
 /// the one the validators describe.
 public struct PublishedFile: Equatable, Sendable {
+    /// The task that published it (last).
+    public var task: String
     /// The job URL it came from: its validators describe that resource only.
     public var url: String
+    /// The job's sha256, checked when it was published.
+    public var sha256: String?
     public var etag: String?
     public var lastModified: String?
     public var size: Int64

@@ -62,12 +62,7 @@ enum DiskCheck {
     /// Each published path → the task that published it last. An earlier
     /// task's file was replaced (`replace`, `update`): the disk holds the last one's.
     static func lastPublishers(in state: AgentState) -> [String: String] {
-        var last: [String: TaskState] = [:]
-        for task in state.orderedTasks where task.phase == .finished && task.skipReason == nil && !task.unchanged {
-            // By when it finished (its last event), not when it was created.
-            if let dest = task.dest, (last[dest]?.lastSeq ?? 0) < task.lastSeq { last[dest] = task }
-        }
-        return last.mapValues(\.id)
+        state.published.mapValues(\.task)
     }
 
     static func mismatches(_ task: TaskState, in state: AgentState, lastPublishers: [String: String]) -> [String] {

@@ -79,7 +79,7 @@ struct StatusCommand: ParsableCommand {
                                           nowMs: Int64(Date().timeIntervalSince1970 * 1000))
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
-            print(TaskReport.json(selection.tasks.map { TaskReport($0, in: state) }, agent: report))
+            print(TaskReport.json(selection.tasks.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report))
         } else {
             print(screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
         }
@@ -138,7 +138,7 @@ struct StatusCommand: ParsableCommand {
         try store.forEach(task: id) { events.append($0) }
         let history = AttemptRecord.history(of: events)
         if json {
-            var report = TaskReport(one, in: state)
+            var report = TaskReport(one, in: state, agentRunning: agentRunning)
             report.attemptHistory = history
             print(TaskReport.json([report], agent: AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)))
             return

@@ -129,7 +129,12 @@ struct SubmitCommand: ParsableCommand {
 
         // One submit at a time checks ids against the inbox and writes: two
         // running at once with the same --id would both pass the check.
-        let inboxLock = try lockInbox(resolved.paths.inbox)
+        let inboxLock: Int32
+        do {
+            inboxLock = try InboxWriter(inbox: resolved.paths.inbox).lock()
+        } catch {
+            throw fail("cannot lock the inbox \(resolved.paths.inbox): \(error)")
+        }
         defer { close(inboxLock) }
         // Every job is checked before any is written: a typo in line 40 leaves no half-submitted list.
         var taken = pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
@@ -170,25 +175,6 @@ struct SubmitCommand: ParsableCommand {
                        + jobs.map(\.id).joined(separator: " "))
         }
         warnIfNoAgent(resolved.paths)
-    }
-
-    /// An exclusive flock on the inbox folder, held while submitting.
-    private func lockInbox(_ inbox: String) throws -> Int32 {
-        do {
-            try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
-        } catch {
-            throw fail("cannot make the inbox \(inbox): \(error)")
-        }
-        let fd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw fail("cannot open the inbox \(inbox): \(String(cString: strerror(errno)))") }
-        while flock(fd, LOCK_EX) != 0 {
-            guard errno == EINTR else {
-                let reason = String(cString: strerror(errno))
-                close(fd)
-                throw fail("cannot lock the inbox \(inbox): \(reason)")
-            }
-        }
-        return fd
     }
 
     private func readList(_ path: String) throws -> [SubmitEntry] {

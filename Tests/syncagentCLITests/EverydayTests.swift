@@ -39,8 +39,10 @@ import Glibc
         let gone = deadJSON["agent"] as? [String: Any]
         #expect(gone?["running"] as? Bool == false)
         #expect(gone?["pid"] is NSNull && gone?["started_at_ms"] is NSNull, "null keys stay present")
-        // The log still says running: the JSON state is the log's; the text view knows better.
+        // The log still says running: the JSON state is the log's, but nothing moves.
         #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["state"] as? String == "running")
+        #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["speed"] as? Int == 0)
+        #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["eta_s"] is NSNull)
         #expect(((deadJSON["tasks"] as? [[String: Any]])?.first?.keys).map { $0.contains("error") } == true)
 
         // Control with no agent says the request waits; a new agent starts despite status probing the lock.
@@ -225,6 +227,14 @@ import Glibc
         try nginx.serve("not-yet.bin", size: 1000)
         #expect(try harness.run(["resume", "nf"]).status == 0)
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"]?["state"] as? String == "finished" }, "resumed, so listed again")
+        // "all" means what the user still sees: a forgotten failure is not run again by resume --all.
+        try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("never.bin"))\"\n")
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["gone"]?["state"] as? String == "failed" })
+        #expect(try harness.run(["forget", "gone"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["gone"] == nil })
+        #expect(try harness.run(["resume", "--all"]).status == 0)
+        #expect(eventually(within: 10) { ((try? harness.events()) ?? []).filter { $0.type == "controlled" && $0.data["action"] as? String == "resume" && $0.data["target"] as? String == "*" }.count == 1 })
+        #expect(try harness.events().filter { $0.task == "gone" && $0.type == "resumed" }.isEmpty)
         let both = try harness.run(["forget", "--ended", "a"])
         #expect(both.status != 0 && both.stderr.contains("not both"))
         agent.signal(SIGTERM)
@@ -287,6 +297,26 @@ import Glibc
         let events = try harness.events()
         #expect(events.filter { $0.type == "hook_started" }.count == 1)
         #expect(events.filter { $0.type == "hook_ended" }.isEmpty)
+    }
+
+    /// A hook program that is not there fails every run at once; the runs
+    /// still owed must not wait for an unrelated wake-up (the agent hung in
+    /// --exit-when-idle).
+    @Test func aHookThatCannotStartHoldsNothingUp() throws {
+        let harness = try AgentHarness(config: "on_task_end = [\"no-such-hook-program\"]\n")
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("m.bin", size: 100)
+        for index in 0..<10 {
+            try harness.drop("m\(index).job", "url = \"\(nginx.url("m.bin"))\"\ndest = \"m\(index).bin\"\n")
+        }
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        let ended = try harness.events().filter { $0.type == "hook_ended" }
+        #expect(ended.count == 10 && ended.allSatisfy { ($0.data["error"] as? String)?.contains("cannot start no-such-hook-program") == true })
+        // submit made the inbox as the agent does: only its owner reads jobs (they may carry credentials).
+        let fresh = try AgentHarness()
+        try FileManager.default.removeItem(atPath: fresh.inbox)
+        #expect(try fresh.run(["submit", "http://127.0.0.1:9/x", "--header", "Authorization: Bearer t"]).status == 0)
+        #expect((try FileManager.default.attributesOfItem(atPath: fresh.inbox)[.posixPermissions] as? Int) == 0o700)
     }
 
     @Test func hooksThatHangOrCannotStartAreRecorded() throws {

@@ -18,6 +18,8 @@ final class HookRunner {
         var startedMs: Int64
         var deadlineMs: Int64
         var killed = false
+        /// Killed because the agent stopped, not for running past `hook_timeout`.
+        var stopped = false
     }
 
     /// Hooks at once, at most: a batch of 2,000 ends must not fork 2,000 processes.
@@ -95,11 +97,17 @@ final class HookRunner {
             usleep(20_000)
             ended += reap()
         }
-        for index in running.indices { running[index].deadlineMs = 0 }
-        while !running.isEmpty {
+        for index in running.indices {
+            running[index].deadlineMs = 0
+            running[index].stopped = true
+        }
+        // SIGKILL is reaped at once unless a process is stuck in the kernel (D state):
+        // the stop must still end within its 5 s, so such a one is left, unrecorded.
+        let killDeadline = FileSystem.monotonicMs + 500
+        repeat {
             ended += reap()
             if !running.isEmpty { usleep(5_000) }
-        }
+        } while !running.isEmpty && FileSystem.monotonicMs < killDeadline
         return ended
     }
 
@@ -124,7 +132,7 @@ final class HookRunner {
             let exited = info.si_code == CLD_EXITED
             ended.append((process.run, HookEnded(hook: process.run.hook, batchSeq: process.run.batchSeq, pid: process.pid,
                                                  exitStatus: exited ? status : nil, signal: exited ? nil : status,
-                                                 timedOut: process.killed, durationMs: FileSystem.monotonicMs - process.startedMs)))
+                                                 timedOut: process.killed && !process.stopped, durationMs: FileSystem.monotonicMs - process.startedMs)))
             return true
         }
         return ended
