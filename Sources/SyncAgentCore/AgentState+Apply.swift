@@ -104,7 +104,9 @@ extension AgentState {
             families[parent] = family
             settle(parent)
         }
-        if case .finished(let finished) = event.body, finished.skipped == nil, finished.unchanged != true, let dest = finished.dest {
+        // Phases compared first: the payload is looked at only on a finish, not on every progress event.
+        if change.after == .finished, change.before != .finished, case .finished(let finished) = event.body,
+           finished.skipped == nil, finished.unchanged != true, let dest = finished.dest {
             let task = tasks.values[index]
             published[dest] = PublishedFile(task: id, url: task.spec.url, sha256: finished.sha256, etag: task.etag, lastModified: task.lastModified, size: finished.bytes,
                                             modifiedNs: finished.modifiedNs)

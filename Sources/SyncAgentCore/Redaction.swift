@@ -107,6 +107,8 @@ public enum Printable {
     /// Terminal cells a text takes: wide (East Asian, emoji) characters two,
     /// combining marks and zero-width characters none, the rest one.
     public static func cells(_ text: String) -> Int {
+        // Most of what status prints is ASCII: one cell a byte, no Unicode tables asked.
+        if text.utf8.allSatisfy({ $0 < 0x80 }) { return text.utf8.count }
         var total = 0
         for character in text { total += cells(character) }
         return total
