@@ -524,7 +524,7 @@ import Glibc
         let records = TempDirectory()
         let marker = records.file("fds.txt")
         let harness = try AgentHarness(config: """
-            on_task_end = ["/bin/sh", "-c", "ls /proc/self/fd > '\(marker)'; echo hook-says-hello; trap '' TERM; sleep 30"]
+            on_task_end = ["/bin/sh", "-c", "trap '' TERM; echo hook-says-hello; ls /proc/self/fd > '\(marker).tmp'; mv '\(marker).tmp' '\(marker)'; sleep 30"]
             """)
         let nginx = try Nginx(in: harness.directory)
         try nginx.serve("k.bin", size: 1000)
@@ -537,6 +537,7 @@ import Glibc
         #expect(ended?.data["signal"] as? Int == 9, "a hook ignoring SIGTERM is killed when the agent stops: \(ended?.data ?? [:])")
         #expect(!agent.stderr.contains("hook-says-hello") && !agent.stdout.contains("hook-says-hello"))
         #expect(try String(contentsOfFile: harness.stateDir + "/hooks.log", encoding: .utf8).contains("hook-says-hello"))
+        // (The marker is written last: once it is there, the hook ignores SIGTERM and has spoken.)
         // Only stdin, stdout, stderr (and ls's own directory fd) are open in a hook.
         let fds = try String(contentsOfFile: marker, encoding: .utf8).split(separator: "\n").compactMap { Int($0) }
         #expect(fds.filter { $0 > 3 }.isEmpty, "\(fds)")
