@@ -586,8 +586,8 @@ public final class Agent {
             follow(task, to: target, status: status, metrics: metrics)
         case .notModified(let etag):
             // Nothing was written. Believed only if it confirms what we have (RFC 9111 §4.3.4: a
-            // 304 naming another ETag is about another representation) and the file still
-            // matches the job's checksum; otherwise the whole file is fetched.
+            // 304 naming another ETag is about another representation) and the file answers for
+            // the job's checksum (see doubtAbout304); otherwise the whole file is fetched.
             if let part = task.partPath { removePartial(part, of: id) }
             if let doubt = doubtAbout304(task, etag: etag, sent: attempt.ifChanged?.etag) {
                 fetchWhole.insert(id)

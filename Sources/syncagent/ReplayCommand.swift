@@ -49,8 +49,7 @@ struct ReplayCommand: ParsableCommand {
             print(TaskTable.render(rows, in: state, plans: plans.mapValues(\.words)), terminator: "")
         }
         if verify {
-            let current = DiskCheck.lastPublishers(in: state)
-            let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state, lastPublishers: current) }
+            let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state) }
             for problem in problems { print("mismatch: \(problem)") }
             if problems.isEmpty { print("verify: every file on disk matches the log") } else { throw ExitCode(5) }
         }
@@ -59,13 +58,7 @@ struct ReplayCommand: ParsableCommand {
 
 /// `replay --verify`: what the disk holds against what the log vouches for.
 enum DiskCheck {
-    /// Each published path → the task that published it last. An earlier
-    /// task's file was replaced (`replace`, `update`): the disk holds the last one's.
-    static func lastPublishers(in state: AgentState) -> [String: String] {
-        state.published.mapValues(\.task)
-    }
-
-    static func mismatches(_ task: TaskState, in state: AgentState, lastPublishers: [String: String]) -> [String] {
+    static func mismatches(_ task: TaskState, in state: AgentState) -> [String] {
         let fileManager = FileManager.default
         func size(_ path: String) -> Int64? {
             (try? fileManager.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
@@ -82,8 +75,9 @@ enum DiskCheck {
         guard let dest = task.dest, let part = task.partPath, task.skipReason == nil else { return [] }
         switch task.phase {
         case .finished:
-            // Superseded by a later publication, or left as it was (a 304): that one is checked.
-            guard lastPublishers[dest] == task.id else { return [] }
+            // Superseded by a later publication (replace, update), or left as it was (a 304):
+            // the fold knows who published the path last, and that one is checked.
+            guard state.published[dest]?.task == task.id else { return [] }
             guard let actual = size(dest) else { return ["\(task.id): \(dest) is missing"] }
             if actual != task.bytes { return ["\(task.id): \(dest) has \(actual) bytes, the log says \(task.bytes)"] }
             // The size is all the log knows of most files; a job's sha256 says more.

@@ -64,19 +64,7 @@ import Glibc
     /// its header; piped, the snapshots carry no escape code.
     @Test func watchFitsATerminalAndPrintsPlainSnapshotsWhenPiped() throws {
         let harness = try AgentHarness()
-        let later = "2099-01-01T00:00:00Z"
-        for index in 0..<60 {
-            try harness.drop("w\(index).job", """
-                id = "w\(index)"
-                url = "http://127.0.0.1:9/file-\(index).bin"
-                dest = "a/rather/long/folder/name/that/goes/on/and/on/and/on/file-number-\(index).bin"
-                not_before = "\(later)"
-                """)
-        }
-        let agent = try harness.startAgent()
-        #expect(eventually(within: 30) { ((try? harness.statusTasks()) ?? []).count == 60 })
-        agent.signal(SIGTERM)
-        #expect(agent.wait(seconds: 10) == 0)
+        try logQueuedTasks(harness, 60, id: "w") { "a/rather/long/folder/name/that/goes/on/and/on/and/on/file-number-\($0).bin" }
 
         let frames = try underTerminal(harness, ["status", "--watch"], columns: 80, rows: 24, seconds: 2.5)
         let frame = try #require(frames.last)
@@ -460,18 +448,7 @@ import Glibc
 
     @Test func watchCountsWideCharactersAndTinyTerminals() throws {
         let harness = try AgentHarness()
-        for index in 0..<8 {
-            try harness.drop("c\(index).job", """
-                id = "c\(index)"
-                url = "http://127.0.0.1:9/x\(index).bin"
-                dest = "日本語のファイル名前がとても長いフォルダ/動画ファイル📼\(index).bin"
-                not_before = "2099-01-01T00:00:00Z"
-                """)
-        }
-        let agent = try harness.startAgent()
-        #expect(eventually(within: 30) { ((try? harness.statusTasks()) ?? []).count == 8 })
-        agent.signal(SIGTERM)
-        #expect(agent.wait(seconds: 10) == 0)
+        try logQueuedTasks(harness, 8, id: "c") { "日本語のファイル名前がとても長いフォルダ/動画ファイル📼\($0).bin" }
         for (columns, rows) in [(80, 24), (40, 6), (20, 3), (10, 2), (30, 1)] {
             let frame = try #require(try underTerminal(harness, ["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
             #expect(frame.count <= rows, "\(columns)x\(rows): \(frame)")
@@ -548,6 +525,23 @@ import Glibc
     }
 
     // MARK: - Helpers
+
+    /// `count` tasks queued until 2099 (ids `ID0`, `ID1` …, a URL nobody
+    /// answers), taken into the log by an agent that is then stopped.
+    private func logQueuedTasks(_ harness: AgentHarness, _ count: Int, id: String, dest: (Int) -> String) throws {
+        for index in 0..<count {
+            try harness.drop("\(id)\(index).job", """
+                id = "\(id)\(index)"
+                url = "http://127.0.0.1:9/file-\(index).bin"
+                dest = "\(dest(index))"
+                not_before = "2099-01-01T00:00:00Z"
+                """)
+        }
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.statusTasks()) ?? []).count == count })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
 
     private func cells(_ line: String) -> Int {
         line.reduce(0) { total, character in

@@ -12,46 +12,37 @@ public struct InboxWriter {
 
     /// Returns the job file's path.
     public func write(_ text: String, prefix: String) throws -> String {
-        try FileSystem.makeDirectory(inbox)
-        let path = uniquePath(prefix)
-        try FileSystem.writeAtomically(text, to: path)
-        return path
+        try write([(text, prefix)])[0]
     }
+
+    /// From this many jobs, one syncfs beats a fsync each.
+    static let syncWholeFileSystemFrom = 32
 
     /// Many jobs at the price of two syncs, not two each (10,000 URLs from
     /// `submit -i` took 30-45 s with one fsync and one directory sync per
     /// job): every job is written under its temp name, the file system is
-    /// synced once, then each is renamed in and the inbox synced once. A
-    /// crash before the end leaves temp names the agent ignores, or some of
-    /// the jobs in: the caller prints ids only after this returns.
-    /// From this many jobs, one syncfs beats a fsync each.
-    static let syncWholeFileSystemFrom = 32
-
+    /// synced once, then each is renamed in and the inbox synced once. (A
+    /// few jobs fsync their own files instead: a syncfs would also flush
+    /// every dirty page of the file system, the agent's gigabytes among
+    /// them.) A crash before the end leaves temp names the agent ignores,
+    /// or some of the jobs in: the caller prints ids only after this returns.
     public func write(_ jobs: [(text: String, prefix: String)]) throws -> [String] {
         try FileSystem.makeDirectory(inbox)
         let paths = jobs.map { uniquePath($0.prefix) }
         var written: [String] = []
         defer { for path in written { unlink(path + ".tmp") } }
+        let syncsEachFile = jobs.count < Self.syncWholeFileSystemFrom
         for (job, path) in zip(jobs, paths) {
             let temp = path + ".tmp"
             let fd = try syscall("create \(temp)") { open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644) }
             written.append(path)
             defer { close(fd) }
             try Array(job.text.utf8).withUnsafeBytes { try FileSystem.writeAll(fd, $0, to: temp) }
+            if syncsEachFile { try syscall("fsync \(temp)") { fsync(fd) } }
         }
         let folder = try syscall("open \(inbox)") { open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         defer { close(folder) }
-        if jobs.count >= Self.syncWholeFileSystemFrom {
-            try syscall("sync the file system of \(inbox)") { sa_syncfs(folder) }
-        } else {
-            // A few jobs: their own files only, not every dirty page of the file system
-            // (the agent's own gigabytes among them).
-            for path in paths {
-                let fd = try syscall("open \(path).tmp") { open(path + ".tmp", O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
-                defer { close(fd) }
-                try syscall("fsync \(path).tmp") { fsync(fd) }
-            }
-        }
+        if !syncsEachFile { try syscall("sync the file system of \(inbox)") { sa_syncfs(folder) } }
         for path in paths {
             try syscall("rename \(path).tmp") { rename(path + ".tmp", path) }
             written.removeFirst()
