@@ -215,6 +215,9 @@ extension TaskState {
         defer {
             lastSeq = event.seq
             updatedAtMs = event.atMs
+            // Any event that names another byte count than the ranges hold
+            // (a restart, a failure that kept nothing) ends the ranges.
+            if let ranges = doneRanges, ranges.covered != bytes { doneRanges = nil }
         }
         switch event.body {
         case .started(let started):
@@ -233,8 +236,17 @@ extension TaskState {
                 // In Double: a damaged or hostile log must not overflow the fold.
                 speed = Int64(min((Double(progress.bytes) - Double(bytes)) * 1000 / Double(elapsedMs), 1e15))
             }
-            bytes = progress.bytes
+            if let spans = progress.ranges {
+                let ranges = ByteRanges(spans)
+                // Counted, not believed: the byte count is what the spans cover.
+                bytes = ranges.covered
+                doneRanges = ranges.isPrefix ? nil : ranges
+            } else {
+                bytes = progress.bytes
+                doneRanges = nil
+            }
             if let total = progress.total { self.total = total }
+            if let reason = progress.fallback { singleConnectionReason = reason }
             if let etag = progress.etag { self.etag = etag }
             if let lastModified = progress.lastModified { self.lastModified = lastModified }
             if let reason = progress.restartReason {

@@ -101,10 +101,16 @@ public struct Progressed: Codable, Equatable, Sendable {
     public var lastModified: String?
     /// Set when the offset went back to 0 because the server would not resume.
     public var restartReason: String?
+    /// A segmented download (`connections` > 1): the parts of the file that
+    /// are durable, `bytes` in all. Nil: bytes `0 ..< bytes`.
+    public var ranges: [ByteSpan]?
+    /// Why a download that asked for several connections uses one.
+    public var fallback: String?
     public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
-                restartReason: String? = nil) {
+                restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil) {
         self.bytes = bytes; self.total = total; self.etag = etag
-        self.lastModified = lastModified; self.restartReason = restartReason
+        self.lastModified = lastModified; self.restartReason = restartReason; self.ranges = ranges
+        self.fallback = fallback
     }
 }
 

@@ -31,7 +31,9 @@ public enum EventCoding {
             json.field("attempt", p.attempt); json.field("offset", p.offset); json.field("url", p.url)
             return json.finish()
         case .progressed(let p):
-            json.field("bytes", p.bytes); json.field("etag", p.etag); json.field("last_modified", p.lastModified)
+            json.field("bytes", p.bytes); json.field("etag", p.etag); json.field("fallback", p.fallback)
+            json.field("last_modified", p.lastModified)
+            json.field("ranges", json: p.ranges.map { "[" + $0.map { "[\($0.start),\($0.end)]" }.joined(separator: ",") + "]" })
             json.field("restart_reason", p.restartReason); json.field("total", p.total)
             return json.finish()
         case .paused(let p):
@@ -69,6 +71,7 @@ public enum EventCoding {
                 object.field("length", range.length); object.field("offset", range.offset)
                 return object.finish()
             })
+            json.field("connections", p.connections.map(Int64.init))
             json.field("dest", p.dest)
             json.field("form", json: JSONWriter.array(p.form.map { pairJSON($0.name, $0.value) }))
             json.field("form_field", p.formField); json.field("headers", json: headersJSON(p.headers))
@@ -211,9 +214,12 @@ extension Started {
 extension Progressed {
     init(reading reader: inout JSONReader) throws {
         var bytes: Int64?, total: Int64?, etag: String?, lastModified: String?, restartReason: String?
+        var ranges: [ByteSpan]?, fallback: String?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
+            case "ranges": ranges = try value.readOptional { try $0.readArray { try ByteSpan(reading: &$0) } }
+            case "fallback": fallback = try value.readOptional { try $0.readString() }
             case "total": total = try value.readOptional { try $0.readInt() }
             case "etag": etag = try value.readOptional { try $0.readString() }
             case "last_modified": lastModified = try value.readOptional { try $0.readString() }
@@ -221,7 +227,19 @@ extension Progressed {
             default: try value.skipValue()
             }
         }
-        self.init(bytes: try required(bytes, "bytes"), total: total, etag: etag, lastModified: lastModified, restartReason: restartReason)
+        self.init(bytes: try required(bytes, "bytes"), total: total, etag: etag, lastModified: lastModified, restartReason: restartReason,
+                  ranges: ranges, fallback: fallback)
+    }
+}
+
+extension ByteSpan {
+    /// `[start, end]`, with `0 <= start <= end`: a log cannot make the fold hold a negative span.
+    init(reading reader: inout JSONReader) throws {
+        let pair = try reader.readArray { try $0.readInt() }
+        guard pair.count == 2, pair[0] >= 0, pair[0] <= pair[1] else {
+            throw JSONReader.Malformed(offset: 0, expected: "a byte range [start, end] with 0 <= start <= end")
+        }
+        self.init(pair[0], pair[1])
     }
 }
 
@@ -347,7 +365,7 @@ extension TaskSpec {
         var priority: Int64 = 0, overwrite = OverwriteMode.rename, headers: [Header] = [], batch: String?
         var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
         var method: String?, bodyFile: String?, formField: String?, form: [FormField] = []
-        var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?
+        var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?, connections: Int?
         func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
             let raw = try value.readString()
             guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
@@ -377,6 +395,9 @@ extension TaskSpec {
             case "not_before_ms": notBeforeMs = try value.readOptional { try $0.readInt() }
             case "headers": headers = try value.readHeaders()
             case "parent": parent = try value.readOptional { try $0.readString() }
+            case "connections":
+                // Whatever a damaged log says, within what a job may ask.
+                connections = try value.readOptional { min(max(try $0.readInt(), 1), Int64(SegmentPlan.maximumConnections)) }.map(Int.init)
             case "byte_range":
                 byteRange = try value.readOptional { element in
                     var length: Int64?, offset: Int64?
@@ -414,7 +435,7 @@ extension TaskSpec {
                   priority: Int(priority), overwrite: overwrite, headers: headers, batch: batch, notify: notify,
                   retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source,
                   method: method, bodyFile: bodyFile, formField: formField, form: form, parent: parent,
-                  byteRange: byteRange, hls: hls)
+                  byteRange: byteRange, hls: hls, connections: connections)
     }
 }
 

@@ -38,7 +38,7 @@ public struct JobParser: Sendable {
 
     static let transferKeys: Set<String> = [
         "url", "kind", "dest", "id", "sha256", "md5", "priority", "overwrite", "not_before",
-        "batch", "notify", "retries", "max_speed", "headers",
+        "batch", "notify", "retries", "max_speed", "headers", "connections",
         // upload and data jobs:
         "method", "body_file", "form_field", "form",
         // HLS jobs:
@@ -136,9 +136,20 @@ public struct JobParser: Sendable {
             bodyFile: request.bodyFile,
             formField: request.formField,
             form: request.form,
-            hls: hls
+            hls: hls,
+            connections: try parseConnections(reader, kind: kind)
         )
         return .transfer(id: id, spec: spec)
+    }
+
+    /// `connections`: downloads only (an upload or a data task is one
+    /// exchange; an HLS video already fetches its segments side by side).
+    private func parseConnections(_ reader: TOMLReader, kind: TransferKind) throws -> Int? {
+        guard let connections = try reader.int("connections", in: 1...SegmentPlan.maximumConnections) else { return nil }
+        guard kind == .download else {
+            throw KeyError(key: "connections", "applies to downloads only, not to kind = \"\(kind.rawValue)\"")
+        }
+        return connections
     }
 
     /// `variant`, `output`, `max_duration`: HLS jobs only; no checksum

@@ -9,6 +9,9 @@ public enum RecoveryPlan: Equatable, Sendable {
     case startFromZero
     /// Continue with `Range: bytes=N-`, guarded by `If-Range` when a validator is known.
     case resume(at: Int64, ifRange: String?)
+    /// A segmented download: fetch these spans of the file (each with
+    /// `Range` and `If-Range`), keeping the rest of the partial file.
+    case resumeRanges(missing: [ByteSpan], ifRange: String)
     /// Bytes were logged but cannot be trusted to match the server's file.
     case restartFromZero(reason: String)
     /// Waits for `syncagent resume`.
@@ -46,6 +49,12 @@ public enum RecoveryPlan: Equatable, Sendable {
             guard let validator = task.etag.flatMap(strongETag) ?? task.lastModified else {
                 return .restartFromZero(reason: "the server sent no validator (ETag or Last-Modified) to resume against")
             }
+            if let ranges = task.doneRanges {
+                guard let total = task.total, ranges.fits(in: total) else {
+                    return .restartFromZero(reason: "the logged ranges do not fit the file's size")
+                }
+                return .resumeRanges(missing: ranges.missing(upTo: total), ifRange: validator)
+            }
             return .resume(at: task.bytes, ifRange: validator)
         }
     }
@@ -62,6 +71,10 @@ public enum RecoveryPlan: Equatable, Sendable {
         case .startFromZero: "start from 0"
         case .resume(let offset, let validator?): "resume at byte \(offset) with If-Range: \(validator)"
         case .resume(let offset, nil): "resume at byte \(offset)"
+        case .resumeRanges(let missing, let validator):
+            "resume \(missing.count) range\(missing.count == 1 ? "" : "s") (\(missing.reduce(0) { $0 + $1.length }) bytes missing: "
+                + missing.prefix(4).map(\.description).joined(separator: ", ") + (missing.count > 4 ? ", …" : "")
+                + ") with If-Range: \(validator)"
         case .restartFromZero(let reason): "restart from 0: \(reason)"
         case .staysPaused(let offset): "stay paused at byte \(offset) until resumed"
         case .waitUntil(let ms): "wait until \(Self.iso8601(ms)), then start from 0"

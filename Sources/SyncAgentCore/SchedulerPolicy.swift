@@ -13,11 +13,13 @@ public enum SchedulerPolicy {
     /// fold), skipping tasks that must wait or whose host is full.
     /// - Parameter completing: running tasks whose transfer is over and which
     ///   only wait to be recorded as finished; they hold no connection, so no slot.
+    /// - Parameter extraConnections: connections beyond one that running
+    ///   segmented downloads hold, by host: they count against `maxPerHost`.
     public static func tasksToStart(in state: AgentState, nowMs: Int64, limits: SchedulerLimits,
-                                    completing: [String] = []) -> [String] {
+                                    completing: [String] = [], extraConnections: [String: Int] = [:]) -> [String] {
         var free = limits.maxActive - state.runningCount + completing.count
         guard free > 0 else { return [] }
-        var perHost = state.runningByHost
+        var perHost = state.runningByHost.merging(extraConnections, uniquingKeysWith: +)
         for id in completing { if let host = state[id]?.hostKey { perHost[host, default: 1] -= 1 } }
         var chosen: [String] = []
         for entry in state.runQueue.entries {

@@ -29,6 +29,8 @@ struct TaskDetails: Equatable, Sendable {
     var skipReason: String?
     var hls: HLSProgress?
     var unchanged = false
+    var doneRanges: ByteRanges?
+    var singleConnectionReason: String?
 }
 
 /// What an HLS parent knows of its playlist: every segment so far, in order.
@@ -132,6 +134,15 @@ public struct TaskState: Equatable, Sendable {
     public var parentID: String? { specBox.spec.parent }
     /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
     public var skipReason: String? { get { details.skipReason } set { details.skipReason = newValue } }
+    /// A segmented download whose durable bytes are not one prefix: which
+    /// parts of the file they are (`bytes` in all). Nil: bytes `0 ..< bytes`.
+    public var doneRanges: ByteRanges? { get { details.doneRanges } set { details.doneRanges = newValue } }
+    /// Why it downloads over one connection although it asked for more.
+    public var singleConnectionReason: String? {
+        get { details.singleConnectionReason } set { details.singleConnectionReason = newValue }
+    }
+    /// What the log vouches for, as spans of the file.
+    public var durableRanges: ByteRanges { doneRanges ?? ByteRanges([ByteSpan(0, bytes)]) }
     /// `overwrite = "update"` found it unchanged on the server (a 304).
     public var unchanged: Bool { get { details.unchanged } set { details.unchanged = newValue } }
 

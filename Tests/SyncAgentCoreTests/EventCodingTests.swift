@@ -51,6 +51,10 @@ struct EventCodingTests {
         // Issue 14: what overwrite = "update" needs to know.
         .finished(Finished(bytes: 20, dest: "/d/x.iso", modifiedNs: 1_795_000_000_123_456_789)),
         .finished(Finished(bytes: 20, dest: "/d/x.iso", metrics: metrics, modifiedNs: 5, unchanged: true)),
+        // Issue 14: segmented downloads.
+        .created(TaskSpec(url: "https://h/big.iso", dest: "/d/big.iso", connections: 8)),
+        .progressed(Progressed(bytes: 30, total: 100, etag: "\"e\"", ranges: [ByteSpan(0, 10), ByteSpan(50, 70)])),
+        .progressed(Progressed(bytes: 10, total: 100, fallback: "the server does not offer ranges (no Accept-Ranges: bytes)")),
         // Issue 13: forgetting, hooks and the config that arms them.
         .forgotten(Forgotten()),
         .agentStarted(AgentStarted(pid: 9, version: "0.2.0", hooks: ["task_end", "batch_end"])),
