@@ -38,7 +38,7 @@ public final class Agent {
     var renamesAfterCommit: [(part: String, dest: String)] = []
     /// Locks on the partial files of tasks that may write them (see
     /// `DownloadRoot.lockPartial`), by task id; released once a task stops.
-    private var partLocks: [String: Int32] = [:]
+    var partLocks: [String: Int32] = [:]
     /// Live HLS parents: when each reads its playlist again (monotonic ms),
     /// and how many reads in a row failed.
     var refreshAt: [String: Int64] = [:]
@@ -59,7 +59,7 @@ public final class Agent {
     /// Assembles finished HLS videos off the loop (see HLSAssembler).
     let assembler: HLSAssembler
     /// Complete bodies whose data is being made durable, by task id.
-    private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64)] = [:]
+    private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64, download: SegmentedDownload?)] = [:]
     /// The session's cookies; nil for `cookies = "off"`.
     var cookies: CookieJar?
     /// download_dir, opened once: every task file is reached beneath it.
@@ -70,6 +70,8 @@ public final class Agent {
     private var fetchWhole: Set<String> = []
     /// `max_overall_speed` was shared out (see `shareOverallSpeed`).
     private var sharingSpeed = false
+    /// Downloads running over several connections, by task id.
+    var segmented: [String: SegmentedDownload] = [:]
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -175,6 +177,7 @@ public final class Agent {
             multi.perform()
             for (easy, result) in multi.completed() { finishAttempt(easy, result) }
             abortStalledAttempts()
+            openWaitingConnections()
         }
 
         // Bodies already complete are published, not paused. A video being
@@ -203,6 +206,10 @@ public final class Agent {
     /// finished. A failed sync claims nothing and stops its task.
     private func applySynced(_ results: [DataSyncer.Done]) {
         for done in results where !done.complete {
+            if let download = segmented[done.taskID], download.syncSerial == done.attempt {
+                segmentsSynced(download, error: done.error)
+                continue
+            }
             guard let easy = attemptByTask[done.taskID], let attempt = attempts[easy], attempt.serial == done.attempt else { continue }
             if let error = done.error {
                 finish(attempt, attempt.syncFailed(errno: error))
@@ -212,23 +219,28 @@ public final class Agent {
         }
         for done in results where done.complete {
             let id = done.taskID
-            guard let (attempt, bytes) = awaitingSync.removeValue(forKey: id) else { continue }
+            guard let (attempt, bytes, download) = awaitingSync.removeValue(forKey: id) else { continue }
             guard let task = log.state[id] else { continue }
             if let error = done.error {
                 if task.phase == .running {
                     let failure = DiskFailure(operation: "flush", path: task.partPath ?? "", errno: error)
-                    fail(task, reason: failure.description, code: failure.code, metrics: attempt.metrics, keeping: attempt.durable)
+                    fail(task, reason: failure.description, code: failure.code, metrics: attempt.metrics,
+                         keeping: download?.covered ?? attempt.durable)
                 }
                 continue
             }
-            attempt.claimSynced()
+            if let download {
+                log.record(.progressed(download.completeProgress()), task: id)
+            } else {
+                attempt.claimSynced()
+            }
             CrashPoint.downloadComplete.reached { try? log.commit() }
             // Paused or cancelled meanwhile: the body stays a partial file (a
             // resume then meets 416 and finishes), or is already gone.
             guard let task = log.state[id], task.phase == .running else { continue }
             switch Publisher.prepare(task, in: log.state, root: root) {
             case .ready(let path):
-                recordFinished(task, attempt, bytes: bytes, dest: path)
+                recordFinished(task, attempt, bytes: bytes, dest: path, received: download?.bytesReceived)
                 renamesAfterCommit.append((task.partPath!, path))
             case .skipped(let reason):
                 removePartial(task.partPath!, of: id)
@@ -309,10 +321,16 @@ public final class Agent {
             }
             let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
             guard interrupted else { continue }
-            let offset = resumePoint(for: task).offset
+            var offset = resumePoint(for: task).offset
+            // A segmented download keeps its ranges: the file is cut after the last one.
+            var keptEnd = offset
+            if case .resumeRanges = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs), let ranges = task.doneRanges,
+               let end = ranges.spans.last?.end, let part = task.partPath, (root.size(part) ?? 0) >= end {
+                (offset, keptEnd) = (ranges.covered, end)
+            }
             // Never trust bytes beyond what the log vouches for (no-op if absent).
             if let part = task.partPath, task.spec.behaviour.body == .partialFile {
-                do { try root.truncate(part, to: offset) } catch {
+                do { try root.truncate(part, to: keptEnd) } catch {
                     logger.error("cannot cut back a partial file", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
                 }
             }
@@ -367,7 +385,8 @@ public final class Agent {
         releaseIdleLocks()
         let now = FileSystem.nowMs
         let completing = Array(awaitingSync.keys)
-        for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits, completing: completing) {
+        for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits, completing: completing,
+                                               extraConnections: extraConnectionsByHost) {
             guard let task = log.state[id] else { continue }
             start(task)
         }
@@ -376,7 +395,7 @@ public final class Agent {
 
     /// A task that stopped (ended, paused, waiting to retry) holds no lock.
     private func releaseIdleLocks() {
-        for (id, descriptor) in partLocks where attemptByTask[id] == nil && awaitingSync[id] == nil {
+        for (id, descriptor) in partLocks where attemptByTask[id] == nil && awaitingSync[id] == nil && segmented[id] == nil {
             close(descriptor)
             partLocks[id] = nil
         }
@@ -411,6 +430,7 @@ public final class Agent {
             resumeParent(task)
             return
         }
+        if startSegmented(task) { return }
         let (offset, ifRange) = task.bytes > 0 ? resumePoint(for: task) : (0, nil)
         let ifChanged = offset == 0 ? validatorsForUpdate(task) : nil
         let attempt: TransferAttempt
@@ -430,23 +450,27 @@ public final class Agent {
             }, requestSync: { [unowned self] attempt, descriptor, offset in
                 self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
             })
-        } catch let busy as DownloadRoot.Busy {
-            fail(task, reason: "cannot start: \(busy)", code: "dest_busy", removingPartial: false)
-            needsScheduling = true
-            return
-        } catch let error as SystemError {
-            let failure = DiskFailure(operation: "open", path: task.partPath ?? "", errno: error.errno)
-            let code = failure.code == "local_error" ? "cannot_start" : failure.code
-            fail(task, reason: "cannot start: \(error)", code: code, keeping: task.bytes)
-            needsScheduling = true
-            return
         } catch {
-            fail(task, reason: "cannot start: \(error)", code: "cannot_start", keeping: task.bytes)
-            needsScheduling = true
+            refuseStart(task, error)
             return
         }
         log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
         register(attempt)
+    }
+
+    /// A task whose attempt could not be set up fails, keeping its bytes unless another process holds its partial file.
+    func refuseStart(_ task: TaskState, _ error: Error) {
+        needsScheduling = true
+        switch error {
+        case let busy as DownloadRoot.Busy:
+            fail(task, reason: "cannot start: \(busy)", code: "dest_busy", removingPartial: false)
+        case let error as SystemError:
+            let failure = DiskFailure(operation: "open", path: task.partPath ?? "", errno: error.errno)
+            let code = failure.code == "local_error" ? "cannot_start" : failure.code
+            fail(task, reason: "cannot start: \(error)", code: code, keeping: task.bytes)
+        default:
+            fail(task, reason: "cannot start: \(error)", code: "cannot_start", keeping: task.bytes)
+        }
     }
 
     /// Why a 304 cannot be taken as "unchanged", if it cannot.
@@ -471,7 +495,7 @@ public final class Agent {
     /// `overwrite = "update"`: the validators to ask with, if this agent
     /// published the file at `dest` and it is still that file (same size and
     /// modification time). Otherwise the whole file is fetched again.
-    private func validatorsForUpdate(_ task: TaskState) -> (etag: String?, lastModified: String?)? {
+    func validatorsForUpdate(_ task: TaskState) -> (etag: String?, lastModified: String?)? {
         guard task.spec.overwrite == .update, !fetchWhole.contains(task.id), let dest = task.spec.dest,
               let published = log.state.published[dest], let onDisk = root.sizeAndModified(dest) else { return nil }
         return published.validators(for: task.spec.url, size: onDisk.size, modifiedNs: onDisk.modifiedNs)
@@ -488,12 +512,20 @@ public final class Agent {
     /// Gives each running transfer its share of `max_overall_speed`, again
     /// whenever one starts or stops (and on SIGHUP).
     func shareOverallSpeed() {
-        guard config.maxOverallSpeed != nil || sharingSpeed else { return }
+        guard config.maxOverallSpeed != nil || sharingSpeed || !segmented.isEmpty else { return }
         // Set once a cap was shared, so that removing it on SIGHUP gives each transfer its own cap back.
-        sharingSpeed = config.maxOverallSpeed != nil
-        let own = Dictionary(uniqueKeysWithValues: attempts.values.map { ($0.taskID, $0.ownSpeedCap) })
+        sharingSpeed = config.maxOverallSpeed != nil || !segmented.isEmpty
+        var own: [String: Int64?] = [:], connections: [String: Int64] = [:]
+        for attempt in attempts.values {
+            own[attempt.taskID] = attempt.ownSpeedCap
+            connections[attempt.taskID, default: 0] += 1
+        }
         let shares = SpeedShares.split(overall: config.maxOverallSpeed, own: own)
-        for attempt in attempts.values where !attempt.limitSpeed(to: shares[attempt.taskID] ?? nil) {
+        // A task's cap is shared by its connections (a segmented download has several).
+        func cap(of attempt: TransferAttempt) -> Int64? {
+            (shares[attempt.taskID] ?? nil).map { max(1, $0 / max(1, connections[attempt.taskID] ?? 1)) }
+        }
+        for attempt in attempts.values where !attempt.limitSpeed(to: cap(of: attempt)) {
             logger.warning("curl refused a new speed limit", metadata: ["task.id": "\(attempt.taskID)"])
         }
     }
@@ -530,7 +562,8 @@ public final class Agent {
     private func abortStalledAttempts() {
         let now = FileSystem.monotonicMs
         let wallNow = FileSystem.nowMs
-        for attempt in attempts.values {
+        for attempt in attempts.values where attempts[attempt.easy] === attempt {
+            // (An attempt ended by an earlier one in this loop, as connections of one download are, is skipped.)
             if attempt.deadlineMs <= wallNow {
                 // No flush: failing deletes the partial file.
                 let url = Redaction.url(log.state[attempt.taskID]?.currentURL ?? "")
@@ -541,9 +574,27 @@ public final class Agent {
         }
     }
 
-    private func finish(_ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
+    func finish(_ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
         let id = attempt.taskID
-        detach(id)
+        var outcome = outcome
+        // The bytes the log vouches for once the attempt is over.
+        var durable = attempt.durable
+        let download = segmented[id]
+        if let download, !attempt.isRefresh {
+            // One connection of several: the task's attempt may go on without it.
+            guard let ended = connectionEnded(download, attempt, outcome) else {
+                needsScheduling = true
+                return
+            }
+            outcome = ended
+            let flushing: Bool = switch outcome {
+            case .transient(_, _, false), .localFailure: true
+            default: false
+            }
+            durable = stopSegmented(download, flushing: flushing)
+        } else {
+            detach(id)
+        }
         needsScheduling = true
         guard let task = log.state[id] else { return }
         if attempt.isRefresh {
@@ -551,19 +602,21 @@ public final class Agent {
             return
         }
 
-        let metrics = attempt.metrics
+        var metrics = attempt.metrics
+        // A segmented download received through all its connections.
+        if let download { metrics.bytesReceived = download.bytesReceived }
         switch outcome {
         case .complete where task.spec.behaviour.fansOut:
             playlistArrived(task, attempt)
         case .complete(let bytes) where attempt.keepsBody:
             // Published once its data is durable (see DataSyncer).
-            awaitingSync[id] = (attempt, bytes)
+            awaitingSync[id] = (attempt, bytes, download)
             syncer.sync(attempt.partFileDescriptor, .init(taskID: id, attempt: attempt.serial, offset: bytes, complete: true))
         case .complete(let bytes):
             recordFinished(task, attempt, bytes: bytes, dest: nil)
         case .transient(let reason, let retryAfterMs, let restartFromZero):
             // Only a download keeps what it received; anything else starts over.
-            let bytes = restartFromZero || !task.spec.isResumable ? 0 : attempt.durable
+            let bytes = restartFromZero || !task.spec.isResumable ? 0 : durable
             let decision = RetryDecision.decide(
                 reason: reason, attemptsUsed: task.attempts - task.attemptsBeforeRerun,
                 retriesAllowed: task.spec.retries ?? config.retries, retryAfterMs: retryAfterMs,
@@ -581,7 +634,10 @@ public final class Agent {
         case .permanent(let reason, let code):
             fail(task, reason: reason, code: code, metrics: metrics)
         case .localFailure(let reason, let code):
-            fail(task, reason: reason, code: code, metrics: metrics, keeping: attempt.durable)
+            fail(task, reason: reason, code: code, metrics: metrics, keeping: durable)
+        case .rangeRefused(let reason, _):
+            // Only a connection of a segmented download asks for a range of its own (handled above).
+            fail(task, reason: reason, code: "range_ignored", metrics: metrics)
         case .redirect(let target, let status):
             follow(task, to: target, status: status, metrics: metrics)
         case .notModified(let etag):
@@ -623,8 +679,10 @@ public final class Agent {
 
     /// `finished` with what the attempt learned: where the body went (if it
     /// was kept), and for upload and data tasks the response's status and headers.
-    func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?) {
-        let metrics = attempt.metrics
+    /// - Parameter received: the bytes all connections of a segmented download received.
+    func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?, received: Int64? = nil) {
+        var metrics = attempt.metrics
+        if let received { metrics.bytesReceived = received }
         let response = task.spec.behaviour.recordsResponse ? attempt.responseHeaders : nil
         // The partial file's time is the published file's: a rename keeps it.
         let modified = task.partPath.flatMap(root.sizeAndModified)?.modifiedNs
@@ -658,7 +716,7 @@ public final class Agent {
     }
 
     private func pauseAllForStop() {
-        for id in Array(attemptByTask.keys).sorted() { pause(id, reason: .agentStopping, bytesIfIdle: 0) }
+        for id in Set(attemptByTask.keys).union(segmented.keys).sorted() { pause(id, reason: .agentStopping, bytesIfIdle: 0) }
         // A parent waiting for its children stops with them.
         for id in log.state.families.keys.sorted() where log.state[id]?.phase == .running {
             pause(id, reason: .agentStopping, bytesIfIdle: 0)
@@ -670,6 +728,11 @@ public final class Agent {
     /// attempt keeps `bytesIfIdle`.
     @discardableResult
     func pause(_ id: String, reason: PauseReason, bytesIfIdle: Int64) -> Int64 {
+        if let download = segmented[id] {
+            let bytes = stopSegmented(download, flushing: true)
+            log.record(.paused(Paused(bytes: bytes, reason: reason)), task: id)
+            return bytes
+        }
         let attempt = detach(id)
         attempt?.flush()
         let bytes = attempt.map { $0.behaviour.resumes ? $0.durable : 0 } ?? bytesIfIdle
@@ -739,9 +802,10 @@ public final class Agent {
                        task: task.id)
             return "runs again from byte \(bytes)"
         case (.cancel, .queued), (.cancel, .running), (.cancel, .paused), (.cancel, .failed):
-            let attempt = detach(task.id)
+            let download = segmented[task.id]
+            let attempt = download == nil ? detach(task.id) : nil
             attempt?.flush()
-            let bytes = attempt?.durable ?? task.bytes
+            let bytes = download.map { stopSegmented($0, flushing: true) } ?? attempt?.durable ?? task.bytes
             if let part = task.partPath { removePartial(part, of: task.id) }
             log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
             return "cancelled"

@@ -75,6 +75,16 @@ enum FileSystem {
         }
     }
 
+    /// Writes all of `bytes` at `position` (pwrite: the file offset is neither used nor moved).
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at position: Int64, to path: String) throws {
+        var offset = 0
+        while offset < bytes.count {
+            offset += try syscall("write \(path)") {
+                pwrite(fd, bytes.baseAddress! + offset, bytes.count - offset, off_t(position) + off_t(offset))
+            }
+        }
+    }
+
     static var nowMs: Int64 {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)

@@ -6,8 +6,10 @@ parameters, so one server covers every case:
 
   drop_after=N      close the connection after N body bytes
   drop_times=K      ... only for the first K requests of this path (default: always)
+  drop_request=K    ... only for request K of this path
   stall_after=N     stop sending after N body bytes for stall=S seconds (then close)
   ignore_range=1    answer 200 with the whole file even to a Range request
+  ignore_range_end=1  answer bytes=A-B with everything from A to the end of the file
   wrong_range=1     answer a Range request with 206 from a different offset
   no_content_range=1  answer a Range request with 206 but no Content-Range
   etag_changes=1    a new ETag on every request (If-Range never matches)
@@ -27,6 +29,8 @@ parameters, so one server covers every case:
   redirect_to=URL   answer 302 with Location: URL
   forbid_header=NAME  answer 400 if the request carries that header (a leaked credential)
   not_http=1        answer with a status line that is not HTTP/1.x or 2 (HTTP/1.2)
+  limit_concurrent=N  answer 503 to a GET while N other GETs (of any path) are being answered
+  no_accept_ranges=1  send no Accept-Ranges header (Range is still honoured)
   not_modified=ETAG answer 304 with ETag: ETAG to any conditional request
                     (If-None-Match or If-Modified-Since), whatever it asked
 
@@ -49,6 +53,7 @@ import hashlib
 import json
 import argparse
 import os
+import select
 import socket
 import threading
 import time
@@ -57,6 +62,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 counts = {}
 counts_lock = threading.Lock()
+in_flight = {}
 log_lock = threading.Lock()
 
 
@@ -205,11 +211,30 @@ class Handler(BaseHTTPRequestHandler):
         query = self.query
         path = os.path.join(self.server.root, url.path.lstrip("/"))
         range_header = self.headers.get("Range")
-        within = self.within
-        number = self.number
 
         if self.refused(range_header):
             return
+        with counts_lock:
+            in_flight["GET"] = in_flight.get("GET", 0) + 1
+            crowded = "limit_concurrent" in query and in_flight["GET"] > int(query["limit_concurrent"])
+        try:
+            if crowded:
+                body = b"too many connections\n"
+                self.send_response(503)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                self.record(503, range_header, len(body))
+                return
+            self.answer_get(url, path, range_header)
+        finally:
+            with counts_lock:
+                in_flight["GET"] -= 1
+
+    def answer_get(self, url, path, range_header):
+        query = self.query
+        within = self.within
+        number = self.number
 
         if "forbid_header" in query and self.headers.get(query["forbid_header"]) is not None:
             self.send_response(400)
@@ -250,12 +275,15 @@ class Handler(BaseHTTPRequestHandler):
             etag = f'"{stat.st_ino:x}-{size:x}-{number}"'
 
         start = 0
+        end = None
         status = 200
         if range_header and range_header.startswith("bytes=") and not query.get("ignore_range"):
             if_range = self.headers.get("If-Range")
             if if_range is None or if_range == etag:
-                first = range_header[len("bytes="):].split("-")[0]
+                first, _, last = range_header[len("bytes="):].partition("-")
                 start = int(first) if first else 0
+                if last and not query.get("ignore_range_end"):
+                    end = int(last) + 1
                 status = 206
                 if query.get("always_416") or start >= size:
                     self.send_response(416)
@@ -272,21 +300,25 @@ class Handler(BaseHTTPRequestHandler):
         body_start = start
         if status == 206 and query.get("wrong_range"):
             body_start = max(0, start - 1000)
-        length = size - body_start
+        end = size if end is None else min(end, size)
+        length = end - body_start
 
         self.send_response(status)
         self.send_header("ETag", etag)
         self.send_header("Last-Modified", self.date_time_string(stat.st_mtime))
-        self.send_header("Accept-Ranges", "bytes")
+        if not query.get("no_accept_ranges"):
+            self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(length))
         if status == 206 and not query.get("no_content_range"):
-            self.send_header("Content-Range", f"bytes {body_start}-{size - 1}/{size}")
+            self.send_header("Content-Range", f"bytes {body_start}-{end - 1}/{size}")
         self.end_headers()
         if self.command == "HEAD":
             self.record(status, range_header, 0)
             return
 
         drop_after = int(query["drop_after"]) if "drop_after" in query and within("drop_times") else None
+        if "drop_request" in query and number != int(query["drop_request"]):
+            drop_after = None
         stall_after = int(query["stall_after"]) if "stall_after" in query else None
         rate = int(query["rate"]) if "rate" in query else None
         sent = 0
@@ -315,8 +347,11 @@ class Handler(BaseHTTPRequestHandler):
                         return
                     if rate:
                         ahead = sent / rate - (time.monotonic() - began)
-                        if ahead > 0:
-                            time.sleep(ahead)
+                        # Waits on the socket, not in sleep: a client that hangs up
+                        # ends this answer at once (limit_concurrent counts it no longer).
+                        if ahead > 0 and select.select([self.connection], [], [], ahead)[0]:
+                            if not self.connection.recv(1, socket.MSG_PEEK):
+                                break
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass
         self.close_connection = drop_after is not None or stall_after is not None

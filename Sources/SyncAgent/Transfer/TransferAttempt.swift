@@ -22,6 +22,10 @@ enum AttemptOutcome: Equatable {
     /// A conditional request (`overwrite = "update"`) met 304 Not Modified,
     /// with the ETag the 304 carried (nil: none).
     case notModified(etag: String?)
+    /// One range of a segmented download was not answered with that range:
+    /// the server ignores `Range` (`fileChanged` false), or `If-Range` found
+    /// another file. Nothing was written.
+    case rangeRefused(reason: String, fileChanged: Bool)
 }
 
 /// One attempt of a task: a curl easy handle that sends the request (with
@@ -60,11 +64,25 @@ final class TransferAttempt {
     let isRefresh: Bool
     /// This attempt's byte range of the resource (an HLS `#EXT-X-BYTERANGE`).
     private let byteRange: HLSByteRange?
+    /// One connection of a segmented download: asks for `requestedOffset
+    /// ..< rangeEnd` and never restarts the shared file itself.
+    let rangeEnd: Int64?
+    /// Where this connection stops writing (exclusive): its range's end,
+    /// moved closer when another connection takes over the rest of it.
+    var stopAt: Int64?
+    /// The segmented download this attempt is a connection of.
+    var download: SegmentedDownload?
+    /// Called once the response is accepted, before its first byte is
+    /// written: a refusal stops the attempt.
+    var onAccepted: ((TransferAttempt) -> AttemptOutcome?)?
+    /// The response said `Accept-Ranges: bytes`.
+    private(set) var acceptsRanges = false
     private static let keptResponseHeaders = 100
 
     /// Bytes in the partial file.
     private(set) var written: Int64
-    /// Bytes the log vouches for.
+    /// Bytes the log vouches for (for a connection of a segmented download,
+    /// the end of what it claimed of its own range: see `vouchedBytes`).
     private(set) var durable: Int64
     private var lastFlushMs = FileSystem.monotonicMs
     /// When the server last sent anything (headers or body): the stall detector's clock.
@@ -101,6 +119,11 @@ final class TransferAttempt {
     /// Distinguishes attempts of one task, so a late sync of an earlier one is never claimed.
     let serial: UInt64
     private static var nextSerial: UInt64 = 0
+    /// A new serial: attempts and the syncs of segmented downloads draw from one counter.
+    static func makeSerial() -> UInt64 {
+        nextSerial += 1
+        return nextSerial
+    }
     let ifChanged: (etag: String?, lastModified: String?)?
     private let requestSync: SyncRequest
     /// A progress sync is in flight: do not queue another.
@@ -114,13 +137,15 @@ final class TransferAttempt {
     ///   - ifChanged: `overwrite = "update"`: the validators the file on disk was published with.
     init(task: TaskState, partFile: Int32, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
          cookies: CookieJar?, isRefresh: Bool = false, origin: String? = nil,
-         ifChanged: (etag: String?, lastModified: String?)? = nil, sink: @escaping Sink,
+         ifChanged: (etag: String?, lastModified: String?)? = nil, rangeEnd: Int64? = nil, sink: @escaping Sink,
          requestSync: @escaping SyncRequest) throws {
         self.origin = origin ?? task.spec.url
         self.isRefresh = isRefresh
         // Only a request for the whole file may be answered "not modified".
         self.ifChanged = offset == 0 ? ifChanged : nil
         byteRange = task.spec.byteRange
+        self.rangeEnd = rangeEnd
+        stopAt = rangeEnd
         // curl drops Authorization and Cookie when a redirect changes host, but
         // not the other credential headers (X-Api-Key, Private-Token …): a
         // transfer that sends one takes each hop through the agent, which
@@ -131,8 +156,7 @@ final class TransferAttempt {
         followsRedirectsItself = behaviour.canFollowRedirectsItself
             && (settings.headers + task.spec.headers).contains { $0.isSecret }
         self.requestSync = requestSync
-        Self.nextSerial += 1
-        serial = Self.nextSerial
+        serial = Self.makeSerial()
         taskID = task.id
         partPath = task.partPath
         requestedOffset = offset
@@ -140,7 +164,8 @@ final class TransferAttempt {
         durable = offset
         currentURL = task.currentURL
         total = task.spec.byteRange?.length ?? (task.spec.isResumable ? task.total : nil)
-        previousValidator = task.etag ?? task.lastModified
+        // A range of a segmented download is guarded by its download's validator, which the log may not hold yet.
+        previousValidator = rangeEnd != nil ? ifRange : task.etag ?? task.lastModified
         self.deadlineMs = deadlineMs
         self.settings = settings
         self.sink = sink
@@ -212,6 +237,9 @@ final class TransferAttempt {
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE,
                                                      "\(start + requestedOffset)-\(start + byteRange.length - 1)"))
             if let ifRange, requestedOffset > 0 { headers.append(Header(name: "If-Range", value: ifRange)) }
+        } else if let rangeEnd {
+            try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-\(rangeEnd - 1)"))
+            if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
         } else if requestedOffset > 0 {
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"))
             if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
@@ -333,6 +361,7 @@ final class TransferAttempt {
             }
             etag = nil
             lastModified = nil
+            acceptsRanges = false
             contentRange = nil
             contentLength = nil
             retryAfterMs = nil
@@ -355,6 +384,8 @@ final class TransferAttempt {
             contentRange = .some(HTTPNumbers.contentRange(value))
         } else if let value = header.value(ifNamed: "content-length") {
             contentLength = .some(HTTPNumbers.contentLength(value))
+        } else if let value = header.value(ifNamed: "accept-ranges") {
+            acceptsRanges = value.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" }
         }
     }
 
@@ -369,10 +400,18 @@ final class TransferAttempt {
     private func receiveBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
         if !bodyStarted {
             bodyStarted = true
-            if let refusal = acceptResponse() {
+            if let refusal = acceptResponse() ?? onAccepted?(self) {
                 stopReason = refusal
                 return 0
             }
+        }
+        if let stopAt, written + Int64(count) >= stopAt, fd >= 0 {
+            // This connection's range ends here (another took the rest of it).
+            let wanted = Int(max(0, stopAt - written))
+            guard writeToPartial(data, wanted) else { return 0 }
+            written += Int64(wanted)
+            stopReason = .complete(bytes: written)
+            return wanted == count ? count : 0
         }
         if let total, written + Int64(count) > total, behaviour.resumes {
             guard byteRange != nil, fd >= 0 else {
@@ -413,11 +452,12 @@ final class TransferAttempt {
         return count
     }
 
-    /// Writes all `count` bytes to the partial file; false, with the
-    /// disk's reason as the stop reason, if it refused.
+    /// Writes all `count` bytes to the partial file at `written` (the
+    /// connections of a segmented download share one file); false, with
+    /// the disk's reason as the stop reason, if it refused.
     private func writeToPartial(_ data: UnsafeRawPointer, _ count: Int) -> Bool {
         do {
-            try FileSystem.writeAll(fd, UnsafeRawBufferPointer(start: data, count: count), to: partPath ?? "")
+            try FileSystem.writeAll(fd, UnsafeRawBufferPointer(start: data, count: count), at: written, to: partPath ?? "")
             return true
         } catch {
             stopReason = localFailure("write", (error as? SystemError)?.errno ?? EIO)
@@ -448,6 +488,13 @@ final class TransferAttempt {
         let sliceStart = byteRange?.offset ?? 0
         if byteRange != nil, status != 206 {
             return .permanent(reason: "server answered \(status), not 206, to the byte range of \(shownURL)", code: "range_ignored")
+        }
+        if rangeEnd != nil, status != 206 {
+            let validator = etag ?? lastModified
+            let changed = validator != nil && previousValidator != nil && validator != previousValidator
+            let reason = changed ? "the file changed on the server (validator \(previousValidator!) → \(validator!))"
+                : "the server answered \(status), not 206, to a range of \(shownURL)"
+            return .rangeRefused(reason: reason, fileChanged: changed)
         }
         if status == 206 {
             guard case .some(.some(let range)) = contentRange, let first = range.first else {
@@ -552,6 +599,16 @@ final class TransferAttempt {
         return nil
     }
 
+    /// What the log vouches for the task: its durable bytes, or all its
+    /// download's connections' when it is one of several.
+    var vouchedBytes: Int64 { download?.covered ?? durable }
+
+    /// The validators of the response, to guard further ranges of the same file.
+    var responseValidators: (etag: String?, lastModified: String?) { (etag, lastModified) }
+    /// The resource's size as the accepted response told it.
+    var resourceSize: Int64? { total }
+    var httpStatus: Int { status }
+
     /// The partial file, for the agent's DataSyncer.
     var partFileDescriptor: Int32 { fd }
 
@@ -616,9 +673,9 @@ final class TransferAttempt {
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
             // No fdatasync here: the agent's DataSyncer makes the complete body
             // durable off the loop, then calls `claimSynced`.
-            if behaviour.resumes, let total, written != total {
+            if behaviour.resumes, let end = stopAt ?? total, written != end {
                 if let failure = flush() { return failure }
-                return .transient(reason: "connection closed at byte \(written) of \(total)",
+                return .transient(reason: "connection closed at byte \(written) of \(end)",
                                   retryAfterMs: nil, restartFromZero: false)
             }
             return .complete(bytes: resultBytes)

@@ -1,0 +1,467 @@
+import CCurlShims
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A download over several connections (aria2c `-x`/`-s`; the job's
+/// `connections`): ranges of one file fetched at once into one `DEST.part`
+/// with positional writes. One fdatasync covers every connection's bytes,
+/// and one `progressed` event then records the durable parts as `ranges`,
+/// so a restart fetches only what no range holds.
+///
+/// The first request of a fresh download is a plain GET: when its answer
+/// shows the size, a validator and `Accept-Ranges: bytes`, that connection
+/// keeps the first range and others open for the rest. A connection that
+/// runs out of work takes a waiting range, or half of the largest range
+/// still running (`SegmentPlan`), so none idles while work remains.
+final class SegmentedDownload {
+    /// One connection: a `TransferAttempt` asking for `start ..< stopAt`.
+    final class Connection {
+        let start: Int64
+        /// Its bytes the log vouches for end here.
+        var claimed: Int64
+        var attempt: TransferAttempt!
+        /// Its transfer is over (its range written, or given back); its
+        /// bytes wait for the next sync to be claimed.
+        var isOver = false
+        init(start: Int64) { self.start = start; claimed = start }
+    }
+
+    let taskID: String
+    /// The partial file, which every connection writes (each through its own duplicate).
+    let fd: Int32
+    /// Connections it may hold at once: the job's `connections`, fewer once the server refused one.
+    private(set) var limit: Int
+    /// The resource's size; nil until the first answer of a fresh download.
+    private(set) var total: Int64?
+    /// `If-Range` for every ranged request.
+    private(set) var validator: String?
+    /// Parts durable before this attempt, and those of connections since claimed and gone.
+    private var base: ByteRanges
+    /// Ranges no connection fetches yet.
+    private(set) var pending: [ByteSpan]
+    private(set) var connections: [Connection] = []
+    /// The sync in flight: its serial, and how far each connection had written when it began.
+    private(set) var syncSerial: UInt64?
+    private var syncPositions: [(Connection, Int64)] = []
+    /// Validators a connection saw first: the next `progressed` carries them.
+    private var validatorsToLog: (etag: String?, lastModified: String?)?
+    /// The validators of the file, as its first answer gave them: logged
+    /// with the first progress and with completion (`overwrite = "update"` asks with them).
+    private var fileValidators: (etag: String?, lastModified: String?)?
+    /// Bytes received by connections that ended (for `finished`'s metrics).
+    private(set) var bytesReceived: Int64 = 0
+    /// Why it stays on one connection, logged once with the next progress.
+    private var fallbackToLog: String?
+    /// Claims relayed while syncing are logged as one event at the end.
+    private var batching = false
+
+    /// - Parameters:
+    ///   - done: what the log vouches for already; `missing`: what to fetch
+    ///     (nil: a fresh download, sizes unknown until the first answer).
+    init(taskID: String, fd: Int32, limit: Int, total: Int64?, validator: String?, done: ByteRanges, missing: [ByteSpan]?) {
+        self.taskID = taskID
+        self.fd = fd
+        self.limit = limit
+        self.total = total
+        self.validator = validator
+        base = done
+        pending = missing.map { SegmentPlan.initialRanges(missing: $0, connections: limit) } ?? []
+    }
+
+    deinit { close(fd) }
+
+    var running: [Connection] { connections.filter { !$0.isOver } }
+    var runningCount: Int { connections.reduce(0) { $0 + ($1.isOver ? 0 : 1) } }
+    /// Every byte of the file is written (not necessarily durable yet), once
+    /// the connection that just finished was the last one.
+    var isWritten: Bool { pending.isEmpty && runningCount == 0 }
+    /// Room for another connection, and a range for it.
+    var wantsConnection: Bool { !pending.isEmpty && runningCount < limit }
+
+    /// What the log vouches for, as spans.
+    var durableRanges: ByteRanges {
+        var ranges = base
+        for connection in connections { ranges.insert(ByteSpan(connection.start, connection.claimed)) }
+        return ranges
+    }
+
+    var covered: Int64 { durableRanges.covered }
+
+    func connection(of attempt: TransferAttempt) -> Connection? {
+        connections.first { $0.attempt === attempt }
+    }
+
+    func takePending() -> ByteSpan? { pending.isEmpty ? nil : pending.removeFirst() }
+
+    func add(_ connection: Connection) { connections.append(connection) }
+
+    /// A range no connection could be opened for waits again.
+    func pendingBack(_ span: ByteSpan) { pending.insert(span, at: 0) }
+
+    /// No connection beyond those running now (another could not be opened).
+    func holdAtCurrentCount() { limit = max(1, runningCount) }
+
+    // MARK: - Answers
+
+    /// The plain GET of a fresh download was answered: split the file if
+    /// the server can serve ranges of it, else stay on this one connection.
+    func firstAnswer(_ attempt: TransferAttempt) -> AttemptOutcome? {
+        let (etag, lastModified) = attempt.responseValidators
+        noteValidators(etag, lastModified)
+        // Known or not, the size counts for progress while one connection fetches the file.
+        total = attempt.resourceSize
+        guard attempt.httpStatus == 200, let size = attempt.resourceSize else {
+            fallBack("the server did not say the file's size")
+            return nil
+        }
+        guard attempt.acceptsRanges else {
+            fallBack("the server does not offer ranges (no Accept-Ranges: bytes)")
+            return nil
+        }
+        // Without a validator, ranges fetched at different times could come from different files.
+        guard let guardValidator = etag.flatMap(RecoveryPlan.strongETag) ?? lastModified else {
+            fallBack("the server sent no strong ETag or Last-Modified to keep the ranges of one file together")
+            return nil
+        }
+        let ranges = SegmentPlan.initialRanges(missing: [ByteSpan(0, size)], connections: limit)
+        guard ranges.count > 1 else { return nil }
+        validator = guardValidator
+        attempt.stopAt = ranges[0].end
+        pending = Array(ranges.dropFirst())
+        return nil
+    }
+
+    /// A ranged request was answered with its range: it must be of the same file.
+    func rangeAnswer(_ attempt: TransferAttempt) -> AttemptOutcome? {
+        noteValidators(attempt.responseValidators.etag, attempt.responseValidators.lastModified)
+        guard let total, attempt.resourceSize != total else { return nil }
+        let size = attempt.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
+        return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))", fileChanged: true)
+    }
+
+    private func noteValidators(_ etag: String?, _ lastModified: String?) {
+        guard fileValidators == nil, etag != nil || lastModified != nil else { return }
+        fileValidators = (etag, lastModified)
+        validatorsToLog = fileValidators
+    }
+
+    /// A connection's attempt is over: its received bytes count in the task's metrics.
+    func countReceived(_ attempt: TransferAttempt) { bytesReceived += attempt.metrics.bytesReceived }
+
+    private func fallBack(_ reason: String) {
+        limit = 1
+        fallbackToLog = reason
+    }
+
+    // MARK: - Work for a connection that ran out of it
+
+    /// A connection finished its range: the next waiting range goes to a
+    /// new connection, else the largest running range is halved and its
+    /// second half waits for one.
+    func connectionFinished(_ connection: Connection) {
+        connection.isOver = true
+        guard pending.isEmpty else { return }
+        let running = running
+        let remaining = running.map { (position: $0.attempt.written, end: $0.attempt.stopAt ?? total ?? $0.attempt.written) }
+        guard let (index, at) = SegmentPlan.splitLargest(running: remaining) else { return }
+        running[index].attempt.stopAt = at
+        pending.append(ByteSpan(at, remaining[index].end))
+    }
+
+    /// A connection failed while others go on: what it did not write waits
+    /// for another, and no more connections than now run (the server or the
+    /// link would not carry one more).
+    func connectionFailed(_ connection: Connection) {
+        connection.isOver = true
+        let attempt = connection.attempt!
+        if let end = attempt.stopAt, attempt.written < end { pending.insert(ByteSpan(attempt.written, end), at: 0) }
+        limit = max(1, runningCount)
+    }
+
+    // MARK: - Durability
+
+    /// Starts a sync of the shared file for every connection: returns the
+    /// serial to sync under, or nil when one is in flight (its claim will
+    /// release the connections that asked).
+    func beginSync(serial: UInt64) -> Bool {
+        guard syncSerial == nil else { return false }
+        syncSerial = serial
+        syncPositions = connections.map { ($0, $0.attempt.written) }
+        return true
+    }
+
+    /// The sync returned: each connection claims what it had written when
+    /// it began; one `progressed` says it all (nil: nothing new).
+    func synced() -> Progressed? {
+        syncSerial = nil
+        let before = durableRanges
+        batching = true
+        for (connection, position) in syncPositions { connection.attempt.claim(upTo: position) }
+        // Connections opened after the sync began ask again (their request met this one in flight).
+        for connection in connections where !syncPositions.contains(where: { $0.0 === connection }) {
+            connection.attempt.claim(upTo: connection.attempt.durable)
+        }
+        batching = false
+        syncPositions = []
+        // Connections that are over and fully claimed live on in `base`.
+        for connection in connections where connection.isOver && connection.claimed >= connection.attempt.written {
+            base.insert(ByteSpan(connection.start, connection.claimed))
+        }
+        connections.removeAll { $0.isOver && $0.claimed >= $0.attempt.written }
+        return durableRanges == before && validatorsToLog == nil && fallbackToLog == nil ? nil : progress()
+    }
+
+    /// A connection's attempt claimed bytes (its own `progressed`): kept,
+    /// and returned as the whole download's progress unless a sync batches them.
+    func claimed(_ connection: Connection, _ progress: Progressed) -> Progressed? {
+        connection.claimed = max(connection.claimed, progress.bytes)
+        noteValidators(progress.etag, progress.lastModified)
+        return batching ? nil : self.progress()
+    }
+
+    /// The durable parts now, as the log records them.
+    func progress() -> Progressed {
+        let ranges = durableRanges
+        var progress = Progressed(bytes: ranges.covered, total: total, ranges: ranges.isPrefix ? nil : ranges.spans)
+        if let validators = validatorsToLog {
+            progress.etag = validators.etag
+            progress.lastModified = validators.lastModified
+            validatorsToLog = nil
+        }
+        if let reason = fallbackToLog {
+            progress.fallback = reason
+            fallbackToLog = nil
+        }
+        return progress
+    }
+
+    /// Every connection stopped: fdatasync the file once, then claim what
+    /// each wrote. Returns the progress to log (nil: nothing new), or the errno.
+    func flushAll() -> Result<Progressed?, SystemError> {
+        while fdatasync(fd) != 0 {
+            if errno != EINTR { return .failure(SystemError(operation: "fdatasync", errno: errno)) }
+        }
+        syncPositions = connections.map { ($0, $0.attempt.written) }
+        return .success(synced())
+    }
+
+    /// The file is complete and durable.
+    func completeProgress() -> Progressed {
+        var progress = Progressed(bytes: total ?? covered, total: total, fallback: fallbackToLog)
+        if let validators = fileValidators {
+            progress.etag = validators.etag
+            progress.lastModified = validators.lastModified
+        }
+        return progress
+    }
+
+    /// Forgets its connections (their attempts end with them).
+    func dropConnections() {
+        for connection in connections { base.insert(ByteSpan(connection.start, connection.claimed)) }
+        connections.removeAll()
+    }
+}
+
+// MARK: - The agent's side
+
+extension Agent {
+    /// How many connections `task` would use: its `connections`, else the
+    /// config's; 1 for anything but a top-level download, and for a task
+    /// whose log says why its server's ranges cannot be used.
+    func connectionsWanted(for task: TaskState) -> Int {
+        guard task.spec.kind == .download, task.spec.parent == nil, task.spec.byteRange == nil,
+              task.singleConnectionReason == nil else { return 1 }
+        return task.spec.connections ?? config.connections
+    }
+
+    /// Starts `task` over several connections; false when it takes the
+    /// one-connection path (`connections = 1` and no ranges in the log).
+    func startSegmented(_ task: TaskState) -> Bool {
+        let wanted = connectionsWanted(for: task)
+        guard wanted > 1 || task.doneRanges != nil, let part = task.partPath else { return false }
+        var done = ByteRanges(), missing: [ByteSpan]?, validator: String?
+        switch RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs) {
+        case .resumeRanges(let gaps, let ifRange):
+            (done, missing, validator) = (task.doneRanges ?? ByteRanges(), gaps, ifRange)
+        case .resume(let at, let ifRange) where task.total.map({ at < $0 }) == true:
+            (done, missing, validator) = (ByteRanges([ByteSpan(0, at)]), [ByteSpan(at, task.total!)], ifRange)
+        default:
+            break
+        }
+        // The partial file must still hold what the log vouches for.
+        let held = done.spans.last?.end ?? 0
+        if held > 0, (root.size(part) ?? 0) < held {
+            (done, missing, validator) = (ByteRanges(), nil, nil)
+        }
+        // Bytes from 0 of a file whose size is unknown: one connection resumes them.
+        if missing == nil, task.bytes > 0, task.doneRanges == nil,
+           case .resume = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs) { return false }
+        let descriptor: Int32
+        do {
+            if partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
+            descriptor = try root.openPartial(part, truncatingTo: done.spans.last?.end ?? 0)
+        } catch {
+            refuseStart(task, error)
+            return true
+        }
+        let download = SegmentedDownload(taskID: task.id, fd: descriptor, limit: wanted, total: missing == nil ? nil : task.total,
+                                         validator: validator, done: done, missing: missing)
+        segmented[task.id] = download
+        log.record(.started(Started(attempt: task.attempts + 1, offset: done.covered, url: task.currentURL)), task: task.id)
+        if missing == nil {
+            // A fresh download: a plain GET first, ranged once its answer shows the file can be split.
+            let ifChanged = validatorsForUpdate(task)
+            guard openConnection(download, for: task, span: nil, ifChanged: ifChanged) else { return true }
+        }
+        openConnections(download)
+        return true
+    }
+
+    /// Opens connections for waiting ranges, within the download's limit and `max_per_host`.
+    func openConnections(_ download: SegmentedDownload) {
+        guard let task = log.state[download.taskID], task.phase == .running else { return }
+        while download.wantsConnection, connectionRoom(for: task, download) > 0, let span = download.takePending() {
+            guard openConnection(download, for: task, span: span, ifChanged: nil) else { return }
+        }
+    }
+
+    /// Opens any connections segmented downloads wait for (after curl ran:
+    /// a handle cannot be added from inside curl's callbacks).
+    func openWaitingConnections() {
+        for download in segmented.values where download.wantsConnection { openConnections(download) }
+    }
+
+    /// Connections beyond one that segmented downloads hold, by host: the
+    /// scheduler counts them against `max_per_host`.
+    var extraConnectionsByHost: [String: Int] {
+        var extra: [String: Int] = [:]
+        for download in segmented.values {
+            guard let host = log.state[download.taskID]?.hostKey else { continue }
+            extra[host, default: 0] += max(0, download.runningCount - 1)
+        }
+        return extra
+    }
+
+    /// Connections `download` may add: its task holds one slot of its host already.
+    private func connectionRoom(for task: TaskState, _ download: SegmentedDownload) -> Int {
+        let others = (log.state.runningByHost[task.hostKey] ?? 1) - 1 + (extraConnectionsByHost[task.hostKey] ?? 0)
+            - max(0, download.runningCount - 1)
+        return config.maxPerHost - others - download.runningCount
+    }
+
+    /// One connection for `span` (nil: the whole file, unranged). False if it cannot be made.
+    private func openConnection(_ download: SegmentedDownload, for task: TaskState, span: ByteSpan?,
+                                ifChanged: (etag: String?, lastModified: String?)?) -> Bool {
+        let connection = SegmentedDownload.Connection(start: span?.start ?? 0)
+        let attempt: TransferAttempt
+        do {
+            let descriptor = fcntl(download.fd, F_DUPFD_CLOEXEC, 0)
+            guard descriptor >= 0 else { throw SystemError(operation: "dup \(task.partPath ?? "")", errno: errno) }
+            attempt = try TransferAttempt(
+                task: task, partFile: descriptor, offset: span?.start ?? 0, ifRange: download.validator,
+                deadlineMs: deadlineMs(of: task), settings: settings, cookies: cookies, ifChanged: ifChanged, rangeEnd: span?.end,
+                sink: { [unowned self, weak download, weak connection] id, body in
+                    guard case .progressed(let progress) = body else { self.log.record(body, task: id); return }
+                    guard let download, let connection, let combined = download.claimed(connection, progress) else { return }
+                    self.log.record(.progressed(combined), task: id)
+                },
+                requestSync: { [unowned self, weak download] _, _, _ in
+                    if let download { self.syncSegments(download) }
+                })
+        } catch {
+            if let span { download.pendingBack(span) }
+            if download.runningCount == 0 {
+                // Nothing runs to carry the task on: it stops like any attempt that cannot start.
+                segmented[task.id] = nil
+                refuseStart(task, error)
+            } else {
+                logger.warning("cannot open another connection", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
+                download.holdAtCurrentCount()
+            }
+            return false
+        }
+        attempt.onAccepted = { [weak download] attempt in
+            guard let download else { return nil }
+            return attempt.rangeEnd == nil ? download.firstAnswer(attempt) : download.rangeAnswer(attempt)
+        }
+        connection.attempt = attempt
+        download.add(connection)
+        attempts[attempt.easy] = attempt
+        multi.add(attempt.easy)
+        shareOverallSpeed()
+        return true
+    }
+
+    /// One fdatasync for all connections, off the loop (DataSyncer).
+    private func syncSegments(_ download: SegmentedDownload) {
+        let serial = TransferAttempt.makeSerial()
+        guard download.beginSync(serial: serial) else { return }
+        syncer.sync(download.fd, .init(taskID: download.taskID, attempt: serial, offset: 0, complete: false))
+    }
+
+    /// A progress sync of a segmented download returned.
+    func segmentsSynced(_ download: SegmentedDownload, error: Int32?) {
+        if let error {
+            guard let attempt = download.running.first?.attempt else { return }
+            finish(attempt, attempt.syncFailed(errno: error))
+            return
+        }
+        if let progress = download.synced() { log.record(.progressed(progress), task: download.taskID) }
+    }
+
+    /// One connection's attempt ended. Returns the task's outcome when the
+    /// task's attempt ends with it; nil while the download goes on.
+    func connectionEnded(_ download: SegmentedDownload, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) -> AttemptOutcome? {
+        guard let connection = download.connection(of: attempt) else { return outcome }
+        download.countReceived(attempt)
+        if attempts.removeValue(forKey: attempt.easy) != nil {
+            multi.remove(attempt.easy)
+            shareOverallSpeed()
+        }
+        switch outcome {
+        case .complete:
+            download.connectionFinished(connection)
+            if download.isWritten { return .complete(bytes: download.total ?? attempt.written) }
+            openConnections(download)
+            return nil
+        case .transient(let reason, _, false) where download.runningCount > 1:
+            download.connectionFailed(connection)
+            logger.notice("a connection failed; the others go on", metadata: [
+                "task.id": "\(download.taskID)", "reason": "\(reason)", "connections": "\(download.limit)"])
+            return nil
+        case .rangeRefused(let reason, _):
+            // Ranges of this server cannot be trusted to make one file (it ignores them, or its
+            // validators change between requests): one connection from 0, from now on.
+            log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)
+            return .transient(reason: reason + "; one connection from now on", retryAfterMs: nil, restartFromZero: true)
+        default:
+            return outcome
+        }
+    }
+
+    /// Stops every connection of a segmented download; with `flushing`,
+    /// what they wrote is made durable and claimed first. Returns what the
+    /// log then vouches for.
+    func stopSegmented(_ download: SegmentedDownload, flushing: Bool) -> Int64 {
+        segmented[download.taskID] = nil
+        for connection in download.connections where attempts.removeValue(forKey: connection.attempt.easy) != nil {
+            multi.remove(connection.attempt.easy)
+            download.countReceived(connection.attempt)
+        }
+        if flushing {
+            switch download.flushAll() {
+            case .success(let progress?): log.record(.progressed(progress), task: download.taskID)
+            case .success(nil): break
+            case .failure(let error):
+                logger.error("cannot flush a partial file", metadata: ["task.id": "\(download.taskID)", "error": "\(error)"])
+            }
+        }
+        let bytes = download.covered
+        download.dropConnections()
+        shareOverallSpeed()
+        return bytes
+    }
+}

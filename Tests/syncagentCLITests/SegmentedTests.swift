@@ -1,0 +1,169 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 14 §1: one file over several connections (aria2c -x/-s), against
+/// nginx and the fault server, killed with SIGKILL along the way.
+@Suite("Segmented downloads", .serialized)
+struct SegmentedTests {
+    func job(_ url: String, id: String = "s", connections: Int = 4, extra: String = "") -> String {
+        "url = \"\(url)\"\nid = \"\(id)\"\ndest = \"\(id).bin\"\nconnections = \(connections)\n\(extra)"
+    }
+
+    func contents(_ harness: AgentHarness, _ id: String = "s") -> Data? {
+        FileManager.default.contents(atPath: "\(harness.downloads)/\(id).bin")
+    }
+
+    @Test func rangesOfOneFileArriveOverSeveralConnectionsAsOneFile() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("big.bin", size: 24 << 20)
+        try harness.drop("s.job", job(nginx.url("slow/big.bin"), connections: 4))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
+        #expect(contents(harness) == data)
+
+        let requests = nginx.requests.filter { $0.uri == "/slow/big.bin" }
+        // One plain GET (the access log lists requests as they end), then ranges, each guarded by the file's ETag.
+        #expect(requests.filter { $0.range == "" }.map(\.status) == [200], "\(requests)")
+        let ranged = requests.filter { $0.range != "" }
+        #expect(ranged.count >= 3, "\(requests)")
+        #expect(ranged.allSatisfy { $0.status == 206 && $0.range.hasPrefix("bytes=") && $0.ifRange.hasPrefix("\"") })
+        // Ranges are split, not repeated: what nginx sent is the file, plus the
+        // little a connection had in flight when its range was cut short.
+        let sent = requests.map(\.bytesSent).reduce(0, +)
+        #expect(sent >= data.count && sent <= data.count + (4 << 20), "sent \(sent)")
+        let events = try harness.events()
+        let finished = events.last { $0.type == "finished" }
+        let metrics = finished?.data["metrics"] as? [String: Any]
+        #expect(metrics?["bytes_received"] as? Int ?? 0 >= data.count, "metrics count every connection's bytes")
+        #expect(try harness.run(["replay", "--verify"]).status == 0)
+    }
+
+    @Test func killedMidwayItResumesEveryRangeWhereTheLogSays() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 12 << 20
+        let data = try server.serve("k.bin", size: size)
+        // 4 connections at 1 MB/s each: about 3 s in all, long enough to kill twice.
+        try harness.drop("s.job", job(server.url("k.bin", "rate=1000000"), connections: 4))
+        var kills = 0
+        for _ in 0..<2 {
+            let agent = try harness.startAgent()
+            let before = try harness.events().filter { $0.type == "progressed" && $0.data["ranges"] != nil }.count
+            // Killed once this run has logged ranges of its own.
+            let logged = eventually(within: 30) {
+                ((try? harness.events()) ?? []).filter { $0.type == "progressed" && $0.data["ranges"] != nil }.count > before
+            }
+            agent.signal(SIGKILL)
+            _ = agent.wait(seconds: 10)
+            guard logged else { break }
+            kills += 1
+            let plan = try harness.run(["replay"]).stdout
+            #expect(plan.contains("plan: resume ") && plan.contains(" range") && plan.contains("with If-Range"), "\(plan)")
+        }
+        #expect(kills == 2)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
+        #expect(contents(harness) == data)
+        // Each kill costs at most about one progress interval (1 s at 1 MB/s) per connection.
+        let sent = server.requests.map(\.bytesSent).reduce(0, +)
+        #expect(sent <= size + kills * 4 * 1_300_000 + (2 << 20), "sent \(sent) for \(size)")
+        let resumedRanges = server.requests.filter { ($0.range ?? "").hasPrefix("bytes=") }
+        #expect(resumedRanges.count >= 4)
+        #expect(try harness.run(["replay", "--verify"]).status == 0)
+    }
+
+    @Test func aServerWithoutRangesIsFetchedOverOneConnectionAndSaysWhy() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("n.bin", size: 4 << 20)
+        try harness.drop("s.job", job(server.url("n.bin", "no_accept_ranges=1"), connections: 8))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        #expect(server.requests.count == 1)
+        let fallback = try harness.events().compactMap { $0.data["fallback"] as? String }
+        #expect(fallback == ["the server does not offer ranges (no Accept-Ranges: bytes)"])
+        #expect(try harness.run(["status", "--task", "s"]).stdout.contains("no Accept-Ranges"))
+    }
+
+    @Test func aServerThatIgnoresRangesRestartsOnOneConnection() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("i.bin", size: 4 << 20)
+        // Accept-Ranges is promised, then every ranged request gets the whole file (200).
+        try harness.drop("s.job", job(server.url("i.bin", "ignore_range=1&rate=4000000"), connections: 4))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        let events = try harness.events()
+        let retry = events.first { $0.type == "retrying" }
+        #expect((retry?.data["reason"] as? String)?.hasSuffix("not 206, to a range of \(server.url("i.bin", "ignore_range=1&rate=4000000")); one connection from now on") == true,
+                "\(retry?.data ?? [:])")
+        #expect(retry?.data["bytes"] as? Int == 0)
+        // After the restart: one plain request, nothing ranged.
+        let last = server.requests.last
+        #expect(last?.status == 200 && last?.range == nil)
+    }
+
+    @Test func aFileThatChangesBetweenConnectionsIsNeverMixed() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("c.bin", size: 4 << 20)
+        // A new ETag on every request: no range's If-Range ever matches.
+        try harness.drop("s.job", job(server.url("c.bin", "etag_changes=1&rate=4000000"), connections: 4))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        let reason = try harness.events().first { $0.type == "retrying" }?.data["reason"] as? String
+        #expect(reason?.hasPrefix("the file changed on the server (validator \"") == true, "\(reason ?? "-")")
+        #expect(server.requests.last?.range == nil)
+    }
+
+    @Test func aDroppedConnectionIsTakenOverByTheOthers() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("d.bin", size: 8 << 20)
+        // The third request (a ranged one) is cut after 100 KB, and ranges are answered with
+        // the rest of the file (more than asked): the task goes on without a retry.
+        try harness.drop("s.job", job(server.url("d.bin", "drop_after=100000&drop_request=3&rate=4000000&ignore_range_end=1"),
+                                      connections: 4))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        let events = try harness.events()
+        #expect(!events.contains { $0.type == "retrying" })
+        #expect(server.requests.contains { $0.bytesSent == 100_000 })
+    }
+
+    @Test func connectionsCountAgainstMaxPerHost() throws {
+        let harness = try AgentHarness(config: "max_per_host = 3\n")
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("h.bin", size: 6 << 20)
+        let other = try server.serve("o.bin", size: 3 << 20)
+        // The server answers 503 to a fifth request in flight: two downloads of 8 connections
+        // on one host with max_per_host = 3 never send one. (One of slack: a server
+        // thread may still count a connection the agent closed at the end of its range.)
+        try harness.drop("s.job", job(server.url("h.bin", "limit_concurrent=4&rate=3000000"), connections: 8))
+        try harness.drop("o.job", job(server.url("o.bin", "limit_concurrent=4&rate=3000000"), id: "o", connections: 8))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        #expect(contents(harness, "o") == other)
+        #expect(!server.requests.contains { $0.status == 503 }, "\(server.requests)")
+        #expect(server.requests.contains { $0.status == 206 })
+    }
+
+    @Test func aServerThatRefusesMoreConnectionsIsServedByThoseItAccepts() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("l.bin", size: 6 << 20)
+        // Two at a time at most: the others meet 503 and their ranges wait for the two
+        // that work. (A last connection that meets 503 because the server still counts
+        // one the agent closed retries the task once, with backoff, from its ranges.)
+        try harness.drop("s.job", job(server.url("l.bin", "limit_concurrent=2&rate=3000000"), connections: 6))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        #expect(server.requests.filter { $0.status == 503 }.count >= 2)
+        let events = try harness.events()
+        #expect(events.filter { $0.type == "retrying" }.count <= 1)
+        #expect(!events.contains { $0.type == "failed" })
+    }
+}
