@@ -30,6 +30,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONCURRENCY = 6
+# Connections of the segmented download (and aria2c's -x/-s).
+CONNECTIONS = 8
 
 
 def sh(*args, **kwargs):
@@ -83,7 +85,15 @@ http {{
   tcp_nopush on;
   keepalive_requests 100000;
   client_body_temp_path {self.prefix}/body;
-  server {{ listen 127.0.0.1:{self.port}; root {www}; }}
+  log_format sent '$request_uri $status $body_bytes_sent';
+  server {{
+    listen 127.0.0.1:{self.port};
+    root {www};
+    # A server that caps each connection (as CDNs do): what segmented downloads are for.
+    location /capped/ {{ alias {www}/; limit_rate 10m; }}
+    # The update workload counts the body bytes nginx sends.
+    location /sync/ {{ alias {www}/small/; access_log {self.prefix}/sync.log sent; }}
+  }}
 }}
 """)
         self.process = subprocess.Popen(["/usr/sbin/nginx", "-p", self.prefix, "-c", conf])
@@ -163,6 +173,81 @@ def run_urlsession(urls, out):
         for url, dest in urls:
             f.write(f"{url} {os.path.join(out, dest)}\n")
     return timed([URLSESSION_PEER, listing, str(CONCURRENCY)])
+
+
+def run_syncagent_jobs(jobs_text, out, name, config_extra=""):
+    """Job files (name → TOML) dropped at once, then the agent until idle."""
+    state, inbox, config = syncagent_world(name, out)
+    with open(config, "a") as f:
+        f.write(config_extra)
+    staging = fresh(os.path.join(WORK, name + "-jobs"))
+    for job_name, text in jobs_text.items():
+        with open(os.path.join(staging, job_name), "w") as f:
+            f.write(text)
+    script = os.path.join(WORK, name + ".sh")
+    with open(script, "w") as f:
+        f.write(f"""set -e
+find {staging} -name '*.job' -exec mv -t {inbox}/ {{}} +
+exec {SYNCAGENT} run --exit-when-idle --config {config} --state-dir {state} --inbox {inbox}
+""")
+    return timed(["bash", script], env=syncagent_env())
+
+
+SEGMENT_TOOLS = ["syncagent", "aria2c", "curl"]
+
+
+def segmented_workload(url, size, connections, rounds):
+    """One file from a server that caps each connection: syncagent with
+    `connections = N` against aria2c -xN -sN, and curl (one connection)."""
+    results = {name: [] for name in SEGMENT_TOOLS}
+    for round_index in range(rounds):
+        order = SEGMENT_TOOLS[round_index % 3:] + SEGMENT_TOOLS[:round_index % 3]
+        for name in order:
+            out = fresh(os.path.join(WORK, "out"))
+            if name == "syncagent":
+                wall, rss = run_syncagent_jobs({"big.job": f'url = "{url}"\ndest = "big.bin"\nconnections = {connections}\n'},
+                                               out, "syncagent-segmented", f"max_per_host = {connections}\n")
+            elif name == "aria2c":
+                wall, rss = timed(["aria2c", "-q", f"-x{connections}", f"-s{connections}", "--min-split-size=1M", "-d", out,
+                                   "-o", "big.bin", "--file-allocation=none", "--console-log-level=error",
+                                   "--summary-interval=0", url])
+            else:
+                wall, rss = timed(["curl", "-s", "-f", "-o", os.path.join(out, "big.bin"), url])
+            path = os.path.join(out, "big.bin")
+            if not os.path.exists(path) or os.path.getsize(path) != size:
+                sys.exit(f"{name}: big.bin missing or wrong size after the segmented download")
+            results[name].append((wall, rss))
+            print(f"  segmented: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
+    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
+
+
+def update_workload(nginx, files, rounds):
+    """`overwrite = "update"`: the first run downloads `files` files, a second
+    run of the same jobs finds them unchanged. Returns the median times of
+    both and the body bytes nginx sent during the second runs."""
+    jobs = {f"{i:04d}.job": f'url = "{nginx.url(f"sync/f{i:04d}.bin")}"\ndest = "f{i:04d}.bin"\noverwrite = "update"\n'
+            for i in range(files)}
+    log = os.path.join(nginx.prefix, "sync.log")
+    downloads, checks, sent = [], [], 0
+    for round_index in range(rounds):
+        out = fresh(os.path.join(WORK, "out"))
+        downloads.append(run_syncagent_jobs(jobs, out, "syncagent-update")[0])
+        before = os.path.getsize(log) if os.path.exists(log) else 0
+        # The same state directory: the log knows what it published.
+        with open(os.path.join(WORK, "syncagent-update.sh")) as f:
+            script = f.read()
+        staging = fresh(os.path.join(WORK, "syncagent-update-jobs"))
+        for job_name, text in jobs.items():
+            with open(os.path.join(staging, "again-" + job_name), "w") as f:
+                f.write(text)
+        checks.append(timed(["bash", "-c", script], env=syncagent_env())[0])
+        with open(log) as f:
+            f.seek(before)
+            sent += sum(int(line.split()[2]) for line in f if line.strip())
+        print(f"  update: round {round_index + 1}: download {downloads[-1]:.3f} s, unchanged {checks[-1]:.3f} s", flush=True)
+    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    return statistics.median(downloads), statistics.median(checks), sent
 
 
 TOOLS = [("syncagent", run_syncagent), ("curl", run_curl), ("aria2c", run_aria2c), ("URLSession", run_urlsession)]
@@ -379,9 +464,12 @@ def main():
     events = 100_000 if options.quick else 1_000_000
     queued = 1_000 if options.quick else 10_000
     segments = 20 if options.quick else 200
+    capped = (32 if options.quick else 256) << 20
+    synced = 100 if options.quick else 1000
 
     www = fresh(os.path.join(WORK, "www"))
     write_random(os.path.join(www, "big.bin"), big)
+    write_random(os.path.join(www, "capped.bin"), capped)
     os.makedirs(os.path.join(www, "small"))
     for index in range(smalls):
         write_random(os.path.join(www, "small", f"f{index:04d}.bin"), 16 << 10)
@@ -401,6 +489,10 @@ def main():
         latency, worst = latency_workload(nginx, 50)
         print(f"6. a {segments}-segment HLS VOD", flush=True)
         hls = hls_workload(nginx.url("vod/index.m3u8"), options.rounds)
+        print(f"7. {capped >> 20} MiB at 10 MB/s per connection, {CONNECTIONS} connections", flush=True)
+        segmented = segmented_workload(nginx.url("capped/capped.bin"), capped, CONNECTIONS, options.rounds)
+        print(f"8. {synced} files with overwrite = \"update\"", flush=True)
+        update_download, update_check, update_sent = update_workload(nginx, synced, options.rounds)
     finally:
         nginx.stop()
 
@@ -425,6 +517,15 @@ def main():
         "| wall time | " + " | ".join(f"{hls[n][0]:.2f} s ({hls[n][0] / ffmpeg:.2f}× ffmpeg)" for n, _ in HLS_TOOLS) + " |",
         "| peak RSS | " + " | ".join(mib(hls[n][1]) for n, _ in HLS_TOOLS) + " |",
     ]
+    aria = segmented["aria2c"][0]
+    lines += [
+        "",
+        f"| {capped >> 20} MiB, nginx `limit_rate 10m` per connection | syncagent `connections = {CONNECTIONS}` "
+        f"| aria2c `-x{CONNECTIONS} -s{CONNECTIONS}` | curl |",
+        "|---|---|---|---|",
+        "| wall time | " + " | ".join(f"{segmented[n][0]:.2f} s ({segmented[n][0] / aria:.2f}× aria2c)" for n in SEGMENT_TOOLS) + " |",
+        "| peak RSS | " + " | ".join(mib(segmented[n][1]) for n in SEGMENT_TOOLS) + " |",
+    ]
     lines += [
         "",
         "| syncagent alone | figure | target |",
@@ -432,6 +533,10 @@ def main():
         f"| `replay` of {events:,} events | {replay[0]:.2f} s, peak RSS {mib(replay[1])} | ≤ 2 s |",
         f"| agent start-up on that log (`run --exit-when-idle`) | {startup[0]:.2f} s, peak RSS {mib(startup[1])} | ≤ 2 s |",
         f"| peak RSS holding {queued:,} queued jobs | {mib(queued_rss)} (all taken in {intake:.2f} s) | ≤ 40 MiB |",
+        f"| {synced:,} unchanged files, `overwrite = \"update\"` | {update_check:.2f} s ({update_check / update_download:.2f}× "
+        f"downloading them, {update_download:.2f} s); body bytes nginx sent: {update_sent} | ≤ 0.3×, 0 bytes |",
+        f"| `connections = {CONNECTIONS}` against curl's one connection | {segmented['syncagent'][0] / segmented['curl'][0]:.2f}× curl "
+        f"| ≤ 0.2× |",
         f"| inbox rename → `started` | median {latency:.1f} ms, worst {worst:.1f} ms (50 drops) | median ≤ 10 ms |",
     ]
     table = "\n".join(lines)

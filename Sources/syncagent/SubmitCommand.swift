@@ -79,6 +79,9 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Retries after a transient failure (default: the config's retries).")
     var retries: Int?
 
+    @Option(help: ArgumentHelp("Downloads: fetch ranges of the file over this many connections at once (1-16).", valueName: "n"))
+    var connections: Int?
+
     @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M.", valueName: "rate"))
     var maxSpeed: String?
 
@@ -218,6 +221,7 @@ struct SubmitCommand: ParsableCommand {
         set("overwrite", update ? "update" : overwrite)
         set("priority", priority.map(String.init)); set("batch", batch); set("notify", notify)
         set("retries", retries.map(String.init)); set("max_speed", maxSpeed); set("not_before", notBefore)
+        set("connections", connections.map(String.init))
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
         var headerLines = headers, formLines = formFields
@@ -227,6 +231,8 @@ struct SubmitCommand: ParsableCommand {
             case "dir": folder = option.value
             case "out": fileName = option.value
             case "header": headerLines.append(option.value)
+            // aria2c's name for it (-s): ranges fetched at once.
+            case "split": keys["connections"] = option.value
             case "form": formLines.append(option.value)
             case "url", "headers":
                 throw fail("\(entry.origin)key \"\(option.key)\" cannot be set on an option line (line \(option.line))")
@@ -248,7 +254,7 @@ struct SubmitCommand: ParsableCommand {
         }
         keys["id"] = taskID
         // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).
-        let integerKeys: Set<String> = ["priority", "retries", "max_duration"]
+        let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections"]
         var lines = ["url = \(tomlString(entry.url))"]
         for key in keys.keys.sorted() {
             let value = keys[key]!

@@ -126,6 +126,12 @@ enum TaskTable {
             "priority:    \(task.spec.priority)",
         ]
         if let parent = task.spec.parent { lines.append("parent:      \(parent)") }
+        if let connections = task.spec.connections { lines.append("connections: \(connections)") }
+        if let reason = task.singleConnectionReason { lines.append("one connection: \(reason)") }
+        if let ranges = task.doneRanges {
+            let shown = ranges.spans.prefix(8).map(\.description).joined(separator: ", ")
+            lines.append("ranges held: \(shown)" + (ranges.spans.count > 8 ? ", … (\(ranges.spans.count) in all)" : ""))
+        }
         if task.spec.kind != .download { lines.append("method:      \(task.spec.effectiveMethod)") }
         if let body = task.spec.bodyFile { lines.append("body file:   \(body)") }
         if let field = task.spec.formField {

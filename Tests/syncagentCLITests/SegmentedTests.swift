@@ -134,6 +134,25 @@ struct SegmentedTests {
         #expect(server.requests.contains { $0.bytesSent == 100_000 })
     }
 
+    @Test func submitSetsConnectionsFromAFlagOrAnAria2cSplitLine() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let a = try nginx.serve("a.bin", size: 3 << 20)
+        let b = try nginx.serve("b.bin", size: 3 << 20, seed: 5)
+        #expect(try harness.run(["submit", "--connections", "3", "--id", "a", "--dest", "a.bin", nginx.url("a.bin")]).status == 0)
+        let list = harness.directory.file("urls.txt")
+        try "\(nginx.url("b.bin"))\n  split=2\n  out=b.bin\n".write(toFile: list, atomically: true, encoding: .utf8)
+        #expect(try harness.run(["submit", "-i", list, "--id", "b"]).status == 0)
+        let bad = try harness.run(["submit", "--connections", "17", nginx.url("a.bin")])
+        #expect(bad.status != 0 && bad.stderr.contains("connections"), "\(bad.stderr)")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness, "a") == a)
+        #expect(contents(harness, "b") == b)
+        let created = try harness.events().filter { $0.type == "created" }
+        #expect(created.map { $0.data["connections"] as? Int } == [3, 2])
+        #expect(nginx.requests.filter { $0.status == 206 }.count >= 2)
+    }
+
     @Test func connectionsCountAgainstMaxPerHost() throws {
         let harness = try AgentHarness(config: "max_per_host = 3\n")
         let server = try FaultServer(in: harness.directory)
