@@ -1,8 +1,14 @@
 #define _GNU_SOURCE
 #include "CLinuxShims.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -67,4 +73,124 @@ int sa_spawn_hook(char *const argv[], char *const envp[], int output, pid_t *pid
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return error;
+}
+
+int sa_netlink_route_socket(void) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+    if (fd < 0) return -1;
+    struct sockaddr_nl address;
+    memset(&address, 0, sizeof address);
+    address.nl_family = AF_NETLINK;
+    address.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+    if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+        int error = errno;
+        close(fd);
+        errno = error;
+        return -1;
+    }
+    return fd;
+}
+
+int sa_netlink_drain(int fd) {
+    char buffer[8192];
+    for (;;) {
+        ssize_t got = recv(fd, buffer, sizeof buffer, 0);
+        if (got > 0) continue;
+        if (got == 0) return 0;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        return -1;
+    }
+}
+
+/* sd-bus, declared here (libsystemd-dev need not be installed to build). */
+typedef struct sd_bus sd_bus;
+typedef struct sd_bus_message sd_bus_message;
+typedef struct sd_bus_slot sd_bus_slot;
+typedef struct {
+    const char *name;
+    const char *message;
+    int _need_free;
+} sd_bus_error;
+typedef int (*sd_bus_message_handler_t)(sd_bus_message *m, void *userdata, sd_bus_error *ret_error);
+
+static struct {
+    int (*open_system)(sd_bus **);
+    int (*get_fd)(sd_bus *);
+    int (*get_events)(sd_bus *);
+    int (*process)(sd_bus *, sd_bus_message **);
+    int (*add_match)(sd_bus *, sd_bus_slot **, const char *, sd_bus_message_handler_t, void *);
+    int (*get_property_trivial)(sd_bus *, const char *, const char *, const char *, const char *, sd_bus_error *, char, void *);
+    void (*error_free)(sd_bus_error *);
+} sd;
+static sd_bus *nm_bus;
+static int nm_signalled;
+
+static int nm_signal(sd_bus_message *message, void *userdata, sd_bus_error *error) {
+    (void)message; (void)userdata; (void)error;
+    nm_signalled = 1;
+    return 0;
+}
+
+int sa_nm_open(void) {
+    if (nm_bus) return sd.get_fd(nm_bus);
+    void *library = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!library) return -ENOENT;
+    *(void **)&sd.open_system = dlsym(library, "sd_bus_open_system");
+    *(void **)&sd.get_fd = dlsym(library, "sd_bus_get_fd");
+    *(void **)&sd.get_events = dlsym(library, "sd_bus_get_events");
+    *(void **)&sd.process = dlsym(library, "sd_bus_process");
+    *(void **)&sd.add_match = dlsym(library, "sd_bus_add_match");
+    *(void **)&sd.get_property_trivial = dlsym(library, "sd_bus_get_property_trivial");
+    *(void **)&sd.error_free = dlsym(library, "sd_bus_error_free");
+    if (!sd.open_system || !sd.get_fd || !sd.get_events || !sd.process || !sd.add_match
+        || !sd.get_property_trivial || !sd.error_free) return -ENOSYS;
+    sd_bus *bus = NULL;
+    int result = sd.open_system(&bus);
+    if (result < 0) return result;
+    /* Matched by path, not sender: a well-known name in a match is resolved by
+     * the bus daemon but not by sd-bus's own filter. Any signal means "read again". */
+    static const char *const rules[] = {
+        "type='signal',path='/org/freedesktop/NetworkManager'",
+        "type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged',arg0='org.freedesktop.NetworkManager'",
+    };
+    for (unsigned index = 0; index < sizeof rules / sizeof rules[0]; index++) {
+        /* A NULL slot ties the match to the bus for its lifetime. */
+        if ((result = sd.add_match(bus, NULL, rules[index], nm_signal, NULL)) < 0) return result;
+    }
+    nm_bus = bus;
+    return sd.get_fd(bus);
+}
+
+int sa_nm_events(void) {
+    return nm_bus ? sd.get_events(nm_bus) : -ENOTCONN;
+}
+
+int sa_nm_process(void) {
+    if (!nm_bus) return -ENOTCONN;
+    int result;
+    while ((result = sd.process(nm_bus, NULL)) > 0) {}
+    if (result < 0) return result;
+    int signalled = nm_signalled;
+    nm_signalled = 0;
+    return signalled;
+}
+
+static int nm_property(const char *name, unsigned *value) {
+    sd_bus_error error = {NULL, NULL, 0};
+    uint32_t read = 0;
+    int result = sd.get_property_trivial(nm_bus, "org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager",
+                                         "org.freedesktop.NetworkManager", name, &error, 'u', &read);
+    sd.error_free(&error);
+    if (result >= 0) *value = read;
+    return result;
+}
+
+int sa_nm_read(unsigned *state, unsigned *connectivity, unsigned *metered) {
+    if (!nm_bus) return -ENOTCONN;
+    int result = nm_property("State", state);
+    if (result < 0) return result;
+    nm_property("Connectivity", connectivity);
+    nm_property("Metered", metered);
+    return 0;
 }

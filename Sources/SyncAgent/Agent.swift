@@ -70,6 +70,10 @@ public final class Agent {
     private var fetchWhole: Set<String> = []
     /// `max_overall_speed` was shared out (see `shareOverallSpeed`).
     private var sharingSpeed = false
+    /// Whether there is a network and whether it is metered.
+    var network: NetworkMonitor!
+    /// Said once: `allow_metered = false` means nothing without NetworkManager.
+    var warnedMeteredUnknown = false
     /// Downloads running over several connections, by task id.
     var segmented: [String: SegmentedDownload] = [:]
 
@@ -106,6 +110,7 @@ public final class Agent {
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
         root = try DownloadRoot(path: paths.downloadDir)
+        network = NetworkMonitor(logger: logger)
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
         resumeInterruptedTasks()
         try log.commit()
@@ -143,7 +148,9 @@ public final class Agent {
             }
 
             if exitWhenIdle && isIdle(watcher) { break }
-            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd] + hooks.fds, timeoutMs: pollTimeoutMs())
+            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd] + hooks.fds + network.fds,
+                                   timeoutMs: pollTimeoutMs())
+            if let before = network.refresh(ready: ready) { networkChanged(from: before) }
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
             if ready.contains(assembler.fd) { assembled(assembler.drain()) }
             if ready.contains(signalFd) {
@@ -319,7 +326,9 @@ public final class Agent {
                                 metadata: ["task.id": "\(task.id)", "part": "\(part)"])
                 }
             }
-            let interrupted = task.phase == .running || (task.phase == .paused && task.pauseReason == .agentStopping)
+            // Tasks that waited for the network look again with this agent's network.
+            let interrupted = task.phase == .running
+                || (task.phase == .paused && (task.pauseReason == .agentStopping || task.pauseReason?.waitsForNetwork == true))
             guard interrupted else { continue }
             var offset = resumePoint(for: task).offset
             // A segmented download keeps its ranges: the file is cut after the last one.
@@ -410,6 +419,11 @@ public final class Agent {
     var totalTimeoutWords: String { "did not finish within total_timeout (\(config.totalTimeout) s) of its first start" }
 
     func start(_ task: TaskState) {
+        if meteredLinkForbids(task) {
+            pause(task.id, reason: .metered, bytesIfIdle: task.bytes)
+            needsScheduling = true
+            return
+        }
         if let dest = task.spec.dest, root.exists(dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
             if task.spec.overwrite == .skip {
                 let size = root.size(dest) ?? 0
@@ -618,10 +632,17 @@ public final class Agent {
             // Only a download keeps what it received; anything else starts over.
             let bytes = restartFromZero || !task.spec.isResumable ? 0 : durable
             let decision = RetryDecision.decide(
-                reason: reason, attemptsUsed: task.attempts - task.attemptsBeforeRerun,
+                reason: reason, attemptsUsed: task.attemptsUsed,
                 retriesAllowed: task.spec.retries ?? config.retries, retryAfterMs: retryAfterMs,
                 nowMs: FileSystem.nowMs, deadlineMs: attempt.deadlineMs, totalTimeoutS: config.totalTimeout,
                 jitter: Double.random(in: 0...1))
+            if NetworkPolicy.waitsForNetwork(online: network.reading.online, failedOnTheWire: attempt.failedOnTheWire,
+                                             url: task.currentURL) {
+                // Offline: no retry is spent; the network coming back resumes it.
+                log.record(.paused(Paused(bytes: bytes, reason: .offline, metrics: metrics)), task: id)
+                logger.notice("task waits for the network", metadata: ["task.id": "\(id)", "reason": "\(reason)"])
+                return
+            }
             switch decision {
             case .retry(let delay):
                 log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: delay, bytes: bytes, metrics: metrics)),
@@ -785,6 +806,9 @@ public final class Agent {
         if applies, log.state.families[task.id] != nil { carryOutOnChildren(action, of: task) }
         switch (action, task.phase) {
         case (.pause, .queued), (.pause, .running):
+            return "paused at byte \(pause(task.id, reason: .user, bytesIfIdle: task.bytes))"
+        case (.pause, .paused) where task.pauseReason != .user:
+            // It waited for the network; now it waits for the user, whatever the network does.
             return "paused at byte \(pause(task.id, reason: .user, bytesIfIdle: task.bytes))"
         case (.resume, .paused):
             log.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)

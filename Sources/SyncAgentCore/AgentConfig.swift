@@ -27,6 +27,8 @@ public struct AgentConfig: Equatable, Sendable {
     public var hookTimeout = 60
     /// Connections per download that does not set its own `connections`.
     public var connections = 1
+    /// False: transfers wait while NetworkManager says the link is metered (jobs may say otherwise).
+    public var allowMetered = true
     public var notify: NotifyMode = .batch
     public var userAgent: String?
     public var cookies: CookieMode = .persistent
@@ -52,6 +54,7 @@ public struct AgentConfig: Equatable, Sendable {
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
+        "allow_metered",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
@@ -70,7 +73,7 @@ public struct AgentConfig: Equatable, Sendable {
         note("notify", \.notify); note("user_agent", \.userAgent); note("cookies", \.cookies); note("proxy", \.proxy)
         note("ca_file", \.caFile); note("headers", \.headers); note("max_overall_speed", \.maxOverallSpeed)
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
-        note("connections", \.connections)
+        note("connections", \.connections); note("allow_metered", \.allowMetered)
         return keys
     }
 
@@ -94,6 +97,7 @@ public struct AgentConfig: Equatable, Sendable {
         config.onTaskEnd = try reader.command("on_task_end")
         config.onBatchEnd = try reader.command("on_batch_end")
         config.hookTimeout = try reader.seconds("hook_timeout") ?? config.hookTimeout
+        config.allowMetered = try reader.bool("allow_metered") ?? config.allowMetered
         config.connections = try reader.int("connections", in: 1...SegmentPlan.maximumConnections) ?? config.connections
         config.notify = try reader.choice("notify", NotifyMode.self) ?? config.notify
         config.userAgent = try reader.string("user_agent")

@@ -256,6 +256,8 @@ extension TaskState {
                 if progress.lastModified == nil { lastModified = nil }
             }
         case .paused(let paused):
+            // The attempt that found no network ends here; it is not one of the task's tries.
+            if paused.reason == .offline, phase == .running { attemptsWithoutNetwork += 1 }
             phase = .paused
             bytes = paused.bytes
             pauseReason = paused.reason
@@ -264,6 +266,7 @@ extension TaskState {
             if phase == .failed {
                 // Run again by the user: a fresh budget of retries and of total_timeout.
                 attemptsBeforeRerun = attempts
+                attemptsWithoutNetwork = 0
                 firstStartedAtMs = nil
                 endedAtMs = nil
             }

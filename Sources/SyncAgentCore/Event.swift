@@ -119,6 +119,16 @@ public struct Progressed: Codable, Equatable, Sendable {
 public enum PauseReason: String, Codable, Equatable, Sendable {
     case user
     case agentStopping = "agent_stopping"
+    /// The machine is offline: an attempt could not reach the server. Resumed
+    /// when the network comes back, without spending a retry
+    /// (NSURLSession's waitsForConnectivity).
+    case offline = "waiting_for_network"
+    /// `allow_metered = false` while NetworkManager says the link is metered
+    /// (NSURLSession's allowsExpensiveNetworkAccess). Resumed when it is not.
+    case metered
+
+    /// Waits for the network, not for the user: the agent resumes it by itself.
+    public var waitsForNetwork: Bool { self == .offline || self == .metered }
 }
 
 public struct Paused: Codable, Equatable, Sendable {

@@ -71,6 +71,7 @@ public enum EventCoding {
                 object.field("length", range.length); object.field("offset", range.offset)
                 return object.finish()
             })
+            json.field("allow_metered", p.allowMetered)
             json.field("connections", p.connections.map(Int64.init))
             json.field("dest", p.dest)
             json.field("form", json: JSONWriter.array(p.form.map { pairJSON($0.name, $0.value) }))
@@ -365,7 +366,7 @@ extension TaskSpec {
         var priority: Int64 = 0, overwrite = OverwriteMode.rename, headers: [Header] = [], batch: String?
         var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
         var method: String?, bodyFile: String?, formField: String?, form: [FormField] = []
-        var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?, connections: Int?
+        var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?, connections: Int?, allowMetered: Bool?
         func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
             let raw = try value.readString()
             guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
@@ -395,6 +396,7 @@ extension TaskSpec {
             case "not_before_ms": notBeforeMs = try value.readOptional { try $0.readInt() }
             case "headers": headers = try value.readHeaders()
             case "parent": parent = try value.readOptional { try $0.readString() }
+            case "allow_metered": allowMetered = try value.readOptional { try $0.readBool() }
             case "connections":
                 // Whatever a damaged log says, within what a job may ask.
                 connections = try value.readOptional { min(max(try $0.readInt(), 1), Int64(SegmentPlan.maximumConnections)) }.map(Int.init)
@@ -435,7 +437,7 @@ extension TaskSpec {
                   priority: Int(priority), overwrite: overwrite, headers: headers, batch: batch, notify: notify,
                   retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source,
                   method: method, bodyFile: bodyFile, formField: formField, form: form, parent: parent,
-                  byteRange: byteRange, hls: hls, connections: connections)
+                  byteRange: byteRange, hls: hls, connections: connections, allowMetered: allowMetered)
     }
 }
 

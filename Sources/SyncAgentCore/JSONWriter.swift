@@ -50,6 +50,11 @@ struct JSONWriter {
         bytes.append(contentsOf: (value ? "true" : "false").utf8)
     }
 
+    /// Omitted when nil, as JSONEncoder omits an optional.
+    mutating func field(_ name: StaticString, _ value: Bool?) {
+        if let value { field(name, value) }
+    }
+
     /// A nested object or array, already written.
     mutating func field(_ name: StaticString, json value: String?) {
         guard let value else { return }

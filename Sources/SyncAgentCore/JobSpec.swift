@@ -38,7 +38,7 @@ public struct JobParser: Sendable {
 
     static let transferKeys: Set<String> = [
         "url", "kind", "dest", "id", "sha256", "md5", "priority", "overwrite", "not_before",
-        "batch", "notify", "retries", "max_speed", "headers", "connections",
+        "batch", "notify", "retries", "max_speed", "headers", "connections", "allow_metered",
         // upload and data jobs:
         "method", "body_file", "form_field", "form",
         // HLS jobs:
@@ -137,7 +137,8 @@ public struct JobParser: Sendable {
             formField: request.formField,
             form: request.form,
             hls: hls,
-            connections: try parseConnections(reader, kind: kind)
+            connections: try parseConnections(reader, kind: kind),
+            allowMetered: try reader.bool("allow_metered")
         )
         return .transfer(id: id, spec: spec)
     }

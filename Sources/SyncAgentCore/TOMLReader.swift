@@ -62,6 +62,12 @@ struct TOMLReader {
         return int
     }
 
+    func bool(_ key: String) throws -> Bool? {
+        guard let value = table[key] else { return nil }
+        guard case .boolean(let flag) = value else { throw mismatch(key, expected: "true or false", got: value) }
+        return flag
+    }
+
     /// Durations are whole seconds.
     func seconds(_ key: String) throws -> Int? {
         try int(key, in: 1...Int(Int32.max))

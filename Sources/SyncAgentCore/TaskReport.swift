@@ -40,6 +40,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var children: Children?
     /// A child: its parent's id.
     public var parent: String?
+    /// Why a paused task is paused: user, agent_stopping, waiting_for_network, metered.
+    public var pauseReason: String?
 
     public struct Children: Codable, Equatable, Sendable {
         public var done: Int
@@ -49,7 +51,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
     enum CodingKeys: String, CodingKey {
         case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
         case error, etag, headers, plan, method, status, children, parent, unchanged
-        case etaS = "eta_s"
+        case etaS = "eta_s", pauseReason = "pause_reason"
         case attemptHistory = "attempt_history"
         case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
         case createdAtMs = "created_at_ms", updatedAtMs = "updated_at_ms", lastSeq = "last_seq"
@@ -86,6 +88,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         lastSeq = task.lastSeq
         self.plan = plan?.words
         parent = task.spec.parent
+        pauseReason = task.phase == .paused ? task.pauseReason?.rawValue : nil
         if let figures = agentState?.figures(of: task), let family = figures.children {
             children = Children(done: family.done, total: family.total)
             bytes = figures.bytes
@@ -114,6 +117,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         try keys.encode(updatedAtMs, forKey: .updatedAtMs); try keys.encode(lastSeq, forKey: .lastSeq)
         try keys.encodeIfPresent(plan, forKey: .plan); try keys.encodeIfPresent(attemptHistory, forKey: .attemptHistory)
         try keys.encodeIfPresent(children, forKey: .children); try keys.encodeIfPresent(parent, forKey: .parent)
+        try keys.encodeIfPresent(pauseReason, forKey: .pauseReason)
     }
 
     /// `{"tasks": [...]}` (and `"agent"` for `status`), keys sorted so output is stable.

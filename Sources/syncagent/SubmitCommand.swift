@@ -82,6 +82,10 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Downloads: fetch ranges of the file over this many connections at once (1-16).", valueName: "n"))
     var connections: Int?
 
+    @Option(name: .customLong("allow-metered"), help: ArgumentHelp("false: wait while NetworkManager says the link is metered.",
+                                                                     valueName: "true|false"))
+    var allowMetered: Bool?
+
     @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M.", valueName: "rate"))
     var maxSpeed: String?
 
@@ -221,7 +225,7 @@ struct SubmitCommand: ParsableCommand {
         set("overwrite", update ? "update" : overwrite)
         set("priority", priority.map(String.init)); set("batch", batch); set("notify", notify)
         set("retries", retries.map(String.init)); set("max_speed", maxSpeed); set("not_before", notBefore)
-        set("connections", connections.map(String.init))
+        set("connections", connections.map(String.init)); set("allow_metered", allowMetered.map(String.init))
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
         var headerLines = headers, formLines = formFields
@@ -255,10 +259,12 @@ struct SubmitCommand: ParsableCommand {
         keys["id"] = taskID
         // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).
         let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections"]
+        let booleanKeys: Set<String> = ["allow_metered"]
         var lines = ["url = \(tomlString(entry.url))"]
         for key in keys.keys.sorted() {
             let value = keys[key]!
-            lines.append("\(tomlKey(key)) = " + (integerKeys.contains(key) && Int(value) != nil ? value : tomlString(value)))
+            let bare = integerKeys.contains(key) && Int(value) != nil || booleanKeys.contains(key) && Bool(value) != nil
+            lines.append("\(tomlKey(key)) = " + (bare ? value : tomlString(value)))
         }
         try appendTable("headers", headerLines, separator: ":", option: "--header", shape: "'Name: value'", to: &lines)
         try appendTable("form", formLines, separator: "=", option: "--form", shape: "'name=value'", to: &lines)

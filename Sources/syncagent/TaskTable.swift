@@ -41,6 +41,7 @@ enum TaskTable {
             }
             var taskNotes: [String] = []
             if let error = task.error, task.phase == .failed || task.phase == .queued { taskNotes.append(Redaction.text(error)) }
+            if task.phase == .paused, let words = task.pauseReason.flatMap(NetworkPolicy.waitingWords) { taskNotes.append(words) }
             if let plan = plans[task.id] { taskNotes.append("plan: " + plan) }
             if !taskNotes.isEmpty { notes[rows.count] = taskNotes }
             rows.append([task.id, task.spec.kind.rawValue, phase, size, percent, speed, eta, dest])
@@ -145,6 +146,8 @@ enum TaskTable {
         if let error = task.error { lines.append("error:       \(Redaction.text(error))") }
         if task.unchanged { lines.append("unchanged:   yes (the server answered 304 Not Modified; the file was left as it was)") }
         if task.forgotten { lines.append("forgotten:   yes (not listed by status)") }
+        if task.phase == .paused, let words = task.pauseReason.flatMap(NetworkPolicy.waitingWords) { lines.append("waiting:     \(words)") }
+        if task.spec.allowMetered == false { lines.append("metered:     not allowed (allow_metered = false)") }
         return lines.map(Printable.escaping).joined(separator: "\n")
     }
 }

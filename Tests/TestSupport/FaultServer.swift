@@ -8,12 +8,15 @@ import Glibc
 public final class FaultServer {
     public let root: String
     public let port: Int
+    /// The address it listens on: 127.0.0.1, or one a test gave a veth of its own.
+    public let host: String
     public let requestLog: String
     /// One JSON object per request body received (see fault_server.py).
     public let receivedLog: String
     private let server: ChildProcess
 
-    public init(in directory: TempDirectory) throws {
+    public init(in directory: TempDirectory, host: String = "127.0.0.1") throws {
+        self.host = host
         root = directory.file("fault-www")
         requestLog = directory.file("fault-requests.log")
         receivedLog = directory.file("fault-received.jsonl")
@@ -21,17 +24,17 @@ public final class FaultServer {
         FileManager.default.createFile(atPath: requestLog, contents: nil)
         port = freePort()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fault_server.py").path
-        server = try ChildProcess("/usr/bin/python3", [script, "--port", "\(port)", "--root", root, "--log", requestLog,
+        server = try ChildProcess("/usr/bin/python3", [script, "--host", host, "--port", "\(port)", "--root", root, "--log", requestLog,
                                                        "--received", receivedLog],
                                   environment: [:], outputIn: directory.path, name: "fault-server")
-        guard eventually(within: 10, { canConnect(port: port) }) else {
+        guard eventually(within: 10, { canConnect(port: port, host: host) }) else {
             throw TestFailure("fault server did not start: \(server.stderr)")
         }
     }
 
     /// `name` with faults as query parameters, e.g. `url("f.bin", "drop_after=1000")`.
     public func url(_ name: String, _ faults: String = "") -> String {
-        "http://127.0.0.1:\(port)/\(name)" + (faults.isEmpty ? "" : "?" + faults)
+        "http://\(host):\(port)/\(name)" + (faults.isEmpty ? "" : "?" + faults)
     }
 
     @discardableResult

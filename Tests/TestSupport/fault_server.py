@@ -361,11 +361,12 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--root", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--received", required=True)
     options = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", options.port), Handler)
+    server = ThreadingHTTPServer((options.host, options.port), Handler)
     server.daemon_threads = True
     server.root = options.root
     server.log_path = options.log

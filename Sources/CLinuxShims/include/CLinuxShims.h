@@ -35,4 +35,39 @@ int sa_syncfs(int fd);
  */
 int sa_spawn_hook(char *const argv[], char *const envp[], int output, pid_t *pid);
 
+/*
+ * The kernel's routing events (rtnetlink): an fd, non-blocking, that polls
+ * readable when a link goes up or down or a route comes or goes. Returns
+ * the fd, or -1 with errno set.
+ */
+int sa_netlink_route_socket(void);
+
+/* Reads and discards every pending message of that fd. Returns 0, or -1
+ * with errno set (ENOBUFS: messages were lost; the caller looks afresh). */
+int sa_netlink_drain(int fd);
+
+/*
+ * NetworkManager over the system bus (DBUS_SYSTEM_BUS_ADDRESS honoured),
+ * through libsystemd's sd-bus loaded with dlopen: no build dependency, and
+ * a machine without it (or without a system bus) simply has no
+ * NetworkManager. One connection per process.
+ *
+ * sa_nm_open connects and subscribes to NetworkManager's signals; returns
+ * the bus fd to poll, or a negative errno.
+ */
+int sa_nm_open(void);
+
+/* The events to poll the bus fd for (POLLIN/POLLOUT), or a negative errno. */
+int sa_nm_events(void);
+
+/* Processes whatever the bus fd has. Returns 1 if NetworkManager signalled
+ * something (or its name changed owner) since the last call, 0 if not, or a
+ * negative errno (the bus is gone). */
+int sa_nm_process(void);
+
+/* Reads NetworkManager's State, Connectivity and Metered (each left as is
+ * when it cannot be read). Returns 0 if State could be read (NetworkManager
+ * runs), or a negative errno. */
+int sa_nm_read(unsigned *state, unsigned *connectivity, unsigned *metered);
+
 #endif

@@ -112,6 +112,10 @@ final class TransferAttempt {
     private var validatorsLogged = false
     /// Set when we stopped curl on purpose; says why.
     private var stopReason: AttemptOutcome?
+    /// The attempt failed on the way to or from the server (no connection,
+    /// no name, a reset, a stall) rather than with an answer: what a missing
+    /// network looks like. A refused connection is a server's answer.
+    private(set) var failedOnTheWire = false
 
     /// Hands a progress sync to the agent's DataSyncer: (attempt, descriptor, offset to claim when durable).
     typealias SyncRequest = (_ attempt: TransferAttempt, _ descriptor: Int32, _ offset: Int64) -> Void
@@ -654,6 +658,7 @@ final class TransferAttempt {
     }
 
     func stalledOutcome() -> AttemptOutcome {
+        failedOnTheWire = true
         if let failure = flush() { return failure }
         return .transient(reason: "no data for \(settings.idleTimeout) s (idle_timeout) from \(Redaction.url(currentURL))",
                           retryAfterMs: nil, restartFromZero: false)
@@ -689,6 +694,11 @@ final class TransferAttempt {
         if status >= 400 { return httpFailure() }
         let words = String(cString: curl_easy_strerror(result))
         let reason = "\(words) (\(Redaction.url(currentURL)))"
+        var connectErrno = 0
+        sa_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &connectErrno)
+        failedOnTheWire = status == 0 || result == CURLE_RECV_ERROR || result == CURLE_SEND_ERROR
+            || result == CURLE_OPERATION_TIMEDOUT || result == CURLE_PARTIAL_FILE
+        if connectErrno == Int(ECONNREFUSED) { failedOnTheWire = false }
         switch result {
         case CURLE_UNSUPPORTED_PROTOCOL where (300..<400).contains(status):
             return .permanent(reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(currentURL)))",

@@ -1,0 +1,141 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A network namespace of the test's own, joined to this one by a veth
+/// pair: 10.213.N.1 here (where a server listens), 10.213.N.2 inside
+/// (where the agent runs). Taking the inner end down is a machine going
+/// offline: its routes go, its connections stall. Needs root (CAP_NET_ADMIN);
+/// `init` throws `Unavailable` where the machine cannot make one.
+public final class NetworkLab {
+    public struct Unavailable: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public let namespace: String
+    public let hostAddress: String
+    public let innerAddress: String
+    private let inner: String
+    private let outer: String
+    private static var made = 0
+
+    public init() throws {
+        Self.made += 1
+        let tag = "\(getpid() % 100_000)\(Self.made)"
+        namespace = "sa-test-\(tag)"
+        inner = "sai\(tag)"
+        outer = "sao\(tag)"
+        let subnet = Int(getpid() % 200) + Self.made
+        hostAddress = "10.213.\(subnet % 250).1"
+        innerAddress = "10.213.\(subnet % 250).2"
+        do {
+            try Self.ip(["netns", "add", namespace])
+        } catch {
+            throw Unavailable(description: "cannot make a network namespace (root and CAP_NET_ADMIN needed): \(error)")
+        }
+        do {
+            try Self.ip(["link", "add", outer, "type", "veth", "peer", "name", inner])
+            try Self.ip(["link", "set", inner, "netns", namespace])
+            try Self.ip(["addr", "add", "\(hostAddress)/24", "dev", outer])
+            try Self.ip(["link", "set", outer, "up"])
+            try inside(["ip", "addr", "add", "\(innerAddress)/24", "dev", inner])
+            try inside(["ip", "link", "set", inner, "up"])
+            try inside(["ip", "link", "set", "lo", "up"])
+        } catch {
+            _ = try? Self.ip(["netns", "del", namespace])
+            _ = try? Self.ip(["link", "del", outer])
+            throw Unavailable(description: "cannot wire a veth pair into a namespace: \(error)")
+        }
+    }
+
+    /// The inner link down (the machine offline) or up again.
+    public func setLink(up: Bool) throws {
+        try inside(["ip", "link", "set", inner, up ? "up" : "down"])
+    }
+
+    /// `ip netns exec NAMESPACE` + a command, for a ChildProcess that runs inside.
+    public func command(_ arguments: [String]) -> (executable: String, arguments: [String]) {
+        ("/usr/sbin/ip", ["netns", "exec", namespace] + arguments)
+    }
+
+    private func inside(_ arguments: [String]) throws {
+        try Self.ip(["netns", "exec", namespace] + arguments)
+    }
+
+    private static func ip(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+        process.arguments = arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            let words = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            throw TestFailure("ip \(arguments.joined(separator: " ")): \(words)")
+        }
+    }
+
+    deinit {
+        // Deleting the namespace deletes its end of the pair, and with it ours.
+        _ = try? Self.ip(["netns", "del", namespace])
+        _ = try? Self.ip(["link", "del", outer])
+    }
+}
+
+/// A private bus standing in for the system bus, with python-dbusmock's
+/// NetworkManager on it: `Metered` and the state as a test sets them.
+public final class NetworkManagerMock {
+    public let busAddress: String
+    private let bus: ChildProcess
+    private let mock: ChildProcess
+    private let directory: TempDirectory
+
+    public init(in directory: TempDirectory, metered: UInt32) throws {
+        self.directory = directory
+        let socket = directory.file("system-bus")
+        busAddress = "unix:path=\(socket)"
+        bus = try ChildProcess("/usr/bin/dbus-daemon", ["--session", "--nofork", "--address=\(busAddress)"],
+                               environment: ProcessInfo.processInfo.environment, outputIn: directory.path, name: "system-dbus")
+        guard eventually(within: 10, { FileManager.default.fileExists(atPath: socket) }) else {
+            throw TestFailure("dbus-daemon did not start: \(bus.stderr)")
+        }
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress
+        mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", "networkmanager"],
+                                environment: environment, outputIn: directory.path, name: "nm-mock")
+        let up = eventually(within: 20) {
+            (try? self.send(["org.freedesktop.DBus.Mock.AddProperty", "string:org.freedesktop.NetworkManager", "string:Metered",
+                             "variant:uint32:\(metered)"])) != nil
+        }
+        guard up else { throw TestFailure("the NetworkManager mock did not come up: \(mock.stderr)") }
+    }
+
+    public var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress
+        return environment
+    }
+
+    /// NMMetered: 1 yes, 2 no. Emits PropertiesChanged, as NetworkManager does.
+    public func setMetered(_ value: UInt32) throws {
+        try send(["org.freedesktop.DBus.Mock.SetProperty", "string:/org/freedesktop/NetworkManager",
+                  "string:org.freedesktop.NetworkManager", "string:Metered", "variant:uint32:\(value)"])
+    }
+
+    private func send(_ call: [String]) throws {
+        let child = try ChildProcess("/usr/bin/dbus-send", ["--system", "--print-reply", "--dest=org.freedesktop.NetworkManager",
+                                                            "/org/freedesktop/NetworkManager"] + call,
+                                     environment: environment, outputIn: directory.path, name: "dbus-send")
+        guard child.wait(seconds: 10) == 0 else { throw TestFailure("dbus-send \(call[0]): \(child.stderr)") }
+    }
+
+    deinit {
+        mock.signal(SIGKILL)
+        mock.wait(seconds: 5)
+        bus.signal(SIGKILL)
+        bus.wait(seconds: 5)
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue 14 §3: tasks wait for the network (NSURLSession's
+/// waitsForConnectivity) and keep off a metered link when told to
+/// (allowsExpensiveNetworkAccess). The agent runs in a network namespace
+/// of the test's own whose link is taken down and up; NetworkManager is
+/// python-dbusmock's, on a private bus standing in for the system bus.
+@Suite("The network comes and goes", .serialized)
+struct NetworkTests {
+    /// The agent inside `lab`'s namespace.
+    func startAgent(_ harness: AgentHarness, in lab: NetworkLab) throws -> ChildProcess {
+        let (executable, arguments) = lab.command([syncagentBinary, "run"] + harness.globalFlags)
+        return try ChildProcess(executable, arguments, environment: harness.environment, outputIn: harness.directory.path)
+    }
+
+    func events(_ harness: AgentHarness, _ type: String, task: String) -> [AgentHarness.LoggedEvent] {
+        ((try? harness.events()) ?? []).filter { $0.type == type && $0.task == task }
+    }
+
+    @Test func offlineTasksWaitForTheNetworkWithoutSpendingARetry() throws {
+        let lab: NetworkLab
+        do { lab = try NetworkLab() } catch let unavailable as NetworkLab.Unavailable {
+            print("skipped: \(unavailable)")
+            return
+        }
+        // No retry at all: an attempt that met no network and spent one would fail the task.
+        let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\n")
+        let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
+        let first = try server.serve("a.bin", size: 3 << 20)
+        let second = try server.serve("b.bin", size: 1 << 20, seed: 3)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("a.bin", "rate=1000000"))\"\ndest = \"a.bin\"\n")
+        let agent = try startAgent(harness, in: lab)
+        defer {
+            agent.signal(SIGTERM)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 30) { events(harness, "progressed", task: "a").contains { ($0.data["bytes"] as? Int ?? 0) > 0 } })
+
+        // Offline mid-transfer: the connection stalls, idle_timeout ends the attempt, and the task waits.
+        try lab.setLink(up: false)
+        #expect(eventually(within: 30) {
+            events(harness, "paused", task: "a").contains { $0.data["reason"] as? String == "waiting_for_network" }
+        }, "\(agent.stderr.suffix(2000))")
+        // A job dropped while offline cannot connect: it waits too.
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(server.url("b.bin"))\"\ndest = \"b.bin\"\n")
+        #expect(eventually(within: 30) {
+            events(harness, "paused", task: "b").contains { $0.data["reason"] as? String == "waiting_for_network" }
+        }, "\(agent.stderr.suffix(2000))")
+        let waiting = try harness.tasksByID()
+        #expect(waiting["a"]?["pause_reason"] as? String == "waiting_for_network")
+        #expect(try harness.run(["status"]).stdout.contains("waiting for the network"))
+
+        // Back online: both go on (from a's durable bytes), with no retry spent and none failed.
+        let backAt = Date()
+        try lab.setLink(up: true)
+        #expect(eventually(within: 60) {
+            let tasks = (try? harness.tasksByID()) ?? [:]
+            return tasks["a"]?["state"] as? String == "finished" && tasks["b"]?["state"] as? String == "finished"
+        }, "\(agent.stderr.suffix(2000))")
+        if let resumed = events(harness, "resumed", task: "a").last, resumed.data["reason"] as? String == "the network is back" {
+            print("network back → resumed after \(Int(Date(timeIntervalSince1970: Double(resumed.atMs) / 1000).timeIntervalSince(backAt) * 1000)) ms")
+        }
+        #expect(events(harness, "resumed", task: "a").contains { $0.data["reason"] as? String == "the network is back" })
+        #expect(events(harness, "resumed", task: "b").contains { $0.data["reason"] as? String == "the network is back" })
+        let all = try harness.events()
+        #expect(!all.contains { $0.type == "retrying" || $0.type == "failed" })
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/a.bin") == first)
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/b.bin") == second)
+        // The bytes a had before the link went down were not fetched again.
+        let resumedFrom = events(harness, "started", task: "a").last?.data["offset"] as? Int ?? 0
+        #expect(resumedFrom > 0)
+    }
+
+    @Test func aMeteredLinkHoldsTheTasksThatMayNotUseIt() throws {
+        let harness = try AgentHarness()
+        let manager = try NetworkManagerMock(in: harness.directory, metered: 1)
+        harness.extraEnvironment["DBUS_SYSTEM_BUS_ADDRESS"] = manager.busAddress
+        let server = try FaultServer(in: harness.directory)
+        let held = try server.serve("held.bin", size: 1 << 20)
+        let free = try server.serve("free.bin", size: 1 << 20, seed: 2)
+        let slow = try server.serve("slow.bin", size: 3 << 20, seed: 4)
+        // As submit writes it (and as a job file would).
+        let submitted = try harness.run(["submit", "--id", "held", "--allow-metered", "false", server.url("held.bin")])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        try harness.drop("free.job", "id = \"free\"\nurl = \"\(server.url("free.bin"))\"\n")
+        let agent = try harness.startAgent()
+        defer {
+            agent.signal(SIGTERM)
+            _ = agent.wait(seconds: 10)
+        }
+        // Metered: the one that may use it finishes; the other waits, and says why.
+        #expect(eventually(within: 30) { (try? harness.tasksByID())?["free"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["held"]?["pause_reason"] as? String == "metered" },
+                "\(agent.stderr.suffix(2000))")
+        #expect(try harness.run(["status"]).stdout.contains("the link is metered"))
+
+        // No longer metered: it goes on.
+        try manager.setMetered(2)
+        #expect(eventually(within: 30) { (try? harness.tasksByID())?["held"]?["state"] as? String == "finished" },
+                "\(agent.stderr.suffix(2000))")
+        #expect(events(harness, "resumed", task: "held").contains { $0.data["reason"] as? String == "the link is no longer metered" })
+
+        // Metered again while one runs: it pauses at its durable bytes, then finishes when allowed.
+        try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=1000000"))\"\nallow_metered = false\n")
+        #expect(eventually(within: 30) { events(harness, "progressed", task: "slow").contains { ($0.data["bytes"] as? Int ?? 0) > 0 } })
+        try manager.setMetered(1)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["slow"]?["pause_reason"] as? String == "metered" })
+        try manager.setMetered(2)
+        #expect(eventually(within: 30) { (try? harness.tasksByID())?["slow"]?["state"] as? String == "finished" })
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/held.bin") == held)
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/free.bin") == free)
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/slow.bin") == slow)
+        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
+    }
+
+    @Test func withoutNetworkManagerAllowMeteredIsSaidToDoNothingOnce() throws {
+        let harness = try AgentHarness()
+        // A system bus nobody listens on.
+        harness.extraEnvironment["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=\(harness.directory.file("no-bus"))"
+        let server = try FaultServer(in: harness.directory)
+        for name in ["x", "y"] {
+            try server.serve("\(name).bin", size: 10_000)
+            try harness.drop("\(name).job", "id = \"\(name)\"\nurl = \"\(server.url("\(name).bin"))\"\nallow_metered = false\n")
+        }
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0)
+        let warnings = agent.stderr.components(separatedBy: "allow_metered = false has no effect").count - 1
+        #expect(warnings == 1, "\(agent.stderr.suffix(2000))")
+    }
+}
