@@ -10,8 +10,10 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.
 # InstallTests reads what make install put in place as its readers do: man-db and
 # groff-base (man -l), systemd (systemd-analyze verify), bash-completion, zsh, fish.
+# iproute2 (ip netns, veth) takes a test agent offline; libsystemd0 is the sd-bus
+# the agent dlopens to follow NetworkManager (mocked by python3-dbusmock).
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
-                  man-db groff-base systemd bash-completion zsh fish
+                  man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0
 BENCH_PACKAGES := curl aria2 time python3-venv
 # yt-dlp, the HLS peer of make bench, from PyPI into a virtualenv of our own.
 VENV := .venv
