@@ -8,8 +8,10 @@ parameters, so one server covers every case:
   drop_times=K      ... only for the first K requests of this path (default: always)
   drop_request=K    ... only for request K of this path
   stall_after=N     stop sending after N body bytes for stall=S seconds (then close)
+  stall_request=K   ... only for request K of this path
   ignore_range=1    answer 200 with the whole file even to a Range request
   ignore_range_end=1  answer bytes=A-B with everything from A to the end of the file
+  cap_range=N       answer a range with at most N bytes (an honest, shorter 206)
   wrong_range=1     answer a Range request with 206 from a different offset
   no_content_range=1  answer a Range request with 206 but no Content-Range
   etag_changes=1    a new ETag on every request (If-Range never matches)
@@ -284,6 +286,8 @@ class Handler(BaseHTTPRequestHandler):
                 start = int(first) if first else 0
                 if last and not query.get("ignore_range_end"):
                     end = int(last) + 1
+                if "cap_range" in query:
+                    end = min(end if end is not None else size, start + int(query["cap_range"]))
                 status = 206
                 if query.get("always_416") or start >= size:
                     self.send_response(416)
@@ -320,6 +324,8 @@ class Handler(BaseHTTPRequestHandler):
         if "drop_request" in query and number != int(query["drop_request"]):
             drop_after = None
         stall_after = int(query["stall_after"]) if "stall_after" in query else None
+        if "stall_request" in query and number != int(query["stall_request"]):
+            stall_after = None
         rate = int(query["rate"]) if "rate" in query else None
         sent = 0
         began = time.monotonic()

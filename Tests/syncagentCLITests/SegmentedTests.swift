@@ -134,6 +134,60 @@ struct SegmentedTests {
         #expect(server.requests.contains { $0.bytesSent == 100_000 })
     }
 
+    @Test func filesTooSmallToSplitFinishOnOneConnection() throws {
+        let harness = try AgentHarness(config: "connections = 4\n")
+        let nginx = try Nginx(in: harness.directory)
+        var served: [String: Data] = [:]
+        for (name, size) in [("empty", 0), ("tiny", 100), ("mib", (1 << 20) + 1), ("under2", (2 << 20) - 1)] {
+            served[name] = try nginx.serve("\(name).bin", size: size)
+            try harness.drop("\(name).job", "id = \"\(name)\"\nurl = \"\(nginx.url("\(name).bin"))\"\ndest = \"\(name).bin\"\n")
+        }
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))")
+        for (name, data) in served { #expect(contents(harness, name) == data, "\(name)") }
+        #expect(nginx.requests.allSatisfy { $0.range == "" })
+    }
+
+    @Test func aServerThatCapsItsAnswersIsFetchedInThePiecesItGives() throws {
+        let harness = try AgentHarness(config: "retries = 0\n")
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("p.bin", size: 6 << 20)
+        // Every range is answered with at most 512 KiB (a legal, shorter 206): no attempt is lost to it.
+        try harness.drop("s.job", job(server.url("p.bin", "cap_range=524288&rate=8000000"), connections: 4))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
+        #expect(server.requests.filter { $0.status == 206 }.count >= 8)
+    }
+
+    @Test func rangesAnsweredFromTheWrongByteFallBackToOneConnection() throws {
+        for fault in ["wrong_range=1", "no_content_range=1", "always_416=1"] {
+            let harness = try AgentHarness(config: "retries = 1\n")
+            let server = try FaultServer(in: harness.directory)
+            let data = try server.serve("w.bin", size: 4 << 20)
+            try harness.drop("s.job", job(server.url("w.bin", fault + "&rate=4000000"), connections: 4))
+            #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0, "\(fault)")
+            #expect(contents(harness) == data, "\(fault)")
+            let events = try harness.events()
+            #expect(events.filter { $0.type == "retrying" }.count == 1, "\(fault)")
+            #expect((events.first { $0.type == "retrying" }?.data["reason"] as? String)?.hasSuffix("; one connection from now on") == true,
+                    "\(fault)")
+            #expect(events.contains { $0.data["fallback"] != nil }, "\(fault)")
+        }
+    }
+
+    @Test func aStalledConnectionIsReplacedAtOnce() throws {
+        let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\n")
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("t.bin", size: 8 << 20)
+        // The third request stops sending after 100 KB (for 60 s): idle_timeout ends that
+        // connection and another takes its remainder, long before the stall would end.
+        try harness.drop("s.job", job(server.url("t.bin", "stall_after=100000&stall_request=3&stall=60&rate=2000000"), connections: 4))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 45) == 0)
+        #expect(contents(harness) == data)
+        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
+    }
+
     @Test func submitSetsConnectionsFromAFlagOrAnAria2cSplitLine() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

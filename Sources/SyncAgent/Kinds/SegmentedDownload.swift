@@ -137,9 +137,17 @@ final class SegmentedDownload {
     /// A ranged request was answered with its range: it must be of the same file.
     func rangeAnswer(_ attempt: TransferAttempt) -> AttemptOutcome? {
         noteValidators(attempt.responseValidators.etag, attempt.responseValidators.lastModified)
-        guard let total, attempt.resourceSize != total else { return nil }
-        let size = attempt.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
-        return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))", fileChanged: true)
+        if let total, attempt.resourceSize != total {
+            let size = attempt.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
+            return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))", fileChanged: true)
+        }
+        // A server may answer with less than asked (some cap each answer): this
+        // connection takes what it was given, and the rest waits for another.
+        if let end = attempt.answeredRangeEnd, let stop = attempt.stopAt, end > attempt.requestedOffset, end < stop {
+            attempt.stopAt = end
+            pending.insert(ByteSpan(end, stop), at: 0)
+        }
+        return nil
     }
 
     private func noteValidators(_ etag: String?, _ lastModified: String?) {
@@ -171,15 +179,29 @@ final class SegmentedDownload {
         pending.append(ByteSpan(at, remaining[index].end))
     }
 
-    /// A connection failed while others go on: what it did not write waits
-    /// for another, and no more connections than now run (the server or the
-    /// link would not carry one more).
-    func connectionFailed(_ connection: Connection) {
-        connection.isOver = true
+    /// A connection failed. What it did not write waits for another. One
+    /// that had made progress (a reset, a stall) is replaced at once, a few
+    /// times per attempt; one that got nowhere (the server refused it) means
+    /// no more connections than now run.
+    /// Returns false when the task's attempt should end with the failure instead.
+    func connectionFailed(_ connection: Connection) -> Bool {
         let attempt = connection.attempt!
+        let progressed = attempt.written > attempt.requestedOffset
+        if progressed, replacements < Self.replacementsPerAttempt {
+            replacements += 1
+        } else if runningCount <= 1 {
+            return false
+        } else {
+            limit = max(1, runningCount - 1)
+        }
+        connection.isOver = true
         if let end = attempt.stopAt, attempt.written < end { pending.insert(ByteSpan(attempt.written, end), at: 0) }
-        limit = max(1, runningCount)
+        return true
     }
+
+    /// Connections replaced after a failure that had made progress, this attempt.
+    private var replacements = 0
+    private static let replacementsPerAttempt = 8
 
     // MARK: - Durability
 
@@ -427,11 +449,17 @@ extension Agent {
             if download.isWritten { return .complete(bytes: download.total ?? attempt.written) }
             openConnections(download)
             return nil
-        case .transient(let reason, _, false) where download.runningCount > 1:
-            download.connectionFailed(connection)
-            logger.notice("a connection failed; the others go on", metadata: [
+        case .transient(let reason, _, false) where attempt.rangeEnd != nil || download.runningCount > 1:
+            guard download.connectionFailed(connection) else { return outcome }
+            logger.notice("a connection failed; the download goes on", metadata: [
                 "task.id": "\(download.taskID)", "reason": "\(reason)", "connections": "\(download.limit)"])
+            openConnections(download)
             return nil
+        case .transient(let reason, _, true) where attempt.rangeEnd != nil:
+            // A range answered from the wrong byte, from nowhere, or with 416: this server's
+            // ranges cannot be trusted; one connection from 0, from now on.
+            log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)
+            return .transient(reason: reason + "; one connection from now on", retryAfterMs: nil, restartFromZero: true)
         case .rangeRefused(let reason, _):
             // Ranges of this server cannot be trusted to make one file (it ignores them, or its
             // validators change between requests): one connection from 0, from now on.

@@ -611,6 +611,11 @@ final class TransferAttempt {
     var responseValidators: (etag: String?, lastModified: String?) { (etag, lastModified) }
     /// The resource's size as the accepted response told it.
     var resourceSize: Int64? { total }
+    /// Where the bytes of an accepted 206 end (exclusive), as its Content-Range says.
+    var answeredRangeEnd: Int64? {
+        guard status == 206, case .some(.some(let range)) = contentRange, let last = range.last else { return nil }
+        return last + 1
+    }
     var httpStatus: Int { status }
 
     /// The partial file, for the agent's DataSyncer.
