@@ -117,12 +117,19 @@ typedef int (*sd_bus_message_handler_t)(sd_bus_message *m, void *userdata, sd_bu
 static struct {
     int (*open_system)(sd_bus **);
     int (*get_fd)(sd_bus *);
-    int (*get_events)(sd_bus *);
     int (*process)(sd_bus *, sd_bus_message **);
     int (*add_match)(sd_bus *, sd_bus_slot **, const char *, sd_bus_message_handler_t, void *);
-    int (*get_property_trivial)(sd_bus *, const char *, const char *, const char *, const char *, sd_bus_error *, char, void *);
+    int (*new_method_call)(sd_bus *, sd_bus_message **, const char *, const char *, const char *, const char *);
+    int (*message_append)(sd_bus_message *, const char *, ...);
+    int (*set_auto_start)(sd_bus_message *, int);
+    int (*call)(sd_bus *, sd_bus_message *, uint64_t, sd_bus_error *, sd_bus_message **);
+    int (*message_read)(sd_bus_message *, const char *, ...);
+    sd_bus_message *(*message_unref)(sd_bus_message *);
+    sd_bus *(*unref)(sd_bus *);
     void (*error_free)(sd_bus_error *);
 } sd;
+/* A NetworkManager that does not answer within this holds up the agent's loop no longer. */
+static const uint64_t nm_call_timeout_us = 500000;
 static sd_bus *nm_bus;
 static int nm_signalled;
 
@@ -138,13 +145,19 @@ int sa_nm_open(void) {
     if (!library) return -ENOENT;
     *(void **)&sd.open_system = dlsym(library, "sd_bus_open_system");
     *(void **)&sd.get_fd = dlsym(library, "sd_bus_get_fd");
-    *(void **)&sd.get_events = dlsym(library, "sd_bus_get_events");
     *(void **)&sd.process = dlsym(library, "sd_bus_process");
     *(void **)&sd.add_match = dlsym(library, "sd_bus_add_match");
-    *(void **)&sd.get_property_trivial = dlsym(library, "sd_bus_get_property_trivial");
+    *(void **)&sd.new_method_call = dlsym(library, "sd_bus_message_new_method_call");
+    *(void **)&sd.message_append = dlsym(library, "sd_bus_message_append");
+    *(void **)&sd.set_auto_start = dlsym(library, "sd_bus_message_set_auto_start");
+    *(void **)&sd.call = dlsym(library, "sd_bus_call");
+    *(void **)&sd.message_read = dlsym(library, "sd_bus_message_read");
+    *(void **)&sd.message_unref = dlsym(library, "sd_bus_message_unref");
+    *(void **)&sd.unref = dlsym(library, "sd_bus_unref");
     *(void **)&sd.error_free = dlsym(library, "sd_bus_error_free");
-    if (!sd.open_system || !sd.get_fd || !sd.get_events || !sd.process || !sd.add_match
-        || !sd.get_property_trivial || !sd.error_free) return -ENOSYS;
+    if (!sd.open_system || !sd.get_fd || !sd.process || !sd.add_match || !sd.new_method_call
+        || !sd.message_append || !sd.set_auto_start || !sd.call || !sd.message_read || !sd.message_unref || !sd.unref
+        || !sd.error_free) return -ENOSYS;
     sd_bus *bus = NULL;
     int result = sd.open_system(&bus);
     if (result < 0) return result;
@@ -156,14 +169,13 @@ int sa_nm_open(void) {
     };
     for (unsigned index = 0; index < sizeof rules / sizeof rules[0]; index++) {
         /* A NULL slot ties the match to the bus for its lifetime. */
-        if ((result = sd.add_match(bus, NULL, rules[index], nm_signal, NULL)) < 0) return result;
+        if ((result = sd.add_match(bus, NULL, rules[index], nm_signal, NULL)) < 0) {
+            sd.unref(bus);
+            return result;
+        }
     }
     nm_bus = bus;
     return sd.get_fd(bus);
-}
-
-int sa_nm_events(void) {
-    return nm_bus ? sd.get_events(nm_bus) : -ENOTCONN;
 }
 
 int sa_nm_process(void) {
@@ -176,21 +188,30 @@ int sa_nm_process(void) {
     return signalled;
 }
 
+/* Properties.Get of one of NetworkManager's u properties: with a short
+ * timeout, and without asking the bus to start NetworkManager if it is not
+ * running (a user's agent must not bring up a system service). */
 static int nm_property(const char *name, unsigned *value) {
+    sd_bus_message *call = NULL, *reply = NULL;
     sd_bus_error error = {NULL, NULL, 0};
     uint32_t read = 0;
-    int result = sd.get_property_trivial(nm_bus, "org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager",
-                                         "org.freedesktop.NetworkManager", name, &error, 'u', &read);
-    sd.error_free(&error);
+    int result = sd.new_method_call(nm_bus, &call, "org.freedesktop.NetworkManager", "/org/freedesktop/NetworkManager",
+                                    "org.freedesktop.DBus.Properties", "Get");
+    if (result >= 0) result = sd.message_append(call, "ss", "org.freedesktop.NetworkManager", name);
+    if (result >= 0) result = sd.set_auto_start(call, 0);
+    if (result >= 0) result = sd.call(nm_bus, call, nm_call_timeout_us, &error, &reply);
+    if (result >= 0) result = sd.message_read(reply, "v", "u", &read);
     if (result >= 0) *value = read;
+    if (reply) sd.message_unref(reply);
+    if (call) sd.message_unref(call);
+    sd.error_free(&error);
     return result;
 }
 
-int sa_nm_read(unsigned *state, unsigned *connectivity, unsigned *metered) {
+int sa_nm_read(unsigned *state, unsigned *metered) {
     if (!nm_bus) return -ENOTCONN;
     int result = nm_property("State", state);
     if (result < 0) return result;
-    nm_property("Connectivity", connectivity);
     nm_property("Metered", metered);
     return 0;
 }

@@ -74,6 +74,8 @@ public final class Agent {
     var network: NetworkMonitor!
     /// Said once: `allow_metered = false` means nothing without NetworkManager.
     var warnedMeteredUnknown = false
+    /// When tasks waiting for the network are looked at again (monotonic ms).
+    var nextNetworkCheckMs: Int64 = 0
     /// Downloads running over several connections, by task id.
     var segmented: [String: SegmentedDownload] = [:]
 
@@ -151,6 +153,7 @@ public final class Agent {
             let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd] + hooks.fds + network.fds,
                                    timeoutMs: pollTimeoutMs())
             if let before = network.refresh(ready: ready) { networkChanged(from: before) }
+            checkTasksWaitingForNetwork()
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
             if ready.contains(assembler.fd) { assembled(assembler.drain()) }
             if ready.contains(signalFd) {
@@ -182,7 +185,12 @@ public final class Agent {
                 hooksEnded()
             }
             multi.perform()
-            for (easy, result) in multi.completed() { finishAttempt(easy, result) }
+            // Each completion is matched to its attempt first: finishing one (a segmented
+            // download's last connection) frees others, whose handles curl_easy_init may reuse.
+            let completed = multi.completed().compactMap { easy, result in attempts[easy].map { ($0, result) } }
+            for (attempt, result) in completed where attempts[attempt.easy] === attempt {
+                finish(attempt, attempt.outcome(result))
+            }
             abortStalledAttempts()
             openWaitingConnections()
         }
@@ -237,7 +245,7 @@ public final class Agent {
                 continue
             }
             if let download {
-                log.record(.progressed(download.completeProgress()), task: id)
+                log.record(.progressed(download.completeProgress(bytes: bytes)), task: id)
             } else {
                 attempt.claimSynced()
             }
@@ -561,15 +569,10 @@ public final class Agent {
         return attempt
     }
 
-    private func saveCookies() {
+    func saveCookies() {
         do { try cookies?.save() } catch {
             logger.error("cannot save cookies", metadata: ["file": "\(cookies?.file ?? "")", "error": "\(error)"])
         }
-    }
-
-    private func finishAttempt(_ easy: UnsafeMutableRawPointer, _ result: CURLcode) {
-        guard let attempt = attempts[easy] else { return }
-        finish(attempt, attempt.outcome(result))
     }
 
     /// The loop's own timers: `idle_timeout` per attempt, `total_timeout` per task.
@@ -601,10 +604,9 @@ public final class Agent {
                 return
             }
             outcome = ended
-            let flushing: Bool = switch outcome {
-            case .transient(_, _, false), .localFailure: true
-            default: false
-            }
+            // Only what the others wrote before a transient failure is flushed and claimed: after a
+            // failed sync a second fdatasync of the same file reports success for pages it lost.
+            let flushing = if case .transient(_, _, false) = outcome { true } else { false }
             durable = stopSegmented(download, flushing: flushing)
         } else {
             detach(id)
@@ -829,7 +831,7 @@ public final class Agent {
             let download = segmented[task.id]
             let attempt = download == nil ? detach(task.id) : nil
             attempt?.flush()
-            let bytes = download.map { stopSegmented($0, flushing: true) } ?? attempt?.durable ?? task.bytes
+            let bytes = download.map { stopSegmented($0, flushing: false) } ?? attempt?.durable ?? task.bytes
             if let part = task.partPath { removePartial(part, of: task.id) }
             log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
             return "cancelled"

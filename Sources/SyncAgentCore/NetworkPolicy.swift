@@ -20,16 +20,16 @@ public enum NetworkPolicy {
         return bare == "localhost" || bare.hasSuffix(".localhost") || bare.hasPrefix("127.") || bare == "::1"
     }
 
-    /// Whether `task` may transfer over a metered link.
-    public static func allowsMetered(_ task: TaskState, configDefault: Bool) -> Bool {
-        task.spec.allowMetered ?? configDefault
+    /// Whether `task` may transfer over a metered link: its job's key (a
+    /// child's is its parent's, the video's job), else the config's.
+    public static func allowsMetered(_ task: TaskState, in state: AgentState, configDefault: Bool) -> Bool {
+        (task.parentID.flatMap { state[$0] } ?? task).spec.allowMetered ?? configDefault
     }
 
     /// Tasks to pause now that the link is metered: queued or running ones
     /// that may not use it (an HLS parent's children go with their own job's key).
     public static func pauseForMetered(in state: AgentState, configDefault: Bool) -> [String] {
-        state.orderedTasks.filter { $0.phase.isActive && !allowsMetered(effectiveTask($0, in: state), configDefault: configDefault) }
-            .map(\.id)
+        state.orderedTasks.filter { $0.phase.isActive && !allowsMetered($0, in: state, configDefault: configDefault) }.map(\.id)
     }
 
     /// Tasks that waited for the network and may go on with it as it now is.
@@ -42,11 +42,6 @@ public enum NetworkPolicy {
             case .user, .agentStopping: return false
             }
         }
-    }
-
-    /// A child follows its parent's job: `allow_metered` is the video's key.
-    private static func effectiveTask(_ task: TaskState, in state: AgentState) -> TaskState {
-        task.parentID.flatMap { state[$0] } ?? task
     }
 
     /// The words `status` shows for a task that waits for the network.

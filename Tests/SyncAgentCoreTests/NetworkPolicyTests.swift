@@ -56,6 +56,17 @@ struct NetworkPolicyTests {
         #expect(NetworkPolicy.waitingWords(.user) == nil)
     }
 
+    @Test func aChildFollowsItsVideosJobNotTheConfig() {
+        var log = LogBuilder()
+        var video = TaskSpec(url: "http://h/v.m3u8", kind: .hls, dest: "/downloads/v", allowMetered: true)
+        video.source = JobSource(file: "v.job", identity: "v")
+        _ = log.add(.created(video), task: "v")
+        _ = log.add(.created(TaskSpec(url: "http://h/s0.ts", dest: "/downloads/v.part/0.ts", parent: "v")), task: "v.s0")
+        let child = log.state["v.s0"]!
+        #expect(NetworkPolicy.allowsMetered(child, in: log.state, configDefault: false))
+        #expect(NetworkPolicy.pauseForMetered(in: log.state, configDefault: false).isEmpty)
+    }
+
     @Test func allowMeteredIsABooleanKey() throws {
         let parser = JobParser(downloadDir: "/d")
         guard case .transfer(_, let spec) = try parser.parse(Array("url = \"http://h/x\"\nallow_metered = false\n".utf8)) else {

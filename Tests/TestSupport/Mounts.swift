@@ -39,6 +39,18 @@ public final class TestMount {
             return nil
         }
         unmountOrder = [path, backing]
+        self.image = image
+    }
+
+    /// The ext4 image of a failing disk.
+    private var image: String?
+
+    /// Unmounts the failing disk and mounts it again: what it reads then is
+    /// what reached the image, not the page cache (pages whose writeback
+    /// failed are gone).
+    public func mountAgain() -> Bool {
+        guard let image else { return false }
+        return Self.run("/bin/umount", [path]) && Self.run("/bin/mount", ["-o", "loop", image, path])
     }
 
     /// `mount -o remount,size=…`: more room, as a user who freed space.

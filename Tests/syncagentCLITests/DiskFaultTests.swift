@@ -77,4 +77,37 @@ struct DiskFaultTests {
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
     }
 
+    /// A segmented download on a failing disk: every range the log claims
+    /// is on the disk, read after a remount (not from the page cache), and
+    /// the failure keeps exactly those. (The review's case — a second
+    /// fdatasync reporting success for pages the first lost — needs a
+    /// transient I/O error this full disk does not give: here the second
+    /// flush fails too. The agent no longer flushes after a failed sync.)
+    @Test func aSegmentedDownloadClaimsNoRangeAFailedFlushLost() throws {
+        let harness = try AgentHarness(config: "connections = 4\n")
+        guard let disk = TestMount(failingExt4At: harness.downloads, backing: harness.directory.file("backing"),
+                                   imageSize: "96M", backingSize: "12m") else { return }
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("large.bin", size: 48 << 20)
+        try harness.drop("large.job", "id = \"large\"\nurl = \"\(nginx.url("slow/large.bin"))\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 120) == 4, "\(agent.stderr.suffix(1500))")
+        let large = try #require(try harness.tasksByID()["large"])
+        #expect(large["state"] as? String == "failed")
+        #expect(["disk_full", "io_error"].contains(large["error_code"] as? String ?? ""), "\(large)")
+
+        // What the log vouches for last, as spans of the file.
+        let events = try harness.events().filter { $0.task == "large" }
+        let claimed = events.last { $0.type == "progressed" }
+        var spans: [(Int, Int)] = (claimed?.data["ranges"] as? [[Int]])?.map { ($0[0], $0[1]) } ?? []
+        if spans.isEmpty, let bytes = claimed?.data["bytes"] as? Int { spans = [(0, bytes)] }
+        let kept = large["bytes"] as? Int ?? -1
+        #expect(kept == spans.reduce(0) { $0 + $1.1 - $1.0 }, "the failure keeps what the log claimed: \(kept)")
+        try #require(disk.mountAgain())
+        let onDisk = FileManager.default.contents(atPath: harness.downloads + "/large.bin.part") ?? Data()
+        for (start, end) in spans {
+            #expect(onDisk.count >= end && onDisk[start..<end] == data[start..<end], "claimed bytes \(start)-\(end) are not on the disk")
+        }
+    }
+
 }

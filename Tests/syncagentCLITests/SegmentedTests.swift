@@ -176,6 +176,29 @@ struct SegmentedTests {
         }
     }
 
+    /// Issue 14 review: a 416 whose `*/N` names the start of a middle range
+    /// is no proof the file ends there; taken for one, it left a hole.
+    @Test func a416AtAMiddleRangesStartIsNotTheFilesEnd() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("m.bin", size: 4 << 20)
+        try harness.drop("s.job", job(server.url("m.bin", "always_416=1&header=Content-Range:bytes%20*/2097152&rate=4000000"),
+                                      connections: 2))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+    }
+
+    @Test func cookiesSetOnAnyConnectionAreKept() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("c.bin", size: 4 << 20)
+        try harness.drop("s.job", job(server.url("c.bin", "set_cookie=session&rate=4000000"), connections: 4))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        let jar = (try? String(contentsOfFile: harness.stateDir + "/cookies.txt", encoding: .utf8)) ?? ""
+        #expect(jar.contains("session"), "\(jar)")
+    }
+
     @Test func aStalledConnectionIsReplacedAtOnce() throws {
         let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\n")
         let server = try FaultServer(in: harness.directory)

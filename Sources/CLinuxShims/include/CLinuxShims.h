@@ -57,17 +57,15 @@ int sa_netlink_drain(int fd);
  */
 int sa_nm_open(void);
 
-/* The events to poll the bus fd for (POLLIN/POLLOUT), or a negative errno. */
-int sa_nm_events(void);
-
 /* Processes whatever the bus fd has. Returns 1 if NetworkManager signalled
  * something (or its name changed owner) since the last call, 0 if not, or a
  * negative errno (the bus is gone). */
 int sa_nm_process(void);
 
-/* Reads NetworkManager's State, Connectivity and Metered (each left as is
- * when it cannot be read). Returns 0 if State could be read (NetworkManager
+/* Reads NetworkManager's State and Metered (Metered left as is when it
+ * cannot be read), each call waiting at most half a second and never
+ * starting NetworkManager. Returns 0 if State could be read (NetworkManager
  * runs), or a negative errno. */
-int sa_nm_read(unsigned *state, unsigned *connectivity, unsigned *metered);
+int sa_nm_read(unsigned *state, unsigned *metered);
 
 #endif

@@ -136,7 +136,12 @@ final class SegmentedDownload {
 
     /// A ranged request was answered with its range: it must be of the same file.
     func rangeAnswer(_ attempt: TransferAttempt) -> AttemptOutcome? {
-        noteValidators(attempt.responseValidators.etag, attempt.responseValidators.lastModified)
+        let (etag, lastModified) = attempt.responseValidators
+        noteValidators(etag, lastModified)
+        // A server that ignores If-Range could answer with a range of another version.
+        if let validator, let seen = validator.hasPrefix("\"") ? etag : lastModified, seen != validator {
+            return .rangeRefused(reason: "the file changed on the server (validator \(validator) → \(seen))", fileChanged: true)
+        }
         if let total, attempt.resourceSize != total {
             let size = attempt.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
             return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))", fileChanged: true)
@@ -205,15 +210,26 @@ final class SegmentedDownload {
 
     // MARK: - Durability
 
-    /// Starts a sync of the shared file for every connection: returns the
-    /// serial to sync under, or nil when one is in flight (its claim will
-    /// release the connections that asked).
+    /// Starts a sync of the shared file for every connection under
+    /// `serial`; false when one is in flight (its claim will release the
+    /// connections that asked).
     func beginSync(serial: UInt64) -> Bool {
         guard syncSerial == nil else { return false }
         syncSerial = serial
         syncPositions = connections.map { ($0, $0.attempt.written) }
         return true
     }
+
+    /// The sync failed: nothing it covered may be claimed, ever (a second
+    /// fdatasync of the file would report success for the pages it lost).
+    func syncFailed() {
+        syncSerial = nil
+        syncPositions = []
+        poisoned = true
+    }
+
+    /// A sync of this file failed: `flushAll` refuses.
+    private var poisoned = false
 
     /// The sync returned: each connection claims what it had written when
     /// it began; one `progressed` says it all (nil: nothing new).
@@ -263,6 +279,7 @@ final class SegmentedDownload {
     /// Every connection stopped: fdatasync the file once, then claim what
     /// each wrote. Returns the progress to log (nil: nothing new), or the errno.
     func flushAll() -> Result<Progressed?, SystemError> {
+        guard !poisoned else { return .failure(SystemError(operation: "fdatasync after a failed one", errno: EIO)) }
         while fdatasync(fd) != 0 {
             if errno != EINTR { return .failure(SystemError(operation: "fdatasync", errno: errno)) }
         }
@@ -270,9 +287,9 @@ final class SegmentedDownload {
         return .success(synced())
     }
 
-    /// The file is complete and durable.
-    func completeProgress() -> Progressed {
-        var progress = Progressed(bytes: total ?? covered, total: total, fallback: fallbackToLog)
+    /// The file is complete and durable: all `bytes` of it.
+    func completeProgress(bytes: Int64) -> Progressed {
+        var progress = Progressed(bytes: bytes, total: total ?? bytes, fallback: fallbackToLog)
         if let validators = fileValidators {
             progress.etag = validators.etag
             progress.lastModified = validators.lastModified
@@ -427,7 +444,9 @@ extension Agent {
     /// A progress sync of a segmented download returned.
     func segmentsSynced(_ download: SegmentedDownload, error: Int32?) {
         if let error {
-            guard let attempt = download.running.first?.attempt else { return }
+            download.syncFailed()
+            // The task stops with the disk's error, keeping only what earlier syncs claimed.
+            guard let attempt = (download.running.first ?? download.connections.first)?.attempt else { return }
             finish(attempt, attempt.syncFailed(errno: error))
             return
         }
@@ -439,6 +458,7 @@ extension Agent {
     func connectionEnded(_ download: SegmentedDownload, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) -> AttemptOutcome? {
         guard let connection = download.connection(of: attempt) else { return outcome }
         download.countReceived(attempt)
+        if attempt.sawSetCookie { saveCookies() }
         if attempts.removeValue(forKey: attempt.easy) != nil {
             multi.remove(attempt.easy)
             shareOverallSpeed()
@@ -478,6 +498,7 @@ extension Agent {
         for connection in download.connections where attempts.removeValue(forKey: connection.attempt.easy) != nil {
             multi.remove(connection.attempt.easy)
             download.countReceived(connection.attempt)
+            if connection.attempt.sawSetCookie { saveCookies() }
         }
         if flushing {
             switch download.flushAll() {

@@ -8,12 +8,15 @@ import Glibc
 
 /// Whether this machine has a network, and whether its link is metered:
 /// what NSURLSession's `waitsForConnectivity` and
-/// `allowsExpensiveNetworkAccess` ask. The kernel's routing events
-/// (rtnetlink) say when to look again; NetworkManager, when it runs, adds
-/// its state and its `Metered` property. Both are fds the agent's loop polls.
+/// `allowsExpensiveNetworkAccess` ask. Offline is no route out of the
+/// machine; the kernel's routing events (rtnetlink) say when to look again.
+/// NetworkManager, when it runs, says whether the link is metered, and its
+/// signals are a reason to look again too. Its own state is not taken for
+/// the network's: it may not manage the link a machine uses, and a
+/// "disconnected" that is not true would hold tasks back for good.
 final class NetworkMonitor {
     struct Reading: Equatable {
-        /// A route leaves this machine (and NetworkManager, if it runs, is connected).
+        /// A route leaves this machine.
         var online = true
         /// NetworkManager's `Metered`: nil when unknown or no NetworkManager runs.
         var metered: Bool?
@@ -41,6 +44,17 @@ final class NetworkMonitor {
             logger.debug("no system bus for NetworkManager", metadata: ["error": "\(String(cString: strerror(-opened)))"])
         }
         reading = read()
+        // Signals that came during the first read wait in sd-bus's queue, not on the fd.
+        if bus >= 0 { _ = sa_nm_process() }
+    }
+
+    /// Reads again whatever the events said (a missed event must not hold
+    /// tasks back): returns the reading before, when it changed.
+    func probe() -> Reading? {
+        let fresh = read()
+        guard fresh != reading else { return nil }
+        defer { reading = fresh }
+        return reading
     }
 
     deinit {
@@ -77,12 +91,11 @@ final class NetworkMonitor {
     }
 
     private func read() -> Reading {
-        var result = Reading(online: Self.hasRouteOut())
-        var state: UInt32 = 0, connectivity: UInt32 = 0, metered: UInt32 = 0
-        if bus >= 0, sa_nm_read(&state, &connectivity, &metered) == 0 {
+        // Without routing events nothing would say the network came back: it is taken to be up.
+        var result = Reading(online: netlink < 0 || Self.hasRouteOut())
+        var state: UInt32 = 0, metered: UInt32 = 0
+        if bus >= 0, sa_nm_read(&state, &metered) == 0 {
             result.networkManager = true
-            // NM_STATE_CONNECTED_LOCAL (50) and above: a link is up; below: asleep, disconnected, connecting.
-            if state != 0, state < 50 { result.online = false }
             // NMMetered: 1 yes, 3 guess-yes; 2 no, 4 guess-no; 0 unknown.
             result.metered = [1, 3].contains(metered) ? true : [2, 4].contains(metered) ? false : nil
         }
@@ -136,10 +149,26 @@ extension Agent {
         needsScheduling = true
     }
 
+    /// Every few seconds while tasks wait for the network: the network is
+    /// read again (an event may have been missed), and a task whose
+    /// `total_timeout` ran out while it waited fails, as it would running.
+    func checkTasksWaitingForNetwork() {
+        let now = FileSystem.monotonicMs
+        guard now >= nextNetworkCheckMs else { return }
+        nextNetworkCheckMs = now + 5000
+        let waiting = log.state.orderedTasks.filter { $0.phase == .paused && $0.pauseReason == .offline }
+        guard !waiting.isEmpty else { return }
+        for task in waiting where deadlineMs(of: task) <= FileSystem.nowMs {
+            fail(task, reason: totalTimeoutWords + " (waiting for the network)", code: "total_timeout", keeping: task.bytes)
+        }
+        if let before = network.probe() { networkChanged(from: before) }
+        needsScheduling = true
+    }
+
     /// `allow_metered = false` on a metered link: the task may not start.
     /// Without NetworkManager nothing is known of metering: said once.
     func meteredLinkForbids(_ task: TaskState) -> Bool {
-        let allowed = NetworkPolicy.allowsMetered(task, configDefault: config.allowMetered)
+        let allowed = NetworkPolicy.allowsMetered(task, in: log.state, configDefault: config.allowMetered)
         if !allowed, !network.reading.networkManager, !warnedMeteredUnknown {
             warnedMeteredUnknown = true
             logger.warning("allow_metered = false has no effect: NetworkManager does not run, so nothing says whether the link is metered",

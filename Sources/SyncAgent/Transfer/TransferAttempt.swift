@@ -70,8 +70,6 @@ final class TransferAttempt {
     /// Where this connection stops writing (exclusive): its range's end,
     /// moved closer when another connection takes over the rest of it.
     var stopAt: Int64?
-    /// The segmented download this attempt is a connection of.
-    var download: SegmentedDownload?
     /// Called once the response is accepted, before its first byte is
     /// written: a refusal stops the attempt.
     var onAccepted: ((TransferAttempt) -> AttemptOutcome?)?
@@ -82,7 +80,7 @@ final class TransferAttempt {
     /// Bytes in the partial file.
     private(set) var written: Int64
     /// Bytes the log vouches for (for a connection of a segmented download,
-    /// the end of what it claimed of its own range: see `vouchedBytes`).
+    /// the end of what it claimed of its own range).
     private(set) var durable: Int64
     private var lastFlushMs = FileSystem.monotonicMs
     /// When the server last sent anything (headers or body): the stall detector's clock.
@@ -569,7 +567,8 @@ final class TransferAttempt {
             // the server's size, the file is complete (a restart came after
             // the last byte); verification decides the rest.
             let size = contentRange??.complete ?? total
-            if requestedOffset > 0, size == requestedOffset { return .complete(bytes: requestedOffset) }
+            // (Not for one range of a segmented download: its bytes are not the file's end.)
+            if requestedOffset > 0, size == requestedOffset, rangeEnd == nil { return .complete(bytes: requestedOffset) }
             let sizeWords = size.map { "its file has \($0) bytes" } ?? "it did not say its size"
             return .transient(reason: "server answered 416 for byte \(requestedOffset) and \(sizeWords)",
                               retryAfterMs: nil, restartFromZero: true)
@@ -602,10 +601,6 @@ final class TransferAttempt {
         claim(upTo: written)
         return nil
     }
-
-    /// What the log vouches for the task: its durable bytes, or all its
-    /// download's connections' when it is one of several.
-    var vouchedBytes: Int64 { download?.covered ?? durable }
 
     /// The validators of the response, to guard further ranges of the same file.
     var responseValidators: (etag: String?, lastModified: String?) { (etag, lastModified) }
@@ -700,10 +695,9 @@ final class TransferAttempt {
         let words = String(cString: curl_easy_strerror(result))
         let reason = "\(words) (\(Redaction.url(currentURL)))"
         var connectErrno = 0
-        sa_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &connectErrno)
-        failedOnTheWire = status == 0 || result == CURLE_RECV_ERROR || result == CURLE_SEND_ERROR
-            || result == CURLE_OPERATION_TIMEDOUT || result == CURLE_PARTIAL_FILE
-        if connectErrno == Int(ECONNREFUSED) { failedOnTheWire = false }
+        let refused = sa_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &connectErrno) == CURLE_OK && connectErrno == Int(ECONNREFUSED)
+        failedOnTheWire = !refused && (status == 0 || result == CURLE_RECV_ERROR || result == CURLE_SEND_ERROR
+            || result == CURLE_OPERATION_TIMEDOUT || result == CURLE_PARTIAL_FILE)
         switch result {
         case CURLE_UNSUPPORTED_PROTOCOL where (300..<400).contains(status):
             return .permanent(reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(currentURL)))",
