@@ -141,8 +141,8 @@ static int nm_signal(sd_bus_message *message, void *userdata, sd_bus_error *erro
 
 int sa_nm_open(void) {
     if (nm_bus) return sd.get_fd(nm_bus);
-    void *library = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (!library) return -ENOENT;
+    static void *library;
+    if (!library && !(library = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL))) return -ENOENT;
     *(void **)&sd.open_system = dlsym(library, "sd_bus_open_system");
     *(void **)&sd.get_fd = dlsym(library, "sd_bus_get_fd");
     *(void **)&sd.process = dlsym(library, "sd_bus_process");
@@ -176,6 +176,12 @@ int sa_nm_open(void) {
     }
     nm_bus = bus;
     return sd.get_fd(bus);
+}
+
+void sa_nm_close(void) {
+    if (nm_bus) sd.unref(nm_bus);
+    nm_bus = NULL;
+    nm_signalled = 0;
 }
 
 int sa_nm_process(void) {

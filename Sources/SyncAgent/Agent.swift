@@ -76,6 +76,8 @@ public final class Agent {
     var warnedMeteredUnknown = false
     /// When tasks waiting for the network are looked at again (monotonic ms).
     var nextNetworkCheckMs: Int64 = 0
+    /// The server address each task waiting for the network could not reach (nil: its name did not resolve).
+    var waitingAddress: [String: String?] = [:]
     /// Downloads running over several connections, by task id.
     var segmented: [String: SegmentedDownload] = [:]
 
@@ -153,7 +155,7 @@ public final class Agent {
             let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd] + hooks.fds + network.fds,
                                    timeoutMs: pollTimeoutMs())
             if let before = network.refresh(ready: ready) { networkChanged(from: before) }
-            checkTasksWaitingForNetwork()
+            checkTheNetwork()
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
             if ready.contains(assembler.fd) { assembled(assembler.drain()) }
             if ready.contains(signalFd) {
@@ -298,6 +300,8 @@ public final class Agent {
         guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, awaitingSync.isEmpty, intake.isIdle,
               log.state.owedNotices.isEmpty, hooks.running.isEmpty, log.state.owedTaskHooks.isEmpty,
               log.state.owedBatchHooks.isEmpty else { return false }
+        // Waiting for the network is work this agent will resume (within total_timeout).
+        if log.state.orderedTasks.contains(where: { $0.phase == .paused && $0.pauseReason?.waitsForNetwork == true }) { return false }
         let leftovers = watcher.scan().filter { !intake.isStuck($0) }
         if leftovers.isEmpty { return true }
         // Files whose inotify events are still queued: take them now.
@@ -638,12 +642,22 @@ public final class Agent {
                 retriesAllowed: task.spec.retries ?? config.retries, retryAfterMs: retryAfterMs,
                 nowMs: FileSystem.nowMs, deadlineMs: attempt.deadlineMs, totalTimeoutS: config.totalTimeout,
                 jitter: Double.random(in: 0...1))
-            if NetworkPolicy.waitsForNetwork(online: network.reading.online, failedOnTheWire: attempt.failedOnTheWire,
-                                             url: task.currentURL) {
-                // Offline: no retry is spent; the network coming back resumes it.
+            switch NetworkPolicy.verdict(failedOnTheWire: attempt.failedOnTheWire, url: task.currentURL,
+                                         reachable: network.reaches(metrics.remoteAddress),
+                                         routesChangedDuringAttempt: network.routesChangedMs >= attempt.startedMs) {
+            case .waitForNetwork:
+                // No retry is spent; a route to the server coming back resumes it.
                 log.record(.paused(Paused(bytes: bytes, reason: .offline, metrics: metrics)), task: id)
+                waitingAddress[id] = metrics.remoteAddress
                 logger.notice("task waits for the network", metadata: ["task.id": "\(id)", "reason": "\(reason)"])
                 return
+            case .retryAtOnce:
+                // The link went and came back while it ran (a flap): again now, no retry spent.
+                log.record(.paused(Paused(bytes: bytes, reason: .offline, metrics: metrics)), task: id)
+                log.record(.resumed(Resumed(bytes: bytes, reason: "the network changed during the attempt")), task: id)
+                return
+            case .retry:
+                break
             }
             switch decision {
             case .retry(let delay):
@@ -877,6 +891,8 @@ public final class Agent {
             log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart, hooks: next.hooks)))
             shareOverallSpeed()
             logger.notice("config reloaded", metadata: ["file": "\(file)", "applied": "\(applied)", "need_restart": "\(needRestart)"])
+            // allow_metered may now hold back, or let go, tasks the link had no say over before.
+            if applied.contains("allow_metered") { applyNetworkPolicy() }
         } catch {
             log.record(.configReloaded(ConfigReloaded(file: file, applied: [], needRestart: [], error: "\(error)")))
             logger.error("config not reloaded; keeping the running settings", metadata: ["file": "\(file)", "error": "\(error)"])

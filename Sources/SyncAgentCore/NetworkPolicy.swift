@@ -5,12 +5,26 @@ import Foundation
 /// link, and which go on when the network comes back. Pure: the engine's
 /// `NetworkMonitor` says what the network is, this says what to do.
 public enum NetworkPolicy {
-    /// Whether a failed attempt waits for the network rather than retrying:
-    /// the machine is offline, the attempt failed on the wire (no
-    /// connection, no name, a stall), and its server is not this machine
-    /// (a refused or silent loopback server is not a network problem).
-    public static func waitsForNetwork(online: Bool, failedOnTheWire: Bool, url: String) -> Bool {
-        !online && failedOnTheWire && !isLoopback(url)
+    /// What a failed attempt means for its task.
+    public enum Verdict: Equatable, Sendable {
+        /// The server's doing (an answer, a refusal) or not known: a retry, counted.
+        case retry
+        /// No route leads to the server now: wait for one, spending no retry.
+        case waitForNetwork
+        /// The routes changed while it ran (a link that went and came back):
+        /// again at once, spending no retry.
+        case retryAtOnce
+    }
+
+    /// - Parameters:
+    ///   - failedOnTheWire: no connection, no name, a reset or a stall — not an answer, not a refusal.
+    ///   - reachable: a route leads to the server now (or out at all, when its address is not known).
+    ///   - routesChangedDuringAttempt: the routes changed between the attempt's start and its end.
+    public static func verdict(failedOnTheWire: Bool, url: String, reachable: Bool, routesChangedDuringAttempt: Bool) -> Verdict {
+        // A server on this machine is never across the network.
+        guard failedOnTheWire, !isLoopback(url) else { return .retry }
+        if !reachable { return .waitForNetwork }
+        return routesChangedDuringAttempt ? .retryAtOnce : .retry
     }
 
     /// `localhost`, 127.0.0.0/8 or ::1.
@@ -32,15 +46,16 @@ public enum NetworkPolicy {
         state.orderedTasks.filter { $0.phase.isActive && !allowsMetered($0, in: state, configDefault: configDefault) }.map(\.id)
     }
 
-    /// Tasks that waited for the network and may go on with it as it now is.
-    public static func resumable(in state: AgentState, online: Bool, metered: Bool?) -> [TaskState] {
+    /// Tasks that waited for the network and may go on with it as it now is:
+    /// a route leads to their server again, or the link is not metered (or
+    /// they may use a metered one now, after a reload) — and not one that a
+    /// metered link would stop again at once.
+    public static func resumable(in state: AgentState, reachable: (TaskState) -> Bool, metered: Bool?,
+                                 configDefault: Bool) -> [TaskState] {
         state.orderedTasks.filter { task in
-            guard task.phase == .paused, let reason = task.pauseReason else { return false }
-            switch reason {
-            case .offline: return online
-            case .metered: return metered != true
-            case .user, .agentStopping: return false
-            }
+            guard task.phase == .paused, let reason = task.pauseReason, reason.waitsForNetwork else { return false }
+            let meteredAllows = metered != true || allowsMetered(task, in: state, configDefault: configDefault)
+            return meteredAllows && (reason == .metered || reachable(task))
         }
     }
 

@@ -6,14 +6,53 @@ import Testing
 /// a wait costs in retries, and which tasks a metered link holds.
 @Suite("Network policy")
 struct NetworkPolicyTests {
-    @Test func onlyAWireFailureOfARemoteServerWhileOfflineWaits() {
-        #expect(NetworkPolicy.waitsForNetwork(online: false, failedOnTheWire: true, url: "https://example.com/x"))
-        #expect(!NetworkPolicy.waitsForNetwork(online: true, failedOnTheWire: true, url: "https://example.com/x"))
+    @Test func onlyAWireFailureOfAnUnreachableRemoteServerWaits() {
+        let remote = "https://example.com/x"
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: false, routesChangedDuringAttempt: false)
+            == .waitForNetwork)
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, routesChangedDuringAttempt: false) == .retry)
+        // The link went and came back while it ran: again at once, no retry spent.
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, routesChangedDuringAttempt: true)
+            == .retryAtOnce)
         // An answer (a 503, a refused connection) is the server's, not the network's.
-        #expect(!NetworkPolicy.waitsForNetwork(online: false, failedOnTheWire: false, url: "https://example.com/x"))
+        #expect(NetworkPolicy.verdict(failedOnTheWire: false, url: remote, reachable: false, routesChangedDuringAttempt: true) == .retry)
         for local in ["http://127.0.0.1:8080/x", "http://localhost/x", "http://[::1]:80/x", "http://a.localhost/x"] {
-            #expect(!NetworkPolicy.waitsForNetwork(online: false, failedOnTheWire: true, url: local), "\(local)")
+            #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: local, reachable: false, routesChangedDuringAttempt: true) == .retry,
+                    "\(local)")
         }
+    }
+
+    /// Real /proc text: an IPv4 table with a default route, a subnet on a
+    /// link without carrier, and an `unreachable default` (a kill switch),
+    /// and IPv6 with link-local and multicast routes only.
+    @Test func routesThatCannotCarryTrafficDoNotCount() {
+        let ipv4 = """
+            Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
+            eth0\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0
+            eth0\t0001A8C0\t00000000\t0001\t0\t0\t100\t00FFFFFF\t0\t0\t0
+            wlan0\t0002000A\t00000000\t0001\t0\t0\t600\t00FFFFFF\t0\t0\t0
+            *\t00000000\t00000000\t0201\t0\t0\t0\t00000000\t0\t0\t0
+            """
+        let ipv6 = """
+            fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0
+            ff000000000000000000000000000000 08 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000002 00000000 00000001     eth0
+            00000000000000000000000000000000 00 00000000000000000000000000000000 00 00000000000000000000000000000000 ffffffff 00000001 00000000 00200200       lo
+            """
+        let everyLinkUp = RouteTable.parse(ipv4: ipv4, ipv6: ipv6, linkIsUp: { _ in true })
+        #expect(everyLinkUp.online)
+        #expect(everyLinkUp.reaches([93, 184, 216, 34]))
+        #expect(everyLinkUp.reaches([192, 168, 1, 20]))
+        #expect(everyLinkUp.reaches([10, 0, 2, 15]))
+        // eth0 without carrier: only wlan0's subnet is left, and the reject route counts for nothing.
+        let unplugged = RouteTable.parse(ipv4: ipv4, ipv6: ipv6, linkIsUp: { $0 != "eth0" })
+        #expect(unplugged.online)
+        #expect(!unplugged.reaches([93, 184, 216, 34]))
+        #expect(unplugged.reaches([10, 0, 2, 15]))
+        #expect(!unplugged.reaches([192, 168, 1, 20]))
+        // Nothing but link-local and multicast routes: offline.
+        let nothing = RouteTable.parse(ipv4: "", ipv6: ipv6, linkIsUp: { _ in true })
+        #expect(!nothing.online)
+        #expect(!nothing.reaches([UInt8](repeating: 0x20, count: 16)))
     }
 
     @Test func anAttemptThatFoundNoNetworkSpendsNoRetry() {
@@ -50,8 +89,17 @@ struct NetworkPolicyTests {
         #expect(NetworkPolicy.pauseForMetered(in: log.state, configDefault: false) == ["held", "free"])
         _ = log.add(.paused(Paused(bytes: 0, reason: .metered)), task: "held")
         _ = log.add(.paused(Paused(bytes: 0, reason: .user)), task: "free")
-        #expect(NetworkPolicy.resumable(in: log.state, online: true, metered: true).isEmpty)
-        #expect(NetworkPolicy.resumable(in: log.state, online: true, metered: nil).map(\.id) == ["held"])
+        #expect(NetworkPolicy.resumable(in: log.state, reachable: { _ in true }, metered: true, configDefault: true).isEmpty)
+        #expect(NetworkPolicy.resumable(in: log.state, reachable: { _ in true }, metered: nil, configDefault: true).map(\.id) == ["held"])
+        // A task that may use a metered link (after a reload) goes on while it is metered.
+        log.create("offline")
+        _ = log.add(.paused(Paused(bytes: 0, reason: .offline)), task: "offline")
+        #expect(NetworkPolicy.resumable(in: log.state, reachable: { _ in true }, metered: true, configDefault: true).map(\.id)
+            == ["offline"])
+        #expect(NetworkPolicy.resumable(in: log.state, reachable: { _ in false }, metered: false, configDefault: true).map(\.id)
+            == ["held"])
+        // …but not one a metered link would stop again at once.
+        #expect(NetworkPolicy.resumable(in: log.state, reachable: { _ in true }, metered: true, configDefault: false).isEmpty)
         #expect(NetworkPolicy.waitingWords(.metered)?.contains("metered") == true)
         #expect(NetworkPolicy.waitingWords(.user) == nil)
     }

@@ -54,6 +54,12 @@ public final class NetworkLab {
         try inside(["ip", "link", "set", inner, up ? "up" : "down"])
     }
 
+    /// Our end of the pair down or up: inside, the link loses its carrier
+    /// (a cable pulled out) but keeps its address and routes.
+    public func setCarrier(up: Bool) throws {
+        try Self.ip(["link", "set", outer, up ? "up" : "down"])
+    }
+
     /// `ip netns exec NAMESPACE` + a command, for a ChildProcess that runs inside.
     public func command(_ arguments: [String]) -> (executable: String, arguments: [String]) {
         ("/usr/sbin/ip", ["netns", "exec", namespace] + arguments)

@@ -76,6 +76,91 @@ struct NetworkTests {
         #expect(resumedFrom > 0)
     }
 
+    /// A link that goes and comes back while a transfer runs (Wi-Fi in a
+    /// lift): an attempt it breaks starts again at once and spends no retry.
+    @Test func aFlappingLinkSpendsNoRetry() throws {
+        let lab: NetworkLab
+        do { lab = try NetworkLab() } catch let unavailable as NetworkLab.Unavailable {
+            print("skipped: \(unavailable)")
+            return
+        }
+        let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\nconnect_timeout = 2\n")
+        let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
+        let data = try server.serve("f.bin", size: 1_500_000)
+        try harness.drop("f.job", "id = \"f\"\nurl = \"\(server.url("f.bin", "rate=150000"))\"\ndest = \"f.bin\"\n")
+        let agent = try startAgent(harness, in: lab)
+        defer {
+            agent.signal(SIGTERM)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 30) { events(harness, "progressed", task: "f").contains { ($0.data["bytes"] as? Int ?? 0) > 0 } })
+        // Short outages in a row: TCP backs off its retransmissions, and idle_timeout (2 s)
+        // can end the attempt after the link is back.
+        for flap in 0..<24 {
+            try lab.setLink(up: false)
+            usleep(UInt32(100_000 * (1 + flap % 4)))
+            try lab.setLink(up: true)
+            usleep(UInt32(100_000 * (1 + (flap + 2) % 4)))
+        }
+        #expect(eventually(within: 60) { (try? harness.tasksByID())?["f"]?["state"] as? String == "finished" }, "\(agent.stderr.suffix(2000))")
+        let all = try harness.events()
+        #expect(!all.contains { $0.type == "retrying" || $0.type == "failed" })
+        // The outages did break attempts: each went on at once or when the link came back.
+        let resumed = all.filter { $0.type == "resumed" }.compactMap { $0.data["reason"] as? String }
+        #expect(!resumed.isEmpty && resumed.allSatisfy { $0.hasPrefix("the network") }, "\(resumed)")
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/f.bin") == data)
+    }
+
+    /// A cable pulled out keeps the address and the routes (marked linkdown):
+    /// that is offline too. And `--exit-when-idle` waits for such a task
+    /// rather than leaving it behind.
+    @Test func noCarrierIsOfflineAndExitWhenIdleWaitsForTheNetwork() throws {
+        let lab: NetworkLab
+        do { lab = try NetworkLab() } catch let unavailable as NetworkLab.Unavailable {
+            print("skipped: \(unavailable)")
+            return
+        }
+        let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\nconnect_timeout = 2\n")
+        let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
+        let data = try server.serve("c.bin", size: 1 << 20)
+        try lab.setCarrier(up: false)
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(server.url("c.bin"))\"\ndest = \"c.bin\"\n")
+        let (executable, arguments) = lab.command([syncagentBinary, "run", "--exit-when-idle"] + harness.globalFlags)
+        let agent = try ChildProcess(executable, arguments, environment: harness.environment, outputIn: harness.directory.path)
+        defer {
+            agent.signal(SIGTERM)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 30) {
+            events(harness, "paused", task: "c").contains { $0.data["reason"] as? String == "waiting_for_network" }
+        }, "\(agent.stderr.suffix(2000))")
+        usleep(1_000_000)
+        #expect(agent.isRunning, "an agent told to exit when idle still waits for the network")
+        try lab.setCarrier(up: true)
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))")
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/c.bin") == data)
+        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
+    }
+
+    @Test func aReloadThatAllowsMeteredLinksLetsWaitingTasksGo() throws {
+        let harness = try AgentHarness(config: "allow_metered = false\n")
+        let manager = try NetworkManagerMock(in: harness.directory, metered: 1)
+        harness.extraEnvironment["DBUS_SYSTEM_BUS_ADDRESS"] = manager.busAddress
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("r.bin", size: 100_000)
+        try harness.drop("r.job", "id = \"r\"\nurl = \"\(server.url("r.bin"))\"\n")
+        let agent = try harness.startAgent()
+        defer {
+            agent.signal(SIGTERM)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 20) { (try? harness.tasksByID())?["r"]?["pause_reason"] as? String == "metered" })
+        try "download_dir = \"\(harness.downloads)\"\nallow_metered = true\n".write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        agent.signal(SIGHUP)
+        #expect(eventually(within: 20) { (try? harness.tasksByID())?["r"]?["state"] as? String == "finished" }, "\(agent.stderr.suffix(2000))")
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/r.bin") == data)
+    }
+
     @Test func aMeteredLinkHoldsTheTasksThatMayNotUseIt() throws {
         let harness = try AgentHarness()
         let manager = try NetworkManagerMock(in: harness.directory, metered: 1)

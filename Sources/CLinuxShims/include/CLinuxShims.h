@@ -57,6 +57,10 @@ int sa_netlink_drain(int fd);
  */
 int sa_nm_open(void);
 
+/* Releases the connection (a bus that went away), so that sa_nm_open can
+ * connect again. */
+void sa_nm_close(void);
+
 /* Processes whatever the bus fd has. Returns 1 if NetworkManager signalled
  * something (or its name changed owner) since the last call, 0 if not, or a
  * negative errno (the bus is gone). */

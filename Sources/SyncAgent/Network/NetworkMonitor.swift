@@ -8,15 +8,16 @@ import Glibc
 
 /// Whether this machine has a network, and whether its link is metered:
 /// what NSURLSession's `waitsForConnectivity` and
-/// `allowsExpensiveNetworkAccess` ask. Offline is no route out of the
-/// machine; the kernel's routing events (rtnetlink) say when to look again.
-/// NetworkManager, when it runs, says whether the link is metered, and its
-/// signals are a reason to look again too. Its own state is not taken for
-/// the network's: it may not manage the link a machine uses, and a
-/// "disconnected" that is not true would hold tasks back for good.
+/// `allowsExpensiveNetworkAccess` ask. The routes that lead out
+/// (`RouteTable`) say which servers can be reached; the kernel's routing
+/// events (rtnetlink) say when to read them again. NetworkManager, when it
+/// runs, says whether the link is metered, and its signals are a reason to
+/// look again too. Its own state is not taken for the network's: it may not
+/// manage the link a machine uses, and a "disconnected" that is not true
+/// would hold tasks back for good.
 final class NetworkMonitor {
     struct Reading: Equatable {
-        /// A route leaves this machine.
+        /// Some route leads out of this machine.
         var online = true
         /// NetworkManager's `Metered`: nil when unknown or no NetworkManager runs.
         var metered: Bool?
@@ -24,8 +25,16 @@ final class NetworkMonitor {
     }
 
     private(set) var reading = Reading()
+    /// The usable routes, as last read.
+    private(set) var routes = RouteTable()
+    /// When the routes last changed (monotonic ms): an attempt that failed
+    /// across such a change failed because of the network.
+    private(set) var routesChangedMs: Int64 = 0
     private var netlink: Int32 = -1
     private var bus: Int32 = -1
+    /// When to try the system bus again, after it was missing or lost (monotonic ms).
+    private var nextBusAttemptMs: Int64 = 0
+    private static let busRetryMs: Int64 = 10_000
     private let logger: Logger
 
     /// The descriptors to poll for readability.
@@ -37,29 +46,25 @@ final class NetworkMonitor {
         if netlink < 0 {
             logger.warning("no routing events (rtnetlink): the network is taken to be up", metadata: ["error": "\(String(cString: strerror(errno)))"])
         }
-        let opened = sa_nm_open()
-        if opened >= 0 {
-            bus = opened
-        } else {
-            logger.debug("no system bus for NetworkManager", metadata: ["error": "\(String(cString: strerror(-opened)))"])
-        }
+        connectBus(quiet: false)
         reading = read()
-        // Signals that came during the first read wait in sd-bus's queue, not on the fd.
-        if bus >= 0 { _ = sa_nm_process() }
-    }
-
-    /// Reads again whatever the events said (a missed event must not hold
-    /// tasks back): returns the reading before, when it changed.
-    func probe() -> Reading? {
-        let fresh = read()
-        guard fresh != reading else { return nil }
-        defer { reading = fresh }
-        return reading
     }
 
     deinit {
         if netlink >= 0 { close(netlink) }
-        // The bus connection lives as long as the process (sd-bus, one per process).
+        if bus >= 0 { sa_nm_close() }
+    }
+
+    private func connectBus(quiet: Bool) {
+        nextBusAttemptMs = FileSystem.monotonicMs + Self.busRetryMs
+        let opened = sa_nm_open()
+        guard opened >= 0 else {
+            if !quiet { logger.debug("no system bus for NetworkManager", metadata: ["error": "\(String(cString: strerror(-opened)))"]) }
+            return
+        }
+        bus = opened
+        // Signals that come during the first read wait in sd-bus's queue, not on the fd.
+        _ = sa_nm_process()
     }
 
     /// After a poll: reads again if a routing event or a NetworkManager
@@ -74,25 +79,49 @@ final class NetworkMonitor {
         if bus >= 0, ready.contains(bus) {
             let processed = sa_nm_process()
             if processed < 0 {
-                logger.warning("lost the system bus: NetworkManager is no longer followed",
+                logger.warning("lost the system bus: NetworkManager is followed again when it comes back",
                                metadata: ["error": "\(String(cString: strerror(-processed)))"])
+                sa_nm_close()
                 bus = -1
             }
-            look = look || processed != 0
+            look = true
         }
-        guard look else { return nil }
+        return look ? probe() : nil
+    }
+
+    /// Reads everything again (a missed event must not hold tasks back), and
+    /// tries the system bus again when it was missing: returns the reading
+    /// before, when it changed.
+    func probe() -> Reading? {
+        if bus < 0, FileSystem.monotonicMs >= nextBusAttemptMs { connectBus(quiet: true) }
         var fresh = read()
         // A read is a method call: signals that came meanwhile wait in sd-bus's queue, not on the fd.
         while bus >= 0, sa_nm_process() == 1 { fresh = read() }
         guard fresh != reading else { return nil }
-        let before = reading
-        reading = fresh
-        return before
+        defer { reading = fresh }
+        return reading
+    }
+
+    /// Whether a connection to `address` (as curl reports it) could leave
+    /// this machine now: a route covers it, or it is one of the machine's
+    /// own addresses. Without an address (the name did not resolve): whether
+    /// any route leads out.
+    func reaches(_ address: String?) -> Bool {
+        guard netlink >= 0 else { return true }
+        guard let address, let bytes = Self.bytes(of: address) else { return reading.online }
+        return routes.reaches(bytes) || Self.localAddresses().contains(bytes)
     }
 
     private func read() -> Reading {
+        let fresh = RouteTable.parse(ipv4: (try? String(contentsOfFile: "/proc/net/route", encoding: .utf8)) ?? "",
+                                     ipv6: (try? String(contentsOfFile: "/proc/net/ipv6_route", encoding: .utf8)) ?? "",
+                                     linkIsUp: Self.linkIsUp)
+        if fresh != routes {
+            routes = fresh
+            routesChangedMs = FileSystem.monotonicMs
+        }
         // Without routing events nothing would say the network came back: it is taken to be up.
-        var result = Reading(online: netlink < 0 || Self.hasRouteOut())
+        var result = Reading(online: netlink < 0 || routes.online)
         var state: UInt32 = 0, metered: UInt32 = 0
         if bus >= 0, sa_nm_read(&state, &metered) == 0 {
             result.networkManager = true
@@ -102,28 +131,44 @@ final class NetworkMonitor {
         return result
     }
 
-    /// Whether a route leaves this machine through an interface other than
-    /// loopback: IPv4 from /proc/net/route, IPv6 (link-local and multicast
-    /// aside) from /proc/net/ipv6_route. An interface taken down loses its routes.
-    static func hasRouteOut() -> Bool {
-        let rtfUp = 0x1
-        if let table = try? String(contentsOfFile: "/proc/net/route", encoding: .utf8) {
-            for line in table.split(separator: "\n").dropFirst() {
-                let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-                guard fields.count > 3, fields[0] != "lo", let flags = Int(fields[3], radix: 16) else { continue }
-                if flags & rtfUp != 0 { return true }
+    /// An interface carries traffic unless its operstate says it cannot
+    /// (down, no carrier, dormant); "unknown" is what many virtual links say.
+    private static func linkIsUp(_ device: String) -> Bool {
+        guard !device.contains("/"), let state = try? String(contentsOfFile: "/sys/class/net/\(device)/operstate", encoding: .utf8)
+        else { return true }
+        let word = state.trimmingCharacters(in: .whitespacesAndNewlines)
+        return word == "up" || word == "unknown"
+    }
+
+    /// 4 or 16 bytes of a numeric address.
+    static func bytes(of address: String) -> [UInt8]? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, address, &v4) == 1 { return withUnsafeBytes(of: v4) { Array($0) } }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, address, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
+        return nil
+    }
+
+    /// This machine's own addresses (a server on one of them is not across the network).
+    private static func localAddresses() -> [[UInt8]] {
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0 else { return [] }
+        defer { freeifaddrs(list) }
+        var found: [[UInt8]] = []
+        var entry = list
+        while let current = entry {
+            if let address = current.pointee.ifa_addr {
+                switch Int32(address.pointee.sa_family) {
+                case AF_INET:
+                    address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { found.append(withUnsafeBytes(of: $0.pointee.sin_addr) { Array($0) }) }
+                case AF_INET6:
+                    address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { found.append(withUnsafeBytes(of: $0.pointee.sin6_addr) { Array($0) }) }
+                default: break
+                }
             }
+            entry = current.pointee.ifa_next
         }
-        if let table = try? String(contentsOfFile: "/proc/net/ipv6_route", encoding: .utf8) {
-            for line in table.split(separator: "\n") {
-                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-                guard fields.count >= 10, fields[9] != "lo", let flags = Int(fields[8], radix: 16), flags & rtfUp != 0 else { continue }
-                let destination = fields[0].lowercased()
-                if destination.hasPrefix("fe80") || destination.hasPrefix("ff") { continue }
-                return true
-            }
-        }
-        return false
+        return found
     }
 }
 
@@ -137,32 +182,46 @@ extension Agent {
         logger.info("network changed", metadata: [
             "online": "\(now.online)", "metered": "\(now.metered.map { "\($0)" } ?? "unknown")",
             "network_manager": "\(now.networkManager)"])
+        applyNetworkPolicy()
+    }
+
+    /// Pauses what a metered link forbids and resumes what waited for a
+    /// network it now has (also after a reload changed `allow_metered`).
+    func applyNetworkPolicy() {
+        let now = network.reading
         if now.metered == true {
             for id in NetworkPolicy.pauseForMetered(in: log.state, configDefault: config.allowMetered) {
                 pause(id, reason: .metered, bytesIfIdle: log.state[id]?.bytes ?? 0)
             }
         }
-        for task in NetworkPolicy.resumable(in: log.state, online: now.online, metered: now.metered) {
+        let resumable = NetworkPolicy.resumable(in: log.state, reachable: { [unowned self] task in
+            // A task waiting since before this agent started has no address here: any route out will do.
+            network.reaches(waitingAddress[task.id] ?? nil)
+        }, metered: now.metered, configDefault: config.allowMetered)
+        for task in resumable {
             let words = task.pauseReason == .offline ? "the network is back" : "the link is no longer metered"
+            waitingAddress[task.id] = nil
             log.record(.resumed(Resumed(bytes: task.bytes, reason: words)), task: task.id)
         }
         needsScheduling = true
     }
 
-    /// Every few seconds while tasks wait for the network: the network is
-    /// read again (an event may have been missed), and a task whose
-    /// `total_timeout` ran out while it waited fails, as it would running.
-    func checkTasksWaitingForNetwork() {
+    /// Every few seconds: the network is read again (an event may have been
+    /// missed; a system bus that went away may be back), and a task whose
+    /// `total_timeout` ran out while it waited for the network fails, as it would running.
+    func checkTheNetwork() {
         let now = FileSystem.monotonicMs
         guard now >= nextNetworkCheckMs else { return }
         nextNetworkCheckMs = now + 5000
+        if let before = network.probe() { networkChanged(from: before) }
         let waiting = log.state.orderedTasks.filter { $0.phase == .paused && $0.pauseReason == .offline }
         guard !waiting.isEmpty else { return }
         for task in waiting where deadlineMs(of: task) <= FileSystem.nowMs {
+            waitingAddress[task.id] = nil
             fail(task, reason: totalTimeoutWords + " (waiting for the network)", code: "total_timeout", keeping: task.bytes)
         }
-        if let before = network.probe() { networkChanged(from: before) }
-        needsScheduling = true
+        // Routes a missed event brought back count too.
+        applyNetworkPolicy()
     }
 
     /// `allow_metered = false` on a metered link: the task may not start.

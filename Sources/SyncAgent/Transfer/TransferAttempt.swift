@@ -83,6 +83,8 @@ final class TransferAttempt {
     /// the end of what it claimed of its own range).
     private(set) var durable: Int64
     private var lastFlushMs = FileSystem.monotonicMs
+    /// When the attempt began (monotonic ms): a network change since then may be why it failed.
+    let startedMs = FileSystem.monotonicMs
     /// When the server last sent anything (headers or body): the stall detector's clock.
     private(set) var lastActivityMs = FileSystem.monotonicMs
 
