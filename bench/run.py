@@ -120,12 +120,12 @@ def syncagent_env():
     return env
 
 
-def syncagent_world(name, out):
+def syncagent_world(name, out, per_host=CONCURRENCY):
     state = fresh(os.path.join(WORK, name, "state"))
     inbox = fresh(os.path.join(WORK, name, "inbox"))
     config = os.path.join(WORK, name, "config.toml")
     with open(config, "w") as f:
-        f.write(f'download_dir = "{out}"\nmax_active = {CONCURRENCY}\nmax_per_host = {CONCURRENCY}\nnotify = "none"\n')
+        f.write(f'download_dir = "{out}"\nmax_active = {CONCURRENCY}\nmax_per_host = {per_host}\nnotify = "none"\n')
     return state, inbox, config
 
 
@@ -175,11 +175,9 @@ def run_urlsession(urls, out):
     return timed([URLSESSION_PEER, listing, str(CONCURRENCY)])
 
 
-def run_syncagent_jobs(jobs_text, out, name, config_extra=""):
+def run_syncagent_jobs(jobs_text, out, name, per_host=CONCURRENCY):
     """Job files (name → TOML) dropped at once, then the agent until idle."""
-    state, inbox, config = syncagent_world(name, out)
-    with open(config, "a") as f:
-        f.write(config_extra)
+    state, inbox, config = syncagent_world(name, out, per_host)
     staging = fresh(os.path.join(WORK, name + "-jobs"))
     for job_name, text in jobs_text.items():
         with open(os.path.join(staging, job_name), "w") as f:
@@ -206,7 +204,7 @@ def segmented_workload(url, size, connections, rounds):
             out = fresh(os.path.join(WORK, "out"))
             if name == "syncagent":
                 wall, rss = run_syncagent_jobs({"big.job": f'url = "{url}"\ndest = "big.bin"\nconnections = {connections}\n'},
-                                               out, "syncagent-segmented", f"max_per_host = {connections}\n")
+                                               out, "syncagent-segmented", per_host=connections)
             elif name == "aria2c":
                 wall, rss = timed(["aria2c", "-q", f"-x{connections}", f"-s{connections}", "--min-split-size=1M", "-d", out,
                                    "-o", "big.bin", "--file-allocation=none", "--console-log-level=error",
