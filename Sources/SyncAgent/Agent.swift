@@ -644,7 +644,8 @@ public final class Agent {
                 jitter: Double.random(in: 0...1))
             switch NetworkPolicy.verdict(failedOnTheWire: attempt.failedOnTheWire, url: task.currentURL,
                                          reachable: network.reaches(metrics.remoteAddress),
-                                         routesChangedDuringAttempt: network.routesChangedMs >= attempt.startedMs) {
+                                         routesChangedDuringAttempt: network.routesChangedMs >= attempt.startedMs,
+                                         routesSettling: network.routesChangedMs >= attempt.startedMs - NetworkPolicy.settlingMs) {
             case .waitForNetwork:
                 // No retry is spent; a route to the server coming back resumes it.
                 log.record(.paused(Paused(bytes: bytes, reason: .offline, metrics: metrics)), task: id)

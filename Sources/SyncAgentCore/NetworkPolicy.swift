@@ -20,12 +20,19 @@ public enum NetworkPolicy {
     ///   - failedOnTheWire: no connection, no name, a reset or a stall — not an answer, not a refusal.
     ///   - reachable: a route leads to the server now (or out at all, when its address is not known).
     ///   - routesChangedDuringAttempt: the routes changed between the attempt's start and its end.
-    public static func verdict(failedOnTheWire: Bool, url: String, reachable: Bool, routesChangedDuringAttempt: Bool) -> Verdict {
+    ///   - routesSettling: they changed just before it started (a link that came up a moment
+    ///     ago may not carry traffic yet): it waits for the next look at the network.
+    public static func verdict(failedOnTheWire: Bool, url: String, reachable: Bool, routesChangedDuringAttempt: Bool,
+                               routesSettling: Bool = false) -> Verdict {
         // A server on this machine is never across the network.
         guard failedOnTheWire, !isLoopback(url) else { return .retry }
         if !reachable { return .waitForNetwork }
-        return routesChangedDuringAttempt ? .retryAtOnce : .retry
+        if routesChangedDuringAttempt { return .retryAtOnce }
+        return routesSettling ? .waitForNetwork : .retry
     }
+
+    /// How long after a change of routes a failure on the wire is still put down to it.
+    public static let settlingMs: Int64 = 3000
 
     /// `localhost`, 127.0.0.0/8 or ::1.
     public static func isLoopback(_ url: String) -> Bool {

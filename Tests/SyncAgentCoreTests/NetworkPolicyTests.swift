@@ -14,6 +14,9 @@ struct NetworkPolicyTests {
         // The link went and came back while it ran: again at once, no retry spent.
         #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, routesChangedDuringAttempt: true)
             == .retryAtOnce)
+        // Right after a change the new link may not carry traffic yet: wait for the next look, no retry spent.
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, routesChangedDuringAttempt: false,
+                                      routesSettling: true) == .waitForNetwork)
         // An answer (a 503, a refused connection) is the server's, not the network's.
         #expect(NetworkPolicy.verdict(failedOnTheWire: false, url: remote, reachable: false, routesChangedDuringAttempt: true) == .retry)
         for local in ["http://127.0.0.1:8080/x", "http://localhost/x", "http://[::1]:80/x", "http://a.localhost/x"] {
