@@ -32,6 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONCURRENCY = 6
 # Connections of the segmented download (and aria2c's -x/-s).
 CONNECTIONS = 8
+# Size of each file of the overwrite = "update" workload.
+SYNCED_SIZE = 256 << 10
 
 
 def sh(*args, **kwargs):
@@ -92,7 +94,7 @@ http {{
     # A server that caps each connection (as CDNs do): what segmented downloads are for.
     location /capped/ {{ alias {www}/; limit_rate 10m; }}
     # The update workload counts the body bytes nginx sends.
-    location /sync/ {{ alias {www}/small/; access_log {self.prefix}/sync.log sent; }}
+    location /sync/ {{ alias {www}/sync/; access_log {self.prefix}/sync.log sent; }}
   }}
 }}
 """)
@@ -471,6 +473,10 @@ def main():
     os.makedirs(os.path.join(www, "small"))
     for index in range(smalls):
         write_random(os.path.join(www, "small", f"f{index:04d}.bin"), 16 << 10)
+    # The files a sync job set keeps up to date: documents and pictures, not 16 KiB crumbs.
+    os.makedirs(os.path.join(www, "sync"))
+    for index in range(synced):
+        write_random(os.path.join(www, "sync", f"f{index:04d}.bin"), SYNCED_SIZE)
     hls_bytes = hls_vod(www, segments)
     nginx = Nginx(www)
     try:
@@ -489,7 +495,7 @@ def main():
         hls = hls_workload(nginx.url("vod/index.m3u8"), options.rounds)
         print(f"7. {capped >> 20} MiB at 10 MB/s per connection, {CONNECTIONS} connections", flush=True)
         segmented = segmented_workload(nginx.url("capped/capped.bin"), capped, CONNECTIONS, options.rounds)
-        print(f"8. {synced} files with overwrite = \"update\"", flush=True)
+        print(f"8. {synced} files of {SYNCED_SIZE >> 10} KiB with overwrite = \"update\"", flush=True)
         update_download, update_check, update_sent = update_workload(nginx, synced, options.rounds)
     finally:
         nginx.stop()
@@ -531,7 +537,7 @@ def main():
         f"| `replay` of {events:,} events | {replay[0]:.2f} s, peak RSS {mib(replay[1])} | ≤ 2 s |",
         f"| agent start-up on that log (`run --exit-when-idle`) | {startup[0]:.2f} s, peak RSS {mib(startup[1])} | ≤ 2 s |",
         f"| peak RSS holding {queued:,} queued jobs | {mib(queued_rss)} (all taken in {intake:.2f} s) | ≤ 40 MiB |",
-        f"| {synced:,} unchanged files, `overwrite = \"update\"` | {update_check:.2f} s ({update_check / update_download:.2f}× "
+        f"| {synced:,} unchanged files of {SYNCED_SIZE >> 10} KiB, `overwrite = \"update\"` | {update_check:.2f} s ({update_check / update_download:.2f}× "
         f"downloading them, {update_download:.2f} s); body bytes nginx sent: {update_sent} | ≤ 0.3×, 0 bytes |",
         f"| `connections = {CONNECTIONS}` against curl's one connection | {segmented['syncagent'][0] / segmented['curl'][0]:.2f}× curl "
         f"| ≤ 0.2× |",
