@@ -7,6 +7,7 @@
 #include <linux/rtnetlink.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <spawn.h>
@@ -141,6 +142,9 @@ static int nm_signal(sd_bus_message *message, void *userdata, sd_bus_error *erro
 
 int sa_nm_open(void) {
     if (nm_bus) return sd.get_fd(nm_bus);
+    /* No system bus, no libsystemd in memory (megabytes of a resident agent's
+     * footprint): the caller tries again later, when one may have come. */
+    if (!getenv("DBUS_SYSTEM_BUS_ADDRESS") && access("/run/dbus/system_bus_socket", F_OK) != 0) return -ENOENT;
     static void *library;
     if (!library && !(library = dlopen("libsystemd.so.0", RTLD_NOW | RTLD_LOCAL))) return -ENOENT;
     *(void **)&sd.open_system = dlsym(library, "sd_bus_open_system");
