@@ -463,14 +463,20 @@ public final class Agent {
         do {
             // A playlist is read into memory; everything else that keeps a body into its partial file.
             let keepsFile = task.spec.behaviour.body == .partialFile
-            if keepsFile, let part = task.partPath, partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
             // An HLS key is a secret on disk too: readable by its owner only.
             let mode: mode_t = task.spec.parent != nil && task.spec.dest?.hasSuffix(".key") == true ? 0o600 : 0o644
-            let partFile = try task.partPath.flatMap { keepsFile ? try root.openPartial($0, truncatingTo: offset, mode: mode) : nil } ?? -1
+            let makePartial: () throws -> Int32 = { [unowned self] in
+                guard keepsFile, let part = task.partPath else { return -1 }
+                if partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
+                return try root.openPartial(part, truncatingTo: offset, mode: mode)
+            }
+            // A conditional request makes its partial file only if a body comes (a 304 brings none).
+            let partFile = ifChanged != nil && keepsFile ? -1 : try makePartial()
             // A child's credentials are its parent's, for its parent's host.
             let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
             attempt = try TransferAttempt(task: task, partFile: partFile, offset: offset, ifRange: ifRange, deadlineMs: deadline,
                                           settings: settings, cookies: cookies, origin: origin, ifChanged: ifChanged,
+                                          makePartial: partFile < 0 && keepsFile ? makePartial : nil,
                                           sink: { [unowned self] id, body in
                 self.log.record(body, task: id)
             }, requestSync: { [unowned self] attempt, descriptor, offset in

@@ -21,8 +21,12 @@ import Glibc
         let published = try FileManager.default.attributesOfItem(atPath: dest)
 
         // Same file on the server: one 304, no byte written, the file untouched.
+        let folderBefore = try FileManager.default.attributesOfItem(atPath: harness.downloads)[.modificationDate] as? Date
+        usleep(20_000)
         try harness.drop("b.job", "id = \"b\"\n" + job)
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        // Not even a partial file made and removed: the folder was not written (a 304 brings no body).
+        #expect(try FileManager.default.attributesOfItem(atPath: harness.downloads)[.modificationDate] as? Date == folderBefore)
         let requests = nginx.requests.filter { $0.uri == "/sync.bin" }
         #expect(requests.map(\.status) == [200, 304], "\(requests.map(\.status))")
         #expect(requests.last?.bytesSent == 0)

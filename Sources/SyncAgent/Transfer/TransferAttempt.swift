@@ -44,8 +44,12 @@ final class TransferAttempt {
     let easy: UnsafeMutableRawPointer
     let partPath: String?
     let requestedOffset: Int64
-    /// The partial file, or -1 when the response body is not kept.
-    private let fd: Int32
+    /// The partial file, or -1 when the response body is not kept (or not yet made: see `makePartial`).
+    private var fd: Int32
+    /// Makes (locks and opens) the partial file when the first body byte
+    /// comes: a conditional request (`overwrite = "update"`) answered 304
+    /// then never creates a file only to remove it.
+    private var makePartial: (() throws -> Int32)?
     private let body: RequestBody?
     private var mime: OpaquePointer?
     private let sink: Sink
@@ -141,7 +145,8 @@ final class TransferAttempt {
     ///   - ifChanged: `overwrite = "update"`: the validators the file on disk was published with.
     init(task: TaskState, partFile: Int32, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
          cookies: CookieJar?, isRefresh: Bool = false, origin: String? = nil,
-         ifChanged: (etag: String?, lastModified: String?)? = nil, rangeEnd: Int64? = nil, sink: @escaping Sink,
+         ifChanged: (etag: String?, lastModified: String?)? = nil, rangeEnd: Int64? = nil,
+         makePartial: (() throws -> Int32)? = nil, sink: @escaping Sink,
          requestSync: @escaping SyncRequest) throws {
         self.origin = origin ?? task.spec.url
         self.isRefresh = isRefresh
@@ -175,6 +180,7 @@ final class TransferAttempt {
         self.sink = sink
 
         fd = partFile
+        self.makePartial = partFile < 0 ? makePartial : nil
         do {
             body = try task.spec.bodyFile.map { try RequestBody(path: $0) }
         } catch {
@@ -404,7 +410,7 @@ final class TransferAttempt {
     private func receiveBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
         if !bodyStarted {
             bodyStarted = true
-            if let refusal = acceptResponse() ?? onAccepted?(self) {
+            if let refusal = acceptResponse() ?? onAccepted?(self) ?? openPartialIfDue() {
                 stopReason = refusal
                 return 0
             }
@@ -454,6 +460,20 @@ final class TransferAttempt {
             requestSync(self, fd, written)
         }
         return count
+    }
+
+    /// The partial file made now that a body comes (nil: made, or not to be made).
+    private func openPartialIfDue() -> AttemptOutcome? {
+        guard let make = makePartial else { return nil }
+        makePartial = nil
+        do {
+            fd = try make()
+            return nil
+        } catch let busy as DownloadRoot.Busy {
+            return .permanent(reason: "cannot write: \(busy)", code: "dest_busy")
+        } catch {
+            return localFailure("open", (error as? SystemError)?.errno ?? EIO)
+        }
     }
 
     /// Writes all `count` bytes to the partial file at `written` (the
@@ -623,7 +643,7 @@ final class TransferAttempt {
     var resultBytes: Int64 { behaviour.countsSent ? body?.position ?? 0 : written }
 
     /// Whether a complete response still has to be made durable and published.
-    var keepsBody: Bool { fd >= 0 }
+    var keepsBody: Bool { fd >= 0 || makePartial != nil }
 
     /// After the DataSyncer flushed this file: claim every byte written.
     func claimSynced() {
@@ -678,6 +698,8 @@ final class TransferAttempt {
             if let hop = redirectToFollow() { return hop }
             if !isSuccess(status) { return httpFailure() }
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
+            // An empty body is a file too: made now, empty.
+            if let failure = openPartialIfDue() { return failure }
             // No fdatasync here: the agent's DataSyncer makes the complete body
             // durable off the loop, then calls `claimSynced`.
             if behaviour.resumes, let end = stopAt ?? total, written != end {
