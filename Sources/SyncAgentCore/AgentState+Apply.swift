@@ -216,8 +216,9 @@ extension TaskState {
             lastSeq = event.seq
             updatedAtMs = event.atMs
             // Any event that names another byte count than the ranges hold
-            // (a restart, a failure that kept nothing) ends the ranges.
-            if let ranges = doneRanges, ranges.covered != bytes { doneRanges = nil }
+            // (a restart, a failure that kept nothing) ends the ranges. (Read in
+            // place: replay passes here on every event of every task.)
+            if hasDoneRanges, doneRanges?.covered != bytes { doneRanges = nil }
         }
         switch event.body {
         case .started(let started):
@@ -243,7 +244,7 @@ extension TaskState {
                 doneRanges = ranges.isPrefix ? nil : ranges
             } else {
                 bytes = progress.bytes
-                doneRanges = nil
+                if hasDoneRanges { doneRanges = nil }
             }
             if let total = progress.total { self.total = total }
             if let reason = progress.fallback { singleConnectionReason = reason }

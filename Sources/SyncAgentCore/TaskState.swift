@@ -145,6 +145,8 @@ public struct TaskState: Equatable, Sendable {
     public var singleConnectionReason: String? {
         get { details.singleConnectionReason } set { details.singleConnectionReason = newValue }
     }
+    /// Whether `doneRanges` is set, asked without copying the details out.
+    var hasDoneRanges: Bool { detailsBox?.value.doneRanges != nil }
     /// What the log vouches for, as spans of the file.
     public var durableRanges: ByteRanges { doneRanges ?? ByteRanges([ByteSpan(0, bytes)]) }
     /// `overwrite = "update"` found it unchanged on the server (a 304).
