@@ -76,8 +76,9 @@ public final class Agent {
     var warnedMeteredUnknown = false
     /// When tasks waiting for the network are looked at again (monotonic ms).
     var nextNetworkCheckMs: Int64 = 0
-    /// The server address each task waiting for the network could not reach (nil: its name did not resolve).
-    var waitingAddress: [String: String?] = [:]
+    /// The server address each task waiting for the network could not reach (none: its name did not resolve,
+    /// or it waits since before this agent started).
+    var waitingAddress: [String: String] = [:]
     /// Downloads running over several connections, by task id.
     var segmented: [String: SegmentedDownload] = [:]
 
@@ -345,9 +346,8 @@ public final class Agent {
             var offset = resumePoint(for: task).offset
             // A segmented download keeps its ranges: the file is cut after the last one.
             var keptEnd = offset
-            if case .resumeRanges = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs), let ranges = task.doneRanges,
-               let end = ranges.spans.last?.end, let part = task.partPath, (root.size(part) ?? 0) >= end {
-                (offset, keptEnd) = (ranges.covered, end)
+            if let ranges = heldRanges(of: task, plan: RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs)) {
+                (offset, keptEnd) = (ranges.covered, ranges.spans.last?.end ?? 0)
             }
             // Never trust bytes beyond what the log vouches for (no-op if absent).
             if let part = task.partPath, task.spec.behaviour.body == .partialFile {
@@ -643,15 +643,9 @@ public final class Agent {
         case .transient(let reason, let retryAfterMs, let restartFromZero):
             // Only a download keeps what it received; anything else starts over.
             let bytes = restartFromZero || !task.spec.isResumable ? 0 : durable
-            let decision = RetryDecision.decide(
-                reason: reason, attemptsUsed: task.attemptsUsed,
-                retriesAllowed: task.spec.retries ?? config.retries, retryAfterMs: retryAfterMs,
-                nowMs: FileSystem.nowMs, deadlineMs: attempt.deadlineMs, totalTimeoutS: config.totalTimeout,
-                jitter: Double.random(in: 0...1))
             switch NetworkPolicy.verdict(failedOnTheWire: attempt.failedOnTheWire, url: task.currentURL,
                                          reachable: network.reaches(metrics.remoteAddress),
-                                         routesChangedDuringAttempt: network.routesChangedMs >= attempt.startedMs,
-                                         routesSettling: network.routesChangedMs >= attempt.startedMs - NetworkPolicy.settlingMs) {
+                                         attemptStartedMs: attempt.startedMs, routesChangedMs: network.routesChangedMs) {
             case .waitForNetwork:
                 // No retry is spent; a route to the server coming back resumes it.
                 log.record(.paused(Paused(bytes: bytes, reason: .offline, metrics: metrics)), task: id)
@@ -666,6 +660,11 @@ public final class Agent {
             case .retry:
                 break
             }
+            let decision = RetryDecision.decide(
+                reason: reason, attemptsUsed: task.attemptsUsed,
+                retriesAllowed: task.spec.retries ?? config.retries, retryAfterMs: retryAfterMs,
+                nowMs: FileSystem.nowMs, deadlineMs: attempt.deadlineMs, totalTimeoutS: config.totalTimeout,
+                jitter: Double.random(in: 0...1))
             switch decision {
             case .retry(let delay):
                 log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: delay, bytes: bytes, metrics: metrics)),
@@ -679,7 +678,7 @@ public final class Agent {
             fail(task, reason: reason, code: code, metrics: metrics)
         case .localFailure(let reason, let code):
             fail(task, reason: reason, code: code, metrics: metrics, keeping: durable)
-        case .rangeRefused(let reason, _):
+        case .rangeRefused(let reason):
             // Only a connection of a segmented download asks for a range of its own (handled above).
             fail(task, reason: reason, code: "range_ignored", metrics: metrics)
         case .redirect(let target, let status):

@@ -19,16 +19,17 @@ public enum NetworkPolicy {
     /// - Parameters:
     ///   - failedOnTheWire: no connection, no name, a reset or a stall — not an answer, not a refusal.
     ///   - reachable: a route leads to the server now (or out at all, when its address is not known).
-    ///   - routesChangedDuringAttempt: the routes changed between the attempt's start and its end.
-    ///   - routesSettling: they changed just before it started (a link that came up a moment
-    ///     ago may not carry traffic yet): it waits for the next look at the network.
-    public static func verdict(failedOnTheWire: Bool, url: String, reachable: Bool, routesChangedDuringAttempt: Bool,
-                               routesSettling: Bool = false) -> Verdict {
+    ///   - attemptStartedMs, routesChangedMs: when the attempt began and the routes last changed
+    ///     (one monotonic clock). Changed during the attempt: it goes again at once. Changed just
+    ///     before it (a link that came up a moment ago may not carry traffic yet): it waits for
+    ///     the next look at the network.
+    public static func verdict(failedOnTheWire: Bool, url: String, reachable: Bool, attemptStartedMs: Int64,
+                               routesChangedMs: Int64) -> Verdict {
         // A server on this machine is never across the network.
         guard failedOnTheWire, !isLoopback(url) else { return .retry }
         if !reachable { return .waitForNetwork }
-        if routesChangedDuringAttempt { return .retryAtOnce }
-        return routesSettling ? .waitForNetwork : .retry
+        if routesChangedMs >= attemptStartedMs { return .retryAtOnce }
+        return routesChangedMs >= attemptStartedMs - settlingMs ? .waitForNetwork : .retry
     }
 
     /// How long after a change of routes a failure on the wire is still put down to it.

@@ -8,19 +8,18 @@ import Testing
 struct NetworkPolicyTests {
     @Test func onlyAWireFailureOfAnUnreachableRemoteServerWaits() {
         let remote = "https://example.com/x"
-        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: false, routesChangedDuringAttempt: false)
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: false, attemptStartedMs: 10_000, routesChangedMs: 0)
             == .waitForNetwork)
-        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, routesChangedDuringAttempt: false) == .retry)
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, attemptStartedMs: 10_000, routesChangedMs: 0) == .retry)
         // The link went and came back while it ran: again at once, no retry spent.
-        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, routesChangedDuringAttempt: true)
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, attemptStartedMs: 10_000, routesChangedMs: 10_500)
             == .retryAtOnce)
         // Right after a change the new link may not carry traffic yet: wait for the next look, no retry spent.
-        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, routesChangedDuringAttempt: false,
-                                      routesSettling: true) == .waitForNetwork)
+        #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: remote, reachable: true, attemptStartedMs: 10_000, routesChangedMs: 9_000) == .waitForNetwork)
         // An answer (a 503, a refused connection) is the server's, not the network's.
-        #expect(NetworkPolicy.verdict(failedOnTheWire: false, url: remote, reachable: false, routesChangedDuringAttempt: true) == .retry)
+        #expect(NetworkPolicy.verdict(failedOnTheWire: false, url: remote, reachable: false, attemptStartedMs: 10_000, routesChangedMs: 10_500) == .retry)
         for local in ["http://127.0.0.1:8080/x", "http://localhost/x", "http://[::1]:80/x", "http://a.localhost/x"] {
-            #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: local, reachable: false, routesChangedDuringAttempt: true) == .retry,
+            #expect(NetworkPolicy.verdict(failedOnTheWire: true, url: local, reachable: false, attemptStartedMs: 10_000, routesChangedMs: 10_500) == .retry,
                     "\(local)")
         }
     }

@@ -129,7 +129,7 @@ extension Agent {
             } catch {
                 refreshFailed(task, "\(error)")
             }
-        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _), .rangeRefused(let reason, _):
+        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _), .rangeRefused(let reason):
             refreshFailed(task, reason)
         case .redirect(let target, _):
             refreshFailed(task, "the live playlist moved to \(Redaction.url(target))")

@@ -140,11 +140,11 @@ final class SegmentedDownload {
         noteValidators(etag, lastModified)
         // A server that ignores If-Range could answer with a range of another version.
         if let validator, let seen = validator.hasPrefix("\"") ? etag : lastModified, seen != validator {
-            return .rangeRefused(reason: "the file changed on the server (validator \(validator) → \(seen))", fileChanged: true)
+            return .rangeRefused(reason: TransferAttempt.changedFileWords(from: validator, to: seen))
         }
         if let total, attempt.resourceSize != total {
             let size = attempt.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
-            return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))", fileChanged: true)
+            return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))")
         }
         // A server may answer with less than asked (some cap each answer): this
         // connection takes what it was given, and the rest waits for another.
@@ -321,23 +321,19 @@ extension Agent {
     func startSegmented(_ task: TaskState) -> Bool {
         let wanted = connectionsWanted(for: task)
         guard wanted > 1 || task.doneRanges != nil, let part = task.partPath else { return false }
+        // Fresh unless the partial file still holds what the log vouches for.
         var done = ByteRanges(), missing: [ByteSpan]?, validator: String?
-        switch RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs) {
+        let plan = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs)
+        switch plan {
         case .resumeRanges(let gaps, let ifRange):
-            (done, missing, validator) = (task.doneRanges ?? ByteRanges(), gaps, ifRange)
-        case .resume(let at, let ifRange) where task.total.map({ at < $0 }) == true:
-            (done, missing, validator) = (ByteRanges([ByteSpan(0, at)]), [ByteSpan(at, task.total!)], ifRange)
+            if let held = heldRanges(of: task, plan: plan) { (done, missing, validator) = (held, gaps, ifRange) }
+        case .resume(let at, let ifRange):
+            // Bytes from 0 of a file whose size is unknown, or no longer there: one connection takes them.
+            guard let total = task.total, at < total, partHolds(part, upTo: at) else { return false }
+            (done, missing, validator) = (ByteRanges([ByteSpan(0, at)]), [ByteSpan(at, total)], ifRange)
         default:
             break
         }
-        // The partial file must still hold what the log vouches for.
-        let held = done.spans.last?.end ?? 0
-        if held > 0, (root.size(part) ?? 0) < held {
-            (done, missing, validator) = (ByteRanges(), nil, nil)
-        }
-        // Bytes from 0 of a file whose size is unknown: one connection resumes them.
-        if missing == nil, task.bytes > 0, task.doneRanges == nil,
-           case .resume = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs) { return false }
         let descriptor: Int32
         do {
             if partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
@@ -358,6 +354,16 @@ extension Agent {
         openConnections(download)
         return true
     }
+
+    /// A segmented download's ranges, when the restart plan resumes them and
+    /// the partial file still holds them (else it starts over).
+    func heldRanges(of task: TaskState, plan: RecoveryPlan) -> ByteRanges? {
+        guard case .resumeRanges = plan, let ranges = task.doneRanges, let part = task.partPath,
+              partHolds(part, upTo: ranges.spans.last?.end ?? 0) else { return nil }
+        return ranges
+    }
+
+    private func partHolds(_ part: String, upTo end: Int64) -> Bool { (root.size(part) ?? 0) >= end }
 
     /// Opens connections for waiting ranges, within the download's limit and `max_per_host`.
     func openConnections(_ download: SegmentedDownload) {
@@ -480,7 +486,7 @@ extension Agent {
             // ranges cannot be trusted; one connection from 0, from now on.
             log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)
             return .transient(reason: reason + "; one connection from now on", retryAfterMs: nil, restartFromZero: true)
-        case .rangeRefused(let reason, _):
+        case .rangeRefused(let reason):
             // Ranges of this server cannot be trusted to make one file (it ignores them, or its
             // validators change between requests): one connection from 0, from now on.
             log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)

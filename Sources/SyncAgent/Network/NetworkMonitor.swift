@@ -195,8 +195,8 @@ extension Agent {
             }
         }
         let resumable = NetworkPolicy.resumable(in: log.state, reachable: { [unowned self] task in
-            // A task waiting since before this agent started has no address here: any route out will do.
-            network.reaches(waitingAddress[task.id] ?? nil)
+            // Without an address (no name, or waiting since before this agent started): any route out will do.
+            network.reaches(waitingAddress[task.id])
         }, metered: now.metered, configDefault: config.allowMetered)
         for task in resumable {
             let words = task.pauseReason == .offline ? "the network is back" : "the link is no longer metered"

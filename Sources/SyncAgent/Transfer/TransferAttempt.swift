@@ -23,9 +23,9 @@ enum AttemptOutcome: Equatable {
     /// with the ETag the 304 carried (nil: none).
     case notModified(etag: String?)
     /// One range of a segmented download was not answered with that range:
-    /// the server ignores `Range` (`fileChanged` false), or `If-Range` found
-    /// another file. Nothing was written.
-    case rangeRefused(reason: String, fileChanged: Bool)
+    /// the server ignores `Range`, or `If-Range` found another file (the
+    /// reason says which). Nothing was written.
+    case rangeRefused(reason: String)
 }
 
 /// One attempt of a task: a curl easy handle that sends the request (with
@@ -514,11 +514,7 @@ final class TransferAttempt {
             return .permanent(reason: "server answered \(status), not 206, to the byte range of \(shownURL)", code: "range_ignored")
         }
         if rangeEnd != nil, status != 206 {
-            let validator = etag ?? lastModified
-            let changed = validator != nil && previousValidator != nil && validator != previousValidator
-            let reason = changed ? "the file changed on the server (validator \(previousValidator!) → \(validator!))"
-                : "the server answered \(status), not 206, to a range of \(shownURL)"
-            return .rangeRefused(reason: reason, fileChanged: changed)
+            return .rangeRefused(reason: changedFileWords() ?? "the server answered \(status), not 206, to a range of \(shownURL)")
         }
         if status == 206 {
             guard case .some(.some(let range)) = contentRange, let first = range.first else {
@@ -532,11 +528,7 @@ final class TransferAttempt {
             }
         } else if requestedOffset > 0 {
             // A full body: the server ignored Range, or If-Range found a changed file.
-            let validator = etag ?? lastModified
-            let reason = validator != nil && previousValidator != nil && validator != previousValidator
-                ? "the file changed on the server (validator \(previousValidator!) → \(validator!))"
-                : "the server ignored Range and sent the whole file"
-            if let failure = restart(reason: reason) { return failure }
+            if let failure = restart(reason: changedFileWords() ?? "the server ignored Range and sent the whole file") { return failure }
         }
         // Our own reading of Content-Length (absent: chunked, or up to the close).
         let length = (contentLength ?? nil).map { curl_off_t($0) } ?? -1
@@ -556,6 +548,17 @@ final class TransferAttempt {
             total = nil
         }
         return nil
+    }
+
+    /// Why a full answer came to a ranged request, if its validator says the file changed.
+    private func changedFileWords() -> String? {
+        guard let validator = etag ?? lastModified, let previousValidator, validator != previousValidator else { return nil }
+        return Self.changedFileWords(from: previousValidator, to: validator)
+    }
+
+    /// "the file changed on the server (validator A → B)": said wherever a validator gives a change away.
+    static func changedFileWords(from old: String, to new: String) -> String {
+        "the file changed on the server (validator \(old) → \(new))"
     }
 
     /// The offset goes back to 0: truncate and say why, in the log.
