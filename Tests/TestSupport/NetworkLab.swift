@@ -94,22 +94,17 @@ public final class NetworkLab {
 /// A private bus standing in for the system bus, with python-dbusmock's
 /// NetworkManager on it: `Metered` and the state as a test sets them.
 public final class NetworkManagerMock {
-    public let busAddress: String
-    private let bus: ChildProcess
+    public var busAddress: String { bus.address }
+    /// This process's environment, with the private bus as the system bus.
+    public let environment: [String: String]
+    private let bus: PrivateBus
     private let mock: ChildProcess
     private let directory: TempDirectory
 
     public init(in directory: TempDirectory, metered: UInt32) throws {
         self.directory = directory
-        let socket = directory.file("system-bus")
-        busAddress = "unix:path=\(socket)"
-        bus = try ChildProcess("/usr/bin/dbus-daemon", ["--session", "--nofork", "--address=\(busAddress)"],
-                               environment: ProcessInfo.processInfo.environment, outputIn: directory.path, name: "system-dbus")
-        guard eventually(within: 10, { FileManager.default.fileExists(atPath: socket) }) else {
-            throw TestFailure("dbus-daemon did not start: \(bus.stderr)")
-        }
-        var environment = ProcessInfo.processInfo.environment
-        environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress
+        bus = try PrivateBus(in: directory, named: "system-bus")
+        environment = ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": bus.address]) { $1 }
         mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", "networkmanager"],
                                 environment: environment, outputIn: directory.path, name: "nm-mock")
         let up = eventually(within: 20) {
@@ -117,12 +112,6 @@ public final class NetworkManagerMock {
                              "variant:uint32:\(metered)"])) != nil
         }
         guard up else { throw TestFailure("the NetworkManager mock did not come up: \(mock.stderr)") }
-    }
-
-    public var environment: [String: String] {
-        var environment = ProcessInfo.processInfo.environment
-        environment["DBUS_SYSTEM_BUS_ADDRESS"] = busAddress
-        return environment
     }
 
     /// NMMetered: 1 yes, 2 no. Emits PropertiesChanged, as NetworkManager does.
@@ -141,7 +130,5 @@ public final class NetworkManagerMock {
     deinit {
         mock.signal(SIGKILL)
         mock.wait(seconds: 5)
-        bus.signal(SIGKILL)
-        bus.wait(seconds: 5)
     }
 }

@@ -6,22 +6,16 @@ import Glibc
 /// A private D-Bus session bus with python-dbusmock's notification daemon on
 /// it, logging every Notify call: the real libnotify path, observable.
 public final class NotificationDaemon {
-    public let busAddress: String
+    public var busAddress: String { bus.address }
     public let callLog: String
-    private let bus: ChildProcess
+    private let bus: PrivateBus
     private let mock: ChildProcess
 
     public init(in directory: TempDirectory) throws {
-        let socket = directory.file("bus")
-        busAddress = "unix:path=\(socket)"
         callLog = directory.file("notify.log")
-        bus = try ChildProcess("/usr/bin/dbus-daemon", ["--session", "--nofork", "--address=\(busAddress)"],
-                               environment: ProcessInfo.processInfo.environment, outputIn: directory.path, name: "dbus")
-        guard eventually(within: 10, { FileManager.default.fileExists(atPath: socket) }) else {
-            throw TestFailure("dbus-daemon did not start: \(bus.stderr)")
-        }
+        bus = try PrivateBus(in: directory, named: "bus")
         var environment = ProcessInfo.processInfo.environment
-        environment["DBUS_SESSION_BUS_ADDRESS"] = busAddress
+        environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
         // Debian's python3, where python3-dbusmock is installed.
         mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--template", "notification_daemon", "-l", callLog],
                                 environment: environment, outputIn: directory.path, name: "dbusmock")
@@ -49,7 +43,28 @@ public final class NotificationDaemon {
         // SIGKILL: children of the test runner may inherit a blocked SIGTERM.
         mock.signal(SIGKILL)
         mock.wait(seconds: 5)
-        bus.signal(SIGKILL)
-        bus.wait(seconds: 5)
+    }
+}
+
+/// A dbus-daemon of the test's own, on a socket in its folder: a session bus
+/// for notifications, or one standing in for the system bus.
+public final class PrivateBus {
+    public let address: String
+    private let daemon: ChildProcess
+
+    public init(in directory: TempDirectory, named name: String) throws {
+        let socket = directory.file(name)
+        address = "unix:path=\(socket)"
+        daemon = try ChildProcess("/usr/bin/dbus-daemon", ["--session", "--nofork", "--address=\(address)"],
+                                  environment: ProcessInfo.processInfo.environment, outputIn: directory.path, name: name)
+        guard eventually(within: 10, { FileManager.default.fileExists(atPath: socket) }) else {
+            throw TestFailure("dbus-daemon did not start: \(daemon.stderr)")
+        }
+    }
+
+    deinit {
+        // SIGKILL: children of the test runner may inherit a blocked SIGTERM.
+        daemon.signal(SIGKILL)
+        daemon.wait(seconds: 5)
     }
 }

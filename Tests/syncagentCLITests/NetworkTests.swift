@@ -13,9 +13,17 @@ import Glibc
 @Suite("The network comes and goes", .serialized)
 struct NetworkTests {
     /// The agent inside `lab`'s namespace.
-    func startAgent(_ harness: AgentHarness, in lab: NetworkLab) throws -> ChildProcess {
-        let (executable, arguments) = lab.command([syncagentBinary, "run"] + harness.globalFlags)
+    func startAgent(_ harness: AgentHarness, in lab: NetworkLab, exitWhenIdle: Bool = false) throws -> ChildProcess {
+        let (executable, arguments) = lab.command([syncagentBinary, "run"] + (exitWhenIdle ? ["--exit-when-idle"] : []) + harness.globalFlags)
         return try ChildProcess(executable, arguments, environment: harness.environment, outputIn: harness.directory.path)
+    }
+
+    /// A network namespace of the test's own, or nil (the test skips, saying why) where none can be made.
+    func makeLab() throws -> NetworkLab? {
+        do { return try NetworkLab() } catch let unavailable as NetworkLab.Unavailable {
+            print("skipped: \(unavailable)")
+            return nil
+        }
     }
 
     func events(_ harness: AgentHarness, _ type: String, task: String) -> [AgentHarness.LoggedEvent] {
@@ -23,11 +31,7 @@ struct NetworkTests {
     }
 
     @Test func offlineTasksWaitForTheNetworkWithoutSpendingARetry() throws {
-        let lab: NetworkLab
-        do { lab = try NetworkLab() } catch let unavailable as NetworkLab.Unavailable {
-            print("skipped: \(unavailable)")
-            return
-        }
+        guard let lab = try makeLab() else { return }
         // No retry at all: an attempt that met no network and spent one would fail the task.
         let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\n")
         let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
@@ -79,11 +83,7 @@ struct NetworkTests {
     /// A link that goes and comes back while a transfer runs (Wi-Fi in a
     /// lift): an attempt it breaks starts again at once and spends no retry.
     @Test func aFlappingLinkSpendsNoRetry() throws {
-        let lab: NetworkLab
-        do { lab = try NetworkLab() } catch let unavailable as NetworkLab.Unavailable {
-            print("skipped: \(unavailable)")
-            return
-        }
+        guard let lab = try makeLab() else { return }
         let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\nconnect_timeout = 2\n")
         let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
         let data = try server.serve("f.bin", size: 1_500_000)
@@ -115,18 +115,13 @@ struct NetworkTests {
     /// that is offline too. And `--exit-when-idle` waits for such a task
     /// rather than leaving it behind.
     @Test func noCarrierIsOfflineAndExitWhenIdleWaitsForTheNetwork() throws {
-        let lab: NetworkLab
-        do { lab = try NetworkLab() } catch let unavailable as NetworkLab.Unavailable {
-            print("skipped: \(unavailable)")
-            return
-        }
+        guard let lab = try makeLab() else { return }
         let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\nconnect_timeout = 2\n")
         let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
         let data = try server.serve("c.bin", size: 1 << 20)
         try lab.setCarrier(up: false)
         try harness.drop("c.job", "id = \"c\"\nurl = \"\(server.url("c.bin"))\"\ndest = \"c.bin\"\n")
-        let (executable, arguments) = lab.command([syncagentBinary, "run", "--exit-when-idle"] + harness.globalFlags)
-        let agent = try ChildProcess(executable, arguments, environment: harness.environment, outputIn: harness.directory.path)
+        let agent = try startAgent(harness, in: lab, exitWhenIdle: true)
         defer {
             agent.signal(SIGTERM)
             _ = agent.wait(seconds: 10)

@@ -17,6 +17,23 @@ struct SegmentedTests {
         FileManager.default.contents(atPath: "\(harness.downloads)/\(id).bin")
     }
 
+    /// The file `fetch` serves.
+    static let served = "f.bin"
+
+    /// One job (task "s") for a file of `size` bytes from the fault server with
+    /// `faults`, over `connections`, run until the agent is idle: it must exit
+    /// 0 with the file whole. Returns the harness and the server to look into.
+    func fetch(_ faults: String, size: Int, connections: Int = 4, config: String = "", seconds: Double = 60, label: String = "",
+               sourceLocation: SourceLocation = #_sourceLocation) throws -> (AgentHarness, FaultServer) {
+        let harness = try AgentHarness(config: config)
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve(Self.served, size: size)
+        try harness.drop("s.job", job(server.url(Self.served, faults), connections: connections))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: seconds) == 0, "\(label)", sourceLocation: sourceLocation)
+        #expect(contents(harness) == data, "\(label)", sourceLocation: sourceLocation)
+        return (harness, server)
+    }
+
     @Test func rangesOfOneFileArriveOverSeveralConnectionsAsOneFile() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)
@@ -76,12 +93,7 @@ struct SegmentedTests {
     }
 
     @Test func aServerWithoutRangesIsFetchedOverOneConnectionAndSaysWhy() throws {
-        let harness = try AgentHarness()
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("n.bin", size: 4 << 20)
-        try harness.drop("s.job", job(server.url("n.bin", "no_accept_ranges=1"), connections: 8))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        let (harness, server) = try fetch("no_accept_ranges=1", size: 4 << 20, connections: 8)
         #expect(server.requests.count == 1)
         let fallback = try harness.events().compactMap { $0.data["fallback"] as? String }
         #expect(fallback == ["the server does not offer ranges (no Accept-Ranges: bytes)"])
@@ -89,16 +101,11 @@ struct SegmentedTests {
     }
 
     @Test func aServerThatIgnoresRangesRestartsOnOneConnection() throws {
-        let harness = try AgentHarness()
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("i.bin", size: 4 << 20)
         // Accept-Ranges is promised, then every ranged request gets the whole file (200).
-        try harness.drop("s.job", job(server.url("i.bin", "ignore_range=1&rate=4000000"), connections: 4))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        let (harness, server) = try fetch("ignore_range=1&rate=4000000", size: 4 << 20)
         let events = try harness.events()
         let retry = events.first { $0.type == "retrying" }
-        #expect((retry?.data["reason"] as? String)?.hasSuffix("not 206, to a range of \(server.url("i.bin", "ignore_range=1&rate=4000000")); one connection from now on") == true,
+        #expect((retry?.data["reason"] as? String)?.hasSuffix("not 206, to a range of \(server.url(Self.served, "ignore_range=1&rate=4000000")); one connection from now on") == true,
                 "\(retry?.data ?? [:])")
         #expect(retry?.data["bytes"] as? Int == 0)
         // After the restart: one plain request, nothing ranged.
@@ -107,28 +114,17 @@ struct SegmentedTests {
     }
 
     @Test func aFileThatChangesBetweenConnectionsIsNeverMixed() throws {
-        let harness = try AgentHarness()
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("c.bin", size: 4 << 20)
         // A new ETag on every request: no range's If-Range ever matches.
-        try harness.drop("s.job", job(server.url("c.bin", "etag_changes=1&rate=4000000"), connections: 4))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        let (harness, server) = try fetch("etag_changes=1&rate=4000000", size: 4 << 20)
         let reason = try harness.events().first { $0.type == "retrying" }?.data["reason"] as? String
         #expect(reason?.hasPrefix("the file changed on the server (validator \"") == true, "\(reason ?? "-")")
         #expect(server.requests.last?.range == nil)
     }
 
     @Test func aDroppedConnectionIsTakenOverByTheOthers() throws {
-        let harness = try AgentHarness()
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("d.bin", size: 8 << 20)
         // The third request (a ranged one) is cut after 100 KB, and ranges are answered with
         // the rest of the file (more than asked): the task goes on without a retry.
-        try harness.drop("s.job", job(server.url("d.bin", "drop_after=100000&drop_request=3&rate=4000000&ignore_range_end=1"),
-                                      connections: 4))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        let (harness, server) = try fetch("drop_after=100000&drop_request=3&rate=4000000&ignore_range_end=1", size: 8 << 20)
         let events = try harness.events()
         #expect(!events.contains { $0.type == "retrying" })
         #expect(server.requests.contains { $0.bytesSent == 100_000 })
@@ -149,25 +145,15 @@ struct SegmentedTests {
     }
 
     @Test func aServerThatCapsItsAnswersIsFetchedInThePiecesItGives() throws {
-        let harness = try AgentHarness(config: "retries = 0\n")
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("p.bin", size: 6 << 20)
         // Every range is answered with at most 512 KiB (a legal, shorter 206): no attempt is lost to it.
-        try harness.drop("s.job", job(server.url("p.bin", "cap_range=524288&rate=8000000"), connections: 4))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        let (harness, server) = try fetch("cap_range=524288&rate=8000000", size: 6 << 20, config: "retries = 0\n")
         #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
         #expect(server.requests.filter { $0.status == 206 }.count >= 8)
     }
 
     @Test func rangesAnsweredFromTheWrongByteFallBackToOneConnection() throws {
         for fault in ["wrong_range=1", "no_content_range=1", "always_416=1"] {
-            let harness = try AgentHarness(config: "retries = 1\n")
-            let server = try FaultServer(in: harness.directory)
-            let data = try server.serve("w.bin", size: 4 << 20)
-            try harness.drop("s.job", job(server.url("w.bin", fault + "&rate=4000000"), connections: 4))
-            #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0, "\(fault)")
-            #expect(contents(harness) == data, "\(fault)")
+            let (harness, _) = try fetch(fault + "&rate=4000000", size: 4 << 20, config: "retries = 1\n", label: fault)
             let events = try harness.events()
             #expect(events.filter { $0.type == "retrying" }.count == 1, "\(fault)")
             #expect((events.first { $0.type == "retrying" }?.data["reason"] as? String)?.hasSuffix("; one connection from now on") == true,
@@ -179,35 +165,21 @@ struct SegmentedTests {
     /// Issue 14 review: a 416 whose `*/N` names the start of a middle range
     /// is no proof the file ends there; taken for one, it left a hole.
     @Test func a416AtAMiddleRangesStartIsNotTheFilesEnd() throws {
-        let harness = try AgentHarness()
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("m.bin", size: 4 << 20)
-        try harness.drop("s.job", job(server.url("m.bin", "always_416=1&header=Content-Range:bytes%20*/2097152&rate=4000000"),
-                                      connections: 2))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        _ = try fetch("always_416=1&header=Content-Range:bytes%20*/2097152&rate=4000000", size: 4 << 20,
+                      connections: 2)
     }
 
     @Test func cookiesSetOnAnyConnectionAreKept() throws {
-        let harness = try AgentHarness()
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("c.bin", size: 4 << 20)
-        try harness.drop("s.job", job(server.url("c.bin", "set_cookie=session&rate=4000000"), connections: 4))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        let (harness, _) = try fetch("set_cookie=session&rate=4000000", size: 4 << 20)
         let jar = (try? String(contentsOfFile: harness.stateDir + "/cookies.txt", encoding: .utf8)) ?? ""
         #expect(jar.contains("session"), "\(jar)")
     }
 
     @Test func aStalledConnectionIsReplacedAtOnce() throws {
-        let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\n")
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("t.bin", size: 8 << 20)
         // The third request stops sending after 100 KB (for 60 s): idle_timeout ends that
         // connection and another takes its remainder, long before the stall would end.
-        try harness.drop("s.job", job(server.url("t.bin", "stall_after=100000&stall_request=3&stall=60&rate=2000000"), connections: 4))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 45) == 0)
-        #expect(contents(harness) == data)
+        let (harness, _) = try fetch("stall_after=100000&stall_request=3&stall=60&rate=2000000", size: 8 << 20,
+                                     config: "retries = 0\nidle_timeout = 2\n", seconds: 45)
         #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
     }
 
@@ -248,15 +220,10 @@ struct SegmentedTests {
     }
 
     @Test func aServerThatRefusesMoreConnectionsIsServedByThoseItAccepts() throws {
-        let harness = try AgentHarness()
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("l.bin", size: 6 << 20)
         // Two at a time at most: the others meet 503 and their ranges wait for the two
         // that work. (A last connection that meets 503 because the server still counts
         // one the agent closed retries the task once, with backoff, from its ranges.)
-        try harness.drop("s.job", job(server.url("l.bin", "limit_concurrent=2&rate=3000000"), connections: 6))
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(contents(harness) == data)
+        let (harness, server) = try fetch("limit_concurrent=2&rate=3000000", size: 6 << 20, connections: 6)
         #expect(server.requests.filter { $0.status == 503 }.count >= 2)
         let events = try harness.events()
         #expect(events.filter { $0.type == "retrying" }.count <= 1)
