@@ -58,14 +58,17 @@ public struct RouteTable: Equatable, Sendable {
         flags & up != 0 && flags & reject == 0 && device != "lo" && device != "*" && linkIsUp(device)
     }
 
-    /// Some route leads out (link-local and multicast routes, which every
-    /// interface has, aside).
-    public var online: Bool {
-        routes.contains { route in
+    /// The routes that lead out: IPv6 link-local and multicast routes aside,
+    /// which every interface has and which come and go as links settle.
+    public var outward: [Route] {
+        routes.filter { route in
             route.destination.count == 4 || !(route.destination[0] == 0xFE && route.destination[1] & 0xC0 == 0x80)
                 && route.destination[0] != 0xFF
         }
     }
+
+    /// Some route leads out.
+    public var online: Bool { !outward.isEmpty }
 
     /// Whether a route covers `address` (4 or 16 bytes).
     public func reaches(_ address: [UInt8]) -> Bool {

@@ -54,6 +54,8 @@ struct NetworkPolicyTests {
         // Nothing but link-local and multicast routes: offline.
         let nothing = RouteTable.parse(ipv4: "", ipv6: ipv6, linkIsUp: { _ in true })
         #expect(!nothing.online)
+        #expect(nothing.outward.isEmpty && nothing.routes.count == 2)
+        #expect(everyLinkUp.outward.count == 3)
         #expect(!nothing.reaches([UInt8](repeating: 0x20, count: 16)))
     }
 

@@ -111,6 +111,23 @@ struct NetworkTests {
         #expect(FileManager.default.contents(atPath: harness.downloads + "/f.bin") == data)
     }
 
+    /// A stall with the network up is the server's: it is retried (and counted), even in the
+    /// agent's first seconds, when the routes it read at start were taken for a change.
+    @Test func aStallWithTheNetworkUpIsRetried() throws {
+        guard let lab = try makeLab() else { return }
+        let harness = try AgentHarness(config: "retries = 1\nidle_timeout = 1\n")
+        let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
+        try server.serve("s.bin", size: 100_000)
+        try harness.drop("s.job", "id = \"s\"\nurl = \"\(server.url("s.bin", "stall_after=0&stall=30"))\"\ndest = \"s.bin\"\n")
+        let agent = try startAgent(harness, in: lab)
+        defer {
+            agent.signal(SIGTERM)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 20) { !events(harness, "retrying", task: "s").isEmpty }, "\(agent.stderr.suffix(2000))")
+        #expect(events(harness, "paused", task: "s").isEmpty, "\(agent.stderr.suffix(3000))")
+    }
+
     /// A cable pulled out keeps the address and the routes (marked linkdown):
     /// that is offline too. And `--exit-when-idle` waits for such a task
     /// rather than leaving it behind.

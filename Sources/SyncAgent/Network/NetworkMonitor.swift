@@ -29,7 +29,7 @@ final class NetworkMonitor {
     private(set) var routes = RouteTable()
     /// When the routes last changed (monotonic ms): an attempt that failed
     /// across such a change failed because of the network.
-    private(set) var routesChangedMs: Int64 = 0
+    private(set) var routesChangedMs: Int64 = .min
     private var netlink: Int32 = -1
     private var bus: Int32 = -1
     /// When to try the system bus again, after it was missing or lost (monotonic ms).
@@ -48,6 +48,8 @@ final class NetworkMonitor {
         }
         connectBus(quiet: false)
         reading = read()
+        // The first reading is no change: an attempt in the agent's first seconds is not "settling".
+        routesChangedMs = .min
     }
 
     deinit {
@@ -116,10 +118,9 @@ final class NetworkMonitor {
         let fresh = RouteTable.parse(ipv4: (try? String(contentsOfFile: "/proc/net/route", encoding: .utf8)) ?? "",
                                      ipv6: (try? String(contentsOfFile: "/proc/net/ipv6_route", encoding: .utf8)) ?? "",
                                      linkIsUp: Self.linkIsUp)
-        if fresh != routes {
-            routes = fresh
-            routesChangedMs = FileSystem.monotonicMs
-        }
+        // Only a change of the routes that lead out counts (link-local ones settle for a while after a link comes up).
+        if fresh.outward != routes.outward { routesChangedMs = FileSystem.monotonicMs }
+        routes = fresh
         // Without routing events nothing would say the network came back: it is taken to be up.
         var result = Reading(online: netlink < 0 || routes.online)
         var state: UInt32 = 0, metered: UInt32 = 0
