@@ -122,8 +122,10 @@ def syncagent_env():
     return env
 
 
-def syncagent_world(name, out, per_host=CONCURRENCY):
-    state = fresh(os.path.join(WORK, name, "state"))
+def syncagent_world(name, out, per_host=CONCURRENCY, keep_state=False):
+    state = os.path.join(WORK, name, "state")
+    if not keep_state:
+        fresh(state)
     inbox = fresh(os.path.join(WORK, name, "inbox"))
     config = os.path.join(WORK, name, "config.toml")
     with open(config, "w") as f:
@@ -133,19 +135,8 @@ def syncagent_world(name, out, per_host=CONCURRENCY):
 
 def run_syncagent(urls, out):
     """Jobs written into the inbox, then the agent until idle: end to end."""
-    state, inbox, config = syncagent_world("syncagent-run", out)
-    script = os.path.join(WORK, "drop-and-run.sh")
-    jobs = os.path.join(WORK, "syncagent-jobs")
-    fresh(jobs)
-    for index, (url, dest) in enumerate(urls):
-        with open(os.path.join(jobs, f"{index:05d}.job"), "w") as f:
-            f.write(f'url = "{url}"\ndest = "{dest}"\n')
-    with open(script, "w") as f:
-        f.write(f"""set -e
-mv {jobs}/*.job {inbox}/ 2>/dev/null || find {jobs} -name '*.job' -exec mv -t {inbox}/ {{}} +
-exec {SYNCAGENT} run --exit-when-idle --config {config} --state-dir {state} --inbox {inbox}
-""")
-    return timed(["bash", script], env=syncagent_env())
+    jobs = {f"{index:05d}.job": f'url = "{url}"\ndest = "{dest}"\n' for index, (url, dest) in enumerate(urls)}
+    return run_syncagent_jobs(jobs, out, "syncagent-run")
 
 
 def run_curl(urls, out):
@@ -177,9 +168,10 @@ def run_urlsession(urls, out):
     return timed([URLSESSION_PEER, listing, str(CONCURRENCY)])
 
 
-def run_syncagent_jobs(jobs_text, out, name, per_host=CONCURRENCY):
-    """Job files (name → TOML) dropped at once, then the agent until idle."""
-    state, inbox, config = syncagent_world(name, out, per_host)
+def run_syncagent_jobs(jobs_text, out, name, per_host=CONCURRENCY, keep_state=False):
+    """Job files (name → TOML) dropped at once, then the agent until idle
+    (with `keep_state`, on the log of the previous run of `name`)."""
+    state, inbox, config = syncagent_world(name, out, per_host, keep_state)
     staging = fresh(os.path.join(WORK, name + "-jobs"))
     for job_name, text in jobs_text.items():
         with open(os.path.join(staging, job_name), "w") as f:
@@ -187,39 +179,25 @@ def run_syncagent_jobs(jobs_text, out, name, per_host=CONCURRENCY):
     script = os.path.join(WORK, name + ".sh")
     with open(script, "w") as f:
         f.write(f"""set -e
-find {staging} -name '*.job' -exec mv -t {inbox}/ {{}} +
+mv {staging}/*.job {inbox}/ 2>/dev/null || find {staging} -name '*.job' -exec mv -t {inbox}/ {{}} +
 exec {SYNCAGENT} run --exit-when-idle --config {config} --state-dir {state} --inbox {inbox}
 """)
     return timed(["bash", script], env=syncagent_env())
 
 
-SEGMENT_TOOLS = ["syncagent", "aria2c", "curl"]
+def segment_tools(connections):
+    """syncagent with `connections = N`, aria2c -xN -sN and curl (one connection), for one file."""
+    def run_syncagent_segmented(urls, out):
+        (url, dest), = urls
+        return run_syncagent_jobs({"big.job": f'url = "{url}"\ndest = "{dest}"\nconnections = {connections}\n'},
+                                  out, "syncagent-segmented", per_host=connections)
 
+    def run_aria2c_segmented(urls, out):
+        (url, dest), = urls
+        return timed(["aria2c", "-q", f"-x{connections}", f"-s{connections}", "--min-split-size=1M", "-d", out, "-o", dest,
+                      "--file-allocation=none", "--console-log-level=error", "--summary-interval=0", url])
 
-def segmented_workload(url, size, connections, rounds):
-    """One file from a server that caps each connection: syncagent with
-    `connections = N` against aria2c -xN -sN, and curl (one connection)."""
-    results = {name: [] for name in SEGMENT_TOOLS}
-    for round_index in range(rounds):
-        order = SEGMENT_TOOLS[round_index % 3:] + SEGMENT_TOOLS[:round_index % 3]
-        for name in order:
-            out = fresh(os.path.join(WORK, "out"))
-            if name == "syncagent":
-                wall, rss = run_syncagent_jobs({"big.job": f'url = "{url}"\ndest = "big.bin"\nconnections = {connections}\n'},
-                                               out, "syncagent-segmented", per_host=connections)
-            elif name == "aria2c":
-                wall, rss = timed(["aria2c", "-q", f"-x{connections}", f"-s{connections}", "--min-split-size=1M", "-d", out,
-                                   "-o", "big.bin", "--file-allocation=none", "--console-log-level=error",
-                                   "--summary-interval=0", url])
-            else:
-                wall, rss = timed(["curl", "-s", "-f", "-o", os.path.join(out, "big.bin"), url])
-            path = os.path.join(out, "big.bin")
-            if not os.path.exists(path) or os.path.getsize(path) != size:
-                sys.exit(f"{name}: big.bin missing or wrong size after the segmented download")
-            results[name].append((wall, rss))
-            print(f"  segmented: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
-    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
-    return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
+    return [("syncagent", run_syncagent_segmented), ("aria2c", run_aria2c_segmented), ("curl", run_curl)]
 
 
 def update_workload(nginx, files, rounds):
@@ -235,13 +213,8 @@ def update_workload(nginx, files, rounds):
         downloads.append(run_syncagent_jobs(jobs, out, "syncagent-update")[0])
         before = os.path.getsize(log) if os.path.exists(log) else 0
         # The same state directory: the log knows what it published.
-        with open(os.path.join(WORK, "syncagent-update.sh")) as f:
-            script = f.read()
-        staging = fresh(os.path.join(WORK, "syncagent-update-jobs"))
-        for job_name, text in jobs.items():
-            with open(os.path.join(staging, "again-" + job_name), "w") as f:
-                f.write(text)
-        checks.append(timed(["bash", "-c", script], env=syncagent_env())[0])
+        again = {"again-" + job_name: text for job_name, text in jobs.items()}
+        checks.append(run_syncagent_jobs(again, out, "syncagent-update", keep_state=True)[0])
         with open(log) as f:
             f.seek(before)
             sent += sum(int(line.split()[2]) for line in f if line.strip())
@@ -253,11 +226,12 @@ def update_workload(nginx, files, rounds):
 TOOLS = [("syncagent", run_syncagent), ("curl", run_curl), ("aria2c", run_aria2c), ("URLSession", run_urlsession)]
 
 
-def transfer_workload(title, urls, expected_sizes, rounds):
-    results = {name: [] for name, _ in TOOLS}
+def transfer_workload(title, urls, expected_sizes, rounds, tools=None):
+    tools = tools or TOOLS
+    results = {name: [] for name, _ in tools}
     for round_index in range(rounds):
         # Alternate the order so no tool always runs first (cold) or last.
-        order = TOOLS[round_index % len(TOOLS):] + TOOLS[:round_index % len(TOOLS)]
+        order = tools[round_index % len(tools):] + tools[:round_index % len(tools)]
         for name, run in order:
             out = fresh(os.path.join(WORK, "out"))
             wall, rss = run(urls, out)
@@ -494,7 +468,8 @@ def main():
         print(f"6. a {segments}-segment HLS VOD", flush=True)
         hls = hls_workload(nginx.url("vod/index.m3u8"), options.rounds)
         print(f"7. {capped >> 20} MiB at 10 MB/s per connection, {CONNECTIONS} connections", flush=True)
-        segmented = segmented_workload(nginx.url("capped/capped.bin"), capped, CONNECTIONS, options.rounds)
+        segmented = transfer_workload("segmented", [(nginx.url("capped/capped.bin"), "big.bin")], {"big.bin": capped},
+                                      options.rounds, tools=segment_tools(CONNECTIONS))
         print(f"8. {synced} files of {SYNCED_SIZE >> 10} KiB with overwrite = \"update\"", flush=True)
         update_download, update_check, update_sent = update_workload(nginx, synced, options.rounds)
     finally:
@@ -527,8 +502,8 @@ def main():
         f"| {capped >> 20} MiB, nginx `limit_rate 10m` per connection | syncagent `connections = {CONNECTIONS}` "
         f"| aria2c `-x{CONNECTIONS} -s{CONNECTIONS}` | curl |",
         "|---|---|---|---|",
-        "| wall time | " + " | ".join(f"{segmented[n][0]:.2f} s ({segmented[n][0] / aria:.2f}× aria2c)" for n in SEGMENT_TOOLS) + " |",
-        "| peak RSS | " + " | ".join(mib(segmented[n][1]) for n in SEGMENT_TOOLS) + " |",
+        "| wall time | " + " | ".join(f"{s[0]:.2f} s ({s[0] / aria:.2f}× aria2c)" for s in segmented.values()) + " |",
+        "| peak RSS | " + " | ".join(mib(s[1]) for s in segmented.values()) + " |",
     ]
     lines += [
         "",
