@@ -81,6 +81,12 @@ public final class Agent {
     var waitingAddress: [String: String] = [:]
     /// Downloads running over several connections, by task id.
     var segmented: [String: SegmentedDownload] = [:]
+    /// Compacts the log off the loop (see Compactor).
+    private let compactor: BackgroundCompactor
+    /// The seq the newest snapshot covers: the agent compacts by itself once the log grows far past it.
+    private var snapshotSeq: Int64 = 0
+    /// `syncagent compact` asked (its cutoff in seconds); it starts at the next commit.
+    private var compactionRequested: Int64?
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -96,6 +102,7 @@ public final class Agent {
         self.settings = TransferSettings(config: config)
         self.syncer = try DataSyncer()
         self.assembler = try HLSAssembler()
+        self.compactor = try BackgroundCompactor()
         self.hooks = HookRunner(stateDir: paths.stateDir)
     }
 
@@ -112,6 +119,7 @@ public final class Agent {
 
         runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
+        snapshotSeq = try log.store.newestSnapshotSeq()
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
         root = try DownloadRoot(path: paths.downloadDir)
@@ -153,12 +161,13 @@ public final class Agent {
             }
 
             if exitWhenIdle && isIdle(watcher) { break }
-            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd] + hooks.fds + network.fds,
+            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd, compactor.fd] + hooks.fds + network.fds,
                                    timeoutMs: pollTimeoutMs())
             if let before = network.refresh(ready: ready) { networkChanged(from: before) }
             checkTheNetwork()
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
             if ready.contains(assembler.fd) { assembled(assembler.drain()) }
+            if ready.contains(compactor.fd) { compacted(compactor.drain()) }
             if ready.contains(signalFd) {
                 let signal = sa_read_signal(signalFd)
                 if signal == SIGHUP {
@@ -203,6 +212,7 @@ public final class Agent {
         // may): its parent is paused with its children and assembled again.
         syncer.waitForAll()
         applySynced(syncer.drain())
+        compacted(compactor.stop())
         if let stopSignal {
             pauseAllForStop()
             // Within the 5 s a stop may take: hooks get 2 s to finish, then are killed.
@@ -294,11 +304,39 @@ public final class Agent {
         renamesAfterCommit.removeAll()
         for folder in cleanupsAfterCommit { removeWorkFolder(folder) }
         cleanupsAfterCommit.removeAll()
+        // Here the fold is exactly the committed log: what a snapshot may hold.
+        if !compactor.busy, !log.hasPending {
+            if let olderThanS = compactionRequested {
+                compactionRequested = nil
+                compactor.start(eventLog: paths.eventLog, state: log.state, olderThanS: olderThanS, trigger: "requested")
+            } else if Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq) {
+                compactor.start(eventLog: paths.eventLog, state: log.state, olderThanS: config.keepEndedS, trigger: "log_size")
+            }
+        }
+    }
+
+    /// What a compaction came to, recorded; a failed one is tried again only
+    /// once the log has grown as much again, not after every commit.
+    private func compacted(_ outcomes: [BackgroundCompactor.Outcome]) {
+        for outcome in outcomes {
+            switch outcome {
+            case .success(let report):
+                snapshotSeq = report.snapshotSeq
+                log.record(.compacted(report))
+                logger.info("log compacted", metadata: [
+                    "snapshot_seq": "\(report.snapshotSeq)", "tasks": "\(report.tasks)", "events": "\(report.events)",
+                    "bytes_before": "\(report.bytesBefore)", "bytes_after": "\(report.bytesAfter)"])
+            case .failure(let error):
+                snapshotSeq = log.state.lastSeq
+                logger.error("cannot compact the log", metadata: ["log": "\(paths.eventLog)", "error": "\(error)"])
+            }
+        }
     }
 
     private func isIdle(_ watcher: InboxWatcher) -> Bool {
         // needsScheduling: a pass (which also announces drained batches) is still due.
-        guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, awaitingSync.isEmpty, intake.isIdle,
+        guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, awaitingSync.isEmpty, intake.isIdle, !compactor.busy,
+              compactionRequested == nil,
               log.state.owedNotices.isEmpty, hooks.running.isEmpty, log.state.owedTaskHooks.isEmpty,
               log.state.owedBatchHooks.isEmpty else { return false }
         // Waiting for the network is work this agent will resume (within total_timeout).
@@ -789,6 +827,16 @@ public final class Agent {
     /// target task (SPEC §4.3). Returns an error sentence for the job file
     /// when it names no task.
     private func apply(_ control: ControlJob, source: JobSource) -> String? {
+        if control.action == .compact {
+            let olderThanS = control.olderThanS ?? config.keepEndedS
+            let outcome = compactor.busy || compactionRequested != nil ? "nothing to do: a compaction is running"
+                : "compaction started (ended tasks older than \(olderThanS) s)"
+            // Started at the next commit: the snapshot holds committed events only.
+            if !compactor.busy, compactionRequested == nil { compactionRequested = olderThanS }
+            log.record(.controlled(Controlled(action: control.action.rawValue, target: "*", outcome: outcome,
+                                              file: source.file, identity: source.identity)))
+            return nil
+        }
         let targets: [TaskState]
         if control.task == "*" {
             // A forgotten task is out of the user's sight: "all" does not include it.
@@ -823,7 +871,7 @@ public final class Agent {
         case .pause: task.phase.isActive
         case .resume: task.phase == .paused || task.phase == .failed
         case .cancel: !task.phase.isEnded || task.phase == .failed
-        case .forget: false
+        case .forget, .compact: false
         }
         if applies, log.state.families[task.id] != nil { carryOutOnChildren(action, of: task) }
         switch (action, task.phase) {
@@ -855,7 +903,7 @@ public final class Agent {
             if let part = task.partPath { removePartial(part, of: task.id) }
             log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
             return "cancelled"
-        case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase):
+        case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase), (.compact, let phase):
             return "nothing to do: task already \(phase.rawValue)"
         }
     }

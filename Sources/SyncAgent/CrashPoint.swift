@@ -18,6 +18,10 @@ enum CrashPoint: String {
     case finishedCommitted = "finished-committed"
     /// `hook_started` is committed; the hook's process is not spawned yet.
     case hookStartCommitted = "hook-start-committed"
+    /// `compact` stored its snapshot; no raw event is deleted yet.
+    case compactSnapshotWritten = "compact-snapshot-written"
+    /// `compact` deleted its first chunk of raw events; the rest remain.
+    case compactDeleting = "compact-deleting"
 
     private static let armed = ProcessInfo.processInfo.environment["SYNCAGENT_CRASHPOINT"].flatMap(CrashPoint.init(rawValue:))
 

@@ -29,6 +29,8 @@ public struct AgentConfig: Equatable, Sendable {
     public var connections = 1
     /// False: transfers wait while NetworkManager says the link is metered (jobs may say otherwise).
     public var allowMetered = true
+    /// Ended tasks keep their raw events this long; `compact` folds older ones into the snapshot.
+    public var keepEndedS = Compaction.defaultKeepEndedS
     public var notify: NotifyMode = .batch
     public var userAgent: String?
     public var cookies: CookieMode = .persistent
@@ -54,7 +56,7 @@ public struct AgentConfig: Equatable, Sendable {
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
-        "allow_metered",
+        "allow_metered", "keep_ended",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
@@ -74,6 +76,7 @@ public struct AgentConfig: Equatable, Sendable {
         note("ca_file", \.caFile); note("headers", \.headers); note("max_overall_speed", \.maxOverallSpeed)
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
         note("connections", \.connections); note("allow_metered", \.allowMetered)
+        note("keep_ended", \.keepEndedS)
         return keys
     }
 
@@ -98,6 +101,7 @@ public struct AgentConfig: Equatable, Sendable {
         config.onBatchEnd = try reader.command("on_batch_end")
         config.hookTimeout = try reader.seconds("hook_timeout") ?? config.hookTimeout
         config.allowMetered = try reader.bool("allow_metered") ?? config.allowMetered
+        config.keepEndedS = try reader.duration("keep_ended") ?? config.keepEndedS
         config.connections = try reader.int("connections", in: 1...SegmentPlan.maximumConnections) ?? config.connections
         config.notify = try reader.choice("notify", NotifyMode.self) ?? config.notify
         config.userAgent = try reader.string("user_agent")

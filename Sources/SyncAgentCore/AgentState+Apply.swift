@@ -49,7 +49,7 @@ extension AgentState {
             case .taskEnd: if let id = event.task { owedTaskHooks.remove(id) }
             case .batchEnd: if let seq = hook.batchSeq { owedBatchHooks[seq] = nil }
             }
-        case .hookEnded:
+        case .hookEnded, .compacted:
             break
         case .notified(let notice):
             if let id = event.task {
@@ -329,7 +329,7 @@ extension TaskState {
         case .forgotten:
             forgotten = true
         case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified, .controlled, .configReloaded,
-             .hookStarted, .hookEnded:
+             .hookStarted, .hookEnded, .compacted:
             break
         }
         return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey,

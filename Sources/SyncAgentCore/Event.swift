@@ -45,12 +45,13 @@ public enum EventBody: Equatable, Sendable {
     case forgotten(Forgotten)
     case hookStarted(HookStarted)
     case hookEnded(HookEnded)
+    case compacted(Compacted)
 
     public static let allTypes = [
         "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
         "finished", "failed", "cancelled", "rejected", "controlled", "expanded",
         "agent_started", "agent_stopped", "batch_finished", "notified", "config_reloaded",
-        "forgotten", "hook_started", "hook_ended",
+        "forgotten", "hook_started", "hook_ended", "compacted",
     ]
 
     public var type: String {
@@ -76,6 +77,7 @@ public enum EventBody: Equatable, Sendable {
         case .forgotten: "forgotten"
         case .hookStarted: "hook_started"
         case .hookEnded: "hook_ended"
+        case .compacted: "compacted"
         }
     }
 }
@@ -263,6 +265,27 @@ public struct ConfigReloaded: Codable, Equatable, Sendable {
     public var hooks: [String]?
     public init(file: String, applied: [String], needRestart: [String], error: String? = nil, hooks: [String]? = nil) {
         self.file = file; self.applied = applied; self.needRestart = needRestart; self.error = error; self.hooks = hooks
+    }
+}
+
+/// `syncagent compact` (or the agent by itself) stored a snapshot and
+/// dropped the raw events of tasks that ended long ago (SPEC §6).
+public struct Compacted: Codable, Equatable, Sendable {
+    /// The seq the new snapshot covers.
+    public var snapshotSeq: Int64
+    /// Tasks whose raw events were deleted, and how many events went in all.
+    public var tasks: Int
+    public var events: Int
+    /// Tasks that had ended at least this long ago qualified.
+    public var olderThanS: Int64
+    /// Size of the log (with its write-ahead log) before and after.
+    public var bytesBefore: Int64
+    public var bytesAfter: Int64
+    /// `requested` (syncagent compact) or `log_size` (the agent by itself).
+    public var trigger: String
+    public init(snapshotSeq: Int64, tasks: Int, events: Int, olderThanS: Int64, bytesBefore: Int64, bytesAfter: Int64, trigger: String) {
+        self.snapshotSeq = snapshotSeq; self.tasks = tasks; self.events = events; self.olderThanS = olderThanS
+        self.bytesBefore = bytesBefore; self.bytesAfter = bytesAfter; self.trigger = trigger
     }
 }
 

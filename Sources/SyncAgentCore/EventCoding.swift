@@ -110,6 +110,7 @@ public enum EventCoding {
             case .forgotten(let p): bytes = try encoder.encode(p)
             case .hookStarted(let p): bytes = try encoder.encode(p)
             case .hookEnded(let p): bytes = try encoder.encode(p)
+            case .compacted(let p): bytes = try encoder.encode(p)
             default: preconditionFailure("written by hand above")
             }
         } catch {
@@ -183,6 +184,7 @@ public enum EventCoding {
         case "forgotten": return .forgotten(try decode(Forgotten.self))
         case "hook_started": return .hookStarted(try decode(HookStarted.self))
         case "hook_ended": return .hookEnded(try decode(HookEnded.self))
+        case "compacted": return .compacted(try decode(Compacted.self))
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }

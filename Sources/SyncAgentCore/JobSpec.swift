@@ -7,11 +7,15 @@ public enum Job: Equatable, Sendable {
 }
 
 public struct ControlJob: Equatable, Sendable {
-    public enum Action: String, CaseIterable, Sendable { case pause, resume, cancel, forget }
+    public enum Action: String, CaseIterable, Sendable { case pause, resume, cancel, forget, compact }
     public var action: Action
-    /// A task id, or `*` for every task.
+    /// A task id, or `*` for every task (`compact`: always `*`).
     public var task: String
-    public init(action: Action, task: String) { self.action = action; self.task = task }
+    /// `compact`: ended tasks older than this many seconds go into the snapshot (nil: `keep_ended`).
+    public var olderThanS: Int64?
+    public init(action: Action, task: String, olderThanS: Int64? = nil) {
+        self.action = action; self.task = task; self.olderThanS = olderThanS
+    }
 }
 
 /// Turns the bytes of a job file into a `Job`, or a `KeyError` whose
@@ -44,7 +48,7 @@ public struct JobParser: Sendable {
         // HLS jobs:
         "variant", "output", "max_duration",
     ]
-    static let controlKeys: Set<String> = ["action", "task"]
+    static let controlKeys: Set<String> = ["action", "task", "older_than"]
 
     public func parse(_ bytes: [UInt8], source: JobSource? = nil) throws -> Job {
         if bytes.count > Self.maximumSize {
@@ -65,6 +69,14 @@ public struct JobParser: Sendable {
         guard let action = try reader.choice("action", ControlJob.Action.self) else {
             throw KeyError(key: "action", "is missing")
         }
+        if action == .compact {
+            // The log as a whole: no task to name.
+            if let task = try reader.string("task"), task != "*" {
+                throw KeyError(key: "task", "must be \"*\" or left out for compact, not \"\(task)\"")
+            }
+            return ControlJob(action: .compact, task: "*", olderThanS: try reader.duration("older_than"))
+        }
+        if reader.has("older_than") { throw KeyError(key: "older_than", "belongs to action = \"compact\" only") }
         guard let task = try reader.string("task"), !task.isEmpty else {
             throw KeyError(key: "task", "is missing: a control job names a task id, or \"*\" for all")
         }

@@ -37,6 +37,11 @@ public struct RunQueue: Equatable, Sendable {
         entries.insert(entry, at: insertionIndex(of: entry))
     }
 
+    /// Adds an entry known to follow every other (a snapshot read back in order).
+    mutating func append(_ entry: Entry) {
+        entries.append(entry)
+    }
+
     mutating func remove(priority: Int, seq: Int64) {
         let probe = Entry(priority: priority, seq: seq, id: "", hostKey: "", notBeforeMs: nil)
         let index = insertionIndex(of: probe)

@@ -73,6 +73,14 @@ struct TOMLReader {
         try int(key, in: 1...Int(Int32.max))
     }
 
+    /// A span of time such as `"7d"`, `"12h"`, `"30m"`, `"0"`, or whole seconds.
+    func duration(_ key: String) throws -> Int64? {
+        guard let value = table[key] else { return nil }
+        if case .integer(let int) = value, int >= 0 { return Int64(int) }
+        if case .string(let text) = value, let seconds = DurationText.seconds(text) { return seconds }
+        throw KeyError(key: prefix + key, "must be a duration such as \"7d\", \"12h\", \"30m\" or a number of seconds")
+    }
+
     func choice<E: RawRepresentable & CaseIterable>(_ key: String, _: E.Type) throws -> E? where E.RawValue == String {
         guard let raw = try string(key) else { return nil }
         guard let value = E(rawValue: raw) else {

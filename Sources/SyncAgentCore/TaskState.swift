@@ -66,7 +66,7 @@ final class DetailsBox: Equatable, @unchecked Sendable {
 /// One task as the log tells it.
 public struct TaskState: Equatable, Sendable {
     public var id: String
-    private let specBox: SpecBox
+    let specBox: SpecBox
     public var spec: TaskSpec { specBox.spec }
     /// Bytes the log vouches for: flushed to the partial (or final) file.
     public var bytes: Int64 = 0
@@ -90,7 +90,8 @@ public struct TaskState: Equatable, Sendable {
     }
     /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
     public private(set) var hostKey: String
-    private var detailsBox: DetailsBox?
+    /// Nil, or the details that differ from none (never an empty box: equality relies on it).
+    var detailsBox: DetailsBox?
     public var total: Int64?
     /// Unix ms before which the scheduler must not start it (not_before, retry backoff).
     public var notBeforeMs: Int64?

@@ -20,7 +20,7 @@ struct SyncAgentCommand: ParsableCommand {
         version: SyncAgentVersion.current,
         subcommands: [
             RunCommand.self, SubmitCommand.self, StatusCommand.self, ReplayCommand.self, EventsCommand.self,
-            PauseCommand.self, ResumeCommand.self, CancelCommand.self, ForgetCommand.self,
+            PauseCommand.self, ResumeCommand.self, CancelCommand.self, ForgetCommand.self, CompactCommand.self,
         ]
     )
 }

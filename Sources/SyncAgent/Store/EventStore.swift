@@ -31,6 +31,17 @@ public final class EventStore {
             );
             """),
         ("index events by task", "CREATE INDEX events_by_task ON events(task, seq);"),
+        // The fold at `seq` (SPEC §6). `pruned`: raw events up to `seq` may
+        // have been deleted by `compact`, so a replay must start from here.
+        ("create snapshots", """
+            CREATE TABLE snapshots (
+              seq    INTEGER PRIMARY KEY,
+              format INTEGER NOT NULL,
+              at_ms  INTEGER NOT NULL,
+              pruned INTEGER NOT NULL,
+              data   BLOB NOT NULL
+            );
+            """),
     ]
 
     /// Opens (creating if needed) for writing. Only the agent holding the
@@ -42,6 +53,11 @@ public final class EventStore {
         defer { close(fd) }
         try syscall("chmod 0600 \(path)") { fchmod(fd, 0o600) }
         try open(flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+        // A new log gives freed pages back to the file system as `compact`
+        // frees them (this can only be chosen before the first table).
+        if try schemaVersion() == 0, try scalar("SELECT count(*) FROM sqlite_master") == 0 {
+            try execute("PRAGMA auto_vacuum=INCREMENTAL")
+        }
         try execute("PRAGMA journal_mode=WAL")
         // Durability comes from the WAL fsync at each commit of a batch.
         try execute("PRAGMA synchronous=FULL")
@@ -217,10 +233,160 @@ public final class EventStore {
     }
 
     /// The fold of the log up to `last`: what `status` and `replay` show.
+    /// It starts from the newest snapshot at or before `last` and folds the
+    /// events after it, all inside one read transaction, so a `compact`
+    /// running beside it is seen wholly or not at all.
     public func replay(through last: Int64 = .max) throws -> AgentState {
-        var state = AgentState()
-        try forEach(through: last) { state.apply($0) }
-        return state
+        guard db != nil, try schemaVersion() > 0 else { return AgentState() }
+        return try reading {
+            let pruned = try prunedThrough()
+            guard last >= pruned else {
+                throw StoreError(message: "events up to seq \(pruned) of \(path) were compacted into a snapshot; "
+                                 + "the log can be replayed through seq \(pruned) or later")
+            }
+            var state = try snapshot(atOrBefore: last, mustCover: pruned) ?? AgentState()
+            try forEach(after: state.lastSeq, through: last) { state.apply($0) }
+            return state
+        }
+    }
+
+    /// Runs `body` inside one read transaction: every statement sees the same version of the file.
+    private func reading<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN")
+        do {
+            let value = try body()
+            try execute("COMMIT")
+            return value
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    private var hasSnapshots: Bool {
+        get throws { try schemaVersion() >= 3 }
+    }
+
+    /// Raw events up to this seq may be gone (0: none are).
+    public func prunedThrough() throws -> Int64 {
+        guard try hasSnapshots else { return 0 }
+        return try scalar("SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE pruned = 1")
+    }
+
+    /// The seq the newest snapshot covers (0: none).
+    public func newestSnapshotSeq() throws -> Int64 {
+        guard try hasSnapshots else { return 0 }
+        return try scalar("SELECT COALESCE(MAX(seq), 0) FROM snapshots")
+    }
+
+    /// The newest snapshot at or before `last`, decoded. One the events
+    /// still hold is skipped when it cannot be read (another format): the
+    /// events say the same. One that replaced deleted events cannot be skipped.
+    private func snapshot(atOrBefore last: Int64, mustCover pruned: Int64) throws -> AgentState? {
+        guard try hasSnapshots else { return nil }
+        let statement = try prepare("SELECT seq, data FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC")
+        defer { sqlite3_finalize(statement) }
+        sqlite3_bind_int64(statement, 1, last)
+        while true {
+            let code = sqlite3_step(statement)
+            if code == SQLITE_DONE { return nil }
+            guard code == SQLITE_ROW else { throw error("cannot read snapshots") }
+            let seq = sqlite3_column_int64(statement, 0)
+            let data = UnsafeRawBufferPointer(start: sqlite3_column_blob(statement, 1), count: Int(sqlite3_column_bytes(statement, 1)))
+            do {
+                let state = try Snapshot.decode(data)
+                guard state.lastSeq == seq else { throw Snapshot.Malformed(description: "it covers seq \(state.lastSeq), not \(seq)") }
+                return state
+            } catch {
+                guard seq > pruned else {
+                    throw StoreError(message: "the snapshot at seq \(seq) of \(path) cannot be read (\(error)), "
+                                     + "and the events it replaced are gone; run the syncagent that wrote it")
+                }
+            }
+        }
+    }
+
+    // MARK: - Compaction (SPEC §6): only ever one compaction at a time, beside the agent's appends.
+
+    /// Stores `state` as the snapshot at its `lastSeq`. `pruned`: events up
+    /// to there are about to be deleted. Older snapshots go, except the
+    /// newest pruned one (`replay --until` starts from it).
+    public func writeSnapshot(_ state: AgentState, nowMs: Int64, pruned: Bool) throws {
+        let bytes = Snapshot.encode(state)
+        try transaction {
+            let statement = try prepare("INSERT OR REPLACE INTO snapshots(seq, format, at_ms, pruned, data) VALUES (?1, ?2, ?3, ?4, ?5)")
+            defer { sqlite3_finalize(statement) }
+            let bound = bytes.withUnsafeBytes { raw in
+                [sqlite3_bind_int64(statement, 1, state.lastSeq), sqlite3_bind_int64(statement, 2, Int64(Snapshot.format)),
+                 sqlite3_bind_int64(statement, 3, nowMs), sqlite3_bind_int64(statement, 4, pruned ? 1 : 0),
+                 sqlite3_bind_blob(statement, 5, raw.baseAddress, Int32(raw.count), SQLITE_TRANSIENT)]
+            }
+            guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind the snapshot") }
+            guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(state.lastSeq)") }
+            try execute("""
+                DELETE FROM snapshots WHERE seq < \(state.lastSeq)
+                  AND seq <> (SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE pruned = 1)
+                """)
+        }
+    }
+
+    /// Deletes up to `limit` raw events of `task` (or of the agent itself,
+    /// when nil, written before `beforeMs`) at or below `through`. Returns
+    /// how many went; the caller repeats until none do, so each
+    /// transaction stays short beside a running agent.
+    public func deleteEvents(task: String?, through: Int64, beforeMs: Int64, limit: Int) throws -> Int {
+        let filter = task == nil ? "task IS NULL AND at_ms < ?3" : "task = ?4"
+        let statement = try prepare("""
+            DELETE FROM events WHERE seq IN
+              (SELECT seq FROM events WHERE \(filter) AND seq <= ?1 ORDER BY seq LIMIT ?2)
+            """)
+        defer { sqlite3_finalize(statement) }
+        sqlite3_bind_int64(statement, 1, through)
+        sqlite3_bind_int64(statement, 2, Int64(limit))
+        sqlite3_bind_int64(statement, 3, beforeMs)
+        if let task { sqlite3_bind_text(statement, 4, task, -1, SQLITE_TRANSIENT) }
+        return try transaction {
+            guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot delete compacted events") }
+            return Int(sqlite3_changes(db))
+        }
+    }
+
+    /// Gives up to `pages` free pages back to the file system; false once none are left.
+    public func releaseFreePages(_ pages: Int) throws -> Bool {
+        guard try scalar("PRAGMA auto_vacuum") == 2 else { return false }
+        guard try scalar("PRAGMA freelist_count") > 0 else { return false }
+        try execute("PRAGMA incremental_vacuum(\(pages))")
+        return try scalar("PRAGMA freelist_count") > 0
+    }
+
+    /// Whether freed pages can be given back without rewriting the file.
+    public var shrinksIncrementally: Bool {
+        get throws { try scalar("PRAGMA auto_vacuum") == 2 }
+    }
+
+    /// Rewrites the whole file, so it gives back every free page from now
+    /// on too. Only with no agent running: it holds the file for its duration.
+    public func rewriteToShrink() throws {
+        try execute("PRAGMA auto_vacuum=INCREMENTAL")
+        try execute("VACUUM")
+    }
+
+    /// Moves the write-ahead log into the file and empties it, so the file's
+    /// size says what it holds.
+    public func checkpoint() throws {
+        try execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    private func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let value = try body()
+            try execute("COMMIT")
+            return value
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
     }
 }
 

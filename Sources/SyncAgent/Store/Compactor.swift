@@ -1,0 +1,151 @@
+import Dispatch
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `syncagent compact` (SPEC §3, §6): stores the fold as a snapshot, then
+/// deletes the raw events of tasks that ended before the cutoff, then gives
+/// the freed pages back to the file system.
+///
+/// Safe at every instant: the snapshot is committed before any event goes,
+/// and start-up reads the snapshot and only the events after it, so a crash
+/// between any two steps leaves the old state or the new one, and the
+/// events still there are merely deleted by the next compaction.
+public enum Compactor {
+    /// How the work is cut: beside a running agent, small transactions with
+    /// pauses, so the agent's commits never wait long for the file.
+    public struct Pacing: Sendable {
+        var rowsPerTransaction: Int
+        var pagesPerTransaction: Int
+        var pauseMicroseconds: UInt32
+        /// The agent runs: no step may hold the file long, nor rewrite it whole.
+        var besideAgent: Bool
+
+        public static let alone = Pacing(rowsPerTransaction: 50_000, pagesPerTransaction: 1 << 16, pauseMicroseconds: 0, besideAgent: false)
+        public static let besideAgent = Pacing(rowsPerTransaction: 2_000, pagesPerTransaction: 256, pauseMicroseconds: 2_000, besideAgent: true)
+    }
+
+    /// `folded`: the fold of every committed event, when the caller holds it
+    /// (the agent right after a commit); else it is read from the log.
+    /// `stopRequested` is asked between steps: the agent stopping cuts a compaction short, safely.
+    public static func compact(eventLog path: String, folded: AgentState? = nil, olderThanS: Int64, nowMs: Int64, trigger: String,
+                               pacing: Pacing, stopRequested: () -> Bool = { false }) throws -> Compacted {
+        let bytesBefore = fileBytes(path)
+        let store = try EventStore(writingTo: path)
+        let state = try folded ?? store.replay()
+        let cutoffMs = olderThanS >= nowMs / 1000 ? Int64.min : nowMs - olderThanS * 1000
+        let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
+        try store.writeSnapshot(state, nowMs: nowMs, pruned: true)
+        CrashPoint.compactSnapshotWritten.reached()
+
+        var deleted = 0
+        func deleteAll(task: String?) throws {
+            while !stopRequested() {
+                let count = try store.deleteEvents(task: task, through: state.lastSeq, beforeMs: cutoffMs, limit: pacing.rowsPerTransaction)
+                deleted += count
+                if deleted > 0 { CrashPoint.compactDeleting.reached() }
+                if count < pacing.rowsPerTransaction { return }
+                if pacing.pauseMicroseconds > 0 { usleep(pacing.pauseMicroseconds) }
+            }
+        }
+        for id in prunable { try deleteAll(task: id) }
+        // The agent's own events before the cutoff: their effect is in the snapshot.
+        try deleteAll(task: nil)
+
+        if try store.shrinksIncrementally {
+            while !stopRequested(), try store.releaseFreePages(pacing.pagesPerTransaction) {
+                if pacing.pauseMicroseconds > 0 { usleep(pacing.pauseMicroseconds) }
+            }
+        } else if !pacing.besideAgent, deleted > 0 {
+            // A log from before snapshots existed: rewritten once, it shrinks by itself from then on.
+            try store.rewriteToShrink()
+        }
+        if !pacing.besideAgent { try store.checkpoint() }
+        return Compacted(snapshotSeq: state.lastSeq, tasks: prunable.count, events: deleted, olderThanS: olderThanS,
+                         bytesBefore: bytesBefore, bytesAfter: fileBytes(path), trigger: trigger)
+    }
+
+    /// The log and its write-ahead log: what it takes on disk.
+    static func fileBytes(_ path: String) -> Int64 {
+        [path, path + "-wal"].reduce(0) { total, file in
+            var info = stat()
+            return total + (stat(file, &info) == 0 ? Int64(info.st_size) : 0)
+        }
+    }
+}
+
+/// Runs compactions off the event loop for the agent: one at a time, on its
+/// own connection to the log; the result comes back through a pipe the loop
+/// polls, and the loop records it.
+final class BackgroundCompactor {
+    typealias Outcome = Result<Compacted, Error>
+
+    var fd: Int32 { finished.fd }
+    private let finished: WorkerResults<Outcome>
+    private let queue = DispatchQueue(label: "syncagent.compaction")
+    /// A compaction is running (touched by the loop only).
+    private(set) var busy = false
+    private let stopping = StopFlag()
+
+    init() throws {
+        finished = try WorkerResults()
+    }
+
+    deinit {
+        if !busy { finished.close() }
+    }
+
+    /// `state` must be the fold of exactly the committed log (the loop
+    /// passes its own, right after a commit: a copy, so only values cross).
+    func start(eventLog: String, state: AgentState, olderThanS: Int64, trigger: String) {
+        busy = true
+        queue.async { [finished, stopping] in
+            finished.post(Outcome {
+                try Compactor.compact(eventLog: eventLog, folded: state, olderThanS: olderThanS, nowMs: FileSystem.nowMs,
+                                      trigger: trigger, pacing: .besideAgent, stopRequested: { stopping.isSet })
+            })
+        }
+    }
+
+    /// Cuts a running compaction short at its next step and waits for it.
+    func stop() -> [Outcome] {
+        guard busy else { return [] }
+        stopping.set()
+        queue.sync {}
+        return drain()
+    }
+
+    func drain() -> [Outcome] {
+        let done = finished.drain()
+        if !done.isEmpty { busy = false }
+        return done
+    }
+}
+
+/// A flag set by one thread and read by another.
+private final class StopFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
+    func set() { lock.lock(); value = true; lock.unlock() }
+}
+
+extension Compactor {
+    /// `syncagent compact` with no agent running: the CLI takes the agent's
+    /// lock for the duration (an agent starting meanwhile waits for none and
+    /// says one runs), compacts at full speed, and records what it did.
+    /// Throws `AgentAlreadyRunning` when an agent holds the lock: the
+    /// request then goes to that agent instead.
+    public static func compactAlone(paths: AgentPaths, olderThanS: Int64) throws -> Compacted {
+        try FileSystem.makeDirectory(paths.stateDir)
+        let lock = try StateLock(path: paths.lockFile, stateDir: paths.stateDir)
+        defer { withExtendedLifetime(lock) {} }
+        let report = try compact(eventLog: paths.eventLog, olderThanS: olderThanS, nowMs: FileSystem.nowMs, trigger: "requested",
+                                 pacing: .alone)
+        let store = try EventStore(writingTo: paths.eventLog)
+        try store.append([Event(seq: store.lastSeq + 1, atMs: FileSystem.nowMs, task: nil, body: .compacted(report))])
+        return report
+    }
+}

@@ -1,0 +1,52 @@
+/// What `compact` may drop from the log (SPEC §3, §6), decided from the
+/// fold alone. The snapshot keeps every task's state, so the fold after a
+/// compaction equals the fold before it; what goes is the raw history of
+/// tasks nobody needs to read event by event any more.
+public enum Compaction {
+    /// The default of `keep_ended`: a week of history stays readable.
+    public static let defaultKeepEndedS: Int64 = 7 * 86_400
+
+    /// The agent compacts by itself once this many events were written
+    /// since the newest snapshot: start-up then never folds more than
+    /// about this many (≈ 0.3 s).
+    public static let eventsBetweenSnapshots: Int64 = 200_000
+
+    /// Tasks whose raw events may go: ended before `endedBeforeMs`, owed
+    /// nothing (their notification and hook are done), and in a family
+    /// that has wholly ended that long ago too, so a video's history goes
+    /// with its segments' or not at all.
+    public static func prunableTasks(in state: AgentState, endedBeforeMs: Int64) -> [String] {
+        func isOld(_ id: String) -> Bool {
+            guard let task = state[id], task.phase.isEnded, let ended = task.endedAtMs, ended <= endedBeforeMs else { return false }
+            return !state.owedOwnNotices.contains(id) && !state.owedTaskHooks.contains(id)
+        }
+        func familyIsOld(_ root: String) -> Bool {
+            isOld(root) && (state.children[root] ?? []).allSatisfy(isOld)
+        }
+        return state.order.filter { id in
+            guard let task = state[id] else { return false }
+            return familyIsOld(task.parentID ?? id)
+        }
+    }
+
+    /// Whether the agent should compact now, seeing how far the log has grown past its newest snapshot.
+    public static func isDue(lastSeq: Int64, snapshotSeq: Int64) -> Bool {
+        lastSeq - snapshotSeq >= eventsBetweenSnapshots
+    }
+}
+
+/// `"7d"`, `"12h"`, `"30m"`, `"45s"`, `"0"` or a whole number of seconds.
+public enum DurationText {
+    public static func seconds(_ text: String) -> Int64? {
+        let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800]
+        var digits = Substring(text)
+        var unit: Int64 = 1
+        if let last = digits.last, let multiplier = units[last] {
+            unit = multiplier
+            digits = digits.dropLast()
+        }
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber), let count = Int64(digits) else { return nil }
+        let (total, overflow) = count.multipliedReportingOverflow(by: unit)
+        return overflow ? nil : total
+    }
+}

@@ -1,0 +1,366 @@
+import Foundation
+
+/// The fold's state at a seq, as bytes: what the log's `snapshots` table
+/// holds so start-up, `status` and `replay` fold only the events after it
+/// (SPEC §6). Every field of `AgentState` is written, indexes included, so
+/// a state read back is equal to the one written — not rebuilt by rules
+/// that could drift from the fold's.
+///
+/// The layout is private to this file: a format number first, then fields in
+/// a fixed order as varints and length-prefixed UTF-8. Payloads that are
+/// events elsewhere (a task's spec, a rejection, a batch) are stored as the
+/// JSON their event would carry, so one codec describes each of them.
+public enum Snapshot {
+    /// Raised with every change to the layout below; a snapshot of another
+    /// format is never half-read (the log then folds from its events).
+    public static let format = 1
+
+    public struct Malformed: Error, CustomStringConvertible {
+        public var description: String
+        public init(description: String) { self.description = description }
+    }
+
+    public static func encode(_ state: AgentState) -> [UInt8] {
+        var out = SnapshotWriter()
+        out.int(Int64(format))
+        out.int(state.lastSeq)
+        out.strings(state.order)
+        // Tasks in creation order, then any the order misses (none, by the fold's rules).
+        var written = 0
+        out.int(Int64(state.tasks.count))
+        for id in state.order { if let task = state.tasks[id] { out.task(task); written += 1 } }
+        if written < state.tasks.count {
+            let listed = Set(state.order)
+            for id in state.tasks.keys.sorted() where !listed.contains(id) { out.task(state.tasks[id]!) }
+        }
+        out.strings(state.takenSources.sorted())
+        out.strings(state.rejectedSources.sorted())
+        out.int(Int64(state.rejected.count))
+        for rejection in state.rejected { out.string(EventCoding.data(of: .rejected(rejection))) }
+        out.int(Int64(state.endedSinceNotice.count))
+        for (key, ids) in state.endedSinceNotice.sorted(by: { $0.key < $1.key }) { out.optionalString(key.name); out.strings(ids) }
+        out.int(Int64(state.owedNotices.count))
+        for (key, batch) in state.owedNotices.sorted(by: { $0.key < $1.key }) {
+            out.optionalString(key.name); out.string(EventCoding.data(of: .batchFinished(batch)))
+        }
+        out.int(Int64(state.runQueue.entries.count))
+        for entry in state.runQueue.entries {
+            out.int(Int64(entry.priority)); out.int(entry.seq); out.string(entry.id); out.string(entry.hostKey)
+            out.optionalInt(entry.notBeforeMs)
+        }
+        out.int(Int64(state.runningCount))
+        out.counts(state.runningByHost)
+        out.strings(state.owedOwnNotices.sorted())
+        out.int(Int64(state.activeByBatch.count))
+        for (key, count) in state.activeByBatch.sorted(by: { $0.key < $1.key }) { out.optionalString(key.name); out.int(Int64(count)) }
+        out.int(Int64(state.activeCount))
+        out.int(Int64(state.reservedPaths.count))
+        for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) { out.string(path); out.string(id) }
+        out.int(Int64(state.children.count))
+        for (parent, ids) in state.children.sorted(by: { $0.key < $1.key }) { out.string(parent); out.strings(ids) }
+        out.int(Int64(state.families.count))
+        for (parent, family) in state.families.sorted(by: { $0.key < $1.key }) {
+            out.string(parent); out.int(Int64(family.total)); out.int(Int64(family.finished)); out.int(Int64(family.lost))
+            out.int(family.bytes)
+        }
+        out.strings(state.settledParents.sorted())
+        out.optionalInt(state.runningAgentPid.map(Int64.init))
+        out.int(Int64(state.published.count))
+        for (path, file) in state.published.sorted(by: { $0.key < $1.key }) {
+            out.string(path); out.string(file.task); out.string(file.url); out.optionalString(file.sha256)
+            out.optionalString(file.etag); out.optionalString(file.lastModified); out.int(file.size); out.optionalInt(file.modifiedNs)
+        }
+        out.strings(state.armedHooks.map(\.rawValue).sorted())
+        out.strings(state.owedTaskHooks.sorted())
+        out.int(Int64(state.owedBatchHooks.count))
+        for (seq, batch) in state.owedBatchHooks.sorted(by: { $0.key < $1.key }) {
+            out.int(seq); out.string(EventCoding.data(of: .batchFinished(batch)))
+        }
+        out.int(Int64(state.orphanEvents.count))
+        for seq in state.orphanEvents { out.int(seq) }
+        return out.bytes
+    }
+
+    /// The state `encode` wrote. Throws on a snapshot of another format or
+    /// one cut short; never returns a partial state.
+    public static func decode(_ bytes: UnsafeRawBufferPointer) throws -> AgentState {
+        var input = SnapshotReader(bytes)
+        let found = try input.int()
+        guard found == Int64(format) else {
+            throw Malformed(description: "snapshot format \(found), this syncagent reads format \(format)")
+        }
+        var state = AgentState()
+        state.lastSeq = try input.int()
+        state.order = try input.strings()
+        let taskCount = try input.count()
+        state.tasks.reserveCapacity(taskCount)
+        for _ in 0..<taskCount {
+            let task = try input.task()
+            state.tasks[task.id] = task
+        }
+        state.takenSources = Set(try input.strings())
+        state.rejectedSources = Set(try input.strings())
+        for _ in 0..<(try input.count()) {
+            guard case .rejected(let rejection) = try input.event("rejected") else { throw input.malformed("rejection") }
+            state.rejected.append(rejection)
+        }
+        for _ in 0..<(try input.count()) { state.endedSinceNotice[BatchKey(try input.optionalString())] = try input.strings() }
+        for _ in 0..<(try input.count()) {
+            let key = BatchKey(try input.optionalString())
+            state.owedNotices[key] = try input.batch()
+        }
+        for _ in 0..<(try input.count()) {
+            state.runQueue.append(RunQueue.Entry(priority: Int(try input.int()), seq: try input.int(), id: try input.string(),
+                                                 hostKey: try input.string(), notBeforeMs: try input.optionalInt()))
+        }
+        state.runningCount = Int(try input.int())
+        state.runningByHost = try input.counts()
+        state.owedOwnNotices = Set(try input.strings())
+        for _ in 0..<(try input.count()) { state.activeByBatch[BatchKey(try input.optionalString())] = Int(try input.int()) }
+        state.activeCount = Int(try input.int())
+        for _ in 0..<(try input.count()) { state.reservedPaths[try input.string()] = try input.string() }
+        for _ in 0..<(try input.count()) { state.children[try input.string()] = try input.strings() }
+        for _ in 0..<(try input.count()) {
+            let parent = try input.string()
+            var family = Family()
+            family.total = Int(try input.int()); family.finished = Int(try input.int()); family.lost = Int(try input.int())
+            family.bytes = try input.int()
+            state.families[parent] = family
+        }
+        state.settledParents = Set(try input.strings())
+        state.runningAgentPid = try input.optionalInt().map { Int32(truncatingIfNeeded: $0) }
+        for _ in 0..<(try input.count()) {
+            let path = try input.string()
+            state.published[path] = PublishedFile(task: try input.string(), url: try input.string(), sha256: try input.optionalString(),
+                                                  etag: try input.optionalString(), lastModified: try input.optionalString(),
+                                                  size: try input.int(), modifiedNs: try input.optionalInt())
+        }
+        state.armedHooks = Set(try input.strings().map { name in
+            guard let hook = HookKind(rawValue: name) else { throw input.malformed("hook \(name)") }
+            return hook
+        })
+        state.owedTaskHooks = Set(try input.strings())
+        for _ in 0..<(try input.count()) {
+            let seq = try input.int()
+            state.owedBatchHooks[seq] = try input.batch()
+        }
+        for _ in 0..<(try input.count()) { state.orphanEvents.append(try input.int()) }
+        guard input.atEnd else { throw input.malformed("end of snapshot") }
+        return state
+    }
+
+    public static func decode(_ bytes: [UInt8]) throws -> AgentState {
+        try bytes.withUnsafeBytes { try decode($0) }
+    }
+}
+
+private struct SnapshotWriter {
+    var bytes: [UInt8] = []
+
+    init() { bytes.reserveCapacity(1 << 16) }
+
+    /// Zig-zag varint: small numbers of either sign take one byte.
+    mutating func int(_ value: Int64) {
+        var zigzag = UInt64(bitPattern: (value << 1) ^ (value >> 63))
+        while zigzag >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: zigzag) | 0x80)
+            zigzag >>= 7
+        }
+        bytes.append(UInt8(zigzag))
+    }
+
+    mutating func optionalInt(_ value: Int64?) {
+        if let value { bytes.append(1); int(value) } else { bytes.append(0) }
+    }
+
+    mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+
+    mutating func string(_ value: String) {
+        var value = value
+        value.withUTF8 { utf8 in
+            int(Int64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    mutating func optionalString(_ value: String?) {
+        if let value { bytes.append(1); string(value) } else { bytes.append(0) }
+    }
+
+    mutating func strings(_ values: [String]) {
+        int(Int64(values.count))
+        for value in values { string(value) }
+    }
+
+    mutating func counts(_ values: [String: Int]) {
+        int(Int64(values.count))
+        for (key, count) in values.sorted(by: { $0.key < $1.key }) { string(key); int(Int64(count)) }
+    }
+
+    mutating func task(_ task: TaskState) {
+        string(task.id)
+        string(EventCoding.data(of: .created(task.spec)))
+        int(task.bytes); int(Int64(task.attempts)); int(Int64(task.attemptsBeforeRerun)); int(Int64(task.attemptsWithoutNetwork))
+        int(Int64(task.redirects)); int(task.createdSeq); int(task.lastSeq); int(task.createdAtMs); int(task.updatedAtMs)
+        int(task.speed)
+        // The URL is written only when a redirect moved it off the spec's.
+        optionalString(task.currentURL == task.spec.url ? nil : task.currentURL)
+        optionalInt(task.total); optionalInt(task.notBeforeMs); optionalInt(task.endedAtMs); optionalInt(task.firstStartedAtMs)
+        string(task.phase.rawValue)
+        optionalString(task.pauseReason?.rawValue)
+        bool(task.owesOwnNotice); bool(task.forgotten)
+        guard let details = task.detailsBox?.value else { bytes.append(0); return }
+        bytes.append(1)
+        optionalString(details.error); optionalString(details.errorCode); optionalString(details.etag)
+        optionalString(details.lastModified); optionalString(details.restartReason); optionalString(details.publishedPath)
+        optionalInt(details.responseStatus.map(Int64.init)); optionalString(details.skipReason)
+        bool(details.unchanged)
+        if let ranges = details.doneRanges {
+            bytes.append(1)
+            int(Int64(ranges.spans.count))
+            for span in ranges.spans { int(span.start); int(span.end) }
+        } else {
+            bytes.append(0)
+        }
+        optionalString(details.singleConnectionReason)
+        if let hls = details.hls {
+            bytes.append(1)
+            string(EventCoding.data(of: .expanded(Expanded(playlist: hls.playlist, targetDurationMs: hls.targetDurationMs,
+                                                           ended: hls.ended, entries: hls.entries))))
+            int(hls.mediaMs); optionalInt(hls.lastSequence)
+        } else {
+            bytes.append(0)
+        }
+    }
+}
+
+private struct SnapshotReader {
+    let bytes: UnsafeRawBufferPointer
+    var offset = 0
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var atEnd: Bool { offset == bytes.count }
+
+    func malformed(_ expected: String) -> Snapshot.Malformed {
+        Snapshot.Malformed(description: "snapshot damaged at byte \(offset): expected \(expected)")
+    }
+
+    mutating func byte() throws -> UInt8 {
+        guard offset < bytes.count else { throw malformed("more bytes") }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func int() throws -> Int64 {
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let next = try byte()
+            guard shift < 64 else { throw malformed("a number") }
+            value |= UInt64(next & 0x7f) << shift
+            if next < 0x80 { break }
+            shift += 7
+        }
+        return Int64(bitPattern: value >> 1) ^ -Int64(bitPattern: value & 1)
+    }
+
+    /// A count of things to read: never negative, never more than the bytes left.
+    mutating func count() throws -> Int {
+        let value = try int()
+        guard value >= 0, value <= Int64(bytes.count - offset) else { throw malformed("a count") }
+        return Int(value)
+    }
+
+    mutating func flag() throws -> Bool {
+        switch try byte() {
+        case 0: return false
+        case 1: return true
+        default: throw malformed("0 or 1")
+        }
+    }
+
+    mutating func optionalInt() throws -> Int64? { try flag() ? try int() : nil }
+
+    mutating func string() throws -> String {
+        let length = try count()
+        defer { offset += length }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]), as: UTF8.self)
+    }
+
+    mutating func optionalString() throws -> String? { try flag() ? try string() : nil }
+
+    mutating func strings() throws -> [String] {
+        let total = try count()
+        var values: [String] = []
+        values.reserveCapacity(total)
+        for _ in 0..<total { values.append(try string()) }
+        return values
+    }
+
+    mutating func counts() throws -> [String: Int] {
+        var values: [String: Int] = [:]
+        for _ in 0..<(try count()) { values[try string()] = Int(try int()) }
+        return values
+    }
+
+    /// A payload stored as its event's JSON, decoded in place.
+    mutating func event(_ type: String) throws -> EventBody {
+        let length = try count()
+        defer { offset += length }
+        do {
+            return try EventCoding.body(type: type, data: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]))
+        } catch {
+            throw malformed("a \(type) payload (\(error))")
+        }
+    }
+
+    mutating func batch() throws -> BatchFinished {
+        guard case .batchFinished(let batch) = try event("batch_finished") else { throw malformed("a batch") }
+        return batch
+    }
+
+    mutating func task() throws -> TaskState {
+        let id = try string()
+        guard case .created(let spec) = try event("created") else { throw malformed("a task's spec") }
+        var task = TaskState(id: id, spec: spec, seq: 0, atMs: 0)
+        task.bytes = try int(); task.attempts = Int(try int()); task.attemptsBeforeRerun = Int(try int())
+        task.attemptsWithoutNetwork = Int(try int())
+        task.redirects = Int(try int()); task.createdSeq = try int(); task.lastSeq = try int(); task.createdAtMs = try int()
+        task.updatedAtMs = try int()
+        task.speed = try int()
+        if let moved = try optionalString() { task.currentURL = moved }
+        task.total = try optionalInt(); task.notBeforeMs = try optionalInt(); task.endedAtMs = try optionalInt()
+        task.firstStartedAtMs = try optionalInt()
+        let phase = try string()
+        guard let known = TaskPhase(rawValue: phase) else { throw malformed("a phase, not \(phase)") }
+        task.phase = known
+        if let reason = try optionalString() {
+            guard let known = PauseReason(rawValue: reason) else { throw malformed("a pause reason, not \(reason)") }
+            task.pauseReason = known
+        }
+        task.owesOwnNotice = try flag(); task.forgotten = try flag()
+        guard try flag() else { return task }
+        var details = TaskDetails()
+        details.error = try optionalString(); details.errorCode = try optionalString(); details.etag = try optionalString()
+        details.lastModified = try optionalString(); details.restartReason = try optionalString()
+        details.publishedPath = try optionalString()
+        details.responseStatus = try optionalInt().map { Int(truncatingIfNeeded: $0) }
+        details.skipReason = try optionalString()
+        details.unchanged = try flag()
+        if try flag() {
+            var spans: [ByteSpan] = []
+            for _ in 0..<(try count()) { spans.append(ByteSpan(try int(), try int())) }
+            details.doneRanges = ByteRanges(spans)
+        }
+        details.singleConnectionReason = try optionalString()
+        if try flag() {
+            guard case .expanded(let expanded) = try event("expanded") else { throw malformed("a playlist") }
+            details.hls = HLSProgress(playlist: expanded.playlist, targetDurationMs: expanded.targetDurationMs,
+                                      ended: expanded.ended, entries: expanded.entries, mediaMs: try int(),
+                                      lastSequence: try optionalInt())
+        }
+        task.detailsBox = DetailsBox(details)
+        return task
+    }
+}

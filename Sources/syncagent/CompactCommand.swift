@@ -1,0 +1,80 @@
+import ArgumentParser
+import Foundation
+import SyncAgent
+import SyncAgentCore
+
+struct CompactCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "compact",
+        abstract: "Fold tasks that ended long ago into a snapshot and drop their raw events; the log shrinks.",
+        discussion: """
+            The state stays the same: `status` and `replay` show what they showed before. What goes is the
+            event-by-event history of tasks that ended before DURATION ago (default: the config's keep_ended, 7d).
+            With an agent running, the agent compacts in the background and this command waits for its report.
+
+            Example:
+              syncagent compact
+              syncagent compact --older-than 30d
+            """)
+
+    @OptionGroup var global: GlobalOptions
+
+    @Option(name: .customLong("older-than"), help: ArgumentHelp("Compact tasks that ended at least this long ago: 7d, 12h, 30m, 0 (default: keep_ended).", valueName: "duration"))
+    var olderThan: String?
+
+    /// How long to wait for a running agent's report before leaving it to finish on its own.
+    static let waitForAgentS = 120.0
+
+    func run() throws {
+        let resolved = try global.resolve()
+        var olderThanS = resolved.config.keepEndedS
+        if let olderThan {
+            guard let seconds = DurationText.seconds(olderThan) else {
+                throw fail("--older-than must be a duration such as 7d, 12h, 30m or 0, not \"\(olderThan)\"")
+            }
+            olderThanS = seconds
+        }
+        if !AgentLiveness.probe(stateDir: resolved.paths.stateDir).running {
+            do {
+                print(Self.describe(try Compactor.compactAlone(paths: resolved.paths, olderThanS: olderThanS)))
+                return
+            } catch is AgentAlreadyRunning {
+                // One started meanwhile: it does the work.
+            } catch {
+                throw fail("cannot compact \(resolved.paths.eventLog): \(error)")
+            }
+        }
+        try askTheAgent(resolved.paths, olderThanS: olderThanS)
+    }
+
+    /// The agent owns the log while it runs: the request goes through the inbox, and the report comes back in the log.
+    private func askTheAgent(_ paths: AgentPaths, olderThanS: Int64) throws {
+        let since = (try? EventStore(readingFrom: paths.eventLog).lastSeq) ?? 0
+        let file: String
+        do {
+            file = try InboxWriter(inbox: paths.inbox).write("action = \"compact\"\nolder_than = \"\(olderThanS)s\"\n", prefix: "compact")
+        } catch {
+            throw fail("cannot write into the inbox \(paths.inbox): \(error)")
+        }
+        print("compaction requested from the running agent: \(file)")
+        let deadline = Date().addingTimeInterval(Self.waitForAgentS)
+        while Date() < deadline {
+            var report: Compacted?
+            try? EventStore(readingFrom: paths.eventLog).forEach(after: since) { event in
+                if case .compacted(let found) = event.body, found.trigger == "requested" { report = found }
+            }
+            if let report { print(Self.describe(report)); return }
+            guard AgentLiveness.probe(stateDir: paths.stateDir).running else {
+                throw fail("the agent stopped before compacting; the request waits in \(paths.inbox) for its next start")
+            }
+            Thread.sleep(forTimeInterval: 0.2)
+        }
+        print("the agent is still compacting; `syncagent events` will show its report")
+    }
+
+    static func describe(_ report: Compacted) -> String {
+        let shrink = report.bytesBefore > 0 ? String(format: " (%.1f%%)", Double(report.bytesAfter) * 100 / Double(report.bytesBefore)) : ""
+        return "compacted: snapshot at seq \(report.snapshotSeq); raw events of \(report.tasks) ended task(s) dropped "
+            + "(\(report.events) events); log \(ByteCount.format(report.bytesBefore)) → \(ByteCount.format(report.bytesAfter))\(shrink)"
+    }
+}

@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import SyncAgentCore
+
+/// A snapshot is the fold at a seq: read back, it is the same state, and
+/// folding the rest of the log onto it gives what folding the whole log does.
+@Suite("Snapshots of the fold")
+struct SnapshotTests {
+    /// What a restart does with every task: equal states must plan the same.
+    static func plans(_ state: AgentState, nowMs: Int64) -> [String: RecoveryPlan] {
+        state.tasks.mapValues { RecoveryPlan.plan(for: $0, in: state, nowMs: nowMs) }
+    }
+
+    @Test(arguments: 1...40)
+    func snapshotThenTailEqualsTheWholeFold(seed: UInt64) throws {
+        var (events, random) = RandomLog.make(seed: seed, count: 400)
+        let whole = AgentState.replay(events)
+        let cut = Int.random(in: 0...events.count, using: &random)
+        let atCut = AgentState.replay(events.prefix(cut))
+        let bytes = Snapshot.encode(atCut)
+        var restored = try Snapshot.decode(bytes)
+        #expect(restored == atCut)
+        // Written twice, the same bytes: nothing depends on a dictionary's order.
+        #expect(Snapshot.encode(restored) == bytes)
+        for event in events[cut...] { restored.apply(event) }
+        #expect(restored == whole)
+        let nowMs = events.last!.atMs
+        #expect(Self.plans(restored, nowMs: nowMs) == Self.plans(whole, nowMs: nowMs))
+        #expect(Notices.drainedBatches(in: restored) == Notices.drainedBatches(in: whole))
+    }
+
+    @Test func theRandomLogsReachEveryPartOfTheState() {
+        // Guards the property above against a generator too tame to test it.
+        let state = AgentState.replay(RandomLog.make(seed: 7, count: 3_000).events)
+        #expect(!state.children.isEmpty && !state.families.isEmpty)
+        #expect(!state.published.isEmpty && !state.rejected.isEmpty && !state.orphanEvents.isEmpty)
+        #expect(!state.takenSources.isEmpty && !state.reservedPaths.isEmpty && !state.runQueue.entries.isEmpty)
+        #expect(state.tasks.values.contains { $0.doneRanges != nil })
+        #expect(state.tasks.values.contains { $0.hls != nil })
+        #expect(state.tasks.values.contains { $0.currentURL != $0.spec.url })
+        #expect(state.tasks.values.contains { $0.forgotten })
+    }
+
+    @Test func aDamagedSnapshotIsAnErrorNotAState() throws {
+        let state = AgentState.replay(RandomLog.make(seed: 3, count: 300).events)
+        let bytes = Snapshot.encode(state)
+        // Cut anywhere, or a byte changed in its framing: an error, never a crash or a partial state.
+        for length in stride(from: 0, to: bytes.count, by: max(1, bytes.count / 200)) {
+            #expect(throws: (any Error).self) { try Snapshot.decode(Array(bytes.prefix(length))) }
+        }
+        var otherFormat = bytes
+        otherFormat[0] = 0x7e
+        #expect(throws: Snapshot.Malformed.self) { try Snapshot.decode(otherFormat) }
+        var random = SeededGenerator(seed: 11)
+        for _ in 0..<300 {
+            var flipped = bytes
+            flipped[Int.random(in: 0..<flipped.count, using: &random)] ^= UInt8.random(in: 1...255, using: &random)
+            _ = try? Snapshot.decode(flipped)
+        }
+    }
+
+    @Test func prunableTasksAreEndedLongAgoAndOweNothing() {
+        for seed in UInt64(1)...20 {
+            let events = RandomLog.make(seed: seed, count: 500).events
+            let state = AgentState.replay(events)
+            let cutoff = events[events.count / 2].atMs
+            let prunable = Set(Compaction.prunableTasks(in: state, endedBeforeMs: cutoff))
+            for id in prunable {
+                let task = state[id]!
+                #expect(task.phase.isEnded && task.endedAtMs! <= cutoff)
+                #expect(!state.owedOwnNotices.contains(id) && !state.owedTaskHooks.contains(id))
+                // A family goes whole or stays whole.
+                let root = task.parentID ?? id
+                #expect(prunable.contains(root))
+                for child in state.children[root] ?? [] { #expect(prunable.contains(child)) }
+            }
+            #expect(Compaction.prunableTasks(in: state, endedBeforeMs: .min).isEmpty)
+        }
+    }
+
+    @Test func durations() {
+        #expect(DurationText.seconds("7d") == 604_800)
+        #expect(DurationText.seconds("12h") == 43_200)
+        #expect(DurationText.seconds("30m") == 1_800)
+        #expect(DurationText.seconds("45s") == 45)
+        #expect(DurationText.seconds("0") == 0)
+        #expect(DurationText.seconds("2w") == 1_209_600)
+        for bad in ["", "d", "-1d", "7 d", "1.5h", "7y", "99999999999999999999d", "٣d"] { #expect(DurationText.seconds(bad) == nil) }
+    }
+}

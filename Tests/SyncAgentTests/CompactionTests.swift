@@ -1,0 +1,151 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import SyncAgent
+@testable import SyncAgentCore
+
+/// `compact` on real SQLite files: the fold read back (snapshot + tail) is
+/// the fold of every event ever written, whatever was deleted.
+@Suite("Compaction of the SQLite log")
+struct CompactionTests {
+    let directory = TempDirectory()
+    var path: String { directory.file("events.sqlite") }
+
+    static func plans(_ state: AgentState, nowMs: Int64) -> [String: RecoveryPlan] {
+        state.tasks.mapValues { RecoveryPlan.plan(for: $0, in: state, nowMs: nowMs) }
+    }
+
+    func rawEvents(_ store: EventStore) throws -> [Event] {
+        var events: [Event] = []
+        try store.forEach { events.append($0) }
+        return events
+    }
+
+    @Test(arguments: 1...12)
+    func compactThenReplayEqualsReplay(seed: UInt64) throws {
+        var (events, random) = RandomLog.make(seed: seed, count: 1_200)
+        let firstPart = Int.random(in: 200...900, using: &random)
+        let writer = try EventStore(writingTo: path)
+        try writer.append(Array(events[..<firstPart]))
+
+        // Ended tasks older than the event in the middle of what is written go.
+        let olderThanS: Int64 = 60
+        let nowMs = events[firstPart / 2].atMs + olderThanS * 1000
+        let report = try Compactor.compact(eventLog: path, olderThanS: olderThanS, nowMs: nowMs, trigger: "requested", pacing: .alone)
+        let before = AgentState.replay(events[..<firstPart])
+        let pruned = Compaction.prunableTasks(in: before, endedBeforeMs: nowMs - olderThanS * 1000)
+        #expect(report.snapshotSeq == Int64(firstPart) && report.tasks == pruned.count)
+
+        let reader = try EventStore(readingFrom: path)
+        #expect(try reader.replay() == before)
+        let kept = try rawEvents(reader)
+        #expect(kept.count == firstPart - report.events)
+        // What went: the pruned tasks' events, and the agent's own from before the cutoff; nothing else.
+        let gone = Set(pruned)
+        for event in events[..<firstPart] where !kept.contains(event) {
+            if let task = event.task, before.tasks[task] != nil {
+                #expect(gone.contains(task), "event \(event.seq) of task \(task) deleted")
+            } else {
+                #expect(event.atMs < nowMs - olderThanS * 1000)
+            }
+        }
+        #expect(!kept.contains { $0.task.map(gone.contains) == true })
+
+        // The agent writes on; a second compaction folds further; replay still agrees, plans too.
+        try writer.append(Array(events[firstPart...]))
+        _ = try Compactor.compact(eventLog: path, olderThanS: olderThanS, nowMs: events.last!.atMs, trigger: "log_size", pacing: .besideAgent)
+        let whole = AgentState.replay(events)
+        #expect(try reader.replay() == whole)
+        #expect(Self.plans(try reader.replay(), nowMs: events.last!.atMs) == Self.plans(whole, nowMs: events.last!.atMs))
+
+        // replay --until works from the last pruning point on, and says so before it.
+        let prunedThrough = try reader.prunedThrough()
+        #expect(prunedThrough == Int64(events.count))
+        #expect(try reader.replay(through: prunedThrough) == whole)
+        #expect(throws: StoreError.self) { try reader.replay(through: prunedThrough - 1) }
+    }
+
+    @Test func replayUntilWorksFromEverySnapshotWhereEventsRemain() throws {
+        let events = RandomLog.make(seed: 5, count: 900).events
+        let writer = try EventStore(writingTo: path)
+        try writer.append(Array(events[..<300]))
+        // Nothing old enough: a snapshot at 300, no event deleted.
+        _ = try Compactor.compact(eventLog: path, olderThanS: 1_000_000, nowMs: events[299].atMs, trigger: "log_size", pacing: .alone)
+        try writer.append(Array(events[300...]))
+        #expect(try writer.prunedThrough() == 300)
+        for until in [300, 301, 450, 900] {
+            #expect(try writer.replay(through: Int64(until)) == AgentState.replay(events[..<until]))
+        }
+    }
+
+    @Test func aSnapshotOfAnotherFormatIsSkippedWhileTheEventsRemainAndRefusedOnceTheyAreGone() throws {
+        let events = RandomLog.make(seed: 9, count: 400).events
+        let writer = try EventStore(writingTo: path)
+        try writer.append(events)
+        try writer.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: false)
+        try sql("UPDATE snapshots SET data = X'7e00' WHERE seq = 400")
+        // The events say what the snapshot would have: read from them.
+        #expect(try EventStore(readingFrom: path).replay() == AgentState.replay(events))
+        try sql("UPDATE snapshots SET pruned = 1 WHERE seq = 400")
+        #expect {
+            try EventStore(readingFrom: path).replay()
+        } throws: { error in
+            "\(error)".contains("snapshot at seq 400") && "\(error)".contains("cannot be read")
+        }
+    }
+
+    /// A busy day: every task created, started, progressed 20 times, finished.
+    static func finishedTasks(_ count: Int) -> [Event] {
+        var events: [Event] = []
+        func add(_ body: EventBody, _ task: String) {
+            events.append(Event(seq: Int64(events.count + 1), atMs: 1_000_000 + Int64(events.count) * 10, task: task, body: body))
+        }
+        for index in 0..<count {
+            let id = "t\(index)"
+            add(.created(TaskSpec(url: "http://h.test/\(id)", dest: "/d/\(id)")), id)
+            add(.started(Started(attempt: 1, offset: 0, url: "http://h.test/\(id)")), id)
+            for step in 1...20 { add(.progressed(Progressed(bytes: Int64(step) << 20, total: 20 << 20, etag: "\"x\"")), id) }
+            add(.finished(Finished(bytes: 20 << 20, dest: "/d/\(id)", sha256: String(repeating: "a", count: 64))), id)
+        }
+        return events
+    }
+
+    @Test func aNewLogGivesFreedPagesBackAndAnOldOneIsRewrittenOnce() throws {
+        let events = Self.finishedTasks(300)
+        try EventStore(writingTo: path).append(events)
+        let report = try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: events.last!.atMs + 1, trigger: "requested", pacing: .alone)
+        #expect(report.bytesAfter < report.bytesBefore)
+        #expect(try sqlValue("PRAGMA auto_vacuum") == "2")
+        #expect(try sqlValue("PRAGMA freelist_count") == "0")
+
+        // A log created before snapshots existed has no incremental vacuum: compacted alone, it is rewritten with it.
+        let old = directory.file("old.sqlite")
+        try sql("PRAGMA journal_mode=WAL; CREATE TABLE events (seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, task TEXT, type TEXT NOT NULL, data TEXT NOT NULL); CREATE INDEX events_by_task ON events(task, seq); PRAGMA user_version = 2;", file: old)
+        try EventStore(writingTo: old).append(events)
+        #expect(try sqlValue("PRAGMA auto_vacuum", file: old) == "0")
+        let oldReport = try Compactor.compact(eventLog: old, olderThanS: 0, nowMs: events.last!.atMs + 1, trigger: "requested", pacing: .alone)
+        #expect(oldReport.bytesAfter < oldReport.bytesBefore / 2)
+        #expect(try sqlValue("PRAGMA auto_vacuum", file: old) == "2")
+        #expect(try EventStore(readingFrom: old).replay() == AgentState.replay(events))
+    }
+
+    /// Runs SQL through Python's sqlite3 (a second, independent client of the file).
+    func sql(_ statements: String, file: String? = nil) throws {
+        _ = try sqlValue(statements, file: file)
+    }
+
+    func sqlValue(_ statements: String, file: String? = nil) throws -> String {
+        let script = """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1], isolation_level=None)
+            rows = []
+            for statement in sys.argv[2].split(';'):
+                if statement.strip(): rows = db.execute(statement).fetchall()
+            print(rows[0][0] if rows else '')
+            """
+        let child = try ChildProcess("/usr/bin/python3", ["-c", script, file ?? path, statements],
+                                     environment: ProcessInfo.processInfo.environment, outputIn: directory.path)
+        guard child.wait(seconds: 30) == 0 else { throw StoreError(message: "python sqlite3: \(child.stderr)") }
+        return child.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
