@@ -1,0 +1,163 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `syncagent compact` against the real binary: alone, beside a running
+/// agent, killed at its crash points and at random instants.
+@Suite("compact", .serialized)
+struct CompactionCLITests {
+    /// The tasks as `replay --json --all` shows them, comparable as text.
+    static func replayed(_ harness: AgentHarness) throws -> String {
+        let tasks = try harness.replayTasks()
+        return String(decoding: try JSONSerialization.data(withJSONObject: tasks, options: [.sortedKeys]), as: UTF8.self)
+    }
+
+    static func status(_ harness: AgentHarness) throws -> String {
+        let tasks = try harness.statusTasks(["--all"])
+        return String(decoding: try JSONSerialization.data(withJSONObject: tasks, options: [.sortedKeys]), as: UTF8.self)
+    }
+
+    /// A log of finished downloads: `count` small files fetched from nginx.
+    static func finishedDownloads(_ count: Int, harness: AgentHarness, nginx: Nginx, prefix: String = "f") throws -> [String: Data] {
+        var served: [String: Data] = [:]
+        for index in 0..<count {
+            let name = "\(prefix)\(index).bin"
+            served[name] = try nginx.serve(name, size: 2_000 + index * 37, seed: UInt64(index + 1))
+            try harness.drop("\(prefix)\(index).job", "url = \"\(nginx.url(name))\"\nid = \"\(prefix)\(index)\"\n")
+        }
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0, "agent stderr: \(agent.stderr.suffix(1500))")
+        return served
+    }
+
+    static var loggen: String { ((syncagentBinary as NSString).deletingLastPathComponent as NSString).appendingPathComponent("syncagent-loggen") }
+
+    @Test func compactingAloneKeepsEveryTaskAndDropsTheirEvents() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        let nginx = try Nginx(in: harness.directory)
+        _ = try Self.finishedDownloads(20, harness: harness, nginx: nginx)
+        let before = try Self.replayed(harness)
+        let statusBefore = try Self.status(harness)
+        let eventsBefore = try harness.events().count
+
+        let result = try harness.run(["compact", "--older-than", "0"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("raw events of 20 ended task(s) dropped"), "\(result.stdout)")
+        #expect(try Self.replayed(harness) == before)
+        #expect(try Self.status(harness) == statusBefore)
+        // Left: the report of the compaction itself.
+        let events = try harness.events()
+        #expect(events.map(\.type) == ["compacted"], "\(events.map(\.type)) of \(eventsBefore)")
+        #expect(events.first?.data["tasks"] as? Int == 20)
+
+        // The default keeps a week: nothing of today goes.
+        _ = try Self.finishedDownloads(3, harness: harness, nginx: nginx, prefix: "g")
+        let kept = try harness.events().count
+        #expect(try harness.run(["compact"]).stdout.contains("raw events of 0 ended task(s)"))
+        #expect(try harness.events().count == kept + 1)
+
+        // replay --until before the compaction point names where it can start.
+        let early = try harness.run(["replay", "--until", "3"])
+        #expect(early.status != 0 && early.stderr.contains("compacted into a snapshot"), "\(early.stderr)")
+    }
+
+    @Test(arguments: ["compact-snapshot-written", "compact-deleting"])
+    func aCompactionKilledAtItsCrashPointLosesNothing(point: String) throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        let nginx = try Nginx(in: harness.directory)
+        let served = try Self.finishedDownloads(12, harness: harness, nginx: nginx)
+        let before = try Self.replayed(harness)
+
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = point
+        #expect(try harness.run(["compact", "--older-than", "0"]).status == 137)
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
+        #expect(try Self.replayed(harness) == before)
+        #expect(try harness.run(["compact", "--older-than", "0"]).status == 0)
+        #expect(try Self.replayed(harness) == before)
+
+        // The agent starts on it, and the files it published are still its own (nothing fetched again).
+        let requests = nginx.requests.count
+        try harness.drop("again.job", "url = \"\(nginx.url("f0.bin"))\"\ndest = \"f0.bin\"\noverwrite = \"update\"\nid = \"again\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0, "agent stderr: \(agent.stderr.suffix(1500))")
+        #expect(nginx.requests.count == requests + 1)
+        #expect(nginx.requests.last?.status == 304, "the published validators survived the compaction")
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/f0.bin") == served["f0.bin"])
+    }
+
+    @Test func theRunningAgentCompactsWhenAskedAndGoesOnWorking() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        let nginx = try Nginx(in: harness.directory)
+        _ = try Self.finishedDownloads(10, harness: harness, nginx: nginx)
+        let before = try Self.replayed(harness)
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL) }
+        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        let result = try harness.run(["compact", "--older-than", "0"])
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("compaction requested from the running agent"), "\(result.stdout)")
+        #expect(result.stdout.contains("raw events of 10 ended task(s) dropped"), "\(result.stdout)")
+        #expect(try Self.replayed(harness) == before)
+
+        let data = try nginx.serve("after.bin", size: 100_000, seed: 99)
+        try harness.drop("after.job", "url = \"\(nginx.url("after.bin"))\"\nid = \"after\"\n")
+        #expect(eventually(within: 30) { (try? harness.tasksByID())?["after"]?["state"] as? String == "finished" })
+        #expect(FileManager.default.contents(atPath: "\(harness.downloads)/after.bin") == data)
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
+    @Test func badCompactJobsAreRejectedWithTheKey() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        try harness.drop("a.job", "action = \"compact\"\nolder_than = \"soon\"\n")
+        try harness.drop("b.job", "action = \"compact\"\ntask = \"t1\"\n")
+        try harness.drop("c.job", "action = \"pause\"\ntask = \"t1\"\nolder_than = \"1d\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0)
+        let errors = ["a", "b", "c"].map { (try? String(contentsOfFile: "\(harness.inbox)/rejected/\($0).job.error", encoding: .utf8)) ?? "" }
+        #expect(errors[0].contains("older_than"), "\(errors[0])")
+        #expect(errors[1].contains("\"task\""), "\(errors[1])")
+        #expect(errors[2].contains("older_than"), "\(errors[2])")
+        #expect(try harness.run(["compact", "--older-than", "forever"]).stderr.contains("--older-than"))
+    }
+
+    /// The agent compacts by itself once the log is long, off its loop, and
+    /// a kill -9 at any instant of it loses nothing: every restart reads
+    /// the same tasks, and downloads dropped meanwhile finish exactly once.
+    @Test func compactionByItselfUnderKill9() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\nkeep_ended = \"1d\"\n")
+        let nginx = try Nginx(in: harness.directory)
+        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
+        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "240000", "600"],
+                                         environment: harness.environment, outputIn: harness.directory.path)
+        #expect(generator.wait(seconds: 120) == 0, "\(Self.loggen): \(generator.stderr)")
+        let before = try Self.replayed(harness)
+
+        var random = SplitMix64(seed: 20261122)
+        var served: [String: Data] = [:]
+        for round in 0..<6 {
+            let agent = try harness.startAgent()
+            let name = "r\(round).bin"
+            served[name] = try nginx.serve(name, size: 300_000 + round, seed: UInt64(round + 7))
+            try harness.drop("r\(round).job", "url = \"\(nginx.url(name))\"\nid = \"r\(round)\"\n")
+            usleep(UInt32.random(in: 50_000...1_500_000, using: &random))
+            agent.signal(SIGKILL)
+            #expect(agent.wait(seconds: 10) != nil)
+            let now = try harness.replayTasks().filter { ($0["id"] as? String)?.hasPrefix("t") == true }
+            let text = String(decoding: try JSONSerialization.data(withJSONObject: now, options: [.sortedKeys]), as: UTF8.self)
+            #expect(text == before, "round \(round): the generated tasks changed")
+        }
+        let last = try harness.startAgent(exitWhenIdle: true)
+        #expect(last.wait(seconds: 120) == 0, "agent stderr: \(last.stderr.suffix(1500))")
+        let events = try harness.events()
+        #expect(events.contains { $0.type == "compacted" && $0.data["trigger"] as? String == "log_size" })
+        #expect(events.count < 10_000, "the generated tasks' events were dropped")
+        for (name, data) in served { #expect(FileManager.default.contents(atPath: "\(harness.downloads)/\(name)") == data, "\(name)") }
+        let finished = try harness.statusTasks(["--all"]).filter { ($0["id"] as? String)?.hasPrefix("r") == true }
+        #expect(finished.count == 6 && finished.allSatisfy { $0["state"] as? String == "finished" })
+        #expect(Set(events.filter { $0.type == "finished" }.compactMap(\.task)).count == events.filter { $0.type == "finished" }.count)
+    }
+}
