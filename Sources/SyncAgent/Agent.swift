@@ -319,7 +319,7 @@ public final class Agent {
     /// once the log has grown as much again, not after every commit.
     private func compacted(_ outcomes: [BackgroundCompactor.Outcome]) {
         for outcome in outcomes {
-            switch outcome {
+            switch outcome.result {
             case .success(let report):
                 snapshotSeq = report.snapshotSeq
                 log.record(.compacted(report))
@@ -328,6 +328,8 @@ public final class Agent {
                     "bytes_before": "\(report.bytesBefore)", "bytes_after": "\(report.bytesAfter)"])
             case .failure(let error):
                 snapshotSeq = log.state.lastSeq
+                // Recorded too: `syncagent compact` waits for this answer, whichever it is.
+                log.record(.compacted(.failed("\(error)", olderThanS: outcome.olderThanS, trigger: outcome.trigger)))
                 logger.error("cannot compact the log", metadata: ["log": "\(paths.eventLog)", "error": "\(error)"])
             }
         }

@@ -283,9 +283,16 @@ public struct Compacted: Codable, Equatable, Sendable {
     public var bytesAfter: Int64
     /// `requested` (syncagent compact) or `log_size` (the agent by itself).
     public var trigger: String
-    public init(snapshotSeq: Int64, tasks: Int, events: Int, olderThanS: Int64, bytesBefore: Int64, bytesAfter: Int64, trigger: String) {
+    /// Set when the compaction failed (the numbers are then 0): what `compact` reports.
+    public var error: String?
+    public init(snapshotSeq: Int64, tasks: Int, events: Int, olderThanS: Int64, bytesBefore: Int64, bytesAfter: Int64, trigger: String,
+                error: String? = nil) {
         self.snapshotSeq = snapshotSeq; self.tasks = tasks; self.events = events; self.olderThanS = olderThanS
-        self.bytesBefore = bytesBefore; self.bytesAfter = bytesAfter; self.trigger = trigger
+        self.bytesBefore = bytesBefore; self.bytesAfter = bytesAfter; self.trigger = trigger; self.error = error
+    }
+
+    public static func failed(_ error: String, olderThanS: Int64, trigger: String) -> Compacted {
+        Compacted(snapshotSeq: 0, tasks: 0, events: 0, olderThanS: olderThanS, bytesBefore: 0, bytesAfter: 0, trigger: trigger, error: error)
     }
 }
 

@@ -161,6 +161,10 @@ public enum EventCoding {
             case "failed": return .failed(try Failed(reading: &reader))
             case "cancelled": return .cancelled(try Cancelled(reading: &reader))
             case "redirected": return .redirected(try Redirected(reading: &reader))
+            // Every start-up's tail holds these: JSONDecoder's first use alone would cost more than the rest of it.
+            case "agent_started": return .agentStarted(try AgentStarted(reading: &reader))
+            case "agent_stopped": return .agentStopped(try AgentStopped(reading: &reader))
+            case "compacted": return .compacted(try Compacted(reading: &reader))
             default: break
             }
         } catch let error as JSONReader.Malformed {
@@ -174,8 +178,6 @@ public enum EventCoding {
         }
         switch type {
         case "rejected": return .rejected(try decode(Rejected.self))
-        case "agent_started": return .agentStarted(try decode(AgentStarted.self))
-        case "agent_stopped": return .agentStopped(try decode(AgentStopped.self))
         case "batch_finished": return .batchFinished(try decode(BatchFinished.self))
         case "notified": return .notified(try decode(Notified.self))
         case "controlled": return .controlled(try decode(Controlled.self))
@@ -184,7 +186,6 @@ public enum EventCoding {
         case "forgotten": return .forgotten(try decode(Forgotten.self))
         case "hook_started": return .hookStarted(try decode(HookStarted.self))
         case "hook_ended": return .hookEnded(try decode(HookEnded.self))
-        case "compacted": return .compacted(try decode(Compacted.self))
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }
@@ -258,6 +259,57 @@ extension Paused {
             }
         }
         self.init(bytes: try required(bytes, "bytes"), reason: try required(reason, "reason"), metrics: metrics)
+    }
+}
+
+extension AgentStarted {
+    init(reading reader: inout JSONReader) throws {
+        var pid: Int64?, version: String?, hooks: [String]?
+        try reader.readObject { key, value in
+            switch key {
+            case "pid": pid = try value.readInt()
+            case "version": version = try value.readString()
+            case "hooks": hooks = try value.readOptional { try $0.readArray { try $0.readString() } }
+            default: try value.skipValue()
+            }
+        }
+        let number = try required(pid, "pid")
+        guard let pid = Int32(exactly: number) else { throw JSONReader.Malformed(offset: 0, expected: "a pid, not \(number)") }
+        self.init(pid: pid, version: try required(version, "version"), hooks: hooks)
+    }
+}
+
+extension AgentStopped {
+    init(reading reader: inout JSONReader) throws {
+        var reason: String?
+        try reader.readObject { key, value in
+            if key == "reason" { reason = try value.readString() } else { try value.skipValue() }
+        }
+        self.init(reason: try required(reason, "reason"))
+    }
+}
+
+extension Compacted {
+    init(reading reader: inout JSONReader) throws {
+        var snapshotSeq: Int64?, tasks: Int64?, events: Int64?, olderThanS: Int64?, bytesBefore: Int64?, bytesAfter: Int64?
+        var trigger: String?, error: String?
+        try reader.readObject { key, value in
+            switch key {
+            case "error": error = try value.readOptional { try $0.readString() }
+            case "snapshot_seq": snapshotSeq = try value.readInt()
+            case "tasks": tasks = try value.readInt()
+            case "events": events = try value.readInt()
+            case "older_than_s": olderThanS = try value.readInt()
+            case "bytes_before": bytesBefore = try value.readInt()
+            case "bytes_after": bytesAfter = try value.readInt()
+            case "trigger": trigger = try value.readString()
+            default: try value.skipValue()
+            }
+        }
+        self.init(snapshotSeq: try required(snapshotSeq, "snapshot_seq"), tasks: Int(try required(tasks, "tasks")),
+                  events: Int(try required(events, "events")), olderThanS: try required(olderThanS, "older_than_s"),
+                  bytesBefore: try required(bytesBefore, "bytes_before"), bytesAfter: try required(bytesAfter, "bytes_after"),
+                  trigger: try required(trigger, "trigger"), error: error)
     }
 }
 

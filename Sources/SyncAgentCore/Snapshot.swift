@@ -7,13 +7,14 @@ import Foundation
 /// that could drift from the fold's.
 ///
 /// The layout is private to this file: a format number first, then fields in
-/// a fixed order as varints and length-prefixed UTF-8. Payloads that are
-/// events elsewhere (a task's spec, a rejection, a batch) are stored as the
-/// JSON their event would carry, so one codec describes each of them.
+/// a fixed order as varints and length-prefixed UTF-8. Tasks, which are
+/// most of it, are written field by field; the rare payloads that are events
+/// elsewhere (a rejection, a batch, a playlist) as the JSON their event
+/// carries, so one codec describes each of them.
 public enum Snapshot {
     /// Raised with every change to the layout below; a snapshot of another
     /// format is never half-read (the log then folds from its events).
-    public static let format = 1
+    public static let format = 2
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
@@ -78,17 +79,41 @@ public enum Snapshot {
         }
         out.int(Int64(state.orphanEvents.count))
         for seq in state.orphanEvents { out.int(seq) }
-        return out.bytes
+        var bytes = out.bytes
+        let sum = bytes.withUnsafeBytes(checksum)
+        withUnsafeBytes(of: sum.littleEndian) { bytes.append(contentsOf: $0) }
+        return bytes
+    }
+
+    /// A 64-bit checksum over whole words: a changed byte is found before a
+    /// damaged snapshot could pass for a state (a bit flip inside a URL
+    /// would otherwise read back as another URL).
+    static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(bytes.count)
+        func mix(_ word: UInt64) {
+            hash = (hash ^ word) &* 0x100_0000_01b3
+            hash ^= hash >> 29
+        }
+        let words = bytes.count / 8
+        for index in 0..<words { mix(bytes.loadUnaligned(fromByteOffset: index * 8, as: UInt64.self)) }
+        var tail: UInt64 = 0
+        for byte in bytes[(words * 8)...] { tail = tail << 8 | UInt64(byte) }
+        mix(tail)
+        return hash
     }
 
     /// The state `encode` wrote. Throws on a snapshot of another format or
     /// one cut short; never returns a partial state.
-    public static func decode(_ bytes: UnsafeRawBufferPointer) throws -> AgentState {
+    public static func decode(_ stored: UnsafeRawBufferPointer) throws -> AgentState {
+        guard stored.count >= 8 else { throw Malformed(description: "snapshot damaged: \(stored.count) bytes") }
+        let bytes = UnsafeRawBufferPointer(rebasing: stored[..<(stored.count - 8)])
+        let sum = stored[(stored.count - 8)...].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         var input = SnapshotReader(bytes)
         let found = try input.int()
         guard found == Int64(format) else {
             throw Malformed(description: "snapshot format \(found), this syncagent reads format \(format)")
         }
+        guard checksum(bytes) == sum else { throw Malformed(description: "snapshot damaged: its checksum does not match") }
         var state = AgentState()
         state.lastSeq = try input.int()
         state.order = try input.strings()
@@ -197,9 +222,31 @@ private struct SnapshotWriter {
         for (key, count) in values.sorted(by: { $0.key < $1.key }) { string(key); int(Int64(count)) }
     }
 
+    /// Every field of the spec, in binary: reading JSON back for 100,000
+    /// tasks would cost most of a start-up. (SnapshotTests checks that
+    /// every field of a fully set spec comes back.)
+    mutating func spec(_ spec: TaskSpec) {
+        string(spec.url); string(spec.kind.rawValue); optionalString(spec.dest); optionalString(spec.sha256); optionalString(spec.md5)
+        int(Int64(spec.priority)); string(spec.overwrite.rawValue)
+        int(Int64(spec.headers.count))
+        for header in spec.headers { string(header.name); string(header.value) }
+        optionalString(spec.batch); string(spec.notify.rawValue); optionalInt(spec.retries.map(Int64.init))
+        optionalInt(spec.maxSpeed); optionalInt(spec.notBeforeMs)
+        optionalString(spec.source?.file); optionalString(spec.source?.identity)
+        optionalString(spec.method); optionalString(spec.bodyFile); optionalString(spec.formField)
+        int(Int64(spec.form.count))
+        for field in spec.form { string(field.name); string(field.value) }
+        optionalString(spec.parent)
+        optionalInt(spec.byteRange?.length); optionalInt(spec.byteRange?.offset)
+        optionalString(spec.hls?.variant); optionalString(spec.hls?.output.rawValue); optionalInt(spec.hls?.maxDurationS.map(Int64.init))
+        optionalInt(spec.connections.map(Int64.init))
+        optionalInt(spec.allowMetered.map { $0 ? 1 : 0 })
+    }
+
     mutating func task(_ task: TaskState) {
         string(task.id)
-        string(EventCoding.data(of: .created(task.spec)))
+        spec(task.spec)
+        string(task.hostKey)
         int(task.bytes); int(Int64(task.attempts)); int(Int64(task.attemptsBeforeRerun)); int(Int64(task.attemptsWithoutNetwork))
         int(Int64(task.redirects)); int(task.createdSeq); int(task.lastSeq); int(task.createdAtMs); int(task.updatedAtMs)
         int(task.speed)
@@ -320,16 +367,51 @@ private struct SnapshotReader {
         return batch
     }
 
+    mutating func choice<E: RawRepresentable>(_: E.Type) throws -> E where E.RawValue == String {
+        let raw = try string()
+        guard let value = E(rawValue: raw) else { throw malformed("a \(E.self), not \(raw)") }
+        return value
+    }
+
+    mutating func spec() throws -> TaskSpec {
+        var spec = TaskSpec(url: try string(), kind: try choice(TransferKind.self), dest: try optionalString())
+        spec.sha256 = try optionalString(); spec.md5 = try optionalString()
+        spec.priority = Int(truncatingIfNeeded: try int()); spec.overwrite = try choice(OverwriteMode.self)
+        for _ in 0..<(try count()) { spec.headers.append(Header(name: try string(), value: try string())) }
+        spec.batch = try optionalString(); spec.notify = try choice(NotifyMode.self)
+        spec.retries = try optionalInt().map { Int(truncatingIfNeeded: $0) }
+        spec.maxSpeed = try optionalInt(); spec.notBeforeMs = try optionalInt()
+        let file = try optionalString(), identity = try optionalString()
+        if let file, let identity { spec.source = JobSource(file: file, identity: identity) }
+        spec.method = try optionalString(); spec.bodyFile = try optionalString(); spec.formField = try optionalString()
+        for _ in 0..<(try count()) { spec.form.append(FormField(name: try string(), value: try string())) }
+        spec.parent = try optionalString()
+        let length = try optionalInt(), offset = try optionalInt()
+        if let length { spec.byteRange = HLSByteRange(length: length, offset: offset) }
+        let variant = try optionalString(), output = try optionalString(), maxDurationS = try optionalInt()
+        if let variant, let output {
+            guard let known = HLSOutput(rawValue: output) else { throw malformed("an HLS output, not \(output)") }
+            spec.hls = HLSOptions(variant: variant, output: known, maxDurationS: maxDurationS.map { Int(truncatingIfNeeded: $0) })
+        }
+        spec.connections = try optionalInt().map { Int(truncatingIfNeeded: $0) }
+        spec.allowMetered = try optionalInt().map { $0 != 0 }
+        return spec
+    }
+
     mutating func task() throws -> TaskState {
         let id = try string()
-        guard case .created(let spec) = try event("created") else { throw malformed("a task's spec") }
-        var task = TaskState(id: id, spec: spec, seq: 0, atMs: 0)
+        let spec = try spec()
+        var task = TaskState(id: id, spec: spec, hostKey: try string(), seq: 0, atMs: 0)
         task.bytes = try int(); task.attempts = Int(try int()); task.attemptsBeforeRerun = Int(try int())
         task.attemptsWithoutNetwork = Int(try int())
         task.redirects = Int(try int()); task.createdSeq = try int(); task.lastSeq = try int(); task.createdAtMs = try int()
         task.updatedAtMs = try int()
         task.speed = try int()
-        if let moved = try optionalString() { task.currentURL = moved }
+        if let moved = try optionalString() {
+            let hostKey = task.hostKey
+            task.currentURL = moved
+            task.hostKey = hostKey
+        }
         task.total = try optionalInt(); task.notBeforeMs = try optionalInt(); task.endedAtMs = try optionalInt()
         task.firstStartedAtMs = try optionalInt()
         let phase = try string()

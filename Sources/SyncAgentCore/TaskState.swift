@@ -89,7 +89,7 @@ public struct TaskState: Equatable, Sendable {
         didSet { hostKey = URLRules.hostKey(currentURL) }
     }
     /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
-    public private(set) var hostKey: String
+    public internal(set) var hostKey: String
     /// Nil, or the details that differ from none (never an empty box: equality relies on it).
     var detailsBox: DetailsBox?
     public var total: Int64?
@@ -154,10 +154,15 @@ public struct TaskState: Equatable, Sendable {
     public var unchanged: Bool { get { details.unchanged } set { details.unchanged = newValue } }
 
     public init(id: String, spec: TaskSpec, seq: Int64, atMs: Int64) {
+        self.init(id: id, spec: spec, hostKey: URLRules.hostKey(spec.url), seq: seq, atMs: atMs)
+    }
+
+    /// With the host key already known (a snapshot stores it: parsing 100,000 URLs again costs more than reading them).
+    init(id: String, spec: TaskSpec, hostKey: String, seq: Int64, atMs: Int64) {
         self.id = id
         self.specBox = SpecBox(spec)
         self.currentURL = spec.url
-        self.hostKey = URLRules.hostKey(spec.url)
+        self.hostKey = hostKey
         self.notBeforeMs = spec.notBeforeMs
         self.createdSeq = seq
         self.lastSeq = seq

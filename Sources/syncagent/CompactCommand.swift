@@ -8,8 +8,9 @@ struct CompactCommand: ParsableCommand {
         commandName: "compact",
         abstract: "Fold tasks that ended long ago into a snapshot and drop their raw events; the log shrinks.",
         discussion: """
-            The state stays the same: `status` and `replay` show what they showed before. What goes is the
-            event-by-event history of tasks that ended before DURATION ago (default: the config's keep_ended, 7d).
+            The state stays the same: `status` and `replay` list every task as before. What goes is the
+            event-by-event history (`events`, and the attempts `status --task` lists) of tasks that ended before
+            DURATION ago (default: the config's keep_ended, 7d).
             With an agent running, the agent compacts in the background and this command waits for its report.
 
             Example:
@@ -38,8 +39,12 @@ struct CompactCommand: ParsableCommand {
             do {
                 print(Self.describe(try Compactor.compactAlone(paths: resolved.paths, olderThanS: olderThanS)))
                 return
-            } catch is AgentAlreadyRunning {
-                // One started meanwhile: it does the work.
+            } catch let running as AgentAlreadyRunning {
+                // Another `compact` holds the lock, not an agent: nobody would answer a request.
+                if let pid = running.pid, Self.isCompaction(pid) {
+                    throw fail("another syncagent compact (pid \(pid)) is compacting \(resolved.paths.eventLog); try again when it ends")
+                }
+                // An agent started meanwhile: it does the work.
             } catch {
                 throw fail("cannot compact \(resolved.paths.eventLog): \(error)")
             }
@@ -63,13 +68,23 @@ struct CompactCommand: ParsableCommand {
             try? EventStore(readingFrom: paths.eventLog).forEach(after: since) { event in
                 if case .compacted(let found) = event.body, found.trigger == "requested" { report = found }
             }
-            if let report { print(Self.describe(report)); return }
+            if let report {
+                if let error = report.error { throw fail("the agent could not compact \(paths.eventLog): \(error)") }
+                print(Self.describe(report))
+                return
+            }
             guard AgentLiveness.probe(stateDir: paths.stateDir).running else {
                 throw fail("the agent stopped before compacting; the request waits in \(paths.inbox) for its next start")
             }
             Thread.sleep(forTimeInterval: 0.2)
         }
         print("the agent is still compacting; `syncagent events` will show its report")
+    }
+
+    /// Whether process `pid` is a `syncagent compact` (its arguments, from /proc).
+    static func isCompaction(_ pid: Int32) -> Bool {
+        guard let arguments = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return false }
+        return arguments.split(separator: 0).contains { String(decoding: $0, as: UTF8.self) == "compact" }
     }
 
     static func describe(_ report: Compacted) -> String {

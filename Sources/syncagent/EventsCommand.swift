@@ -28,9 +28,15 @@ struct EventsCommand: ParsableCommand {
 
     func run() throws {
         var last: Int64 = 0
-        if let task, !follow, try openLog(global).replay()[task] == nil {
-            // As `status --task` says it (with --follow the task may be about to appear).
-            throw fail("no task has the id \"\(task)\"")
+        if let task, !follow {
+            let store = try openLog(global)
+            guard let known = try store.replay()[task] else {
+                // As `status --task` says it (with --follow the task may be about to appear).
+                throw fail("no task has the id \"\(task)\"")
+            }
+            if known.createdSeq <= (try store.prunedThrough()) {
+                FileHandle.standardError.write(Data("syncagent: events of task \(task) up to seq \(try store.prunedThrough()) were compacted (syncagent compact); its state is kept\n".utf8))
+            }
         }
         repeat {
             // Re-opened each round: the agent may create the log after we start.

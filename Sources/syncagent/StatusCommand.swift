@@ -144,6 +144,9 @@ struct StatusCommand: ParsableCommand {
             return
         }
         print(TaskTable.detail(one, in: state, agentRunning: agentRunning))
+        if one.createdSeq <= (try store.prunedThrough()), !events.contains(where: { $0.seq == one.createdSeq }) {
+            print("history:     compacted (syncagent compact kept the task's state and dropped its raw events)")
+        }
         print("attempts:")
         for record in history {
             let ending = record.endedBy ?? (one.phase == .running ? (agentRunning ? "running" : "interrupted") : "no end recorded")

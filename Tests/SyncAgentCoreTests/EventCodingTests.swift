@@ -21,6 +21,9 @@ struct EventCodingTests {
         .rejected(Rejected(file: "bad.job", error: "key \"url\" is missing")),
         .agentStarted(AgentStarted(pid: 9, version: "0.1.0")),
         .agentStopped(AgentStopped(reason: "SIGTERM")),
+        .compacted(Compacted(snapshotSeq: 10_000_004, tasks: 10_000, events: 9_999_000, olderThanS: 604_800,
+                             bytesBefore: 951_406_592, bytesAfter: 6_000_640, trigger: "requested")),
+        .compacted(.failed("\"COMMIT\" failed in /s/events.sqlite: database or disk is full", olderThanS: 0, trigger: "log_size")),
         .batchFinished(BatchFinished(batch: "n", finished: ["a"], failed: ["b"])),
         .notified(Notified(batch: "n", summary: "1 finished, 1 failed", delivered: false, warning: "no bus")),
         // Upload and data tasks, and the metrics every attempt ends with.

@@ -48,9 +48,10 @@ struct CompactionCLITests {
         #expect(result.stdout.contains("raw events of 20 ended task(s) dropped"), "\(result.stdout)")
         #expect(try Self.replayed(harness) == before)
         #expect(try Self.status(harness) == statusBefore)
-        // Left: the report of the compaction itself.
+        // Left: the report of the compaction itself, numbered after everything before it, never from 1 again.
         let events = try harness.events()
         #expect(events.map(\.type) == ["compacted"], "\(events.map(\.type)) of \(eventsBefore)")
+        #expect(events.first?.seq == eventsBefore + 1)
         #expect(events.first?.data["tasks"] as? Int == 20)
 
         // The default keeps a week: nothing of today goes.
@@ -75,6 +76,8 @@ struct CompactionCLITests {
         #expect(try harness.run(["compact", "--older-than", "0"]).status == 137)
         harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
         #expect(try Self.replayed(harness) == before)
+        // Before its first deletion, every point of the log can still be replayed.
+        #expect(try harness.run(["replay", "--until", "3"]).status == (point == "compact-snapshot-written" ? 0 : 1))
         #expect(try harness.run(["compact", "--older-than", "0"]).status == 0)
         #expect(try Self.replayed(harness) == before)
 
@@ -108,6 +111,48 @@ struct CompactionCLITests {
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/after.bin") == data)
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
+    }
+
+    /// Found by an adversary: an outside program opening the log read-write
+    /// (sqlite3, a backup script) took the agent's locks away, deleted its
+    /// WAL, and every event after that went to a deleted file.
+    @Test func anOutsideWriterOpeningTheLogTakesNothingFromTheAgent() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        let nginx = try Nginx(in: harness.directory)
+        _ = try Self.finishedDownloads(2, harness: harness, nginx: nginx)
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL) }
+        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('select max(seq) from events').fetchall(); c.close()"
+        let outsider = try ChildProcess("/usr/bin/python3", ["-c", script, "\(harness.stateDir)/events.sqlite"],
+                                        environment: harness.environment, outputIn: harness.directory.path)
+        #expect(outsider.wait(seconds: 30) == 0, "\(outsider.stderr)")
+        _ = try nginx.serve("late.bin", size: 5_000, seed: 5)
+        try harness.drop("late.job", "url = \"\(nginx.url("late.bin"))\"\nid = \"late\"\n")
+        #expect(eventually(within: 30) { (try? harness.tasksByID())?["late"]?["state"] as? String == "finished" })
+        agent.signal(SIGKILL)
+        #expect(agent.wait(seconds: 10) != nil)
+        #expect(try harness.tasksByID()["late"]?["state"] as? String == "finished", "the job survives the kill")
+    }
+
+    @Test func aCompactionTheAgentCannotFinishIsReportedNotWaitedForForever() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
+        guard let disk = TestMount(tmpfsAt: harness.stateDir, size: "16m") else { return }
+        defer { withExtendedLifetime(disk) {} }
+        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "25000", "250"],
+                                         environment: harness.environment, outputIn: harness.directory.path)
+        #expect(generator.wait(seconds: 120) == 0, "\(generator.stderr)")
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL) }
+        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        // Fill the disk: no room left for a snapshot.
+        let filler = try ChildProcess("/usr/bin/dd", ["if=/dev/zero", "of=\(harness.stateDir)/filler", "bs=64k"],
+                                      environment: harness.environment, outputIn: harness.directory.path)
+        _ = filler.wait(seconds: 30)
+        let result = try harness.run(["compact", "--older-than", "0"], seconds: 150)
+        #expect(result.status != 0, "\(result.stdout)")
+        #expect(result.stderr.contains("compact"), "\(result.stderr)")
     }
 
     @Test func badCompactJobsAreRejectedWithTheKey() throws {

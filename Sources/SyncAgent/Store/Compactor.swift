@@ -32,12 +32,12 @@ public enum Compactor {
     /// `stopRequested` is asked between steps: the agent stopping cuts a compaction short, safely.
     public static func compact(eventLog path: String, folded: AgentState? = nil, olderThanS: Int64, nowMs: Int64, trigger: String,
                                pacing: Pacing, stopRequested: () -> Bool = { false }) throws -> Compacted {
-        let bytesBefore = fileBytes(path)
         let store = try EventStore(writingTo: path)
+        let bytesBefore = try store.databaseBytes()
         let state = try folded ?? store.replay()
         let cutoffMs = olderThanS >= nowMs / 1000 ? Int64.min : nowMs - olderThanS * 1000
         let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
-        try store.writeSnapshot(state, nowMs: nowMs, pruned: true)
+        try store.writeSnapshot(state, nowMs: nowMs)
         CrashPoint.compactSnapshotWritten.reached()
 
         var deleted = 0
@@ -64,23 +64,16 @@ public enum Compactor {
         }
         if !pacing.besideAgent { try store.checkpoint() }
         return Compacted(snapshotSeq: state.lastSeq, tasks: prunable.count, events: deleted, olderThanS: olderThanS,
-                         bytesBefore: bytesBefore, bytesAfter: fileBytes(path), trigger: trigger)
+                         bytesBefore: bytesBefore, bytesAfter: try store.databaseBytes(), trigger: trigger)
     }
 
-    /// The log and its write-ahead log: what it takes on disk.
-    static func fileBytes(_ path: String) -> Int64 {
-        [path, path + "-wal"].reduce(0) { total, file in
-            var info = stat()
-            return total + (stat(file, &info) == 0 ? Int64(info.st_size) : 0)
-        }
-    }
 }
 
 /// Runs compactions off the event loop for the agent: one at a time, on its
 /// own connection to the log; the result comes back through a pipe the loop
 /// polls, and the loop records it.
 final class BackgroundCompactor {
-    typealias Outcome = Result<Compacted, Error>
+    typealias Outcome = (trigger: String, olderThanS: Int64, result: Result<Compacted, Error>)
 
     var fd: Int32 { finished.fd }
     private let finished: WorkerResults<Outcome>
@@ -102,10 +95,10 @@ final class BackgroundCompactor {
     func start(eventLog: String, state: AgentState, olderThanS: Int64, trigger: String) {
         busy = true
         queue.async { [finished, stopping] in
-            finished.post(Outcome {
+            finished.post((trigger, olderThanS, Result {
                 try Compactor.compact(eventLog: eventLog, folded: state, olderThanS: olderThanS, nowMs: FileSystem.nowMs,
                                       trigger: trigger, pacing: .besideAgent, stopRequested: { stopping.isSet })
-            })
+            }))
         }
     }
 

@@ -49,9 +49,16 @@ public final class EventStore {
     public init(writingTo path: String) throws {
         self.path = path
         // Created here so SQLite inherits 0600 for the file and its -wal/-shm.
-        let fd = try syscall("open event log \(path)") { Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
-        defer { close(fd) }
-        try syscall("chmod 0600 \(path)") { fchmod(fd, 0o600) }
+        // No descriptor of an existing log is opened and closed outside
+        // SQLite: closing any descriptor of a file drops every POSIX lock the
+        // process holds on it, SQLite's included (a second connection in the
+        // agent, or the one about to open), and an outside reader could then
+        // delete the WAL from under the agent.
+        if !FileSystem.exists(path) {
+            let fd = try syscall("create event log \(path)") { Glibc.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600) }
+            close(fd)
+        }
+        try syscall("chmod 0600 \(path)") { chmod(path, 0o600) }
         try open(flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         // A new log gives freed pages back to the file system as `compact`
         // frees them (this can only be chosen before the first table).
@@ -149,9 +156,11 @@ public final class EventStore {
         }
     }
 
+    /// The highest seq ever written: a compaction may have deleted every
+    /// event up to its snapshot, and numbering must go on past it, never back.
     private func readLastSeq() throws -> Int64 {
         guard try schemaVersion() > 0 else { return 0 }
-        return try scalar("SELECT COALESCE(MAX(seq), 0) FROM events")
+        return max(try scalar("SELECT COALESCE(MAX(seq), 0) FROM events"), try newestSnapshotSeq())
     }
 
     /// Group commit: every event of the batch lands in one transaction, one fsync.
@@ -284,7 +293,7 @@ public final class EventStore {
     /// events say the same. One that replaced deleted events cannot be skipped.
     private func snapshot(atOrBefore last: Int64, mustCover pruned: Int64) throws -> AgentState? {
         guard try hasSnapshots else { return nil }
-        let statement = try prepare("SELECT seq, data FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC")
+        let statement = try prepare("SELECT seq, format, data FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC")
         defer { sqlite3_finalize(statement) }
         sqlite3_bind_int64(statement, 1, last)
         while true {
@@ -292,8 +301,12 @@ public final class EventStore {
             if code == SQLITE_DONE { return nil }
             guard code == SQLITE_ROW else { throw error("cannot read snapshots") }
             let seq = sqlite3_column_int64(statement, 0)
-            let data = UnsafeRawBufferPointer(start: sqlite3_column_blob(statement, 1), count: Int(sqlite3_column_bytes(statement, 1)))
+            let format = sqlite3_column_int64(statement, 1)
+            let data = UnsafeRawBufferPointer(start: sqlite3_column_blob(statement, 2), count: Int(sqlite3_column_bytes(statement, 2)))
             do {
+                guard format == Int64(Snapshot.format) else {
+                    throw Snapshot.Malformed(description: "snapshot format \(format), this syncagent reads format \(Snapshot.format)")
+                }
                 let state = try Snapshot.decode(data)
                 guard state.lastSeq == seq else { throw Snapshot.Malformed(description: "it covers seq \(state.lastSeq), not \(seq)") }
                 return state
@@ -308,10 +321,11 @@ public final class EventStore {
 
     // MARK: - Compaction (SPEC §6): only ever one compaction at a time, beside the agent's appends.
 
-    /// Stores `state` as the snapshot at its `lastSeq`. `pruned`: events up
-    /// to there are about to be deleted. Older snapshots go, except the
-    /// newest pruned one (`replay --until` starts from it).
-    public func writeSnapshot(_ state: AgentState, nowMs: Int64, pruned: Bool) throws {
+    /// Stores `state` as the snapshot at its `lastSeq`. Older snapshots go,
+    /// except the newest pruned one (`replay --until` starts from it).
+    /// (`pruned` is for tests; a compaction marks its snapshot pruned with
+    /// its first deletion, so a crash before one leaves every replay possible.)
+    public func writeSnapshot(_ state: AgentState, nowMs: Int64, pruned: Bool = false) throws {
         let bytes = Snapshot.encode(state)
         try transaction {
             let statement = try prepare("INSERT OR REPLACE INTO snapshots(seq, format, at_ms, pruned, data) VALUES (?1, ?2, ?3, ?4, ?5)")
@@ -334,6 +348,7 @@ public final class EventStore {
     /// when nil, written before `beforeMs`) at or below `through`. Returns
     /// how many went; the caller repeats until none do, so each
     /// transaction stays short beside a running agent.
+    /// The snapshot at `through` is marked pruned in the same transaction.
     public func deleteEvents(task: String?, through: Int64, beforeMs: Int64, limit: Int) throws -> Int {
         let filter = task == nil ? "task IS NULL AND at_ms < ?3" : "task = ?4"
         let statement = try prepare("""
@@ -347,7 +362,12 @@ public final class EventStore {
         if let task { sqlite3_bind_text(statement, 4, task, -1, SQLITE_TRANSIENT) }
         return try transaction {
             guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot delete compacted events") }
-            return Int(sqlite3_changes(db))
+            let deleted = Int(sqlite3_changes(db))
+            if deleted > 0, try scalar("SELECT count(*) FROM snapshots WHERE seq = \(through) AND pruned = 0") > 0 {
+                // From here on replays start at `through`: older snapshots are of no use.
+                try execute("UPDATE snapshots SET pruned = 1 WHERE seq = \(through); DELETE FROM snapshots WHERE seq < \(through)")
+            }
+            return deleted
         }
     }
 
@@ -357,6 +377,11 @@ public final class EventStore {
         guard try scalar("PRAGMA freelist_count") > 0 else { return false }
         try execute("PRAGMA incremental_vacuum(\(pages))")
         return try scalar("PRAGMA freelist_count") > 0
+    }
+
+    /// What the log holds, in bytes: its pages, wherever they are (file or write-ahead log).
+    public func databaseBytes() throws -> Int64 {
+        try scalar("PRAGMA page_count") * scalar("PRAGMA page_size")
     }
 
     /// Whether freed pages can be given back without rewriting the file.
