@@ -165,7 +165,20 @@ struct FoldTests {
 
     @Test func everyEventTypeIsCoveredByTheseTests() {
         // A new event type must come with its fold test above.
-        #expect(EventBody.allTypes.count == 21)
+        #expect(EventBody.allTypes.count == 22)
+    }
+
+    @Test func compactedChangesNothingButTheSeq() {
+        var log = LogBuilder()
+        log.create("t")
+        log.runToEnd("t")
+        let before = log.state
+        _ = log.add(.compacted(Compacted(snapshotSeq: 4, tasks: 1, events: 4, olderThanS: 0, bytesBefore: 10, bytesAfter: 5, trigger: "requested")))
+        _ = log.add(.compacted(.failed("disk full", olderThanS: 0, trigger: "log_size")))
+        var after = log.state
+        #expect(after.lastSeq == 6)
+        after.lastSeq = before.lastSeq
+        #expect(after == before)
     }
 
     @Test func aForgottenTaskKeepsItsHistoryButLeavesTheList() {
