@@ -87,6 +87,8 @@ public final class Agent {
     private var snapshotSeq: Int64 = 0
     /// `syncagent compact` asked (its cutoff in seconds); it starts at the next commit.
     private var compactionRequested: Int64?
+    /// Set once the loop has ended: the last commits start no compaction.
+    private var stopping = false
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -120,6 +122,8 @@ public final class Agent {
         runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         snapshotSeq = try log.store.newestSnapshotSeq()
+        // A compaction cut short (a crash, a stop) is finished at once.
+        let unfinishedCompaction = try log.store.compactionUnfinished()
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
         root = try DownloadRoot(path: paths.downloadDir)
@@ -127,6 +131,9 @@ public final class Agent {
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
         resumeInterruptedTasks()
         try log.commit()
+        // A long log is compacted at once, not at the first commit of new work (an idle agent may make none).
+        if unfinishedCompaction { compactor.start(eventLog: paths.eventLog, olderThanS: config.keepEndedS, trigger: "interrupted") }
+        startCompactionIfDue()
 
         let watcher = try InboxWatcher(directory: paths.inbox)
         intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
@@ -210,6 +217,7 @@ public final class Agent {
         // Bodies already complete are published, not paused. A video being
         // assembled is not waited for (a join can take longer than a stop
         // may): its parent is paused with its children and assembled again.
+        stopping = true
         syncer.waitForAll()
         applySynced(syncer.drain())
         compacted(compactor.stop())
@@ -304,13 +312,19 @@ public final class Agent {
         renamesAfterCommit.removeAll()
         for folder in cleanupsAfterCommit { removeWorkFolder(folder) }
         cleanupsAfterCommit.removeAll()
-        // Here the fold is exactly the committed log: what a snapshot may hold.
-        if !compactor.busy, !log.hasPending {
+        startCompactionIfDue()
+    }
+
+    /// A requested compaction, or the agent's own once the log has grown far
+    /// past its newest snapshot. None starts once the agent is stopping:
+    /// nothing would record its outcome.
+    private func startCompactionIfDue() {
+        if !compactor.busy, !stopping {
             if let olderThanS = compactionRequested {
                 compactionRequested = nil
-                compactor.start(eventLog: paths.eventLog, state: log.state, olderThanS: olderThanS, trigger: "requested")
+                compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: "requested")
             } else if Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq) {
-                compactor.start(eventLog: paths.eventLog, state: log.state, olderThanS: config.keepEndedS, trigger: "log_size")
+                compactor.start(eventLog: paths.eventLog, olderThanS: config.keepEndedS, trigger: "log_size")
             }
         }
     }
@@ -831,10 +845,10 @@ public final class Agent {
     private func apply(_ control: ControlJob, source: JobSource) -> String? {
         if control.action == .compact {
             let olderThanS = control.olderThanS ?? config.keepEndedS
-            let outcome = compactor.busy || compactionRequested != nil ? "nothing to do: a compaction is running"
+            // Started at the next commit, or once the running one ends: every request gets its report.
+            let outcome = compactor.busy ? "compaction queued after the running one (ended tasks older than \(olderThanS) s)"
                 : "compaction started (ended tasks older than \(olderThanS) s)"
-            // Started at the next commit: the snapshot holds committed events only.
-            if !compactor.busy, compactionRequested == nil { compactionRequested = olderThanS }
+            compactionRequested = olderThanS
             log.record(.controlled(Controlled(action: control.action.rawValue, target: "*", outcome: outcome,
                                               file: source.file, identity: source.identity)))
             return nil

@@ -79,7 +79,7 @@ extension AgentState {
                 if change.after.isEnded { release(dest, for: id) } else { reserve(dest, for: id) }
             }
             countActive(id, was: change.before, now: change.after)
-            if change.after.isEnded, !change.before.isEnded, armedHooks.contains(.taskEnd), tasks.values[index].parentID == nil {
+            if change.after.isEnded, !change.before.isEnded, armedHooks.contains(.taskEnd), change.parent == nil {
                 owedTaskHooks.insert(id)
             } else if !change.after.isEnded {
                 owedTaskHooks.remove(id)
@@ -95,7 +95,7 @@ extension AgentState {
             if runningByHost[change.hostBefore] == 0 { runningByHost[change.hostBefore] = nil }
             runningByHost[change.hostAfter, default: 0] += 1
         }
-        if let parent = tasks.values[index].parentID, change.before != change.after || change.bytesBefore != change.bytesAfter {
+        if let parent = change.parent, change.before != change.after || change.bytesBefore != change.bytesAfter {
             var family = families[parent, default: Family()]
             family.finished += (change.after == .finished ? 1 : 0) - (change.before == .finished ? 1 : 0)
             let isLost = { (phase: TaskPhase) in phase == .failed || phase == .cancelled }
@@ -203,6 +203,9 @@ extension TaskState {
         var expanded = false
         /// … for the first time: its transfer slot goes to its children.
         var fannedOut = false
+        /// The task's parent, if it is a child: read here, so the fold never
+        /// copies the task out of its dictionary (on every event of a replay).
+        var parent: String?
     }
 
     /// Returns what changed, so the caller never has to copy the task out of
@@ -333,6 +336,6 @@ extension TaskState {
             break
         }
         return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey,
-                      bytesBefore: bytesBefore, bytesAfter: bytes, expanded: expanded, fannedOut: fannedOut)
+                      bytesBefore: bytesBefore, bytesAfter: bytes, expanded: expanded, fannedOut: fannedOut, parent: specBox.spec.parent)
     }
 }

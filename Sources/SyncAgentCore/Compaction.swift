@@ -20,12 +20,15 @@ public enum Compaction {
             guard let task = state[id], task.phase.isEnded, let ended = task.endedAtMs, ended <= endedBeforeMs else { return false }
             return !state.owedOwnNotices.contains(id) && !state.owedTaskHooks.contains(id)
         }
-        func familyIsOld(_ root: String) -> Bool {
-            isOld(root) && (state.children[root] ?? []).allSatisfy(isOld)
-        }
+        // Decided once per family: a live video may have tens of thousands of segments.
+        var familyIsOld: [String: Bool] = [:]
         return state.order.filter { id in
             guard let task = state[id] else { return false }
-            return familyIsOld(task.parentID ?? id)
+            let root = task.parentID ?? id
+            if let known = familyIsOld[root] { return known }
+            let old = isOld(root) && (state.children[root] ?? []).allSatisfy(isOld)
+            familyIsOld[root] = old
+            return old
         }
     }
 

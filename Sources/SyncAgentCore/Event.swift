@@ -24,28 +24,31 @@ public struct Event: Equatable, Sendable {
 
 /// What happened. Each case's payload is the `data` JSON object of the row.
 public enum EventBody: Equatable, Sendable {
-    case created(TaskSpec)
+    // The big payloads (a spec, attempt metrics) are boxed: an event is then
+    // the size of a `progressed`, and replaying a million of them copies
+    // about a hundred bytes each instead of several hundred.
+    indirect case created(TaskSpec)
     case started(Started)
     case progressed(Progressed)
-    case paused(Paused)
+    indirect case paused(Paused)
     case resumed(Resumed)
     case redirected(Redirected)
-    case retrying(Retrying)
-    case finished(Finished)
-    case failed(Failed)
-    case cancelled(Cancelled)
-    case rejected(Rejected)
-    case agentStarted(AgentStarted)
+    indirect case retrying(Retrying)
+    indirect case finished(Finished)
+    indirect case failed(Failed)
+    indirect case cancelled(Cancelled)
+    indirect case rejected(Rejected)
+    indirect case agentStarted(AgentStarted)
     case agentStopped(AgentStopped)
-    case batchFinished(BatchFinished)
-    case notified(Notified)
-    case controlled(Controlled)
-    case configReloaded(ConfigReloaded)
-    case expanded(Expanded)
+    indirect case batchFinished(BatchFinished)
+    indirect case notified(Notified)
+    indirect case controlled(Controlled)
+    indirect case configReloaded(ConfigReloaded)
+    indirect case expanded(Expanded)
     case forgotten(Forgotten)
-    case hookStarted(HookStarted)
-    case hookEnded(HookEnded)
-    case compacted(Compacted)
+    indirect case hookStarted(HookStarted)
+    indirect case hookEnded(HookEnded)
+    indirect case compacted(Compacted)
 
     public static let allTypes = [
         "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
@@ -281,7 +284,8 @@ public struct Compacted: Codable, Equatable, Sendable {
     /// Size of the log (with its write-ahead log) before and after.
     public var bytesBefore: Int64
     public var bytesAfter: Int64
-    /// `requested` (syncagent compact) or `log_size` (the agent by itself).
+    /// `requested` (syncagent compact), `log_size` (the agent by itself), or
+    /// `interrupted` (finishing one a crash or a stop cut short).
     public var trigger: String
     /// Set when the compaction failed (the numbers are then 0): what `compact` reports.
     public var error: String?

@@ -74,7 +74,8 @@ struct CompactCommand: ParsableCommand {
                 return
             }
             guard AgentLiveness.probe(stateDir: paths.stateDir).running else {
-                throw fail("the agent stopped before compacting; the request waits in \(paths.inbox) for its next start")
+                if FileManager.default.fileExists(atPath: file) { throw fail("the agent stopped before taking the request; it waits in \(file) for its next start") }
+                throw fail("the agent stopped before it reported a compaction; run syncagent compact again")
             }
             Thread.sleep(forTimeInterval: 0.2)
         }

@@ -34,7 +34,9 @@ struct EventsCommand: ParsableCommand {
                 // As `status --task` says it (with --follow the task may be about to appear).
                 throw fail("no task has the id \"\(task)\"")
             }
-            if known.createdSeq <= (try store.prunedThrough()) {
+            var created = false
+            try store.forEach(after: known.createdSeq - 1, through: known.createdSeq, task: task) { _ in created = true }
+            if !created {
                 FileHandle.standardError.write(Data("syncagent: events of task \(task) up to seq \(try store.prunedThrough()) were compacted (syncagent compact); its state is kept\n".utf8))
             }
         }

@@ -170,9 +170,9 @@ struct StatusCommand: ParsableCommand {
         let noColour = !(ProcessInfo.processInfo.environment["NO_COLOR"] ?? "").isEmpty
         var state = AgentState()
         while true {
-            // Only the events since the last round are folded: the log only grows.
+            // Only the events since the last round are folded (or the newest snapshot, after a compaction).
             // (Opened afresh each round: the agent may create it after we start.)
-            try openLog(global).forEach(after: state.lastSeq) { state.apply($0) }
+            try openLog(global).catchUp(&state)
             let agent = AgentLiveness.probe(stateDir: paths.stateDir)
             var selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all,
                                               nowMs: Int64(Date().timeIntervalSince1970 * 1000))

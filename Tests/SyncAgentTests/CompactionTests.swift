@@ -11,10 +11,6 @@ struct CompactionTests {
     let directory = TempDirectory()
     var path: String { directory.file("events.sqlite") }
 
-    static func plans(_ state: AgentState, nowMs: Int64) -> [String: RecoveryPlan] {
-        state.tasks.mapValues { RecoveryPlan.plan(for: $0, in: state, nowMs: nowMs) }
-    }
-
     func rawEvents(_ store: EventStore) throws -> [Event] {
         var events: [Event] = []
         try store.forEach { events.append($0) }
@@ -56,13 +52,67 @@ struct CompactionTests {
         _ = try Compactor.compact(eventLog: path, olderThanS: olderThanS, nowMs: events.last!.atMs, trigger: "log_size", pacing: .besideAgent)
         let whole = AgentState.replay(events)
         #expect(try reader.replay() == whole)
-        #expect(Self.plans(try reader.replay(), nowMs: events.last!.atMs) == Self.plans(whole, nowMs: events.last!.atMs))
+        #expect(try reader.replay().recoveryPlans(nowMs: events.last!.atMs) == whole.recoveryPlans(nowMs: events.last!.atMs))
 
         // replay --until works from the last pruning point on, and says so before it.
         let prunedThrough = try reader.prunedThrough()
         #expect(prunedThrough == Int64(events.count))
         #expect(try reader.replay(through: prunedThrough) == whole)
         #expect(throws: StoreError.self) { try reader.replay(through: prunedThrough - 1) }
+    }
+
+    /// Found in review: a compaction run again at the same seq (the first
+    /// died after deleting) rewrote its snapshot as not pruned, and replays
+    /// before it then folded a log with holes as if it were whole.
+    @Test func aSnapshotWrittenAgainAtTheSameSeqStaysPruned() throws {
+        let events = Self.finishedTasks(20)
+        try EventStore(writingTo: path).append(events)
+        let nowMs = events.last!.atMs + 1
+        _ = try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: nowMs, trigger: "requested", pacing: .alone)
+        let store = try EventStore(writingTo: path)
+        #expect(try store.prunedThrough() == Int64(events.count))
+        try store.writeSnapshot(try store.replay(), nowMs: nowMs)
+        #expect(try store.prunedThrough() == Int64(events.count))
+        #expect(throws: StoreError.self) { try store.replay(through: 3) }
+        // Seqs go on after the snapshot, never from 1 again.
+        #expect(store.lastSeq == Int64(events.count))
+    }
+
+    /// The agent writes on while a compaction deletes: what it wrote after the
+    /// snapshot stays, even for a task being compacted (run again by the user).
+    @Test func eventsWrittenAfterTheSnapshotAreNeverDeleted() throws {
+        var events = Self.finishedTasks(10)
+        let store = try EventStore(writingTo: path)
+        try store.append(events)
+        let snapshot = AgentState.replay(events)
+        try store.writeSnapshot(snapshot, nowMs: 0)
+        let later = Event(seq: Int64(events.count + 1), atMs: events.last!.atMs + 5, task: "t3",
+                          body: .resumed(Resumed(bytes: 0, reason: "run again by the user")))
+        try store.append([later])
+        events.append(later)
+        var tasks = ["t3", "t4"]
+        let step = try store.deleteEvents(tasks: &tasks, through: snapshot.lastSeq, beforeMs: 0, limit: 1_000)
+        #expect(step.tasks == 2 && tasks.isEmpty)
+        var kept: [Event] = []
+        try store.forEach(task: "t3") { kept.append($0) }
+        #expect(kept == [later])
+        #expect(try store.replay() == AgentState.replay(events))
+        // Nothing may be deleted above a seq no snapshot covers.
+        var more = ["t5"]
+        #expect(throws: StoreError.self) { try store.deleteEvents(tasks: &more, through: later.seq, beforeMs: 0, limit: 10) }
+    }
+
+    /// `status --watch` folds as the log grows; a compaction between two rounds must not leave holes.
+    @Test func aReaderFoldingAsTheLogGrowsCatchesUpAcrossACompaction() throws {
+        let events = Self.finishedTasks(30)
+        let store = try EventStore(writingTo: path)
+        try store.append(Array(events[..<200]))
+        var watched = AgentState()
+        try store.catchUp(&watched)
+        try store.append(Array(events[200...]))
+        _ = try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: events.last!.atMs + 1, trigger: "requested", pacing: .alone)
+        try EventStore(readingFrom: path).catchUp(&watched)
+        #expect(watched == AgentState.replay(events))
     }
 
     @Test func replayUntilWorksFromEverySnapshotWhereEventsRemain() throws {

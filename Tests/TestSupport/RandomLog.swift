@@ -95,7 +95,12 @@ public struct RandomLog {
         case 0: add(.agentStarted(AgentStarted(pid: Int32(number(2...9_999)), version: "1.0", hooks: chance(50) ? ["task_end", "batch_end"] : [])))
         case 1: add(.agentStopped(AgentStopped(reason: "SIGTERM")))
         case 2:
-            for batch in Notices.drainedBatches(in: state) { add(.batchFinished(batch)) }
+            let drained = Notices.drainedBatches(in: state)
+            for batch in drained { add(.batchFinished(batch)) }
+            // A damaged or older log may announce a batch still running: the fold must take it as it comes.
+            if drained.isEmpty, let (key, ended) = state.endedSinceNotice.min(by: { $0.key < $1.key }) {
+                add(.batchFinished(BatchFinished(batch: key.name, finished: ended, failed: [])))
+            }
         case 3:
             if let key = state.owedNotices.keys.min() {
                 add(.notified(Notified(batch: key.name, summary: "done", delivered: chance(80))))
@@ -134,5 +139,12 @@ public struct SeededGenerator: RandomNumberGenerator {
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
+    }
+}
+
+extension AgentState {
+    /// What a restart would do with every task: states that are equal must plan alike.
+    public func recoveryPlans(nowMs: Int64) -> [String: RecoveryPlan] {
+        tasks.mapValues { RecoveryPlan.plan(for: $0, in: self, nowMs: nowMs) }
     }
 }

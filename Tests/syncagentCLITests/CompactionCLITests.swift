@@ -152,7 +152,9 @@ struct CompactionCLITests {
         _ = filler.wait(seconds: 30)
         let result = try harness.run(["compact", "--older-than", "0"], seconds: 150)
         #expect(result.status != 0, "\(result.stdout)")
-        #expect(result.stderr.contains("compact"), "\(result.stderr)")
+        // The agent's report of the failure, or (its own commits failing too) that it stopped without one.
+        #expect(result.stderr.contains("the agent could not compact") || result.stderr.contains("the agent stopped before"),
+                "\(result.stderr)")
     }
 
     @Test func badCompactJobsAreRejectedWithTheKey() throws {
@@ -167,6 +169,33 @@ struct CompactionCLITests {
         #expect(errors[1].contains("\"task\""), "\(errors[1])")
         #expect(errors[2].contains("older_than"), "\(errors[2])")
         #expect(try harness.run(["compact", "--older-than", "forever"]).stderr.contains("--older-than"))
+    }
+
+    /// The agent's own compaction (off its loop, every 200,000 events) killed
+    /// at its crash points: the next start reads the same tasks and compacts again.
+    @Test(arguments: ["compact-snapshot-written", "compact-deleting"])
+    func theAgentKilledInsideItsOwnCompactionLosesNothing(point: String) throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\nkeep_ended = \"1d\"\n")
+        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
+        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "210000", "100"],
+                                         environment: harness.environment, outputIn: harness.directory.path)
+        #expect(generator.wait(seconds: 120) == 0, "\(generator.stderr)")
+        let before = try Self.replayed(harness)
+
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = point
+        let dying = try harness.startAgent()
+        #expect(dying.wait(seconds: 120) == 137, "the agent reached \(point): \(dying.stderr.suffix(1500))")
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
+        #expect(try Self.replayed(harness) == before)
+
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 120) == 0, "agent stderr: \(agent.stderr.suffix(1500))")
+        #expect(try Self.replayed(harness) == before)
+        let events = try harness.events()
+        // Finished at the next start, though the snapshot was already there.
+        #expect(events.contains { $0.type == "compacted" && $0.data["trigger"] as? String == "interrupted" && $0.data["error"] == nil },
+                "\(events.map(\.type))")
+        #expect(events.count < 100, "the generated tasks' events were dropped")
     }
 
     /// The agent compacts by itself once the log is long, off its loop, and

@@ -27,32 +27,30 @@ public enum Compactor {
         public static let besideAgent = Pacing(rowsPerTransaction: 2_000, pagesPerTransaction: 256, pauseMicroseconds: 2_000, besideAgent: true)
     }
 
-    /// `folded`: the fold of every committed event, when the caller holds it
-    /// (the agent right after a commit); else it is read from the log.
     /// `stopRequested` is asked between steps: the agent stopping cuts a compaction short, safely.
-    public static func compact(eventLog path: String, folded: AgentState? = nil, olderThanS: Int64, nowMs: Int64, trigger: String,
+    public static func compact(eventLog path: String, olderThanS: Int64, nowMs: Int64, trigger: String,
                                pacing: Pacing, stopRequested: () -> Bool = { false }) throws -> Compacted {
         let store = try EventStore(writingTo: path)
         let bytesBefore = try store.databaseBytes()
-        let state = try folded ?? store.replay()
+        let state = try store.replay()
         let cutoffMs = olderThanS >= nowMs / 1000 ? Int64.min : nowMs - olderThanS * 1000
         let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
         try store.writeSnapshot(state, nowMs: nowMs)
         CrashPoint.compactSnapshotWritten.reached()
 
-        var deleted = 0
-        func deleteAll(task: String?) throws {
-            while !stopRequested() {
-                let count = try store.deleteEvents(task: task, through: state.lastSeq, beforeMs: cutoffMs, limit: pacing.rowsPerTransaction)
-                deleted += count
-                if deleted > 0 { CrashPoint.compactDeleting.reached() }
-                if count < pacing.rowsPerTransaction { return }
-                if pacing.pauseMicroseconds > 0 { usleep(pacing.pauseMicroseconds) }
-            }
+        // Many tasks' events per transaction, each transaction short; beside
+        // the agent, a pause after every one, so its commits get their turn.
+        var remaining = prunable
+        var deleted = 0, tasksPruned = 0
+        while !stopRequested() {
+            let step = try store.deleteEvents(tasks: &remaining, through: state.lastSeq, beforeMs: cutoffMs,
+                                              limit: pacing.rowsPerTransaction)
+            deleted += step.rows
+            tasksPruned += step.tasks
+            if deleted > 0 { CrashPoint.compactDeleting.reached() }
+            if step.rows < pacing.rowsPerTransaction { break }
+            if pacing.pauseMicroseconds > 0 { usleep(pacing.pauseMicroseconds) }
         }
-        for id in prunable { try deleteAll(task: id) }
-        // The agent's own events before the cutoff: their effect is in the snapshot.
-        try deleteAll(task: nil)
 
         if try store.shrinksIncrementally {
             while !stopRequested(), try store.releaseFreePages(pacing.pagesPerTransaction) {
@@ -62,8 +60,9 @@ public enum Compactor {
             // A log from before snapshots existed: rewritten once, it shrinks by itself from then on.
             try store.rewriteToShrink()
         }
+        if !stopRequested() { try store.markCompactionDone(state.lastSeq) }
         if !pacing.besideAgent { try store.checkpoint() }
-        return Compacted(snapshotSeq: state.lastSeq, tasks: prunable.count, events: deleted, olderThanS: olderThanS,
+        return Compacted(snapshotSeq: state.lastSeq, tasks: tasksPruned, events: deleted, olderThanS: olderThanS,
                          bytesBefore: bytesBefore, bytesAfter: try store.databaseBytes(), trigger: trigger)
     }
 
@@ -90,13 +89,14 @@ final class BackgroundCompactor {
         if !busy { finished.close() }
     }
 
-    /// `state` must be the fold of exactly the committed log (the loop
-    /// passes its own, right after a commit: a copy, so only values cross).
-    func start(eventLog: String, state: AgentState, olderThanS: Int64, trigger: String) {
+    /// The compaction folds the committed log itself, on its own connection:
+    /// only a path crosses threads, and the loop never has to copy its state
+    /// (a copy shared with this thread would be duplicated at the loop's next event).
+    func start(eventLog: String, olderThanS: Int64, trigger: String) {
         busy = true
         queue.async { [finished, stopping] in
             finished.post((trigger, olderThanS, Result {
-                try Compactor.compact(eventLog: eventLog, folded: state, olderThanS: olderThanS, nowMs: FileSystem.nowMs,
+                try Compactor.compact(eventLog: eventLog, olderThanS: olderThanS, nowMs: FileSystem.nowMs,
                                       trigger: trigger, pacing: .besideAgent, stopRequested: { stopping.isSet })
             }))
         }

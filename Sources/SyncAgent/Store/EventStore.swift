@@ -33,12 +33,14 @@ public final class EventStore {
         ("index events by task", "CREATE INDEX events_by_task ON events(task, seq);"),
         // The fold at `seq` (SPEC §6). `pruned`: raw events up to `seq` may
         // have been deleted by `compact`, so a replay must start from here.
+        // `done`: the compaction that wrote it finished (else the next start finishes it).
         ("create snapshots", """
             CREATE TABLE snapshots (
               seq    INTEGER PRIMARY KEY,
               format INTEGER NOT NULL,
               at_ms  INTEGER NOT NULL,
               pruned INTEGER NOT NULL,
+              done   INTEGER NOT NULL DEFAULT 0,
               data   BLOB NOT NULL
             );
             """),
@@ -167,8 +169,7 @@ public final class EventStore {
     public func append(_ events: [Event]) throws {
         guard !events.isEmpty else { return }
         guard let insert else { throw StoreError(message: "event log \(path) is open read-only") }
-        try execute("BEGIN IMMEDIATE")
-        do {
+        try transaction {
             for event in events {
                 sqlite3_reset(insert)
                 let task = event.task.map { sqlite3_bind_text(insert, 3, $0, -1, SQLITE_TRANSIENT) } ?? sqlite3_bind_null(insert, 3)
@@ -178,12 +179,8 @@ public final class EventStore {
                 guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind event \(event.seq)") }
                 guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot append event \(event.seq)") }
             }
-            try execute("COMMIT")
-            lastSeq = max(lastSeq, events.last!.seq)
-        } catch {
-            try? execute("ROLLBACK")
-            throw error
         }
+        lastSeq = max(lastSeq, events.last!.seq)
     }
 
     /// A raw row, for `events`: what the log holds, before decoding.
@@ -247,29 +244,37 @@ public final class EventStore {
     /// running beside it is seen wholly or not at all.
     public func replay(through last: Int64 = .max) throws -> AgentState {
         guard db != nil, try schemaVersion() > 0 else { return AgentState() }
-        return try reading {
-            let pruned = try prunedThrough()
-            guard last >= pruned else {
-                throw StoreError(message: "events up to seq \(pruned) of \(path) were compacted into a snapshot; "
-                                 + "the log can be replayed through seq \(pruned) or later")
-            }
-            var state = try snapshot(atOrBefore: last, mustCover: pruned) ?? AgentState()
-            try forEach(after: state.lastSeq, through: last) { state.apply($0) }
-            return state
+        return try reading { try fold(through: last) }
+    }
+
+    /// `replay`'s work, inside a read transaction the caller holds.
+    private func fold(through last: Int64) throws -> AgentState {
+        let pruned = try prunedThrough()
+        guard last >= pruned else {
+            throw StoreError(message: "events up to seq \(pruned) of \(path) were compacted into a snapshot; "
+                             + "the log can be replayed through seq \(pruned) or later")
+        }
+        var state = try snapshot(atOrBefore: last, mustCover: pruned) ?? AgentState()
+        try forEach(after: state.lastSeq, through: last) { state.apply($0) }
+        return state
+    }
+
+    /// Brings `state` (a fold of this log) up to date: the events after it,
+    /// or, when a compaction has deleted some of them meanwhile, the newest
+    /// snapshot and its tail. For readers that fold as the log grows (`status --watch`).
+    public func catchUp(_ state: inout AgentState) throws {
+        guard db != nil, try schemaVersion() > 0 else { return }
+        state = try reading {
+            if try prunedThrough() > state.lastSeq { return try fold(through: .max) }
+            var next = state
+            try forEach(after: state.lastSeq) { next.apply($0) }
+            return next
         }
     }
 
     /// Runs `body` inside one read transaction: every statement sees the same version of the file.
     private func reading<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN")
-        do {
-            let value = try body()
-            try execute("COMMIT")
-            return value
-        } catch {
-            try? execute("ROLLBACK")
-            throw error
-        }
+        try transaction(writing: false, body)
     }
 
     private var hasSnapshots: Bool {
@@ -328,15 +333,22 @@ public final class EventStore {
     public func writeSnapshot(_ state: AgentState, nowMs: Int64, pruned: Bool = false) throws {
         let bytes = Snapshot.encode(state)
         try transaction {
-            let statement = try prepare("INSERT OR REPLACE INTO snapshots(seq, format, at_ms, pruned, data) VALUES (?1, ?2, ?3, ?4, ?5)")
+            // Written again at the same seq (a compaction run twice), it stays
+            // pruned if it was: the events it replaced are gone either way.
+            let statement = try prepare("""
+                INSERT INTO snapshots(seq, format, at_ms, pruned, data) VALUES (?1, ?2, ?3, ?4, ?5)
+                  ON CONFLICT(seq) DO UPDATE SET format = excluded.format, at_ms = excluded.at_ms,
+                    pruned = max(pruned, excluded.pruned), done = 0, data = excluded.data
+                """)
             defer { sqlite3_finalize(statement) }
-            let bound = bytes.withUnsafeBytes { raw in
-                [sqlite3_bind_int64(statement, 1, state.lastSeq), sqlite3_bind_int64(statement, 2, Int64(Snapshot.format)),
-                 sqlite3_bind_int64(statement, 3, nowMs), sqlite3_bind_int64(statement, 4, pruned ? 1 : 0),
-                 sqlite3_bind_blob(statement, 5, raw.baseAddress, Int32(raw.count), SQLITE_TRANSIENT)]
+            try bytes.withUnsafeBytes { raw in
+                // Bound in place (no copy of a blob that may be megabytes): stepped before `raw` goes.
+                let bound = [sqlite3_bind_int64(statement, 1, state.lastSeq), sqlite3_bind_int64(statement, 2, Int64(Snapshot.format)),
+                             sqlite3_bind_int64(statement, 3, nowMs), sqlite3_bind_int64(statement, 4, pruned ? 1 : 0),
+                             sqlite3_bind_blob(statement, 5, raw.baseAddress, Int32(raw.count), nil)]
+                guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind the snapshot") }
+                guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(state.lastSeq)") }
             }
-            guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind the snapshot") }
-            guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(state.lastSeq)") }
             try execute("""
                 DELETE FROM snapshots WHERE seq < \(state.lastSeq)
                   AND seq <> (SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE pruned = 1)
@@ -344,30 +356,48 @@ public final class EventStore {
         }
     }
 
-    /// Deletes up to `limit` raw events of `task` (or of the agent itself,
-    /// when nil, written before `beforeMs`) at or below `through`. Returns
-    /// how many went; the caller repeats until none do, so each
-    /// transaction stays short beside a running agent.
-    /// The snapshot at `through` is marked pruned in the same transaction.
-    public func deleteEvents(task: String?, through: Int64, beforeMs: Int64, limit: Int) throws -> Int {
-        let filter = task == nil ? "task IS NULL AND at_ms < ?3" : "task = ?4"
-        let statement = try prepare("""
-            DELETE FROM events WHERE seq IN
-              (SELECT seq FROM events WHERE \(filter) AND seq <= ?1 ORDER BY seq LIMIT ?2)
+    /// Deletes raw events at or below `through`, about `limit` rows in one
+    /// transaction: those of the tasks in `tasks`, taken from the front (each
+    /// task whose events are all gone is removed from it), and, when `tasks`
+    /// is empty, the agent's own written before `beforeMs`. Returns the rows
+    /// deleted and the tasks that had any. The snapshot at `through` must
+    /// exist; it is marked pruned in the same transaction as the first
+    /// deletion, so a crash before one leaves every replay possible.
+    public func deleteEvents(tasks: inout [String], through: Int64, beforeMs: Int64, limit: Int) throws -> (rows: Int, tasks: Int) {
+        let ofTask = try prepare("""
+            DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE task = ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3)
             """)
-        defer { sqlite3_finalize(statement) }
-        sqlite3_bind_int64(statement, 1, through)
-        sqlite3_bind_int64(statement, 2, Int64(limit))
-        sqlite3_bind_int64(statement, 3, beforeMs)
-        if let task { sqlite3_bind_text(statement, 4, task, -1, SQLITE_TRANSIENT) }
+        defer { sqlite3_finalize(ofTask) }
+        let ofAgent = try prepare("""
+            DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE task IS NULL AND at_ms < ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3)
+            """)
+        defer { sqlite3_finalize(ofAgent) }
         return try transaction {
-            guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot delete compacted events") }
-            let deleted = Int(sqlite3_changes(db))
-            if deleted > 0, try scalar("SELECT count(*) FROM snapshots WHERE seq = \(through) AND pruned = 0") > 0 {
+            guard try scalar("SELECT count(*) FROM snapshots WHERE seq = \(through)") == 1 else {
+                throw StoreError(message: "no snapshot at seq \(through) in \(path): no event may be deleted")
+            }
+            var rows = 0, touched = 0
+            func run(_ statement: OpaquePointer?, first: (OpaquePointer?) -> Int32) throws -> Int {
+                sqlite3_reset(statement)
+                guard first(statement) == SQLITE_OK, sqlite3_bind_int64(statement, 2, through) == SQLITE_OK,
+                      sqlite3_bind_int64(statement, 3, Int64(limit - rows)) == SQLITE_OK else { throw error("cannot bind a deletion") }
+                guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot delete compacted events") }
+                return Int(sqlite3_changes(db))
+            }
+            while rows < limit, let task = tasks.first {
+                let deleted = try run(ofTask) { sqlite3_bind_text($0, 1, task, -1, SQLITE_TRANSIENT) }
+                rows += deleted
+                if deleted > 0 { touched += 1 }
+                if rows < limit { tasks.removeFirst() }
+            }
+            if tasks.isEmpty, rows < limit {
+                rows += try run(ofAgent) { sqlite3_bind_int64($0, 1, beforeMs) }
+            }
+            if rows > 0, try scalar("SELECT count(*) FROM snapshots WHERE seq = \(through) AND pruned = 0") > 0 {
                 // From here on replays start at `through`: older snapshots are of no use.
                 try execute("UPDATE snapshots SET pruned = 1 WHERE seq = \(through); DELETE FROM snapshots WHERE seq < \(through)")
             }
-            return deleted
+            return (rows, touched)
         }
     }
 
@@ -375,8 +405,21 @@ public final class EventStore {
     public func releaseFreePages(_ pages: Int) throws -> Bool {
         guard try scalar("PRAGMA auto_vacuum") == 2 else { return false }
         guard try scalar("PRAGMA freelist_count") > 0 else { return false }
-        try execute("PRAGMA incremental_vacuum(\(pages))")
-        return try scalar("PRAGMA freelist_count") > 0
+        return try transaction {
+            try execute("PRAGMA incremental_vacuum(\(pages))")
+            return try scalar("PRAGMA freelist_count") > 0
+        }
+    }
+
+    /// The compaction that wrote the snapshot at `seq` has deleted and given back all it meant to.
+    public func markCompactionDone(_ seq: Int64) throws {
+        try transaction { try execute("UPDATE snapshots SET done = 1 WHERE seq = \(seq)") }
+    }
+
+    /// Whether the newest snapshot's compaction was cut short (a crash, a stop): it has work left.
+    public func compactionUnfinished() throws -> Bool {
+        guard try hasSnapshots else { return false }
+        return try scalar("SELECT count(*) FROM snapshots WHERE seq = (SELECT MAX(seq) FROM snapshots) AND done = 0") > 0
     }
 
     /// What the log holds, in bytes: its pages, wherever they are (file or write-ahead log).
@@ -402,8 +445,17 @@ public final class EventStore {
         try execute("PRAGMA wal_checkpoint(TRUNCATE)")
     }
 
-    private func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
+    /// Write transactions of this process's connections (the agent's and
+    /// its compactor's) take turns here: a commit waiting for a compaction
+    /// step is woken the moment it ends, rather than by SQLite's busy
+    /// handler, which sleeps up to 100 ms between tries.
+    private static let writeGate = NSLock()
+
+    /// One transaction around `body`: IMMEDIATE (the write lock at once) when writing.
+    private func transaction<T>(writing: Bool = true, _ body: () throws -> T) throws -> T {
+        if writing { Self.writeGate.lock() }
+        defer { if writing { Self.writeGate.unlock() } }
+        try execute(writing ? "BEGIN IMMEDIATE" : "BEGIN")
         do {
             let value = try body()
             try execute("COMMIT")
