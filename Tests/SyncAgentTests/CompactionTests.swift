@@ -115,6 +115,28 @@ struct CompactionTests {
         #expect(watched == AgentState.replay(events))
     }
 
+    /// A snapshot goes in parts, each its own transaction, so no write holds
+    /// the file long beside the agent; a crash between them leaves no snapshot.
+    @Test func aSnapshotInPartsIsWholeOrAbsent() throws {
+        let events = RandomLog.make(seed: 4, count: 2_000).events
+        let store = try EventStore(writingTo: path)
+        try store.append(events)
+        let state = AgentState.replay(events)
+        try store.writeSnapshot(state, nowMs: 0, partBytes: 1_000)
+        #expect(try sqlValue("SELECT count(*) FROM snapshot_parts") == "\(Snapshot.encode(state).count / 1_000 + 1)")
+        #expect(try EventStore(readingFrom: path).replay() == state)
+        // A part lost (as if the row had come before it): an error while events remain is no state at all — they are read instead.
+        try sql("DELETE FROM snapshot_parts WHERE part = 3")
+        #expect(try EventStore(readingFrom: path).replay() == state)
+        try sql("UPDATE snapshots SET pruned = 1")
+        #expect { try EventStore(readingFrom: path).replay() } throws: { "\($0)".contains("part 3 is missing") }
+        // Parts no row names (a crash before the row) are removed by the next snapshot.
+        try sql("DELETE FROM snapshots; INSERT INTO snapshot_parts VALUES (7, 0, X'00')")
+        try store.writeSnapshot(state, nowMs: 0)
+        #expect(try sqlValue("SELECT count(*) FROM snapshot_parts WHERE seq = 7") == "0")
+        #expect(try EventStore(readingFrom: path).replay() == state)
+    }
+
     @Test func replayUntilWorksFromEverySnapshotWhereEventsRemain() throws {
         let events = RandomLog.make(seed: 5, count: 900).events
         let writer = try EventStore(writingTo: path)
@@ -134,7 +156,7 @@ struct CompactionTests {
         let writer = try EventStore(writingTo: path)
         try writer.append(events)
         try writer.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: false)
-        try sql("UPDATE snapshots SET data = X'7e00' WHERE seq = 400")
+        try sql("UPDATE snapshot_parts SET data = X'7e00' WHERE seq = 400 AND part = 0")
         // The events say what the snapshot would have: read from them.
         #expect(try EventStore(readingFrom: path).replay() == AgentState.replay(events))
         try sql("UPDATE snapshots SET pruned = 1 WHERE seq = 400")

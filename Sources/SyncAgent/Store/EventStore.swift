@@ -33,7 +33,10 @@ public final class EventStore {
         ("index events by task", "CREATE INDEX events_by_task ON events(task, seq);"),
         // The fold at `seq` (SPEC §6). `pruned`: raw events up to `seq` may
         // have been deleted by `compact`, so a replay must start from here.
-        // `done`: the compaction that wrote it finished (else the next start finishes it).
+        // `done`: the compaction that wrote it finished (else the next start
+        // finishes it). Its bytes are in `parts` rows of `snapshot_parts`,
+        // written each in its own short transaction before the `snapshots`
+        // row that makes them visible.
         ("create snapshots", """
             CREATE TABLE snapshots (
               seq    INTEGER PRIMARY KEY,
@@ -41,7 +44,14 @@ public final class EventStore {
               at_ms  INTEGER NOT NULL,
               pruned INTEGER NOT NULL,
               done   INTEGER NOT NULL DEFAULT 0,
-              data   BLOB NOT NULL
+              parts  INTEGER NOT NULL,
+              bytes  INTEGER NOT NULL
+            );
+            CREATE TABLE snapshot_parts (
+              seq  INTEGER NOT NULL,
+              part INTEGER NOT NULL,
+              data BLOB NOT NULL,
+              PRIMARY KEY (seq, part)
             );
             """),
     ]
@@ -298,7 +308,7 @@ public final class EventStore {
     /// events say the same. One that replaced deleted events cannot be skipped.
     private func snapshot(atOrBefore last: Int64, mustCover pruned: Int64) throws -> AgentState? {
         guard try hasSnapshots else { return nil }
-        let statement = try prepare("SELECT seq, format, data FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC")
+        let statement = try prepare("SELECT seq, format, parts, bytes FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC")
         defer { sqlite3_finalize(statement) }
         sqlite3_bind_int64(statement, 1, last)
         while true {
@@ -307,12 +317,12 @@ public final class EventStore {
             guard code == SQLITE_ROW else { throw error("cannot read snapshots") }
             let seq = sqlite3_column_int64(statement, 0)
             let format = sqlite3_column_int64(statement, 1)
-            let data = UnsafeRawBufferPointer(start: sqlite3_column_blob(statement, 2), count: Int(sqlite3_column_bytes(statement, 2)))
             do {
                 guard format == Int64(Snapshot.format) else {
                     throw Snapshot.Malformed(description: "snapshot format \(format), this syncagent reads format \(Snapshot.format)")
                 }
-                let state = try Snapshot.decode(data)
+                let bytes = try snapshotBytes(seq: seq, parts: sqlite3_column_int64(statement, 2), total: sqlite3_column_int64(statement, 3))
+                let state = try bytes.withUnsafeBytes { try Snapshot.decode($0) }
                 guard state.lastSeq == seq else { throw Snapshot.Malformed(description: "it covers seq \(state.lastSeq), not \(seq)") }
                 return state
             } catch {
@@ -324,34 +334,82 @@ public final class EventStore {
         }
     }
 
+    /// The snapshot's parts, joined; every part present, in order, adding up to `total`.
+    private func snapshotBytes(seq: Int64, parts: Int64, total: Int64) throws -> [UInt8] {
+        guard total >= 0, total <= Int64(Int32.max) * 64 else { throw Snapshot.Malformed(description: "a size of \(total) bytes") }
+        let statement = try prepare("SELECT part, data FROM snapshot_parts WHERE seq = ?1 ORDER BY part")
+        defer { sqlite3_finalize(statement) }
+        sqlite3_bind_int64(statement, 1, seq)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Int(total))
+        var next: Int64 = 0
+        while true {
+            let code = sqlite3_step(statement)
+            if code == SQLITE_DONE { break }
+            guard code == SQLITE_ROW else { throw error("cannot read the snapshot at seq \(seq)") }
+            guard sqlite3_column_int64(statement, 0) == next else { throw Snapshot.Malformed(description: "part \(next) is missing") }
+            let length = Int(sqlite3_column_bytes(statement, 1))
+            if length > 0, let data = sqlite3_column_blob(statement, 1) {
+                bytes.append(contentsOf: UnsafeRawBufferPointer(start: data, count: length))
+            }
+            next += 1
+        }
+        guard next == parts, Int64(bytes.count) == total else {
+            throw Snapshot.Malformed(description: "\(next) parts of \(bytes.count) bytes, not \(parts) of \(total)")
+        }
+        return bytes
+    }
+
     // MARK: - Compaction (SPEC §6): only ever one compaction at a time, beside the agent's appends.
 
     /// Stores `state` as the snapshot at its `lastSeq`. Older snapshots go,
     /// except the newest pruned one (`replay --until` starts from it).
     /// (`pruned` is for tests; a compaction marks its snapshot pruned with
     /// its first deletion, so a crash before one leaves every replay possible.)
-    public func writeSnapshot(_ state: AgentState, nowMs: Int64, pruned: Bool = false) throws {
-        let bytes = Snapshot.encode(state)
+    ///
+    /// Beside a running agent no transaction here is long: the bytes go in
+    /// parts of `partBytes`, each in its own transaction, and a last small one
+    /// adds the row that makes them a snapshot. A crash before it leaves
+    /// parts no row names, removed by the next call.
+    public func writeSnapshot(_ state: AgentState, nowMs: Int64, pruned: Bool = false, partBytes: Int = 256 << 10) throws {
+        let seq = state.lastSeq
+        // The fold at a seq is the fold at that seq: one already stored in this format is kept (a new compaction is starting on it).
+        let stored = try scalar("SELECT count(*) FROM snapshots WHERE seq = \(seq) AND format = \(Snapshot.format)") > 0
+        if stored {
+            try transaction { try execute("UPDATE snapshots SET done = 0\(pruned ? ", pruned = 1" : "") WHERE seq = \(seq)") }
+            return
+        }
         try transaction {
-            // Written again at the same seq (a compaction run twice), it stays
-            // pruned if it was: the events it replaced are gone either way.
-            let statement = try prepare("""
-                INSERT INTO snapshots(seq, format, at_ms, pruned, data) VALUES (?1, ?2, ?3, ?4, ?5)
-                  ON CONFLICT(seq) DO UPDATE SET format = excluded.format, at_ms = excluded.at_ms,
-                    pruned = max(pruned, excluded.pruned), done = 0, data = excluded.data
-                """)
-            defer { sqlite3_finalize(statement) }
-            try bytes.withUnsafeBytes { raw in
-                // Bound in place (no copy of a blob that may be megabytes): stepped before `raw` goes.
-                let bound = [sqlite3_bind_int64(statement, 1, state.lastSeq), sqlite3_bind_int64(statement, 2, Int64(Snapshot.format)),
-                             sqlite3_bind_int64(statement, 3, nowMs), sqlite3_bind_int64(statement, 4, pruned ? 1 : 0),
-                             sqlite3_bind_blob(statement, 5, raw.baseAddress, Int32(raw.count), nil)]
-                guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind the snapshot") }
-                guard sqlite3_step(statement) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(state.lastSeq)") }
+            try execute("DELETE FROM snapshots WHERE seq = \(seq)")
+            try execute("DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots)")
+        }
+        let bytes = Snapshot.encode(state)
+        let insert = try prepare("INSERT INTO snapshot_parts(seq, part, data) VALUES (?1, ?2, ?3)")
+        defer { sqlite3_finalize(insert) }
+        var parts: Int64 = 0
+        try bytes.withUnsafeBytes { all in
+            for start in stride(from: 0, to: max(all.count, 1), by: partBytes) {
+                let piece = UnsafeRawBufferPointer(rebasing: all[start..<min(start + partBytes, all.count)])
+                try transaction {
+                    sqlite3_reset(insert)
+                    // Bound in place (no copy): stepped before `piece` goes.
+                    let bound = [sqlite3_bind_int64(insert, 1, seq), sqlite3_bind_int64(insert, 2, parts),
+                                 sqlite3_bind_blob(insert, 3, piece.baseAddress ?? UnsafeRawPointer(all.baseAddress), Int32(piece.count), nil)]
+                    guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind a snapshot part") }
+                    guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(seq)") }
+                }
+                parts += 1
             }
+        }
+        try transaction {
             try execute("""
-                DELETE FROM snapshots WHERE seq < \(state.lastSeq)
-                  AND seq <> (SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE pruned = 1)
+                INSERT INTO snapshots(seq, format, at_ms, pruned, done, parts, bytes)
+                  VALUES (\(seq), \(Snapshot.format), \(nowMs), \(pruned ? 1 : 0), 0, \(parts), \(bytes.count))
+                """)
+            try execute("""
+                DELETE FROM snapshots WHERE seq < \(seq)
+                  AND seq <> (SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE pruned = 1);
+                DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots);
                 """)
         }
     }
@@ -395,7 +453,11 @@ public final class EventStore {
             }
             if rows > 0, try scalar("SELECT count(*) FROM snapshots WHERE seq = \(through) AND pruned = 0") > 0 {
                 // From here on replays start at `through`: older snapshots are of no use.
-                try execute("UPDATE snapshots SET pruned = 1 WHERE seq = \(through); DELETE FROM snapshots WHERE seq < \(through)")
+                try execute("""
+                    UPDATE snapshots SET pruned = 1 WHERE seq = \(through);
+                    DELETE FROM snapshots WHERE seq < \(through);
+                    DELETE FROM snapshot_parts WHERE seq < \(through);
+                    """)
             }
             return (rows, touched)
         }
