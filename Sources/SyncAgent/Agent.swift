@@ -122,8 +122,8 @@ public final class Agent {
         runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         snapshotSeq = try log.store.newestSnapshotSeq()
-        // A compaction cut short (a crash, a stop) is finished at once.
-        let unfinishedCompaction = try log.store.compactionUnfinished()
+        // A compaction cut short (a crash, a stop) is finished at once, with the cutoff it had.
+        let unfinishedCompaction = try log.store.unfinishedCompaction()
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
         root = try DownloadRoot(path: paths.downloadDir)
@@ -132,7 +132,7 @@ public final class Agent {
         resumeInterruptedTasks()
         try log.commit()
         // A long log is compacted at once, not at the first commit of new work (an idle agent may make none).
-        if unfinishedCompaction { compactor.start(eventLog: paths.eventLog, olderThanS: config.keepEndedS, trigger: "interrupted") }
+        if let olderThanS = unfinishedCompaction { compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: "interrupted") }
         startCompactionIfDue()
 
         let watcher = try InboxWatcher(directory: paths.inbox)

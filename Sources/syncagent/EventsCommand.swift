@@ -28,6 +28,9 @@ struct EventsCommand: ParsableCommand {
 
     func run() throws {
         var last: Int64 = 0
+        if task == nil, let pruned = try? openLog(global).prunedThrough(), pruned > 0 {
+            FileHandle.standardError.write(Data("syncagent: events up to seq \(pruned) of ended tasks were compacted (syncagent compact); the snapshot keeps their state\n".utf8))
+        }
         if let task, !follow {
             let store = try openLog(global)
             guard let known = try store.replay()[task] else {

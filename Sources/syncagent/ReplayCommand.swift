@@ -32,7 +32,12 @@ struct ReplayCommand: ParsableCommand {
 
     func run() throws {
         let store = try openLog(global)
-        let state = try store.replay(through: until ?? .max)
+        let state: AgentState
+        do {
+            state = try store.replay(through: until ?? .max)
+        } catch {
+            throw fail("\(error)")
+        }
         var tasks = state.orderedTasks
         if let id = task {
             tasks = tasks.filter { $0.id == id }

@@ -198,6 +198,47 @@ struct CompactionCLITests {
         #expect(events.count < 100, "the generated tasks' events were dropped")
     }
 
+    /// Found by an adversary: an agent stopped (SIGTERM) during a requested
+    /// compaction reported it done, and its next start finished it with
+    /// `keep_ended` instead of the cutoff asked for.
+    @Test func aCompactionCutShortByAStopIsSaidSoAndFinishedAsAsked() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\nkeep_ended = \"3650d\"\n")
+        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
+        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "150000", "1500"],
+                                         environment: harness.environment, outputIn: harness.directory.path)
+        #expect(generator.wait(seconds: 120) == 0, "\(generator.stderr)")
+        let before = try Self.replayed(harness)
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL) }
+        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        let request = try ChildProcess(syncagentBinary, ["compact"] + harness.globalFlags + ["--older-than", "0"],
+                                       environment: harness.environment, outputIn: harness.directory.path)
+        // Stopped once the agent has taken the request and the compaction has started, long before it is through.
+        #expect(eventually(within: 30) {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: harness.inbox)) ?? []
+            return !names.contains { $0.hasPrefix("compact") }
+        })
+        usleep(200_000)
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        let status = request.wait(seconds: 30)
+        #expect(status == 1, "compact: \(request.stdout) \(request.stderr)")
+        #expect(request.stderr.contains("cut short by the agent stopping"), "\(request.stderr)")
+        #expect(try Self.replayed(harness) == before)
+
+        let next = try harness.startAgent(exitWhenIdle: true)
+        #expect(next.wait(seconds: 120) == 0, "agent stderr: \(next.stderr.suffix(1500))")
+        if request.stderr.contains("before anything was compacted") {
+            // Stopped while folding: nothing to finish; asked again, it completes.
+            #expect(try harness.run(["compact", "--older-than", "0"]).status == 0)
+        } else {
+            let finished = try harness.events().last { $0.type == "compacted" && $0.data["trigger"] as? String == "interrupted" }
+            #expect(finished?.data["older_than_s"] as? Int == 0, "the cutoff asked for, not keep_ended")
+        }
+        #expect(try harness.events().count < 100)
+        #expect(try Self.replayed(harness) == before)
+    }
+
     /// The agent compacts by itself once the log is long, off its loop, and
     /// a kill -9 at any instant of it loses nothing: every restart reads
     /// the same tasks, and downloads dropped meanwhile finish exactly once.

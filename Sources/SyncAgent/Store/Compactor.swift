@@ -32,21 +32,27 @@ public enum Compactor {
                                pacing: Pacing, stopRequested: () -> Bool = { false }) throws -> Compacted {
         let store = try EventStore(writingTo: path)
         let bytesBefore = try store.databaseBytes()
-        let state = try store.replay()
+        let state: AgentState
+        do {
+            state = try withoutActuallyEscaping(stopRequested) { try store.replay(stopWhen: $0) }
+        } catch is EventStore.ReplayStopped {
+            throw CompactionCutShort(snapshotSeq: nil, events: 0)
+        }
         let cutoffMs = olderThanS >= nowMs / 1000 ? Int64.min : nowMs - olderThanS * 1000
         let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
-        try store.writeSnapshot(state, nowMs: nowMs)
+        try store.writeSnapshot(state, nowMs: nowMs, olderThanS: olderThanS)
         CrashPoint.compactSnapshotWritten.reached()
 
         // Many tasks' events per transaction, each transaction short; beside
         // the agent, a pause after every one, so its commits get their turn.
         var remaining = prunable
-        var deleted = 0, tasksPruned = 0
+        var deleted = 0
+        var tasksPruned = Set<String>()
         while !stopRequested() {
             let step = try store.deleteEvents(tasks: &remaining, through: state.lastSeq, beforeMs: cutoffMs,
                                               limit: pacing.rowsPerTransaction)
             deleted += step.rows
-            tasksPruned += step.tasks
+            tasksPruned.formUnion(step.tasks)
             if deleted > 0 { CrashPoint.compactDeleting.reached() }
             if step.rows < pacing.rowsPerTransaction { break }
             if pacing.pauseMicroseconds > 0 { usleep(pacing.pauseMicroseconds) }
@@ -62,10 +68,23 @@ public enum Compactor {
         }
         if !stopRequested() { try store.markCompactionDone(state.lastSeq) }
         if !pacing.besideAgent { try store.checkpoint() }
-        return Compacted(snapshotSeq: state.lastSeq, tasks: tasksPruned, events: deleted, olderThanS: olderThanS,
+        if stopRequested() { throw CompactionCutShort(snapshotSeq: state.lastSeq, events: deleted) }
+        return Compacted(snapshotSeq: state.lastSeq, tasks: tasksPruned.count, events: deleted, olderThanS: olderThanS,
                          bytesBefore: bytesBefore, bytesAfter: try store.databaseBytes(), trigger: trigger)
     }
 
+}
+
+/// The agent stopped during a compaction: what it did stands, the rest is
+/// done at its next start (the snapshot is not marked done).
+public struct CompactionCutShort: Error, CustomStringConvertible {
+    /// Nil: stopped before its snapshot, so nothing was compacted.
+    public var snapshotSeq: Int64?
+    public var events: Int
+    public var description: String {
+        guard let snapshotSeq else { return "cut short by the agent stopping before anything was compacted; run syncagent compact again" }
+        return "cut short by the agent stopping after \(events) events of the snapshot at seq \(snapshotSeq); its next start finishes it"
+    }
 }
 
 /// Runs compactions off the event loop for the agent: one at a time, on its

@@ -34,7 +34,7 @@ public final class EventStore {
         // The fold at `seq` (SPEC §6). `pruned`: raw events up to `seq` may
         // have been deleted by `compact`, so a replay must start from here.
         // `done`: the compaction that wrote it finished (else the next start
-        // finishes it). Its bytes are in `parts` rows of `snapshot_parts`,
+        // finishes it, with the same `older_than_s`). Its bytes are in `parts` rows of `snapshot_parts`,
         // written each in its own short transaction before the `snapshots`
         // row that makes them visible.
         ("create snapshots", """
@@ -44,6 +44,7 @@ public final class EventStore {
               at_ms  INTEGER NOT NULL,
               pruned INTEGER NOT NULL,
               done   INTEGER NOT NULL DEFAULT 0,
+              older_than_s INTEGER NOT NULL DEFAULT 0,
               parts  INTEGER NOT NULL,
               bytes  INTEGER NOT NULL
             );
@@ -83,6 +84,9 @@ public final class EventStore {
         // The log is appended and read in order: a big page cache buys nothing
         // but resident memory (the default is 2 MiB).
         try execute("PRAGMA cache_size=-256")
+        // A reader held open during a compaction lets the WAL grow as large as
+        // what was deleted; once it is checkpointed, it is cut back to this.
+        try execute("PRAGMA journal_size_limit=\(4 << 20)")
         try migrate()
         lastSeq = try readLastSeq()
         insert = try prepare("INSERT INTO events(seq, at_ms, task, type, data) VALUES (?, ?, ?, ?, ?)")
@@ -252,20 +256,30 @@ public final class EventStore {
     /// It starts from the newest snapshot at or before `last` and folds the
     /// events after it, all inside one read transaction, so a `compact`
     /// running beside it is seen wholly or not at all.
-    public func replay(through last: Int64 = .max) throws -> AgentState {
+    /// `stopWhen` is asked every few thousand events: a long fold in the
+    /// background (a compaction's) must not hold up an agent that is stopping.
+    public func replay(through last: Int64 = .max, stopWhen: (() -> Bool)? = nil) throws -> AgentState {
         guard db != nil, try schemaVersion() > 0 else { return AgentState() }
-        return try reading { try fold(through: last) }
+        return try reading { try fold(through: last, stopWhen: stopWhen) }
     }
 
+    /// `replay` gave up because `stopWhen` said so.
+    public struct ReplayStopped: Error {}
+
     /// `replay`'s work, inside a read transaction the caller holds.
-    private func fold(through last: Int64) throws -> AgentState {
+    private func fold(through last: Int64, stopWhen: (() -> Bool)? = nil) throws -> AgentState {
         let pruned = try prunedThrough()
         guard last >= pruned else {
             throw StoreError(message: "events up to seq \(pruned) of \(path) were compacted into a snapshot; "
                              + "the log can be replayed through seq \(pruned) or later")
         }
         var state = try snapshot(atOrBefore: last, mustCover: pruned) ?? AgentState()
-        try forEach(after: state.lastSeq, through: last) { state.apply($0) }
+        var folded = 0
+        try forEach(after: state.lastSeq, through: last) { event in
+            state.apply(event)
+            folded += 1
+            if folded & 8191 == 0, let stopWhen, stopWhen() { throw ReplayStopped() }
+        }
         return state
     }
 
@@ -371,12 +385,15 @@ public final class EventStore {
     /// parts of `partBytes`, each in its own transaction, and a last small one
     /// adds the row that makes them a snapshot. A crash before it leaves
     /// parts no row names, removed by the next call.
-    public func writeSnapshot(_ state: AgentState, nowMs: Int64, pruned: Bool = false, partBytes: Int = 256 << 10) throws {
+    public func writeSnapshot(_ state: AgentState, nowMs: Int64, olderThanS: Int64 = 0, pruned: Bool = false,
+                              partBytes: Int = 256 << 10) throws {
         let seq = state.lastSeq
         // The fold at a seq is the fold at that seq: one already stored in this format is kept (a new compaction is starting on it).
         let stored = try scalar("SELECT count(*) FROM snapshots WHERE seq = \(seq) AND format = \(Snapshot.format)") > 0
         if stored {
-            try transaction { try execute("UPDATE snapshots SET done = 0\(pruned ? ", pruned = 1" : "") WHERE seq = \(seq)") }
+            try transaction {
+                try execute("UPDATE snapshots SET done = 0, older_than_s = \(olderThanS)\(pruned ? ", pruned = 1" : "") WHERE seq = \(seq)")
+            }
             return
         }
         try transaction {
@@ -403,8 +420,8 @@ public final class EventStore {
         }
         try transaction {
             try execute("""
-                INSERT INTO snapshots(seq, format, at_ms, pruned, done, parts, bytes)
-                  VALUES (\(seq), \(Snapshot.format), \(nowMs), \(pruned ? 1 : 0), 0, \(parts), \(bytes.count))
+                INSERT INTO snapshots(seq, format, at_ms, pruned, done, older_than_s, parts, bytes)
+                  VALUES (\(seq), \(Snapshot.format), \(nowMs), \(pruned ? 1 : 0), 0, \(olderThanS), \(parts), \(bytes.count))
                 """)
             try execute("""
                 DELETE FROM snapshots WHERE seq < \(seq)
@@ -421,7 +438,7 @@ public final class EventStore {
     /// deleted and the tasks that had any. The snapshot at `through` must
     /// exist; it is marked pruned in the same transaction as the first
     /// deletion, so a crash before one leaves every replay possible.
-    public func deleteEvents(tasks: inout [String], through: Int64, beforeMs: Int64, limit: Int) throws -> (rows: Int, tasks: Int) {
+    public func deleteEvents(tasks: inout [String], through: Int64, beforeMs: Int64, limit: Int) throws -> (rows: Int, tasks: [String]) {
         let ofTask = try prepare("""
             DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE task = ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3)
             """)
@@ -434,7 +451,8 @@ public final class EventStore {
             guard try scalar("SELECT count(*) FROM snapshots WHERE seq = \(through)") == 1 else {
                 throw StoreError(message: "no snapshot at seq \(through) in \(path): no event may be deleted")
             }
-            var rows = 0, touched = 0
+            var rows = 0
+            var touched: [String] = []
             func run(_ statement: OpaquePointer?, first: (OpaquePointer?) -> Int32) throws -> Int {
                 sqlite3_reset(statement)
                 guard first(statement) == SQLITE_OK, sqlite3_bind_int64(statement, 2, through) == SQLITE_OK,
@@ -445,7 +463,7 @@ public final class EventStore {
             while rows < limit, let task = tasks.first {
                 let deleted = try run(ofTask) { sqlite3_bind_text($0, 1, task, -1, SQLITE_TRANSIENT) }
                 rows += deleted
-                if deleted > 0 { touched += 1 }
+                if deleted > 0 { touched.append(task) }
                 if rows < limit { tasks.removeFirst() }
             }
             if tasks.isEmpty, rows < limit {
@@ -478,10 +496,12 @@ public final class EventStore {
         try transaction { try execute("UPDATE snapshots SET done = 1 WHERE seq = \(seq)") }
     }
 
-    /// Whether the newest snapshot's compaction was cut short (a crash, a stop): it has work left.
-    public func compactionUnfinished() throws -> Bool {
-        guard try hasSnapshots else { return false }
-        return try scalar("SELECT count(*) FROM snapshots WHERE seq = (SELECT MAX(seq) FROM snapshots) AND done = 0") > 0
+    /// The cutoff of the newest snapshot's compaction when it was cut short (a crash, a stop): it has work left.
+    public func unfinishedCompaction() throws -> Int64? {
+        guard try hasSnapshots,
+              try scalar("SELECT count(*) FROM snapshots WHERE seq = (SELECT MAX(seq) FROM snapshots) AND done = 0") > 0
+        else { return nil }
+        return try scalar("SELECT older_than_s FROM snapshots WHERE seq = (SELECT MAX(seq) FROM snapshots)")
     }
 
     /// What the log holds, in bytes: its pages, wherever they are (file or write-ahead log).
