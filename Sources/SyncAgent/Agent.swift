@@ -122,7 +122,15 @@ public final class Agent {
         runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         snapshotSeq = try log.store.newestSnapshotSeq()
-        // A compaction cut short (a crash, a stop) is finished at once, with the cutoff it had.
+        let longLog = Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq)
+        if longLog {
+            // A long log with no recent snapshot: the state just folded is stored
+            // now, before the loop starts, so the compaction that follows (in
+            // the background) reads it instead of folding the whole log again.
+            try log.store.writeSnapshot(log.state, nowMs: FileSystem.nowMs, olderThanS: config.keepEndedS)
+            snapshotSeq = log.state.lastSeq
+        }
+        // A compaction cut short (a crash, a stop, or the snapshot just written) is finished at once, with its cutoff.
         let unfinishedCompaction = try log.store.unfinishedCompaction()
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
@@ -132,7 +140,9 @@ public final class Agent {
         resumeInterruptedTasks()
         try log.commit()
         // A long log is compacted at once, not at the first commit of new work (an idle agent may make none).
-        if let olderThanS = unfinishedCompaction { compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: "interrupted") }
+        if let olderThanS = unfinishedCompaction {
+            compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: longLog ? "log_size" : "interrupted")
+        }
         startCompactionIfDue()
 
         let watcher = try InboxWatcher(directory: paths.inbox)
