@@ -28,11 +28,12 @@ struct EventsCommand: ParsableCommand {
 
     func run() throws {
         var last: Int64 = 0
-        if task == nil, let pruned = try? openLog(global).prunedThrough(), pruned > 0 {
+        let store = try openLog(global)
+        let pruned = try store.prunedThrough()
+        if task == nil, pruned > 0 {
             FileHandle.standardError.write(Data("syncagent: events up to seq \(pruned) of ended tasks were compacted (syncagent compact); the snapshot keeps their state\n".utf8))
         }
         if let task, !follow {
-            let store = try openLog(global)
             guard let known = try store.replay()[task] else {
                 // As `status --task` says it (with --follow the task may be about to appear).
                 throw fail("no task has the id \"\(task)\"")
@@ -40,7 +41,7 @@ struct EventsCommand: ParsableCommand {
             var created = false
             try store.forEach(after: known.createdSeq - 1, through: known.createdSeq, task: task) { _ in created = true }
             if !created {
-                FileHandle.standardError.write(Data("syncagent: events of task \(task) up to seq \(try store.prunedThrough()) were compacted (syncagent compact); its state is kept\n".utf8))
+                FileHandle.standardError.write(Data("syncagent: events of task \(task) up to seq \(pruned) were compacted (syncagent compact); its state is kept\n".utf8))
             }
         }
         repeat {

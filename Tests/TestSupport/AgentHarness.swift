@@ -69,6 +69,11 @@ public final class AgentHarness {
         ((try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []).filter { $0.hasSuffix(".job") }.sorted()
     }
 
+    /// Whether `status` says an agent runs on this state dir (it has taken its lock).
+    public var statusSaysAgentRuns: Bool {
+        (try? run(["status"]).stdout.hasPrefix("agent: running")) ?? false
+    }
+
     /// `status --json` → the task objects.
     public func statusTasks(_ extra: [String] = []) throws -> [[String: Any]] {
         try tasks(fromJSON: run(["status", "--json"] + extra))

@@ -6,7 +6,7 @@ import SyncAgentCore
 /// hooks, rejections, forgotten tasks), in orders a real agent or a
 /// damaged log could write. For properties that must hold for any log.
 public struct RandomLog {
-    var random: SeededGenerator
+    var random: SplitMix64
     private(set) var events: [Event] = []
     private var nowMs: Int64 = 1_000_000
     /// The fold so far, kept as events are added (a replay per step would make a long log quadratic).
@@ -14,7 +14,7 @@ public struct RandomLog {
     private var ids: [String] = []
     private var parents: [String] = []
 
-    init(seed: UInt64) { random = SeededGenerator(seed: seed) }
+    init(seed: UInt64) { random = SplitMix64(seed: seed) }
 
     private mutating func add(_ body: EventBody, task: String? = nil, afterMs: Int64 = 10) {
         nowMs += afterMs
@@ -122,23 +122,10 @@ public struct RandomLog {
     }
 
     /// A log of `count` events.
-    public static func make(seed: UInt64, count: Int) -> (events: [Event], random: SeededGenerator) {
+    public static func make(seed: UInt64, count: Int) -> (events: [Event], random: SplitMix64) {
         var generator = RandomLog(seed: seed)
         while generator.events.count < count { generator.step() }
         return (Array(generator.events.prefix(count)), generator.random)
-    }
-}
-
-/// SplitMix64: the same numbers for the same seed on every machine, so a failing seed can be run again.
-public struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-    public init(seed: UInt64) { state = seed }
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 

@@ -35,6 +35,14 @@ struct CompactionCLITests {
 
     static var loggen: String { ((syncagentBinary as NSString).deletingLastPathComponent as NSString).appendingPathComponent("syncagent-loggen") }
 
+    /// A log of `events` events of `tasks` finished tasks in the harness's state dir, written by `syncagent-loggen`.
+    static func generateLog(_ harness: AgentHarness, events: Int, tasks: Int) throws {
+        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
+        let generator = try ChildProcess(loggen, ["\(harness.stateDir)/events.sqlite", "\(events)", "\(tasks)"],
+                                         environment: harness.environment, outputIn: harness.directory.path)
+        #expect(generator.wait(seconds: 120) == 0, "\(loggen): \(generator.stderr)")
+    }
+
     @Test func compactingAloneKeepsEveryTaskAndDropsTheirEvents() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\n")
         let nginx = try Nginx(in: harness.directory)
@@ -98,7 +106,7 @@ struct CompactionCLITests {
         let before = try Self.replayed(harness)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
-        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
         let result = try harness.run(["compact", "--older-than", "0"])
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout.contains("compaction requested from the running agent"), "\(result.stdout)")
@@ -122,7 +130,7 @@ struct CompactionCLITests {
         _ = try Self.finishedDownloads(2, harness: harness, nginx: nginx)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
-        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
         let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('select max(seq) from events').fetchall(); c.close()"
         let outsider = try ChildProcess("/usr/bin/python3", ["-c", script, "\(harness.stateDir)/events.sqlite"],
                                         environment: harness.environment, outputIn: harness.directory.path)
@@ -140,12 +148,10 @@ struct CompactionCLITests {
         try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
         guard let disk = TestMount(tmpfsAt: harness.stateDir, size: "16m") else { return }
         defer { withExtendedLifetime(disk) {} }
-        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "25000", "250"],
-                                         environment: harness.environment, outputIn: harness.directory.path)
-        #expect(generator.wait(seconds: 120) == 0, "\(generator.stderr)")
+        try Self.generateLog(harness, events: 25000, tasks: 250)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
-        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
         // Fill the disk: no room left for a snapshot.
         let filler = try ChildProcess("/usr/bin/dd", ["if=/dev/zero", "of=\(harness.stateDir)/filler", "bs=64k"],
                                       environment: harness.environment, outputIn: harness.directory.path)
@@ -179,10 +185,7 @@ struct CompactionCLITests {
     @Test(arguments: ["compact-snapshot-written", "compact-deleting"])
     func theAgentKilledInsideItsOwnCompactionLosesNothing(point: String) throws {
         let harness = try AgentHarness(config: "notify = \"none\"\nkeep_ended = \"1d\"\n")
-        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
-        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "210000", "100"],
-                                         environment: harness.environment, outputIn: harness.directory.path)
-        #expect(generator.wait(seconds: 120) == 0, "\(generator.stderr)")
+        try Self.generateLog(harness, events: 210000, tasks: 100)
         let before = try Self.replayed(harness)
 
         harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = point
@@ -206,14 +209,11 @@ struct CompactionCLITests {
     /// `keep_ended` instead of the cutoff asked for.
     @Test func aCompactionCutShortByAStopIsSaidSoAndFinishedAsAsked() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\nkeep_ended = \"3650d\"\n")
-        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
-        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "150000", "1500"],
-                                         environment: harness.environment, outputIn: harness.directory.path)
-        #expect(generator.wait(seconds: 120) == 0, "\(generator.stderr)")
+        try Self.generateLog(harness, events: 150000, tasks: 1500)
         let before = try Self.replayed(harness)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
-        #expect(eventually(within: 10) { (try? harness.run(["status"]).stdout.hasPrefix("agent: running")) ?? false })
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
         let request = try ChildProcess(syncagentBinary, ["compact"] + harness.globalFlags + ["--older-than", "0"],
                                        environment: harness.environment, outputIn: harness.directory.path)
         // Stopped once the agent has taken the request and the compaction has started, long before it is through.
@@ -248,10 +248,7 @@ struct CompactionCLITests {
     @Test func compactionByItselfUnderKill9() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\nkeep_ended = \"1d\"\n")
         let nginx = try Nginx(in: harness.directory)
-        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
-        let generator = try ChildProcess(Self.loggen, ["\(harness.stateDir)/events.sqlite", "240000", "600"],
-                                         environment: harness.environment, outputIn: harness.directory.path)
-        #expect(generator.wait(seconds: 120) == 0, "\(Self.loggen): \(generator.stderr)")
+        try Self.generateLog(harness, events: 240000, tasks: 600)
         let before = try Self.replayed(harness)
 
         var random = SplitMix64(seed: 20261122)

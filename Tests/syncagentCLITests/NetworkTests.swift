@@ -30,6 +30,11 @@ struct NetworkTests {
         ((try? harness.events()) ?? []).filter { $0.type == type && $0.task == task }
     }
 
+    /// Some bytes of `task` are logged as durable.
+    func hasMadeProgress(_ harness: AgentHarness, task: String) -> Bool {
+        events(harness, "progressed", task: task).contains { ($0.data["bytes"] as? Int ?? 0) > 0 }
+    }
+
     @Test func offlineTasksWaitForTheNetworkWithoutSpendingARetry() throws {
         guard let lab = try makeLab() else { return }
         // No retry at all: an attempt that met no network and spent one would fail the task.
@@ -43,7 +48,7 @@ struct NetworkTests {
             agent.signal(SIGTERM)
             _ = agent.wait(seconds: 10)
         }
-        #expect(eventually(within: 30) { events(harness, "progressed", task: "a").contains { ($0.data["bytes"] as? Int ?? 0) > 0 } })
+        #expect(eventually(within: 30) { hasMadeProgress(harness, task: "a") })
 
         // Offline mid-transfer: the connection stalls, idle_timeout ends the attempt, and the task waits.
         try lab.setLink(up: false)
@@ -93,7 +98,7 @@ struct NetworkTests {
             agent.signal(SIGTERM)
             _ = agent.wait(seconds: 10)
         }
-        #expect(eventually(within: 30) { events(harness, "progressed", task: "f").contains { ($0.data["bytes"] as? Int ?? 0) > 0 } })
+        #expect(eventually(within: 30) { hasMadeProgress(harness, task: "f") })
         // Short outages in a row: TCP backs off its retransmissions, and idle_timeout (2 s)
         // can end the attempt after the link is back.
         for flap in 0..<24 {
@@ -204,7 +209,7 @@ struct NetworkTests {
 
         // Metered again while one runs: it pauses at its durable bytes, then finishes when allowed.
         try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=1000000"))\"\nallow_metered = false\n")
-        #expect(eventually(within: 30) { events(harness, "progressed", task: "slow").contains { ($0.data["bytes"] as? Int ?? 0) > 0 } })
+        #expect(eventually(within: 30) { hasMadeProgress(harness, task: "slow") })
         try manager.setMetered(1)
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["slow"]?["pause_reason"] as? String == "metered" })
         try manager.setMetered(2)
