@@ -13,10 +13,22 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # iproute2 (ip netns, veth) takes a test agent offline; libsystemd0 is the sd-bus
 # the agent dlopens to follow NetworkManager (mocked by python3-dbusmock).
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
-                  man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0
-BENCH_PACKAGES := curl aria2 time python3-venv
-# yt-dlp, the HLS peer of make bench, from PyPI into a virtualenv of our own.
+                  man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0 \
+                  python3-venv
+BENCH_PACKAGES := curl aria2 time
+# From PyPI into a virtualenv of our own, made by Debian's python3 (python3-venv),
+# whatever python3 comes first on PATH: aiohttp-tus, the real tus server of the
+# tests (Tests/TestSupport/tus_server.py), and for make bench yt-dlp, its HLS
+# peer, and tuspy, the reference tus client. venv_install,PACKAGES,MODULES runs
+# pip only when one of the MODULES does not import; a venv whose python no
+# longer runs is made anew.
 VENV := .venv
+VENV_PYTHON := $(VENV)/bin/python
+define venv_install
+	@$(VENV_PYTHON) -c '' 2>/dev/null || /usr/bin/python3 -m venv --clear $(VENV)
+	@$(VENV_PYTHON) -c '$(foreach module,$(2),import $(module);)' 2>/dev/null || \
+	  $(VENV_PYTHON) -m pip install -q --disable-pip-version-check $(1)
+endef
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean
@@ -35,10 +47,11 @@ deps:
 
 test-deps: deps
 	$(call apt_install,$(TEST_PACKAGES))
+	$(call venv_install,aiohttp-tus,aiohttp_tus)
 
 bench-deps: test-deps
 	$(call apt_install,$(BENCH_PACKAGES))
-	@[ -x $(VENV)/bin/yt-dlp ] || { python3 -m venv $(VENV) && $(VENV)/bin/pip install -q yt-dlp; }
+	$(call venv_install,tuspy yt-dlp,tusclient yt_dlp)
 
 build: deps
 	swift build

@@ -81,6 +81,10 @@ public final class Agent {
     var waitingAddress: [String: String] = [:]
     /// Downloads running over several connections, by task id.
     var segmented: [String: SegmentedDownload] = [:]
+    /// Resumable uploads (tus, IETF) carrying out their protocol, by task id.
+    var uploads: [String: UploadRun] = [:]
+    /// `DELETE`s of cancelled uploads, by curl handle: no task waits for them.
+    var terminations: [UnsafeMutableRawPointer: TransferAttempt] = [:]
     /// Compacts the log off the loop (see Compactor).
     private let compactor: BackgroundCompactor
     /// The seq the newest snapshot covers: the agent compacts by itself once the log grows far past it.
@@ -216,7 +220,9 @@ public final class Agent {
             multi.perform()
             // Each completion is matched to its attempt first: finishing one (a segmented
             // download's last connection) frees others, whose handles curl_easy_init may reuse.
-            let completed = multi.completed().compactMap { easy, result in attempts[easy].map { ($0, result) } }
+            let done = multi.completed()
+            for (easy, result) in done { if let deletion = terminations[easy] { terminationEnded(deletion, deletion.outcome(result)) } }
+            let completed = done.compactMap { easy, result in attempts[easy].map { ($0, result) } }
             for (attempt, result) in completed where attempts[attempt.easy] === attempt {
                 finish(attempt, attempt.outcome(result))
             }
@@ -228,6 +234,9 @@ public final class Agent {
         // assembled is not waited for (a join can take longer than a stop
         // may): its parent is paused with its children and assembled again.
         stopping = true
+        // A cancelled upload's DELETE still out is given up: the server expires it.
+        for easy in terminations.keys { multi.remove(easy) }
+        terminations.removeAll()
         syncer.waitForAll()
         applySynced(syncer.drain())
         compacted(compactor.stop())
@@ -407,7 +416,8 @@ public final class Agent {
             let interrupted = task.phase == .running
                 || (task.phase == .paused && (task.pauseReason == .agentStopping || task.pauseReason?.waitsForNetwork == true))
             guard interrupted else { continue }
-            var offset = resumePoint(for: task).offset
+            // A resumable upload goes on from what its server confirmed (and asks it again).
+            var offset = task.spec.upload != nil ? task.bytes : resumePoint(for: task).offset
             // A segmented download keeps its ranges: the file is cut after the last one.
             var keptEnd = offset
             if let ranges = heldRanges(of: task, plan: RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs)) {
@@ -518,6 +528,10 @@ public final class Agent {
         }
         if task.isFannedOut {
             resumeParent(task)
+            return
+        }
+        if task.spec.upload != nil {
+            startResumableUpload(task)
             return
         }
         if startSegmented(task) { return }
@@ -671,7 +685,17 @@ public final class Agent {
         // The bytes the log vouches for once the attempt is over.
         var durable = attempt.durable
         let download = segmented[id]
-        if let download, !attempt.isRefresh {
+        if let run = uploads[id], run.serial == attempt.serial {
+            detach(id)
+            guard let ended = uploadStepEnded(run, attempt, outcome) else {
+                needsScheduling = true
+                return
+            }
+            uploads[id] = nil
+            outcome = ended
+            // What the server confirmed, as the log says it.
+            durable = log.state[id]?.bytes ?? 0
+        } else if let download, !attempt.isRefresh {
             // One connection of several: the task's attempt may go on without it.
             guard let ended = connectionEnded(download, attempt, outcome) else {
                 needsScheduling = true
@@ -842,7 +866,9 @@ public final class Agent {
         }
         let attempt = detach(id)
         attempt?.flush()
-        let bytes = attempt.map { $0.behaviour.resumes ? $0.durable : 0 } ?? bytesIfIdle
+        var bytes = attempt.map { $0.behaviour.resumes ? $0.durable : 0 } ?? bytesIfIdle
+        // A resumable upload keeps what its server confirmed.
+        if uploads.removeValue(forKey: id) != nil { bytes = log.state[id]?.bytes ?? 0 }
         log.record(.paused(Paused(bytes: bytes, reason: reason, metrics: attempt?.metrics)), task: id)
         return bytes
     }
@@ -925,8 +951,10 @@ public final class Agent {
             let download = segmented[task.id]
             let attempt = download == nil ? detach(task.id) : nil
             attempt?.flush()
-            let bytes = download.map { stopSegmented($0, flushing: false) } ?? attempt?.durable ?? task.bytes
+            var bytes = download.map { stopSegmented($0, flushing: false) } ?? attempt?.durable ?? task.bytes
             if let part = task.partPath { removePartial(part, of: task.id) }
+            if uploads.removeValue(forKey: task.id) != nil { bytes = task.bytes }
+            terminateUpload(of: task)
             log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)
             return "cancelled"
         case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase), (.compact, let phase):

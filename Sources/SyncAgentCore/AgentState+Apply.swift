@@ -125,11 +125,11 @@ extension AgentState {
 
     /// Keeps `settledParents` current for `parent`.
     private mutating func settle(_ parent: String) {
-        guard let task = tasks[parent], task.phase == .running, let hls = task.hls, let family = families[parent] else {
+        guard let task = tasks[parent], task.phase == .running, task.isFannedOut, let family = families[parent] else {
             settledParents.remove(parent)
             return
         }
-        if family.lost > 0 || (hls.ended && family.finished == family.total) {
+        if family.lost > 0 || (task.hasAllChildren && family.finished == family.total) {
             settledParents.insert(parent)
         } else {
             settledParents.remove(parent)
@@ -251,6 +251,7 @@ extension TaskState {
             }
             if let total = progress.total { self.total = total }
             if let reason = progress.fallback { singleConnectionReason = reason }
+            if let chunk = progress.chunk { chunkSize = chunk }
             if let etag = progress.etag { self.etag = etag }
             if let lastModified = progress.lastModified { self.lastModified = lastModified }
             if let reason = progress.restartReason {
@@ -329,6 +330,15 @@ extension TaskState {
                 progress.lastSequence = max(progress.lastSequence ?? entry.sequence, entry.sequence)
             }
             hls = progress
+        case .uploadCreated(let created):
+            // A new resource on the server holds nothing yet.
+            upload = UploadSession(url: created.url, extensions: created.extensions)
+            bytes = 0
+            if let reason = created.reason { restartReason = reason }
+        case .split(let split):
+            expanded = true
+            fannedOut = !isFannedOut
+            splitInto = split.parts.count
         case .forgotten:
             forgotten = true
         case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified, .controlled, .configReloaded,

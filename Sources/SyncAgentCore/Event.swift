@@ -49,6 +49,8 @@ public enum EventBody: Equatable, Sendable {
     indirect case hookStarted(HookStarted)
     indirect case hookEnded(HookEnded)
     indirect case compacted(Compacted)
+    indirect case uploadCreated(UploadCreated)
+    indirect case split(Split)
 
     public static let allTypes = [
         "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
@@ -81,6 +83,8 @@ public enum EventBody: Equatable, Sendable {
         case .hookStarted: "hook_started"
         case .hookEnded: "hook_ended"
         case .compacted: "compacted"
+        case .uploadCreated: "upload_created"
+        case .split: "split"
         }
     }
 }
@@ -111,11 +115,13 @@ public struct Progressed: Codable, Equatable, Sendable {
     public var ranges: [ByteSpan]?
     /// Why a download that asked for several connections uses one.
     public var fallback: String?
+    /// A resumable upload: the size of the chunk the server just confirmed (auto-sized ones change).
+    public var chunk: Int64?
     public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
-                restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil) {
+                restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil) {
         self.bytes = bytes; self.total = total; self.etag = etag
         self.lastModified = lastModified; self.restartReason = restartReason; self.ranges = ranges
-        self.fallback = fallback
+        self.fallback = fallback; self.chunk = chunk
     }
 }
 

@@ -31,7 +31,7 @@ public enum EventCoding {
             json.field("attempt", p.attempt); json.field("offset", p.offset); json.field("url", p.url)
             return json.finish()
         case .progressed(let p):
-            json.field("bytes", p.bytes); json.field("etag", p.etag); json.field("fallback", p.fallback)
+            json.field("bytes", p.bytes); json.field("chunk", p.chunk); json.field("etag", p.etag); json.field("fallback", p.fallback)
             json.field("last_modified", p.lastModified)
             json.field("ranges", json: p.ranges.map { "[" + $0.map { "[\($0.start),\($0.end)]" }.joined(separator: ",") + "]" })
             json.field("restart_reason", p.restartReason); json.field("total", p.total)
@@ -91,6 +91,13 @@ public enum EventCoding {
                 object.field("file", source.file); object.field("identity", source.identity)
                 return object.finish()
             })
+            json.field("upload", json: p.upload.map { upload in
+                var object = JSONWriter()
+                object.field("chunk_size", upload.chunkSize); object.field("parallel", Int64(upload.parallel))
+                object.field("part", json: upload.part.map { "[\($0.start),\($0.end)]" })
+                object.field("protocol", upload.protocol.rawValue)
+                return object.finish()
+            })
             json.field("url", p.url)
             return json.finish()
         default:
@@ -111,6 +118,8 @@ public enum EventCoding {
             case .hookStarted(let p): bytes = try encoder.encode(p)
             case .hookEnded(let p): bytes = try encoder.encode(p)
             case .compacted(let p): bytes = try encoder.encode(p)
+            case .uploadCreated(let p): bytes = try encoder.encode(p)
+            case .split(let p): bytes = try encoder.encode(p)
             default: preconditionFailure("written by hand above")
             }
         } catch {
@@ -186,6 +195,8 @@ public enum EventCoding {
         case "forgotten": return .forgotten(try decode(Forgotten.self))
         case "hook_started": return .hookStarted(try decode(HookStarted.self))
         case "hook_ended": return .hookEnded(try decode(HookEnded.self))
+        case "upload_created": return .uploadCreated(try decode(UploadCreated.self))
+        case "split": return .split(try decode(Split.self))
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }
@@ -218,10 +229,11 @@ extension Started {
 extension Progressed {
     init(reading reader: inout JSONReader) throws {
         var bytes: Int64?, total: Int64?, etag: String?, lastModified: String?, restartReason: String?
-        var ranges: [ByteSpan]?, fallback: String?
+        var ranges: [ByteSpan]?, fallback: String?, chunk: Int64?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
+            case "chunk": chunk = try value.readOptional { try $0.readInt() }
             case "ranges": ranges = try value.readOptional { try $0.readArray { try ByteSpan(reading: &$0) } }
             case "fallback": fallback = try value.readOptional { try $0.readString() }
             case "total": total = try value.readOptional { try $0.readInt() }
@@ -232,7 +244,7 @@ extension Progressed {
             }
         }
         self.init(bytes: try required(bytes, "bytes"), total: total, etag: etag, lastModified: lastModified, restartReason: restartReason,
-                  ranges: ranges, fallback: fallback)
+                  ranges: ranges, fallback: fallback, chunk: chunk)
     }
 }
 
@@ -421,6 +433,7 @@ extension TaskSpec {
         var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
         var method: String?, bodyFile: String?, formField: String?, form: [FormField] = []
         var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?, connections: Int?, allowMetered: Bool?
+        var upload: UploadOptions?
         func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
             let raw = try value.readString()
             guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
@@ -479,6 +492,21 @@ extension TaskSpec {
                     }
                     return options
                 }
+            case "upload":
+                upload = try value.readOptional { element in
+                    var options = UploadOptions(protocol: .tus)
+                    try element.readObject { key, field in
+                        switch key {
+                        case "protocol": options.protocol = try choice(&field, "protocol")
+                        case "chunk_size": options.chunkSize = try field.readOptional { try $0.readInt() }
+                        // Whatever a damaged log says, within what a job may ask.
+                        case "parallel": options.parallel = Int(min(max(try field.readInt(), 1), Int64(ResumableUpload.maximumParallel)))
+                        case "part": options.part = try field.readOptional { try ByteSpan(reading: &$0) }
+                        default: try field.skipValue()
+                        }
+                    }
+                    return options
+                }
             case "source":
                 source = try value.readOptional { element in
                     let (file, identity) = try element.readStringPair("file", "identity")
@@ -491,7 +519,8 @@ extension TaskSpec {
                   priority: Int(priority), overwrite: overwrite, headers: headers, batch: batch, notify: notify,
                   retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source,
                   method: method, bodyFile: bodyFile, formField: formField, form: form, parent: parent,
-                  byteRange: byteRange, hls: hls, connections: connections, allowMetered: allowMetered)
+                  byteRange: byteRange, hls: hls, connections: connections, allowMetered: allowMetered,
+                  upload: upload)
     }
 }
 

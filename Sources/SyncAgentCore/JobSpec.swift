@@ -45,6 +45,8 @@ public struct JobParser: Sendable {
         "batch", "notify", "retries", "max_speed", "headers", "connections", "allow_metered",
         // upload and data jobs:
         "method", "body_file", "form_field", "form",
+        // resumable uploads:
+        "protocol", "chunk_size", "parallel",
         // HLS jobs:
         "variant", "output", "max_duration",
     ]
@@ -150,7 +152,8 @@ public struct JobParser: Sendable {
             form: request.form,
             hls: hls,
             connections: try parseConnections(reader, kind: kind),
-            allowMetered: try reader.bool("allow_metered")
+            allowMetered: try reader.bool("allow_metered"),
+            upload: try parseUpload(reader, kind: kind, method: request.method, formField: request.formField)
         )
         return .transfer(id: id, spec: spec)
     }
@@ -163,6 +166,39 @@ public struct JobParser: Sendable {
             throw KeyError(key: "connections", "applies to downloads only, not to kind = \"\(kind.rawValue)\"")
         }
         return connections
+    }
+
+    /// `protocol`, `chunk_size`, `parallel`: uploads only. A resumable
+    /// protocol chooses its own requests (no `method`, no form), and only
+    /// tus can send parts side by side (its `concatenation` extension).
+    private func parseUpload(_ reader: TOMLReader, kind: TransferKind, method: String?, formField: String?) throws -> UploadOptions? {
+        guard kind == .upload else {
+            for key in ["protocol", "chunk_size", "parallel"] where reader.has(key) {
+                throw KeyError(key: key, "applies to uploads (kind = \"upload\") only")
+            }
+            return nil
+        }
+        let chosen = try reader.choice("protocol", UploadProtocol.self) ?? .plain
+        let parallel = try reader.int("parallel", in: 1...ResumableUpload.maximumParallel)
+        var chunkSize: Int64?
+        if reader.has("chunk_size"), (try? reader.string("chunk_size")) != "auto" {
+            let words = "must be \"auto\" or a size from 1K to 4G such as \"8M\""
+            guard let size = try? reader.byteCount("chunk_size") else { throw KeyError(key: "chunk_size", words) }
+            guard size >= 1 << 10, size <= 1 << 32 else { throw KeyError(key: "chunk_size", "\(words), not \(size) bytes") }
+            chunkSize = size
+        }
+        guard chosen != .plain else {
+            for key in ["chunk_size", "parallel"] where reader.has(key) {
+                throw KeyError(key: key, "applies to resumable uploads only: set protocol = \"tus\" or \"ietf\"")
+            }
+            return nil
+        }
+        if method != nil { throw KeyError(key: "method", "does not apply with protocol = \"\(chosen.rawValue)\", which chooses its own requests") }
+        if formField != nil { throw KeyError(key: "form_field", "does not apply with protocol = \"\(chosen.rawValue)\": the file is sent as it is") }
+        if let parallel, parallel > 1, chosen != .tus {
+            throw KeyError(key: "parallel", "needs protocol = \"tus\" (its concatenation extension sends parts side by side)")
+        }
+        return UploadOptions(protocol: chosen, chunkSize: chunkSize, parallel: parallel ?? 1)
     }
 
     /// `variant`, `output`, `max_duration`: HLS jobs only; no checksum

@@ -39,7 +39,8 @@ extension TaskSpec {
             KindBehaviour(body: .partialFile, accepts: 200...299, countsSent: false, resumes: true, recordsResponse: false,
                           canFollowRedirectsItself: true, fansOut: false)
         case .upload:
-            KindBehaviour(body: .discard, accepts: 200...299, countsSent: true, resumes: false, recordsResponse: true,
+            // A resumable upload goes on from the offset its server confirmed (SPEC §11).
+            KindBehaviour(body: .discard, accepts: 200...299, countsSent: upload == nil, resumes: upload != nil, recordsResponse: true,
                           canFollowRedirectsItself: false, fansOut: false)
         case .data:
             // A data task's answer may be a 3xx it did not follow (304 Not Modified is a result).
@@ -50,4 +51,12 @@ extension TaskSpec {
                           canFollowRedirectsItself: true, fansOut: true)
         }
     }
+}
+
+extension KindBehaviour {
+    /// One request of a resumable upload's protocol (OPTIONS, creation,
+    /// HEAD, PATCH, DELETE): its answer is read for status and headers, its
+    /// body counted, and progress is what the server confirms, never what was sent.
+    public static let protocolRequest = KindBehaviour(body: .discard, accepts: 200...299, countsSent: false, resumes: false,
+                                                      recordsResponse: true, canFollowRedirectsItself: false, fansOut: false)
 }

@@ -14,6 +14,8 @@ public enum RecoveryPlan: Equatable, Sendable {
     case resumeRanges(missing: [ByteSpan], ifRange: String)
     /// Bytes were logged but cannot be trusted to match the server's file.
     case restartFromZero(reason: String)
+    /// A resumable upload: ask its URL how far the server got (`HEAD`), then send the rest.
+    case resumeUpload(url: String, at: Int64)
     /// Waits for `syncagent resume`.
     case staysPaused(at: Int64)
     /// Waits for its start time or retry backoff.
@@ -38,6 +40,8 @@ public enum RecoveryPlan: Equatable, Sendable {
         case .paused where task.pauseReason == .user:
             return .staysPaused(at: task.bytes)
         case .queued, .running, .paused:
+            // The server is the judge of what it holds: the log's bytes are what it last confirmed.
+            if task.spec.upload != nil, let session = task.upload { return .resumeUpload(url: session.url, at: task.bytes) }
             if task.bytes == 0 {
                 if let wait = task.notBeforeMs, wait > nowMs { return .waitUntil(ms: wait) }
                 return .startFromZero
@@ -75,6 +79,8 @@ public enum RecoveryPlan: Equatable, Sendable {
             "resume \(missing.count) range\(missing.count == 1 ? "" : "s") (\(missing.reduce(0) { $0 + $1.length }) bytes missing: "
                 + missing.prefix(4).map(\.description).joined(separator: ", ") + (missing.count > 4 ? ", …" : "")
                 + ") with If-Range: \(validator)"
+        case .resumeUpload(let url, let offset):
+            "ask \(Redaction.url(url)) how far the upload got (the server confirmed \(offset) bytes), then send the rest"
         case .restartFromZero(let reason): "restart from 0: \(reason)"
         case .staysPaused(let offset): "stay paused at byte \(offset) until resumed"
         case .waitUntil(let ms): "wait until \(Self.iso8601(ms)), then start from 0"

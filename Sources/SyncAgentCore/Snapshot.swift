@@ -12,9 +12,11 @@ import Foundation
 /// elsewhere (a rejection, a batch, a playlist) as the JSON their event
 /// carries, so one codec describes each of them.
 public enum Snapshot {
-    /// Raised with every change to the layout below; a snapshot of another
-    /// format is never half-read (the log then folds from its events).
-    public static let format = 2
+    /// Raised with every change to the layout below. A snapshot of a format
+    /// this build does not read is never half-read: it is refused whole.
+    public static let format = 3
+    /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them).
+    static let readableFormats: ClosedRange<Int64> = 2...3
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
@@ -110,8 +112,9 @@ public enum Snapshot {
         let sum = stored[(stored.count - 8)...].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         var input = SnapshotReader(bytes)
         let found = try input.int()
-        guard found == Int64(format) else {
-            throw Malformed(description: "snapshot format \(found), this syncagent reads format \(format)")
+        input.format = found
+        guard readableFormats.contains(found) else {
+            throw Malformed(description: "snapshot format \(found), this syncagent reads formats \(readableFormats.lowerBound)–\(format)")
         }
         guard checksum(bytes) == sum else { throw Malformed(description: "snapshot damaged: its checksum does not match") }
         var state = AgentState()
@@ -241,6 +244,9 @@ private struct SnapshotWriter {
         optionalString(spec.hls?.variant); optionalString(spec.hls?.output.rawValue); optionalInt(spec.hls?.maxDurationS.map(Int64.init))
         optionalInt(spec.connections.map(Int64.init))
         optionalInt(spec.allowMetered.map { $0 ? 1 : 0 })
+        optionalString(spec.upload?.protocol.rawValue)
+        optionalInt(spec.upload?.chunkSize); optionalInt(spec.upload.map { Int64($0.parallel) })
+        optionalInt(spec.upload?.part?.start); optionalInt(spec.upload?.part?.end)
     }
 
     mutating func task(_ task: TaskState) {
@@ -278,12 +284,16 @@ private struct SnapshotWriter {
         } else {
             bytes.append(0)
         }
+        optionalString(details.upload?.url); optionalString(details.upload?.extensions?.joined(separator: ","))
+        optionalInt(details.chunkSize); optionalInt(details.splitInto.map(Int64.init))
     }
 }
 
 private struct SnapshotReader {
     let bytes: UnsafeRawBufferPointer
     var offset = 0
+    /// The snapshot's format: fields added since format 2 are read only from newer ones.
+    var format = Int64(Snapshot.format)
 
     init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
@@ -395,6 +405,16 @@ private struct SnapshotReader {
         }
         spec.connections = try optionalInt().map { Int(truncatingIfNeeded: $0) }
         spec.allowMetered = try optionalInt().map { $0 != 0 }
+        guard format >= 3 else { return spec }
+        let uploadProtocol = try optionalString(), chunkSize = try optionalInt(), parallel = try optionalInt()
+        let partStart = try optionalInt(), partEnd = try optionalInt()
+        if let uploadProtocol {
+            guard let known = UploadProtocol(rawValue: uploadProtocol) else { throw malformed("an upload protocol, not \(uploadProtocol)") }
+            var options = UploadOptions(protocol: known, chunkSize: chunkSize,
+                                        parallel: Int(min(max(parallel ?? 1, 1), Int64(ResumableUpload.maximumParallel))))
+            if let partStart, let partEnd, partStart >= 0, partStart <= partEnd { options.part = ByteSpan(partStart, partEnd) }
+            spec.upload = options
+        }
         return spec
     }
 
@@ -441,6 +461,11 @@ private struct SnapshotReader {
             details.hls = HLSProgress(playlist: expanded.playlist, targetDurationMs: expanded.targetDurationMs,
                                       ended: expanded.ended, entries: expanded.entries, mediaMs: try int(),
                                       lastSequence: try optionalInt())
+        }
+        if format >= 3 {
+            let url = try optionalString(), extensions = try optionalString()
+            if let url { details.upload = UploadSession(url: url, extensions: extensions.map(UploadHeaders.list)) }
+            details.chunkSize = try optionalInt(); details.splitInto = try optionalInt().map { Int(truncatingIfNeeded: $0) }
         }
         task.detailsBox = DetailsBox(details)
         return task

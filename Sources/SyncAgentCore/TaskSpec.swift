@@ -121,6 +121,8 @@ public struct TaskSpec: Codable, Equatable, Sendable {
     public var connections: Int?
     /// False: never transfers over a link NetworkManager calls metered; nil: the config's `allow_metered`.
     public var allowMetered: Bool?
+    /// A resumable upload (`protocol = "tus" | "ietf"`); nil for a plain one and for other kinds.
+    public var upload: UploadOptions?
 
     public init(url: String, kind: TransferKind = .download, dest: String?, sha256: String? = nil,
                 md5: String? = nil, priority: Int = 0, overwrite: OverwriteMode = .rename,
@@ -128,14 +130,15 @@ public struct TaskSpec: Codable, Equatable, Sendable {
                 retries: Int? = nil, maxSpeed: Int64? = nil, notBeforeMs: Int64? = nil,
                 source: JobSource? = nil, method: String? = nil, bodyFile: String? = nil,
                 formField: String? = nil, form: [FormField] = [], parent: String? = nil,
-                byteRange: HLSByteRange? = nil, hls: HLSOptions? = nil, connections: Int? = nil, allowMetered: Bool? = nil) {
+                byteRange: HLSByteRange? = nil, hls: HLSOptions? = nil, connections: Int? = nil, allowMetered: Bool? = nil,
+                upload: UploadOptions? = nil) {
         self.url = url; self.kind = kind; self.dest = dest; self.sha256 = sha256; self.md5 = md5
         self.priority = priority; self.overwrite = overwrite; self.headers = headers
         self.batch = batch; self.notify = notify; self.retries = retries; self.maxSpeed = maxSpeed
         self.notBeforeMs = notBeforeMs; self.source = source
         self.method = method; self.bodyFile = bodyFile; self.formField = formField; self.form = form
         self.parent = parent; self.byteRange = byteRange; self.hls = hls; self.connections = connections
-        self.allowMetered = allowMetered
+        self.allowMetered = allowMetered; self.upload = upload
     }
 
     /// The method the request goes out with.

@@ -31,6 +31,9 @@ struct TaskDetails: Equatable, Sendable {
     var unchanged = false
     var doneRanges: ByteRanges?
     var singleConnectionReason: String?
+    var upload: UploadSession?
+    var chunkSize: Int64?
+    var splitInto: Int?
 }
 
 /// What an HLS parent knows of its playlist: every segment so far, in order.
@@ -134,7 +137,15 @@ public struct TaskState: Equatable, Sendable {
     public var hls: HLSProgress? { get { details.hls } set { details.hls = newValue } }
     /// A parent whose work is its children's: it holds no transfer slot.
     /// (Read in place: the fold asks on every phase change.)
-    public var isFannedOut: Bool { detailsBox?.value.hls != nil }
+    public var isFannedOut: Bool { detailsBox.map { $0.value.hls != nil || $0.value.splitInto != nil } ?? false }
+    /// A resumable upload's resource on the server, once created (`upload_created`).
+    public var upload: UploadSession? { get { details.upload } set { details.upload = newValue } }
+    /// The size of the last chunk the server confirmed.
+    public var chunkSize: Int64? { get { details.chunkSize } set { details.chunkSize = newValue } }
+    /// A parallel upload: how many partial uploads (child tasks) it became.
+    public var splitInto: Int? { get { details.splitInto } set { details.splitInto = newValue } }
+    /// Whether no more children will come: a video's playlist ended, or an upload was split.
+    public var hasAllChildren: Bool { hls?.ended ?? (splitInto != nil) }
     /// The parent of a child task, read in place (not through a copy of the spec).
     public var parentID: String? { specBox.spec.parent }
     /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
@@ -279,10 +290,14 @@ extension AgentState {
                                children: families[task.id].map { ($0.finished, $0.total) })
         }
         let running = (children[task.id] ?? []).compactMap { self[$0] }.filter { $0.phase == .running }
-        // Until a live playlist ends, its share done is not known.
-        let known = task.hls?.ended == true && family.total > 0
-        return TaskFigures(bytes: family.bytes, total: nil,
-                           percent: known ? Double(family.finished) * 100 / Double(family.total) : nil,
+        // Until a live playlist ends, its share done is not known. A split upload's size is its file's.
+        let known = task.hasAllChildren && family.total > 0
+        let percent: Double? = if let total = task.total, total > 0, task.splitInto != nil {
+            min(100, Double(family.bytes) * 100 / Double(total))
+        } else {
+            known ? Double(family.finished) * 100 / Double(family.total) : nil
+        }
+        return TaskFigures(bytes: family.bytes, total: task.splitInto != nil ? task.total : nil, percent: percent,
                            speed: task.phase == .running ? running.reduce(0) { $0 &+ $1.speed } : 0,
                            children: (family.finished, family.total))
     }

@@ -26,6 +26,8 @@ struct SubmitCommand: ParsableCommand {
                 | syncagent submit -i -
               syncagent submit https://example.com/videos --kind upload \\
                 --body-file clip.mp4 --form-field file --form title=holiday
+              syncagent submit https://example.com/files/ --kind upload \\
+                --body-file video.mp4 --protocol tus --parallel 4
               syncagent submit https://example.com/talk/master.m3u8 --kind hls \\
                 --dest videos/talk --variant 1280x720 --output file
               syncagent submit https://example.com/api/items --kind data \\
@@ -106,6 +108,18 @@ struct SubmitCommand: ParsableCommand {
 
     @Option(name: .customLong("form"), help: ArgumentHelp("An extra form field, 'name=value'; repeatable.", valueName: "K=V"))
     var formFields: [String] = []
+
+    @Option(name: .customLong("protocol"), help: ArgumentHelp("Upload jobs: plain (default: one request), tus or ietf (resumable).",
+                                                           valueName: "name"))
+    var uploadProtocol: String?
+
+    @Option(name: .customLong("chunk-size"), help: ArgumentHelp("Resumable uploads: auto (default) or a size such as 8M per request.",
+                                                             valueName: "size"))
+    var chunkSize: String?
+
+    @Option(help: ArgumentHelp("tus uploads: parts of the file sent at once (1-16; needs the server's concatenation extension).",
+                               valueName: "n"))
+    var parallel: Int?
 
     @Option(help: "HLS jobs: best (default), worst, a BANDWIDTH or a resolution such as 1280x720.")
     var variant: String?
@@ -228,6 +242,7 @@ struct SubmitCommand: ParsableCommand {
         set("connections", connections.map(String.init)); set("allow_metered", allowMetered.map(String.init))
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
+        set("protocol", uploadProtocol); set("chunk_size", chunkSize); set("parallel", parallel.map(String.init))
         var headerLines = headers, formLines = formFields
         var folder = dir, fileName: String?
         for option in entry.options {
@@ -258,7 +273,7 @@ struct SubmitCommand: ParsableCommand {
         }
         keys["id"] = taskID
         // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).
-        let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections"]
+        let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections", "parallel"]
         let booleanKeys: Set<String> = ["allow_metered"]
         var lines = ["url = \(tomlString(entry.url))"]
         for key in keys.keys.sorted() {

@@ -121,7 +121,9 @@ enum TaskTable {
             let eta = StatusView.etaSeconds(figures, phase: task.phase).map { ", ETA \(StatusView.duration($0))" } ?? ""
             lines.append("speed:       \(ByteCount.format(figures.speed))/s" + eta)
         }
-        if let children = figures.children { lines.append("segments:    \(children.done) of \(children.total) done") }
+        if let children = figures.children {
+            lines.append((task.spec.upload != nil ? "parts:       " : "segments:    ") + "\(children.done) of \(children.total) done")
+        }
         lines += [
             "attempts:    \(task.attempts)",
             "priority:    \(task.spec.priority)",
@@ -133,7 +135,16 @@ enum TaskTable {
             let shown = ranges.spans.prefix(8).map(\.description).joined(separator: ", ")
             lines.append("ranges held: \(shown)" + (ranges.spans.count > 8 ? ", … (\(ranges.spans.count) in all)" : ""))
         }
-        if task.spec.kind != .download { lines.append("method:      \(task.spec.effectiveMethod)") }
+        if let upload = task.spec.upload {
+            let chunking = upload.chunkSize.map { "chunks of \(ByteCount.format($0))" } ?? "chunk size auto"
+            let part = upload.part.map { ", bytes \($0) of the file" } ?? ""
+            lines.append("protocol:    \(upload.protocol.rawValue), \(chunking)" + (upload.parallel > 1 ? ", \(upload.parallel) parts at once" : "") + part)
+            if let chunk = task.chunkSize { lines.append("last chunk:  \(size(chunk))") }
+            if let session = task.upload { lines.append("upload url:  \(Redaction.url(session.url))") }
+            if let reason = task.restartReason { lines.append("restarted:   \(Redaction.text(reason))") }
+        } else if task.spec.kind != .download {
+            lines.append("method:      \(task.spec.effectiveMethod)")
+        }
         if let body = task.spec.bodyFile { lines.append("body file:   \(body)") }
         if let field = task.spec.formField {
             lines.append("form:        multipart, file as \"\(field)\"" + task.spec.form.map { ", \($0.name)=\($0.value)" }.joined())

@@ -109,9 +109,10 @@ struct SnapshotTests {
                             source: JobSource(file: "v.job", identity: "1:2:3"), method: "POST", bodyFile: "/home/me/v.bin",
                             formField: "file", form: [FormField(name: "title", value: "Talk é")], parent: "video",
                             byteRange: HLSByteRange(length: 1_000, offset: 20), hls: HLSOptions(variant: "1280x720", output: .file, maxDurationS: 90),
-                            connections: 8, allowMetered: false)
+                            connections: 8, allowMetered: false,
+                            upload: UploadOptions(protocol: .tus, chunkSize: 8 << 20, parallel: 4, part: ByteSpan(10, 20)))
         let fields = Mirror(reflecting: spec).children
-        #expect(fields.count == 23, "TaskSpec has a new field: write and read it in Snapshot, then update this count")
+        #expect(fields.count == 24, "TaskSpec has a new field: write and read it in Snapshot, then update this count")
         for field in fields {
             let text = "\(field.value)"
             #expect(text != "nil" && text != "[]", "\(field.label ?? "?") is not set in this test")
@@ -135,7 +136,7 @@ struct SnapshotTests {
         let counts = [
             ("AgentState", Mirror(reflecting: state).children.count, 24),
             ("TaskState", Mirror(reflecting: task).children.count, 23),
-            ("TaskDetails", Mirror(reflecting: task.detailsBox!.value).children.count, 12),
+            ("TaskDetails", Mirror(reflecting: task.detailsBox!.value).children.count, 15),
             ("HLSProgress", Mirror(reflecting: HLSProgress(playlist: "", targetDurationMs: 0, ended: false, entries: [], mediaMs: 0,
                                                             lastSequence: nil)).children.count, 6),
             ("PublishedFile", Mirror(reflecting: PublishedFile(task: "", url: "", size: 0)).children.count, 7),
@@ -144,6 +145,31 @@ struct SnapshotTests {
         for (name, found, written) in counts {
             #expect(found == written, "\(name) has \(found) stored fields, the snapshot writes \(written): add the new one to Snapshot")
         }
+    }
+
+    /// What a resumable upload's log says of its server side comes back from a snapshot.
+    @Test func anUploadsSessionComesBack() throws {
+        var state = AgentState()
+        let spec = TaskSpec(url: "http://h.test/files/", kind: .upload, dest: nil, bodyFile: "/b",
+                            upload: UploadOptions(protocol: .tus, parallel: 2))
+        state.apply(Event(seq: 1, atMs: 1, task: "u", body: .created(spec)))
+        state.apply(Event(seq: 2, atMs: 2, task: "u", body: .started(Started(attempt: 1, offset: 0, url: spec.url))))
+        state.apply(Event(seq: 3, atMs: 3, task: "u", body: .uploadCreated(UploadCreated(url: "http://h.test/files/9", protocol: .tus,
+                                                                                        extensions: ["creation", "termination"]))))
+        state.apply(Event(seq: 4, atMs: 4, task: "u", body: .progressed(Progressed(bytes: 1 << 20, total: 5 << 20, chunk: 1 << 20))))
+        var child = spec
+        child.parent = "v"
+        child.upload?.part = ByteSpan(0, 100)
+        state.apply(Event(seq: 5, atMs: 5, task: "v", body: .created(TaskSpec(url: spec.url, kind: .upload, dest: nil, bodyFile: "/b",
+                                                                                upload: UploadOptions(protocol: .tus, parallel: 2)))))
+        state.apply(Event(seq: 6, atMs: 6, task: "v", body: .started(Started(attempt: 1, offset: 0, url: spec.url))))
+        state.apply(Event(seq: 7, atMs: 7, task: "v.part1", body: .created(child)))
+        state.apply(Event(seq: 8, atMs: 8, task: "v", body: .split(Split(parts: ["v.part1"]))))
+        #expect(state["u"]?.upload == UploadSession(url: "http://h.test/files/9", extensions: ["creation", "termination"]))
+        #expect(state["u"]?.chunkSize == 1 << 20 && state["v"]?.splitInto == 1 && state["v"]?.isFannedOut == true)
+        let restored = try Snapshot.decode(Snapshot.encode(state))
+        #expect(restored == state)
+        #expect(restored["u"]?.upload?.extensions == ["creation", "termination"])
     }
 
     @Test func durations() {

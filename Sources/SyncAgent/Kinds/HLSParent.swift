@@ -152,8 +152,9 @@ extension Agent {
         refreshAt[task.id] = FileSystem.monotonicMs + max(1000, task.hls?.targetDurationMs ?? 1000)
     }
 
-    /// Parents whose children all finished are published; a parent one of
-    /// whose children failed fails, its other children waiting paused for `resume`.
+    /// Parents whose children all finished are published (a video) or
+    /// concatenated (a split upload); a parent one of whose children failed
+    /// fails, its other children waiting paused for `resume`.
     func settleParents() throws {
         guard !log.state.settledParents.isEmpty else { return }
         // The last segments' files take their names at the commit: assemble after it.
@@ -167,10 +168,18 @@ extension Agent {
                 for child in children.compactMap({ log.state[$0] }) where child.phase.isActive {
                     pause(child.id, reason: .user, bytesIfIdle: child.bytes)
                 }
-                fail(parent, reason: "segment \(why)", code: "segment_failed")
+                if parent.spec.upload != nil {
+                    fail(parent, reason: "part \(why)", code: "part_failed", keeping: parent.bytes)
+                } else {
+                    fail(parent, reason: "segment \(why)", code: "segment_failed")
+                }
                 continue
             }
-            if !assembler.busy.contains(id) { assembler.assemble(parent, in: log.state, root: root) }
+            if parent.spec.upload != nil {
+                concatenate(parent)
+            } else if !assembler.busy.contains(id) {
+                assembler.assemble(parent, in: log.state, root: root)
+            }
         }
     }
 

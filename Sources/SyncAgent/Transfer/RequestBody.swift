@@ -1,5 +1,7 @@
 import CCurlShims
+import Crypto
 import Foundation
+import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,24 +11,33 @@ import Glibc
 /// lesson of `uploadTask(fromFile:)` over `fromData:`.
 final class RequestBody {
     let path: String
-    /// Size when the attempt began; it goes out as Content-Length.
+    /// Size when the attempt began (or of the slice); it goes out as Content-Length.
     let size: Int64
+    /// Where in the file the body starts: a chunk of a resumable upload is a slice of it.
+    private let start: Int64
     private let fd: Int32
     /// Bytes handed to curl so far (rewinds move it back).
     private(set) var position: Int64 = 0
     /// Called after every read with the new position.
     var onRead: ((Int64) -> Void)?
 
-    init(path: String) throws {
+    /// - Parameter slice: only these bytes of the file (nil: all of it).
+    init(path: String, slice: ByteSpan? = nil) throws {
         let file = try syscall("open body_file \(path)") { open(path, O_RDONLY | O_CLOEXEC) }
         var info = stat()
         guard fstat(file, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
             close(file)
             throw SystemError(operation: "body_file \(path) is not a regular file", errno: EINVAL)
         }
+        if let slice, slice.end > Int64(info.st_size) {
+            close(file)
+            throw SystemError(operation: "body_file \(path) has \(info.st_size) bytes, fewer than the upload needs (\(slice.end))",
+                              errno: EINVAL)
+        }
         self.path = path
         fd = file
-        size = Int64(info.st_size)
+        start = slice?.start ?? 0
+        size = slice?.length ?? Int64(info.st_size)
     }
 
     deinit { close(fd) }
@@ -41,7 +52,7 @@ final class RequestBody {
         let wanted = Int(min(Int64(capacity), max(0, size - position)))
         guard wanted > 0 else { return 0 }
         while true {
-            let got = Glibc.read(fd, buffer, wanted)
+            let got = pread(fd, buffer, wanted, off_t(start + position))
             if got < 0 && errno == EINTR { continue }
             guard got > 0 else {
                 if got == 0 { shrank = true }
@@ -55,10 +66,36 @@ final class RequestBody {
 
     /// curl's seek callback: 0 on success, 1 (CURL_SEEKFUNC_FAIL) otherwise.
     func seek(to offset: Int64, origin: Int32) -> Int32 {
-        let result = lseek(fd, off_t(offset), origin)
-        guard result >= 0 else { return 1 }
-        position = Int64(result)
+        // Reads are positional: a seek only moves where the next one starts.
+        let target: Int64
+        switch origin {
+        case SEEK_SET: target = offset
+        case SEEK_CUR: target = position + offset
+        case SEEK_END: target = size + offset
+        default: return 1
+        }
+        guard target >= 0, target <= size else { return 1 }
+        position = target
         return 0
+    }
+
+    /// The SHA-1 of the body's bytes as they are on disk now (tus
+    /// `checksum`: the server compares what arrived with it).
+    func sha1() throws -> [UInt8] {
+        var hash = Insecure.SHA1()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var done: Int64 = 0
+        while done < size {
+            let wanted = Int(min(Int64(buffer.count), size - done))
+            let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, wanted, off_t(start + done)) }
+            if got < 0, errno == EINTR { continue }
+            guard got > 0 else {
+                throw SystemError(operation: "read body_file \(path)", errno: got == 0 ? EIO : errno)
+            }
+            hash.update(data: buffer[0..<got])
+            done += Int64(got)
+        }
+        return Array(hash.finalize())
     }
 
     /// Plugs this body into `easy` as curl's read and seek callbacks.

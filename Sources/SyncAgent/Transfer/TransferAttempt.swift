@@ -28,6 +28,16 @@ enum AttemptOutcome: Equatable {
     case rangeRefused(reason: String)
 }
 
+/// One request of a resumable upload's protocol, sent in place of the
+/// task's own request: its URL, method and headers, and the slice of
+/// `body_file` it carries (none for OPTIONS, creation, HEAD, DELETE).
+struct ProtocolRequest {
+    var url: String
+    var method: String
+    var headers: [Header]
+    var body: ByteSpan?
+}
+
 /// One attempt of a task: a curl easy handle that sends the request (with
 /// its body streamed from `body_file`, if any) and streams the response
 /// body into `DEST.part` from `offset` — or nowhere, for tasks that keep no
@@ -66,6 +76,11 @@ final class TransferAttempt {
     static let playlistLimit = 16 << 20
     /// A live playlist read again, not an attempt of its own: no events.
     let isRefresh: Bool
+    /// One request of a resumable upload's protocol (see `ProtocolRequest`), if it is one.
+    let protocolRequest: ProtocolRequest?
+    /// The headers of an informational (1xx) answer before the final one: an
+    /// IETF upload's `104 Upload Resumption Supported` carries its URL.
+    private(set) var informationalHeaders: [Header] = []
     /// This attempt's byte range of the resource (an HLS `#EXT-X-BYTERANGE`).
     private let byteRange: HLSByteRange?
     /// One connection of a segmented download: asks for `requestedOffset
@@ -146,10 +161,11 @@ final class TransferAttempt {
     init(task: TaskState, partFile: Int32, offset: Int64, ifRange: String?, deadlineMs: Int64, settings: TransferSettings,
          cookies: CookieJar?, isRefresh: Bool = false, origin: String? = nil,
          ifChanged: (etag: String?, lastModified: String?)? = nil, rangeEnd: Int64? = nil,
-         makePartial: (() throws -> Int32)? = nil, sink: @escaping Sink,
+         makePartial: (() throws -> Int32)? = nil, protocolRequest: ProtocolRequest? = nil, sink: @escaping Sink,
          requestSync: @escaping SyncRequest) throws {
         self.origin = origin ?? task.spec.url
         self.isRefresh = isRefresh
+        self.protocolRequest = protocolRequest
         // Only a request for the whole file may be answered "not modified".
         self.ifChanged = offset == 0 ? ifChanged : nil
         byteRange = task.spec.byteRange
@@ -159,7 +175,7 @@ final class TransferAttempt {
         // not the other credential headers (X-Api-Key, Private-Token …): a
         // transfer that sends one takes each hop through the agent, which
         // sends them only to the job's own host.
-        behaviour = task.spec.behaviour
+        behaviour = protocolRequest == nil ? task.spec.behaviour : .protocolRequest
         speedCapOfJob = task.spec.maxSpeed
         speedCapOfConfig = settings.maxSpeed
         followsRedirectsItself = behaviour.canFollowRedirectsItself
@@ -171,8 +187,8 @@ final class TransferAttempt {
         requestedOffset = offset
         written = offset
         durable = offset
-        currentURL = task.currentURL
-        total = task.spec.byteRange?.length ?? (task.spec.isResumable ? task.total : nil)
+        currentURL = protocolRequest?.url ?? task.currentURL
+        total = protocolRequest != nil ? nil : task.spec.byteRange?.length ?? (task.spec.isResumable ? task.total : nil)
         // A range of a segmented download is guarded by its download's validator, which the log may not hold yet.
         previousValidator = rangeEnd != nil ? ifRange : task.etag ?? task.lastModified
         self.deadlineMs = deadlineMs
@@ -182,7 +198,11 @@ final class TransferAttempt {
         fd = partFile
         self.makePartial = partFile < 0 ? makePartial : nil
         do {
-            body = try task.spec.bodyFile.map { try RequestBody(path: $0) }
+            if let protocolRequest {
+                body = try protocolRequest.body.flatMap { slice in try task.spec.bodyFile.map { try RequestBody(path: $0, slice: slice) } }
+            } else {
+                body = try task.spec.bodyFile.map { try RequestBody(path: $0) }
+            }
         } catch {
             if partFile >= 0 { close(partFile) }
             throw error
@@ -205,7 +225,7 @@ final class TransferAttempt {
     }
 
     private func configure(task: TaskState, ifRange: String?) throws {
-        try check("URL", sa_easy_setopt_string(easy, CURLOPT_URL, task.currentURL))
+        try check("URL", sa_easy_setopt_string(easy, CURLOPT_URL, currentURL))
         try check("NOSIGNAL", sa_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
         try check("FOLLOWLOCATION", sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, followsRedirectsItself ? 0 : 1))
         try check("MAXREDIRS", sa_easy_setopt_long(easy, CURLOPT_MAXREDIRS, settings.maxRedirects))
@@ -240,8 +260,13 @@ final class TransferAttempt {
             headers.removeAll { $0.name.lowercased() == header.name.lowercased() }
             headers.append(header)
         }
+        // A protocol request's own headers (Upload-Offset …) replace the job's of the same name.
+        for header in protocolRequest?.headers ?? [] {
+            headers.removeAll { $0.name.lowercased() == header.name.lowercased() }
+            headers.append(header)
+        }
         // Credentials go to the job's own host only, never to where a redirect led.
-        if URLRules.hostKey(task.currentURL) != URLRules.hostKey(origin) { headers.removeAll(where: \.isSecret) }
+        if URLRules.hostKey(currentURL) != URLRules.hostKey(origin) { headers.removeAll(where: \.isSecret) }
         if let byteRange, let start = byteRange.offset {
             // Only this slice of the resource, from where the partial file ends.
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE,
@@ -301,7 +326,7 @@ final class TransferAttempt {
     /// method with a body), or as one part of a multipart form. Returns
     /// headers to add.
     private func configureRequest(_ spec: TaskSpec, explicitHeaders: [Header]) throws -> [Header] {
-        let method = spec.effectiveMethod
+        let method = protocolRequest?.method ?? spec.effectiveMethod
         let hasHeader = { (name: String) in explicitHeaders.contains { $0.name.lowercased() == name } }
         body?.onRead = { [unowned self] position in self.sent(upTo: position) }
         if let field = spec.formField, let body {
@@ -331,7 +356,12 @@ final class TransferAttempt {
             // curl would call a POST body a urlencoded form; a file is bytes.
             return hasHeader("content-type") ? [] : [Header(name: "Content-Type", value: "application/octet-stream")]
         }
-        if method == "HEAD" {
+        if protocolRequest != nil, method == "POST" || method == "PATCH" {
+            // An empty body, said so: a creation request sends `Content-Length: 0`.
+            try check("POSTFIELDSIZE_LARGE", sa_easy_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, 0))
+            try check("COPYPOSTFIELDS", sa_easy_setopt_string(easy, CURLOPT_COPYPOSTFIELDS, ""))
+            if method != "POST" { try check("CUSTOMREQUEST", sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)) }
+        } else if method == "HEAD" {
             try check("NOBODY", sa_easy_setopt_long(easy, CURLOPT_NOBODY, 1))
         } else if method != "GET" {
             try check("CUSTOMREQUEST", sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method))
@@ -362,6 +392,9 @@ final class TransferAttempt {
         if let code = header.statusCode {
             let previousStatus = status
             status = code
+            if (101..<200).contains(previousStatus) {
+                informationalHeaders += responseHeaders
+            }
             if (300..<400).contains(previousStatus) {
                 var effective: UnsafePointer<CChar>?
                 sa_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &effective)

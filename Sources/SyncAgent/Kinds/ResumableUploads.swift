@@ -1,0 +1,407 @@
+import Foundation
+import SyncAgentCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A resumable upload being carried out (SPEC §11): which request of its
+/// protocol is out, and what this run learned from the server. One attempt
+/// of the task is a series of requests; an interruption ends the attempt,
+/// and the next one asks the server how far it got.
+final class UploadRun {
+    enum Step: Equatable {
+        /// tus `OPTIONS`: the server's version, extensions and size limit.
+        case discover
+        /// A new upload resource (tus `POST`, IETF `POST` with `Upload-Complete: ?0`).
+        case create
+        /// `HEAD` on the upload URL: how far the server got.
+        case offset
+        /// `PATCH`: `length` bytes from `from`.
+        case append(from: Int64, length: Int64)
+        /// tus `concatenation`: the final upload made of the parts' uploads.
+        case concatenate
+    }
+
+    let taskID: String
+    let uploadProtocol: UploadProtocol
+    /// Bytes this upload sends: the part's, or the whole file's.
+    let size: Int64
+    /// Where those bytes start in `body_file`.
+    let fileOffset: Int64
+    var step: Step
+    /// The attempt carrying the current request.
+    var serial: UInt64 = 0
+    /// tus: what OPTIONS (or the log) said the server offers.
+    var extensions: [String]?
+    var sizer: ChunkSizer
+    var stepStartedMs: Int64 = 0
+    /// Answers in a row that moved nothing (checksum mismatches, confused offsets): a bound on re-sending.
+    var fruitlessAnswers = 0
+    static let fruitlessAnswersAllowed = 3
+
+    init(taskID: String, protocol: UploadProtocol, size: Int64, fileOffset: Int64, step: Step, extensions: [String]?,
+         chunkSize: Int64?) {
+        self.taskID = taskID
+        uploadProtocol = `protocol`
+        self.size = size
+        self.fileOffset = fileOffset
+        self.step = step
+        self.extensions = extensions
+        sizer = ChunkSizer(fixed: chunkSize)
+    }
+
+    func offers(_ extensionName: String) -> Bool { extensions?.contains(extensionName) == true }
+}
+
+extension Agent {
+    /// Starts (or resumes) a tus or IETF upload: discovery and creation if
+    /// the log holds no upload URL yet, else `HEAD` to learn the server's offset.
+    func startResumableUpload(_ task: TaskState) {
+        guard let options = task.spec.upload, let path = task.spec.bodyFile else { return }
+        var info = stat()
+        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            fail(task, reason: "cannot read body_file \(path): \(String(cString: strerror(errno)))", code: "body_unreadable",
+                 keeping: task.bytes)
+            return
+        }
+        let fileSize = Int64(info.st_size)
+        let span = options.part ?? ByteSpan(0, fileSize)
+        // The server was told the upload's length when it was created: a file that changed since cannot finish it.
+        if span.end > fileSize || (options.part == nil && task.total.map { $0 != fileSize } == true) {
+            fail(task, reason: "body_file \(path) changed size since the upload began (now \(fileSize) bytes)", code: "body_changed",
+                 keeping: task.bytes)
+            return
+        }
+        let step: UploadRun.Step
+        if task.isFannedOut {
+            step = .concatenate
+        } else if task.upload != nil {
+            step = .offset
+        } else {
+            // Only tus has options to discover; its creation depends on them.
+            step = options.protocol == .tus ? .discover : .create
+        }
+        let run = UploadRun(taskID: task.id, protocol: options.protocol, size: span.length, fileOffset: span.start, step: step,
+                            extensions: task.upload?.extensions, chunkSize: options.chunkSize)
+        uploads[task.id] = run
+        if !task.isFannedOut {
+            log.record(.started(Started(attempt: task.attempts + 1, offset: task.bytes, url: task.currentURL)), task: task.id)
+        }
+        send(run, for: task)
+    }
+
+    /// The request of the run's current step, handed to curl.
+    private func send(_ run: UploadRun, for task: TaskState) {
+        guard let request = request(for: run, task: task) else { return }
+        do {
+            let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
+            let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
+                                              settings: settings, cookies: cookies, origin: origin, protocolRequest: request,
+                                              sink: { [unowned self] id, body in self.log.record(body, task: id) },
+                                              requestSync: { _, _, _ in })
+            run.serial = attempt.serial
+            run.stepStartedMs = FileSystem.monotonicMs
+            register(attempt)
+        } catch {
+            uploads[task.id] = nil
+            refuseStart(task, error)
+        }
+    }
+
+    private func request(for run: UploadRun, task: TaskState) -> ProtocolRequest? {
+        var headers: [Header] = []
+        switch run.uploadProtocol {
+        case .tus: headers.append(Header(name: "Tus-Resumable", value: "1.0.0"))
+        case .ietf: headers.append(Header(name: "Upload-Draft-Interop-Version", value: "\(ResumableUpload.ietfInteropVersion)"))
+        case .plain: break
+        }
+        let name = ((task.spec.bodyFile ?? "") as NSString).lastPathComponent
+        switch run.step {
+        case .discover:
+            return ProtocolRequest(url: task.spec.url, method: "OPTIONS", headers: headers, body: nil)
+        case .create:
+            if run.uploadProtocol == .ietf {
+                headers += [Header(name: "Upload-Complete", value: "?0"), Header(name: "Upload-Length", value: "\(run.size)")]
+            } else {
+                headers.append(Header(name: "Upload-Length", value: "\(run.size)"))
+                if task.spec.upload?.part != nil {
+                    headers.append(Header(name: "Upload-Concat", value: "partial"))
+                } else {
+                    headers.append(Header(name: "Upload-Metadata", value: UploadHeaders.metadata([("filename", name)])))
+                }
+            }
+            return ProtocolRequest(url: task.spec.url, method: "POST", headers: headers, body: nil)
+        case .offset:
+            guard let session = task.upload else { return nil }
+            return ProtocolRequest(url: session.url, method: "HEAD", headers: headers, body: nil)
+        case .append(let from, let length):
+            guard let session = task.upload else { return nil }
+            headers.append(Header(name: "Upload-Offset", value: "\(from)"))
+            // No `Expect: 100-continue`: a round trip per chunk for nothing.
+            headers.append(Header(name: "Expect", value: ""))
+            let slice = ByteSpan(run.fileOffset + from, run.fileOffset + from + length)
+            if run.uploadProtocol == .ietf {
+                headers.append(Header(name: "Content-Type", value: "application/partial-upload"))
+                headers.append(Header(name: "Upload-Complete", value: from + length == run.size ? "?1" : "?0"))
+            } else {
+                headers.append(Header(name: "Content-Type", value: "application/offset+octet-stream"))
+                if run.offers("checksum"), let path = task.spec.bodyFile {
+                    do {
+                        let digest = try RequestBody(path: path, slice: slice).sha1()
+                        headers.append(Header(name: "Upload-Checksum", value: "sha1 " + Data(digest).base64EncodedString()))
+                    } catch {
+                        uploadEnded(task, .localFailure(reason: "cannot read body_file \(path): \(error)", code: "body_unreadable"))
+                        return nil
+                    }
+                }
+            }
+            return ProtocolRequest(url: session.url, method: "PATCH", headers: headers, body: slice)
+        case .concatenate:
+            let parts = (log.state.children[task.id] ?? []).compactMap { log.state[$0]?.upload?.url }
+            headers.append(Header(name: "Upload-Concat", value: "final;" + parts.joined(separator: " ")))
+            headers.append(Header(name: "Upload-Metadata", value: UploadHeaders.metadata([("filename", name)])))
+            return ProtocolRequest(url: task.spec.url, method: "POST", headers: headers, body: nil)
+        }
+    }
+
+    /// A request of a run came back. Returns nil while the upload goes on
+    /// (the next request is out), else how the attempt ended.
+    func uploadStepEnded(_ run: UploadRun, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) -> AttemptOutcome? {
+        guard let task = log.state[run.taskID] else { return outcome }
+        let status = attempt.httpStatus
+        switch outcome {
+        case .complete:
+            break
+        case .permanent where (400..<500).contains(status):
+            // 404, 409, 410, 460 … mean something in these protocols: read below.
+            break
+        case .permanent where run.step == .discover:
+            // A server that does not answer OPTIONS may still create uploads: try, assuming only creation.
+            break
+        default:
+            return outcome
+        }
+        let headers = attempt.responseHeaders
+        switch run.step {
+        case .discover:
+            return discovered(run, task, status: status, headers: headers)
+        case .create, .concatenate:
+            switch UploadAnswers.creation(status: status, headers: headers, informational: attempt.informationalHeaders,
+                                          requestURL: attempt.currentURL) {
+            case .created(let url):
+                if let refusal = heed(limits: headers + attempt.informationalHeaders, run) { return refusal }
+                // Durable before the first byte goes: a crash from here on resumes at this URL.
+                log.record(.uploadCreated(UploadCreated(url: url, protocol: run.uploadProtocol, extensions: run.extensions,
+                                                        reason: task.restartReason.flatMap { task.upload == nil ? nil : $0 })),
+                           task: task.id)
+                do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: "log_error") }
+                logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
+                if run.step == .concatenate { return .complete(bytes: task.total ?? run.size) }
+                return next(run, task, at: 0)
+            case .refused(let reason, let code):
+                return .permanent(reason: reason, code: code)
+            default:
+                return outcome
+            }
+        case .offset:
+            switch UploadAnswers.offset(status: status, headers: headers, size: run.size) {
+            case .holds(let offset):
+                if let refusal = heed(limits: headers, run) { return refusal }
+                if offset != task.bytes {
+                    let reason = offset < task.bytes ? "the server holds \(offset) bytes, fewer than the \(task.bytes) it confirmed" : nil
+                    log.record(.progressed(Progressed(bytes: offset, total: run.size, restartReason: reason)), task: task.id)
+                }
+                return next(run, task, at: offset)
+            case .gone(let reason):
+                return createAgain(run, task, because: reason)
+            case .refused(let reason, let code):
+                return .permanent(reason: reason, code: code)
+            default:
+                return outcome
+            }
+        case .append(let from, let length):
+            switch UploadAnswers.append(status: status, headers: headers, from: from, length: length, size: run.size) {
+            case .holds(let offset) where offset > from:
+                run.fruitlessAnswers = 0
+                run.sizer.measured(bytes: offset - from, elapsedMs: FileSystem.monotonicMs - run.stepStartedMs)
+                log.record(.progressed(Progressed(bytes: offset, total: run.size, chunk: length)), task: task.id)
+                if offset == run.size { return .complete(bytes: run.size) }
+                return next(run, task, at: offset)
+            case .holds, .offsetMismatch:
+                // The server's offset is not where we are: ask it.
+                return fruitless(run, task, "the server's offset did not follow the bytes sent from \(from)") {
+                    run.step = .offset
+                }
+            case .checksumMismatch:
+                return fruitless(run, task, "bytes \(from)–\(from + length) arrived damaged (460 Checksum Mismatch)") {
+                    run.step = .append(from: from, length: length)
+                }
+            case .gone(let reason):
+                return createAgain(run, task, because: reason)
+            case .refused(let reason, let code):
+                return .permanent(reason: reason, code: code)
+            case .created:
+                return outcome
+            }
+        }
+    }
+
+    /// tus `OPTIONS` answered: the server must speak 1.0.0; a part of a parallel upload, or a
+    /// whole one, is created next — or the file is split into partial uploads.
+    private func discovered(_ run: UploadRun, _ task: TaskState, status: Int, headers: [Header]) -> AttemptOutcome? {
+        if (200..<300).contains(status) {
+            if let versions = UploadAnswers.value("tus-version", in: headers).map(UploadHeaders.list), !versions.contains("1.0.0") {
+                return .permanent(reason: "the server speaks tus \(versions.joined(separator: ", ")), not 1.0.0", code: "upload_refused")
+            }
+            run.extensions = UploadAnswers.value("tus-extension", in: headers).map(UploadHeaders.list) ?? []
+            if let maximum = UploadAnswers.value("tus-max-size", in: headers).flatMap(UploadHeaders.integer), maximum < run.size {
+                return .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
+            }
+        } else {
+            run.extensions = []
+            logger.notice("the tus server did not answer OPTIONS; assuming creation only",
+                          metadata: ["task.id": "\(task.id)", "status": "\(status)"])
+        }
+        guard let options = task.spec.upload, options.part == nil, options.parallel > 1 else {
+            run.step = .create
+            send(run, for: task)
+            return nil
+        }
+        let parts = ResumableUpload.parts(size: run.size, parallel: options.parallel)
+        guard run.offers("concatenation"), parts.count > 1 else {
+            let why = parts.count > 1 ? "the server does not offer tus concatenation: the file goes in one upload"
+                : "the file is too small to split"
+            log.record(.progressed(Progressed(bytes: task.bytes, total: run.size, fallback: why)), task: task.id)
+            run.step = .create
+            send(run, for: task)
+            return nil
+        }
+        split(task, into: parts, extensions: run.extensions ?? [])
+        return nil
+    }
+
+    /// The file becomes `parts.count` partial uploads, each a child task;
+    /// the parent waits for them, then concatenates (see `settleParents`).
+    private func split(_ task: TaskState, into parts: [ByteSpan], extensions: [String]) {
+        guard let options = task.spec.upload else { return }
+        var ids: [String] = []
+        for (index, span) in parts.enumerated() {
+            var id = "\(task.id).part\(index + 1)"
+            var suffix = 2
+            while log.state[id] != nil || ids.contains(id) { id = "\(task.id).part\(index + 1)-\(suffix)"; suffix += 1 }
+            ids.append(id)
+            var spec = task.spec
+            spec.parent = task.id
+            spec.source = nil
+            spec.notify = .none
+            spec.upload = UploadOptions(protocol: .tus, chunkSize: options.chunkSize, parallel: 1, part: span)
+            log.record(.created(spec), task: id)
+        }
+        log.record(.progressed(Progressed(bytes: 0, total: parts.last?.end)), task: task.id)
+        log.record(.split(Split(parts: ids)), task: task.id)
+        uploads[task.id] = nil
+        logger.info("upload split into parts", metadata: ["task.id": "\(task.id)", "parts": "\(ids.count)"])
+        needsScheduling = true
+    }
+
+    /// The next chunk from `offset`, or the end of the upload.
+    private func next(_ run: UploadRun, _ task: TaskState, at offset: Int64) -> AttemptOutcome? {
+        guard offset < run.size else { return .complete(bytes: run.size) }
+        let length = run.sizer.next(remaining: run.size - offset)
+        run.step = .append(from: offset, length: length)
+        guard let fresh = log.state[task.id] else { return nil }
+        send(run, for: fresh)
+        return nil
+    }
+
+    /// IETF `Upload-Limit`: an upload over `max-size` cannot succeed; chunks keep within `max-append-size`.
+    private func heed(limits headers: [Header], _ run: UploadRun) -> AttemptOutcome? {
+        guard let limits = UploadAnswers.value("upload-limit", in: headers).map(UploadHeaders.limits) else { return nil }
+        if let maximum = limits["max-size"], maximum < run.size {
+            return .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
+        }
+        if let maximum = limits["max-append-size"] { run.sizer.serverMaximum = maximum }
+        return nil
+    }
+
+    /// An answer that moved nothing: the step is tried again a few times, then the attempt ends (and is retried).
+    private func fruitless(_ run: UploadRun, _ task: TaskState, _ reason: String, retry: () -> Void) -> AttemptOutcome? {
+        run.fruitlessAnswers += 1
+        guard run.fruitlessAnswers <= UploadRun.fruitlessAnswersAllowed else {
+            return .transient(reason: "\(reason), \(run.fruitlessAnswers) times in a row", retryAfterMs: nil, restartFromZero: false)
+        }
+        logger.notice("upload step again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+        retry()
+        send(run, for: task)
+        return nil
+    }
+
+    /// The server lost the upload: a new one, from byte 0, with the reason in the log.
+    private func createAgain(_ run: UploadRun, _ task: TaskState, because reason: String) -> AttemptOutcome? {
+        run.fruitlessAnswers += 1
+        guard run.fruitlessAnswers <= UploadRun.fruitlessAnswersAllowed else {
+            return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
+        }
+        logger.notice("upload lost on the server; creating it again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+        log.record(.progressed(Progressed(bytes: 0, total: run.size, restartReason: reason)), task: task.id)
+        run.step = run.uploadProtocol == .tus && run.extensions == nil ? .discover : .create
+        guard let fresh = log.state[task.id] else { return nil }
+        send(run, for: fresh)
+        return nil
+    }
+
+    /// Ends a run from outside an answer (a body that cannot be read): the attempt ends with `outcome`.
+    private func uploadEnded(_ task: TaskState, _ outcome: AttemptOutcome) {
+        uploads[task.id] = nil
+        switch outcome {
+        case .localFailure(let reason, let code), .permanent(let reason, let code):
+            fail(task, reason: reason, code: code, keeping: task.bytes)
+        default:
+            break
+        }
+        needsScheduling = true
+    }
+
+    /// `cancel` of an upload the server holds: tus `DELETE` (when it offers
+    /// `termination`), IETF `DELETE`. Sent once, its answer only logged: the
+    /// task is cancelled whatever the server says.
+    func terminateUpload(of task: TaskState) {
+        guard let options = task.spec.upload, let session = task.upload else { return }
+        var headers: [Header] = []
+        switch options.protocol {
+        case .tus:
+            guard session.extensions?.contains("termination") == true else { return }
+            headers.append(Header(name: "Tus-Resumable", value: "1.0.0"))
+        case .ietf:
+            headers.append(Header(name: "Upload-Draft-Interop-Version", value: "\(ResumableUpload.ietfInteropVersion)"))
+        case .plain:
+            return
+        }
+        do {
+            let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
+            let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
+                                              settings: settings, cookies: cookies, isRefresh: true, origin: origin,
+                                              protocolRequest: ProtocolRequest(url: session.url, method: "DELETE", headers: headers,
+                                                                               body: nil),
+                                              sink: { _, _ in }, requestSync: { _, _, _ in })
+            terminations[attempt.easy] = attempt
+            multi.add(attempt.easy)
+        } catch {
+            logger.warning("cannot ask the server to delete the upload", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
+        }
+    }
+
+    /// A `DELETE` came back: said in the agent's log, nothing more.
+    func terminationEnded(_ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
+        terminations[attempt.easy] = nil
+        multi.remove(attempt.easy)
+        logger.info("upload deleted on the server", metadata: ["task.id": "\(attempt.taskID)", "status": "\(attempt.httpStatus)",
+                                                               "outcome": "\(outcome)"])
+    }
+
+    /// A split upload whose parts all finished: the final concatenation request.
+    func concatenate(_ parent: TaskState) {
+        guard uploads[parent.id] == nil, attemptByTask[parent.id] == nil else { return }
+        startResumableUpload(parent)
+    }
+}
