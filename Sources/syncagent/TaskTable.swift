@@ -27,14 +27,18 @@ enum TaskTable {
         for task in tasks {
             let figures = state.figures(of: task)
             var size = figures.total.map { "\(ByteCount.format(figures.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(figures.bytes)
-            if let children = figures.children { size += " (\(children.done)/\(children.total) segments)" }
+            if let children = figures.children {
+                size += " (\(children.done)/\(children.total) \(task.spec.upload != nil ? "parts" : "segments"))"
+            }
             let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             let interrupted = task.phase == .running && style.agentRunning == false
             let phase = interrupted ? "interrupted" : task.unchanged ? "unchanged" : task.phase.rawValue
             let moving = task.phase == .running && !interrupted
             let speed = moving ? ByteCount.format(figures.speed) + "/s" : "-"
             let eta = moving ? StatusView.etaSeconds(figures, phase: task.phase).map(StatusView.duration) ?? "?" : "-"
-            var dest = task.dest ?? "\(task.spec.effectiveMethod) \(Redaction.url(task.spec.url))"
+            // A resumable upload's requests are its protocol's (POST, PATCH …): it is named by that protocol.
+            let how = task.spec.upload.map { "\($0.protocol.rawValue) upload:" } ?? task.spec.effectiveMethod
+            var dest = task.dest ?? "\(how) \(Redaction.url(task.spec.url))"
             if style.bars, let value = figures.percent {
                 let filled = min(barWidth, max(0, Int(value / 100 * Double(barWidth))))
                 dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "] " + dest

@@ -46,6 +46,7 @@ public final class FaultServer {
     }
 
     public struct Request: Equatable {
+        public var method: String
         public var path: String
         public var status: Int
         public var range: String?
@@ -59,7 +60,7 @@ public final class FaultServer {
             let fields = line.split(separator: " ").map(String.init)
             guard fields.count >= 5, let status = Int(fields[2]), let sent = Int(fields[fields.count - 1]) else { return nil }
             let range = fields[3...(fields.count - 2)].joined(separator: " ")
-            return Request(path: fields[1], status: status, range: range == "-" ? nil : range, bytesSent: sent)
+            return Request(method: fields[0], path: fields[1], status: status, range: range == "-" ? nil : range, bytesSent: sent)
         }
     }
 

@@ -38,6 +38,8 @@ final class UploadRun {
     /// Answers in a row that moved nothing (checksum mismatches, confused offsets): a bound on re-sending.
     var fruitlessAnswers = 0
     static let fruitlessAnswersAllowed = 3
+    /// Why the upload is being created again, if it is: said in its `upload_created`.
+    var lostUpload: String?
 
     init(taskID: String, protocol: UploadProtocol, size: Int64, fileOffset: Int64, step: Step, extensions: [String]?,
          chunkSize: Int64?) {
@@ -121,8 +123,13 @@ extension Agent {
             return ProtocolRequest(url: task.spec.url, method: "OPTIONS", headers: headers, body: nil)
         case .create:
             if run.uploadProtocol == .ietf {
-                headers += [Header(name: "Upload-Complete", value: "?0"), Header(name: "Upload-Length", value: "\(run.size)")]
+                // Careful creation (an empty body): the URL is known, and logged, before any byte of the file goes.
+                headers += [Header(name: "Upload-Complete", value: "?0"), Header(name: "Upload-Length", value: "\(run.size)"),
+                            Header(name: "Content-Type", value: "application/octet-stream")]
+                if let disposition = Self.inlineDisposition(name) { headers.append(Header(name: "Content-Disposition", value: disposition)) }
             } else {
+                // Not the form type curl gives an empty POST.
+                headers.append(Header(name: "Content-Type", value: ""))
                 headers.append(Header(name: "Upload-Length", value: "\(run.size)"))
                 if task.spec.upload?.part != nil {
                     headers.append(Header(name: "Upload-Concat", value: "partial"))
@@ -159,6 +166,7 @@ extension Agent {
         case .concatenate:
             let parts = (log.state.children[task.id] ?? []).compactMap { log.state[$0]?.upload?.url }
             headers.append(Header(name: "Upload-Concat", value: "final;" + parts.joined(separator: " ")))
+            headers.append(Header(name: "Content-Type", value: ""))
             headers.append(Header(name: "Upload-Metadata", value: UploadHeaders.metadata([("filename", name)])))
             return ProtocolRequest(url: task.spec.url, method: "POST", headers: headers, body: nil)
         }
@@ -192,8 +200,8 @@ extension Agent {
                 if let refusal = heed(limits: headers + attempt.informationalHeaders, run) { return refusal }
                 // Durable before the first byte goes: a crash from here on resumes at this URL.
                 log.record(.uploadCreated(UploadCreated(url: url, protocol: run.uploadProtocol, extensions: run.extensions,
-                                                        reason: task.restartReason.flatMap { task.upload == nil ? nil : $0 })),
-                           task: task.id)
+                                                        reason: run.lostUpload)), task: task.id)
+                run.lostUpload = nil
                 do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: "log_error") }
                 logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
                 if run.step == .concatenate { return .complete(bytes: task.total ?? run.size) }
@@ -304,6 +312,14 @@ extension Agent {
         needsScheduling = true
     }
 
+    /// `inline; filename="v.mp4"` when the name can be quoted as it is (the draft recommends sending it).
+    static func inlineDisposition(_ name: String) -> String? {
+        guard !name.isEmpty, name.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F && $0 != "\"" && $0 != "\\" }) else {
+            return nil
+        }
+        return "inline; filename=\"\(name)\""
+    }
+
     /// The next chunk from `offset`, or the end of the upload.
     private func next(_ run: UploadRun, _ task: TaskState, at offset: Int64) -> AttemptOutcome? {
         guard offset < run.size else { return .complete(bytes: run.size) }
@@ -344,6 +360,7 @@ extension Agent {
         }
         logger.notice("upload lost on the server; creating it again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
         log.record(.progressed(Progressed(bytes: 0, total: run.size, restartReason: reason)), task: task.id)
+        run.lostUpload = reason
         run.step = run.uploadProtocol == .tus && run.extensions == nil ? .discover : .create
         guard let fresh = log.state[task.id] else { return nil }
         send(run, for: fresh)

@@ -65,6 +65,11 @@ final class RequestBody {
     }
 
     /// curl's seek callback: 0 on success, 1 (CURL_SEEKFUNC_FAIL) otherwise.
+    /// False: curl may not rewind and send the body again by itself (it does, on a
+    /// reused connection that died). A chunk of a resumable upload is then
+    /// ended, and the server asked how far it got, rather than sent whole again.
+    var rewindable = true
+
     func seek(to offset: Int64, origin: Int32) -> Int32 {
         // Reads are positional: a seek only moves where the next one starts.
         let target: Int64
@@ -75,6 +80,8 @@ final class RequestBody {
         default: return 1
         }
         guard target >= 0, target <= size else { return 1 }
+        // CURL_SEEKFUNC_CANTSEEK: curl gives up the request instead of repeating it.
+        if !rewindable, target != position { return 2 }
         position = target
         return 0
     }

@@ -200,6 +200,7 @@ final class TransferAttempt {
         do {
             if let protocolRequest {
                 body = try protocolRequest.body.flatMap { slice in try task.spec.bodyFile.map { try RequestBody(path: $0, slice: slice) } }
+                body?.rewindable = false
             } else {
                 body = try task.spec.bodyFile.map { try RequestBody(path: $0) }
             }

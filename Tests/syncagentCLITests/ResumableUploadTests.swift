@@ -1,0 +1,300 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Resumable uploads (issue 11, SPEC §11) against real servers: aiohttp-tus,
+/// a third-party tus server, and the project's fault server speaking tus
+/// and the IETF draft with drops, 503s, stalls, expiry and lies.
+@Suite("Resumable uploads: tus and the IETF draft", .serialized)
+struct ResumableUploadTests {
+    /// A file of `size` random bytes in the harness's folder.
+    func bodyFile(_ harness: AgentHarness, size: Int, seed: UInt64 = 5) throws -> (path: String, data: Data) {
+        var generator = SplitMix64(seed: seed &+ UInt64(size))
+        var data = Data(count: size)
+        data.withUnsafeMutableBytes { buffer in
+            let words = buffer.bindMemory(to: UInt64.self)
+            for index in words.indices { words[index] = generator.next() }
+            for index in (words.count * 8)..<size { buffer[index] = UInt8(truncatingIfNeeded: generator.next()) }
+        }
+        let path = harness.directory.file("body-\(size).bin")
+        try data.write(to: URL(fileURLWithPath: path))
+        return (path, data)
+    }
+
+    func job(_ url: String, body: String, id: String = "u", protocol name: String = "tus", extra: String = "") -> String {
+        "url = \"\(url)\"\nkind = \"upload\"\nid = \"\(id)\"\nbody_file = \"\(body)\"\nprotocol = \"\(name)\"\n\(extra)\n"
+    }
+
+    /// The server's complete upload of `size` bytes (a partial one of a parallel upload excluded).
+    func completed(_ server: FaultServer, size: Int) -> [String: Any]? {
+        server.received.last { $0["size"] as? Int == size && $0["partial"] == nil }
+    }
+
+    func run(_ harness: AgentHarness, seconds: Double = 90, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: seconds) == 0, "\(agent.stderr.suffix(3000))", sourceLocation: sourceLocation)
+    }
+
+    // MARK: - A real tus server
+
+    /// The issue's test: a 200 MiB upload killed with SIGKILL three times
+    /// mid-way ends byte-identical on a real tus server, with at most one
+    /// chunk sent again per kill.
+    @Test func aRealTusServerGetsTheFileWholeAfterThreeKills() throws {
+        let harness = try AgentHarness()
+        let tus = try TusServer(in: harness.directory)
+        let size = 200 << 20, chunk = 8 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        // 40 MB/s: about 5 s in all, long enough to kill three times.
+        try harness.drop("u.job", job(tus.url, body: path, extra: "chunk_size = \"8M\"\nmax_speed = \"40M\""))
+        var kills = 0
+        for _ in 0..<3 {
+            let agent = try harness.startAgent()
+            let before = try harness.events().filter { $0.type == "progressed" }.count
+            // Killed once this run has had a chunk confirmed, in the middle of the next one.
+            let confirmed = eventually(within: 30) { ((try? harness.events()) ?? []).filter { $0.type == "progressed" }.count > before }
+            usleep(100_000)
+            agent.signal(SIGKILL)
+            _ = agent.wait(seconds: 10)
+            guard confirmed else { break }
+            kills += 1
+            let plan = try harness.run(["replay"]).stdout
+            #expect(plan.contains("plan: ask http://127.0.0.1:\(tus.port)/uploads/") && plan.contains("how far the upload got"), "\(plan)")
+        }
+        #expect(kills == 3)
+        try run(harness)
+        #expect(FileManager.default.contents(atPath: tus.uploadDir + "/" + (path as NSString).lastPathComponent) == data)
+        let patches = tus.requests.filter { $0.method == "PATCH" }
+        let sent = patches.map(\.bodyBytes).reduce(0, +)
+        #expect(sent <= size + kills * chunk, "sent \(sent) for \(size) over \(kills) kills: \(patches)")
+        // One upload, created once, its URL logged before its first byte.
+        #expect(tus.requests.filter { $0.method == "POST" }.count == 1)
+        let events = try harness.events()
+        let created = try #require(events.firstIndex { $0.type == "upload_created" })
+        #expect(events.firstIndex { $0.type == "progressed" }.map { $0 > created } == true)
+        #expect(events.filter { $0.type == "resumed" }.count == kills)
+        #expect(try harness.run(["replay", "--verify"]).status == 0)
+    }
+
+    // MARK: - tus, from the fault server
+
+    @Test func aDroppedChunkIsResumedFromTheServersOffset() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 6 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "drop_after=1500000&drop_times=2"), body: path, extra: "chunk_size = \"2M\""))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        // The server offers checksums, so a chunk cut short is dropped whole: each drop costs one
+        // chunk at most, and curl never sends a chunk again by itself.
+        let patches = server.requests.filter { $0.method == "PATCH" }
+        #expect(patches.map(\.bytesSent).reduce(0, +) <= size + 2 * (2 << 20), "\(patches)")
+        #expect(patches.filter { $0.status == 0 }.count == 2, "\(patches)")
+        #expect(server.requests.filter { $0.method == "HEAD" }.count == 2)
+        let events = try harness.events()
+        #expect(events.filter { $0.type == "retrying" }.count == 2)
+        #expect(try harness.run(["status", "--task", "u"]).stdout.contains("protocol:    tus, chunks of 2"))
+    }
+
+    @Test func withoutChecksumsTheBytesBeforeADropAreKept() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 4 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "drop_after=1500000&extensions=creation,termination"), body: path,
+                                      extra: "chunk_size = \"2M\""))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        // Not one byte twice: the HEAD after the drop says 1,500,000 and the next chunk starts there.
+        #expect(server.requests.filter { $0.method == "PATCH" }.map(\.bytesSent).reduce(0, +) == size)
+        let progress = try harness.events().filter { $0.type == "progressed" }.compactMap { $0.data["bytes"] as? Int }
+        #expect(progress.first == 1_500_000, "\(progress)")
+    }
+
+    @Test func anExpiredUploadIsCreatedAgainAndSaysWhy() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 3 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        // After two chunks the server forgets the upload: 404 from then on.
+        try harness.drop("u.job", job(server.url("tus/", "expire_after=2&only_upload=1"), body: path, extra: "chunk_size = \"1M\""))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let events = try harness.events()
+        let creations = events.filter { $0.type == "upload_created" }
+        #expect(creations.count == 2)
+        #expect((creations.last?.data["reason"] as? String)?.contains("no longer knows the upload (404") == true, "\(creations)")
+        #expect(try harness.run(["status", "--task", "u"]).stdout.contains("restarted:   the server no longer knows the upload"))
+    }
+
+    @Test func aDamagedChunkIsSentAgain() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 3 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "corrupt_times=2"), body: path, extra: "chunk_size = \"1M\""))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let statuses = server.requests.filter { $0.method == "PATCH" }.map(\.status)
+        #expect(statuses == [460, 460, 204, 204, 204], "\(statuses)")
+        // A mismatch is answered by sending the chunk again, not by a retry of the task.
+        #expect(try harness.events().filter { $0.type == "retrying" || $0.type == "failed" }.isEmpty)
+    }
+
+    @Test func aServerThatLiesAboutItsOffsetGetsANewUpload() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 2 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        // A drop, then a HEAD claiming more than the file holds: never believed, never a crash.
+        try harness.drop("u.job", job(server.url("tus/", "drop_after=300000&offset_lies=1&only_upload=1"), body: path))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let reasons = try harness.events().filter { $0.type == "upload_created" }.compactMap { $0.data["reason"] as? String }
+        #expect(reasons.contains { $0.contains("claims") }, "\(reasons)")
+    }
+
+    @Test func cancelAsksTheServerToDeleteTheUpload() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let (path, _) = try bodyFile(harness, size: 4 << 20)
+        try harness.drop("u.job", job(server.url("tus/", "stall_after=1000&stall=20"), body: path))
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { ((try? harness.events()) ?? []).contains { $0.type == "upload_created" } })
+        #expect(try harness.run(["cancel", "u"]).status == 0)
+        #expect(eventually(within: 10) { server.requests.contains { $0.method == "DELETE" && $0.status == 204 } }, "\(server.requests)")
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        #expect(try harness.tasksByID()["u"]?["state"] as? String == "cancelled")
+    }
+
+    @Test func aStalledChunkIsCutAndResumed() throws {
+        let harness = try AgentHarness(config: "idle_timeout = 2")
+        let server = try FaultServer(in: harness.directory)
+        let size = 2 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "stall_after=500000&stall=30&only_upload=1"), body: path))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let retry = try harness.events().first { $0.type == "retrying" }
+        #expect((retry?.data["reason"] as? String)?.contains("idle_timeout") == true)
+    }
+
+    // MARK: - Parallel parts (tus concatenation)
+
+    @Test func partsGoSideBySideAndAFailingOneIsRetriedAlone() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 8 << 20 + 12_345
+        let (path, data) = try bodyFile(harness, size: size)
+        // The second part's first two chunks are answered 503.
+        try harness.drop("u.job", job(server.url("tus/", "fail_status=503&fail_times=2&only_upload=2"), body: path,
+                                      extra: "parallel = 4\nchunk_size = \"1M\""))
+        try run(harness)
+        let final = try #require(completed(server, size: size))
+        #expect(final["sha256"] as? String == sha256Hex(data))
+        #expect((final["concat"] as? [String])?.count == 4)
+        #expect((final["metadata"] as? [String: String])?["filename"] == (path as NSString).lastPathComponent)
+        let tasks = try harness.tasksByID()
+        #expect(tasks["u"]?["state"] as? String == "finished")
+        for part in 1...4 { #expect(tasks["u.part\(part)"]?["state"] as? String == "finished") }
+        let events = try harness.events()
+        // The 503s go to one part (whichever was created second); only it retries.
+        let retried = events.filter { $0.type == "retrying" }.map(\.task)
+        #expect(retried.count == 2 && Set(retried).count == 1 && retried.first??.hasPrefix("u.part") == true, "\(retried)")
+        // Bytes the server confirmed are never sent again: each part sends its bytes once,
+        // the failing one twice more for what the 503s refused.
+        let bodies = server.requests.filter { $0.method == "PATCH" }.map(\.bytesSent).reduce(0, +)
+        #expect(bodies <= size + 2 * (1 << 20), "\(bodies)")
+        let status = try harness.run(["status", "--task", "u"]).stdout
+        #expect(status.contains("parts:       4 of 4 done") && status.contains("4 parts at once"), "\(status)")
+        #expect(try harness.run(["replay", "--verify"]).status == 0)
+    }
+
+    @Test func withoutConcatenationTheFileGoesInOneUploadAndSaysWhy() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 3 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "extensions=creation,termination"), body: path, extra: "parallel = 4"))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        #expect(server.requests.filter { $0.method == "POST" }.count == 1)
+        #expect(try harness.run(["status", "--task", "u"]).stdout.contains("does not offer tus concatenation"))
+    }
+
+    @Test func aPartThatFailsForGoodFailsTheUploadAndResumeFinishesIt() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 2 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "fail_status=503&fail_times=3&only_upload=1"), body: path,
+                                      extra: "parallel = 2\nretries = 1"))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 4)
+        let failed = try harness.tasksByID()
+        #expect(failed["u"]?["state"] as? String == "failed")
+        #expect(try harness.run(["resume", "u"]).status == 0)
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
+    }
+
+    // MARK: - The IETF draft
+
+    @Test func anIETFUploadDroppedMidwayResumesWithHEAD() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 5 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("ietf/", "drop_after=700000"), body: path, protocol: "ietf",
+                                      extra: "chunk_size = \"2M\""))
+        try run(harness)
+        let done = try #require(completed(server, size: size))
+        #expect(done["sha256"] as? String == sha256Hex(data))
+        #expect(done["content_disposition"] as? String == "inline; filename=\"\((path as NSString).lastPathComponent)\"")
+        let requests = server.requests
+        // Careful creation (no body), then appends; the drop is followed by a HEAD.
+        #expect(requests.first { $0.method == "POST" }?.bytesSent == 0)
+        #expect(requests.contains { $0.method == "HEAD" })
+        #expect(requests.filter { $0.method == "PATCH" }.map(\.bytesSent).reduce(0, +) == size)
+    }
+
+    @Test func anIETFServersAppendLimitIsKept() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 3 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("ietf/", "max_append_size=300000&no_104=1"), body: path, protocol: "ietf"))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let patches = server.requests.filter { $0.method == "PATCH" }
+        #expect(!patches.isEmpty && patches.allSatisfy { $0.bytesSent <= 300_000 && $0.status < 300 }, "\(patches)")
+    }
+
+    @Test func anIETFUploadTooLargeForTheServerFailsWithTheReason() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let (path, _) = try bodyFile(harness, size: 1 << 20)
+        try harness.drop("u.job", job(server.url("ietf/", "max_size=1000"), body: path, protocol: "ietf"))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 4)
+        let task = try harness.tasksByID()["u"]
+        #expect((task?["error"] as? String)?.contains("larger than the server accepts (413)") == true, "\(task ?? [:])")
+        #expect(!server.requests.contains { $0.method == "PATCH" })
+    }
+
+    @Test func theSubmitFlagsMakeAResumableJob() throws {
+        let harness = try AgentHarness()
+        let (path, _) = try bodyFile(harness, size: 10)
+        let result = try harness.run(["submit", "http://127.0.0.1:9/files/", "--kind", "upload", "--body-file", path,
+                                      "--protocol", "tus", "--chunk-size", "4M", "--parallel", "3", "--id", "s1"])
+        #expect(result.status == 0, "\(result.stderr)")
+        let text = try String(contentsOfFile: harness.inbox + "/" + (harness.jobFiles().first ?? ""), encoding: .utf8)
+        #expect(text.contains("protocol = \"tus\"") && text.contains("chunk_size = \"4M\"") && text.contains("parallel = 3"), "\(text)")
+    }
+}
