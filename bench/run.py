@@ -11,6 +11,11 @@ Workloads (loopback nginx on 127.0.0.1, files generated here):
   5. latency from a job's rename into the inbox to its `started` event
   6. a 200-segment HLS VOD (about 1 MiB a segment, made by ffmpeg), against
      `ffmpeg -i URL -c copy` and `yt-dlp -N 6` (pip, in the Makefile's venv)
+  9. a 1 GiB upload through bench/throttle_proxy.py (20 MB/s per connection)
+     to the project's tus/IETF server (Tests/TestSupport/fault_server.py):
+     plain PUT, tus, tus with parallel = 4, and tuspy (the reference Python
+     tus client, in the venv); then a tus upload killed with SIGKILL half-way
+     and resumed, counting the bytes the server received twice
 
 Tools: syncagent (jobs in its inbox, `run --exit-when-idle`, end to end),
 curl (one process; -Z --parallel-max N for many files), aria2c (-i list -j N)
@@ -424,6 +429,105 @@ def latency_workload(nginx, drops):
     return statistics.median(latencies), max(latencies)
 
 
+# ---------------------------------------------------------------- uploads
+
+UPLOAD_RATE = 20_000_000
+
+
+class UploadWorld:
+    """The fault server's tus and IETF sides behind a proxy that holds each
+    connection to UPLOAD_RATE bytes per second, as a capped uplink would."""
+
+    def __init__(self):
+        self.root = fresh(os.path.join(WORK, "upload-server"))
+        self.log = os.path.join(WORK, "upload-requests.log")
+        self.server_port, self.proxy_port = free_port(), free_port()
+        server = os.path.join(ROOT, "Tests", "TestSupport", "fault_server.py")
+        self.server = subprocess.Popen(["python3", server, "--host", "127.0.0.1", "--port", str(self.server_port), "--root",
+                                        self.root, "--log", self.log, "--received", os.path.join(WORK, "upload-received.jsonl")])
+        self.proxy = subprocess.Popen(["python3", os.path.join(ROOT, "bench", "throttle_proxy.py"), "--listen-port",
+                                       str(self.proxy_port), "--target-host", "127.0.0.1", "--target-port",
+                                       str(self.server_port), "--rate", str(UPLOAD_RATE)])
+        wait_for(lambda: port_open(self.server_port) and port_open(self.proxy_port), 10)
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.proxy_port}/{path}"
+
+    def patch_bytes(self):
+        """Request-body bytes the server received in PATCHes so far (fault_server.py logs them)."""
+        with open(self.log) as f:
+            return sum(int(line.split()[-1]) for line in f if line.startswith("PATCH "))
+
+    def clear(self):
+        shutil.rmtree(os.path.join(self.root, ".uploads"), ignore_errors=True)
+
+    def stop(self):
+        for process in (self.proxy, self.server):
+            process.terminate()
+            process.wait()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port):
+    import socket
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def upload_job(url, body, extra=""):
+    return f'url = "{url}"\nkind = "upload"\nbody_file = "{body}"\n{extra}'
+
+
+def upload_workload(world, body, rounds):
+    """Wall time of each way to send `body`, the tools alternating."""
+    tools = [
+        ("plain", lambda: run_syncagent_jobs({"u.job": upload_job(world.url("plain.bin"), body)}, WORK, "up-plain")),
+        ("tus", lambda: run_syncagent_jobs({"u.job": upload_job(world.url("tus/"), body, 'protocol = "tus"\n')}, WORK, "up-tus")),
+        ("tus, parallel = 4", lambda: run_syncagent_jobs({"u.job": upload_job(world.url("tus/"), body,
+                                                                             'protocol = "tus"\nparallel = 4\n')}, WORK, "up-par")),
+        ("tuspy", lambda: timed([os.path.join(ROOT, ".venv", "bin", "python"), os.path.join(ROOT, "bench", "tuspy_upload.py"),
+                                 body, world.url("tus/"), "--chunk-size", str(64 << 20)])),
+    ]
+    results = {name: [] for name, _ in tools}
+    for round_index in range(rounds):
+        order = tools[round_index % len(tools):] + tools[:round_index % len(tools)]
+        for name, run in order:
+            wall, rss = run()
+            world.clear()
+            results[name].append((wall, rss))
+            print(f"  upload: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
+    return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
+
+
+def upload_kill_workload(world, body):
+    """A tus upload killed with SIGKILL half-way, then run to the end: the
+    bytes the server received beyond the file's size, and the largest chunk."""
+    out = fresh(os.path.join(WORK, "up-kill-out"))
+    state, inbox, config = syncagent_world("up-kill", out)
+    with open(os.path.join(inbox, "u.job"), "w") as f:
+        f.write(upload_job(world.url("tus/"), body, 'protocol = "tus"\nid = "u"\n'))
+    before = world.patch_bytes()
+    size = os.path.getsize(body)
+    agent = subprocess.Popen([SYNCAGENT, "run", "--config", config, "--state-dir", state, "--inbox", inbox], env=syncagent_env())
+    database = os.path.join(state, "events.sqlite")
+    half = lambda: os.path.exists(database) and count(database, "SELECT MAX(json_extract(data, '$.bytes')) FROM events "
+                                                                 "WHERE type = 'progressed' AND task = 'u'") or 0
+    wait_for(lambda: half() >= size // 2, 300)
+    time.sleep(0.5)
+    agent.kill()
+    agent.wait()
+    timed([SYNCAGENT, "run", "--exit-when-idle", "--config", config, "--state-dir", state, "--inbox", inbox], env=syncagent_env())
+    chunk = count(database, "SELECT MAX(json_extract(data, '$.chunk')) FROM events WHERE type = 'progressed' AND task = 'u'") or 0
+    world.clear()
+    return world.patch_bytes() - before - size, chunk
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -468,6 +572,7 @@ def main():
     segments = 20 if options.quick else 200
     capped = (32 if options.quick else 256) << 20
     synced = 100 if options.quick else 1000
+    uploaded = (64 if options.quick else 1024) << 20
 
     www = fresh(os.path.join(WORK, "www"))
     write_random(os.path.join(www, "big.bin"), big)
@@ -504,6 +609,16 @@ def main():
         update_download, update_check, update_sent = update_workload(nginx, synced, options.rounds)
     finally:
         nginx.stop()
+    print(f"9. a {uploaded >> 20} MiB upload at {UPLOAD_RATE // 1_000_000} MB/s per connection", flush=True)
+    body = os.path.join(WORK, "upload.bin")
+    write_random(body, uploaded)
+    world = UploadWorld()
+    try:
+        # Rate-limited, so steady: one round is a result (each takes about a minute).
+        uploads = upload_workload(world, body, 1)
+        resent, resume_chunk = upload_kill_workload(world, body)
+    finally:
+        world.stop()
 
     mib = lambda kib: f"{kib / 1024:.1f} MiB"
     lines = [
@@ -535,6 +650,14 @@ def main():
         "| wall time | " + " | ".join(f"{s[0]:.2f} s ({s[0] / aria:.2f}× aria2c)" for s in segmented.values()) + " |",
         "| peak RSS | " + " | ".join(mib(s[1]) for s in segmented.values()) + " |",
     ]
+    plain = uploads["plain"][0]
+    lines += [
+        "",
+        f"| {uploaded >> 20} MiB upload, {UPLOAD_RATE // 1_000_000} MB/s per connection | " + " | ".join(uploads) + " |",
+        "|---|---|---|---|---|",
+        "| wall time | " + " | ".join(f"{u[0]:.2f} s ({plain / u[0]:.2f}× plain's throughput)" for u in uploads.values()) + " |",
+        "| peak RSS | " + " | ".join(mib(u[1]) for u in uploads.values()) + " |",
+    ]
     lines += [
         "",
         "| syncagent alone | figure | target |",
@@ -554,6 +677,9 @@ def main():
         f"| `connections = {CONNECTIONS}` against curl's one connection | {segmented['syncagent'][0] / segmented['curl'][0]:.2f}× curl "
         f"| ≤ 0.2× |",
         f"| inbox rename → `started` | median {latency:.1f} ms, worst {worst:.1f} ms (50 drops) | median ≤ 10 ms |",
+        f"| tus `parallel = 4` against plain | {plain / uploads['tus, parallel = 4'][0]:.2f}× plain's throughput | ≥ 3.5× |",
+        f"| tus upload killed half-way, resumed | {resent / (1 << 20):.1f} MiB received twice; chunk {resume_chunk / (1 << 20):.1f} MiB "
+        f"| ≤ one chunk |",
     ]
     table = "\n".join(lines)
     print("\n" + table)

@@ -244,6 +244,35 @@ struct ResumableUploadTests {
         #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
     }
 
+    /// The agent's peak resident memory (VmHWM) over a parallel upload of a
+    /// sparse file of `size` bytes, read before it stops.
+    func peakMemoryKiB(uploading size: Int) throws -> Int {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let path = harness.directory.file("sparse.bin")
+        #expect(FileManager.default.createFile(atPath: path, contents: nil))
+        #expect(truncate(path, off_t(size)) == 0)
+        // No checksums: the file is read once, as it is sent.
+        try harness.drop("u.job", job(server.url("tus/", "extensions=creation,concatenation"), body: path, extra: "parallel = 4"))
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 240) { (try? harness.tasksByID()["u"]?["state"] as? String) == "finished" })
+        let status = (try? String(contentsOfFile: "/proc/\(agent.pid)/status", encoding: .utf8)) ?? ""
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        #expect(server.received.last?["size"] as? Int == size)
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }
+        return Int(line?.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
+    /// The memory test: bodies stream from disk, so a 2 GiB parallel
+    /// upload peaks within a few MiB of a 20 MiB one.
+    @Test func memoryStaysFlatWhateverTheFileSize() throws {
+        let small = try peakMemoryKiB(uploading: 20 << 20)
+        let large = try peakMemoryKiB(uploading: 2 << 30)
+        #expect(small > 0 && large > 0)
+        #expect(large - small <= 8 << 10, "peak RSS \(large) KiB for 2 GiB against \(small) KiB for 20 MiB")
+    }
+
     // MARK: - The IETF draft
 
     @Test func anIETFUploadDroppedMidwayResumesWithHEAD() throws {
