@@ -942,7 +942,8 @@ public final class Agent {
             }
 
             // The bytes kept when it failed, if its partial file still holds them.
-            let kept = task.partPath.flatMap(root.size) ?? 0
+            // (A resumable upload's bytes are on its server: its HEAD says what it still holds.)
+            let kept = task.spec.upload != nil ? task.bytes : task.partPath.flatMap(root.size) ?? 0
             let bytes = task.spec.isResumable && kept >= task.bytes ? task.bytes : 0
             log.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
                        task: task.id)

@@ -34,8 +34,10 @@ public struct UploadCreated: Codable, Equatable, Sendable {
     public var extensions: [String]?
     /// Set when an earlier upload of this task was given up: why (it expired, the server lost it).
     public var reason: String?
-    public init(url: String, protocol: UploadProtocol, extensions: [String]? = nil, reason: String? = nil) {
-        self.url = url; self.protocol = `protocol`; self.extensions = extensions; self.reason = reason
+    /// `body_file`'s modification time when the upload began (ns): a file changed since cannot continue it.
+    public var modifiedNs: Int64?
+    public init(url: String, protocol: UploadProtocol, extensions: [String]? = nil, reason: String? = nil, modifiedNs: Int64? = nil) {
+        self.url = url; self.protocol = `protocol`; self.extensions = extensions; self.reason = reason; self.modifiedNs = modifiedNs
     }
 }
 
@@ -43,13 +45,25 @@ public struct UploadCreated: Codable, Equatable, Sendable {
 /// task; the parent concatenates them once every one has finished.
 public struct Split: Codable, Equatable, Sendable {
     public var parts: [String]
-    public init(parts: [String]) { self.parts = parts }
+    /// `body_file`'s modification time when it was split (ns): the parts must all be of that file.
+    public var modifiedNs: Int64?
+    public init(parts: [String], modifiedNs: Int64? = nil) { self.parts = parts; self.modifiedNs = modifiedNs }
 }
 
 /// What a resumable upload's log says about its server side.
 public struct UploadSession: Equatable, Sendable {
     public var url: String
     public var extensions: [String]?
+}
+
+/// What a resumable upload's log says of the file it sends: a `body_file`
+/// modified since the upload began (or the file was split) would give the
+/// server a mix of two files.
+public enum UploadBody {
+    public static func changeWords(path: String, recordedNs: Int64?, nowNs: Int64) -> String? {
+        guard let recordedNs, recordedNs != nowNs else { return nil }
+        return "body_file \(path) was modified since the upload began: the server's bytes are of the file as it was"
+    }
 }
 
 public enum ResumableUpload {

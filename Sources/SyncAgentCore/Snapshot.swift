@@ -285,7 +285,7 @@ private struct SnapshotWriter {
             bytes.append(0)
         }
         optionalString(details.upload?.url); optionalString(details.upload?.extensions?.joined(separator: ","))
-        optionalInt(details.chunkSize); optionalInt(details.splitInto.map(Int64.init))
+        optionalInt(details.chunkSize); optionalInt(details.splitInto.map(Int64.init)); optionalInt(details.bodyModifiedNs)
     }
 }
 
@@ -466,6 +466,7 @@ private struct SnapshotReader {
             let url = try optionalString(), extensions = try optionalString()
             if let url { details.upload = UploadSession(url: url, extensions: extensions.map(UploadHeaders.list)) }
             details.chunkSize = try optionalInt(); details.splitInto = try optionalInt().map { Int(truncatingIfNeeded: $0) }
+            details.bodyModifiedNs = try optionalInt()
         }
         task.detailsBox = DetailsBox(details)
         return task

@@ -136,7 +136,7 @@ struct SnapshotTests {
         let counts = [
             ("AgentState", Mirror(reflecting: state).children.count, 24),
             ("TaskState", Mirror(reflecting: task).children.count, 23),
-            ("TaskDetails", Mirror(reflecting: task.detailsBox!.value).children.count, 15),
+            ("TaskDetails", Mirror(reflecting: task.detailsBox!.value).children.count, 16),
             ("HLSProgress", Mirror(reflecting: HLSProgress(playlist: "", targetDurationMs: 0, ended: false, entries: [], mediaMs: 0,
                                                             lastSequence: nil)).children.count, 6),
             ("PublishedFile", Mirror(reflecting: PublishedFile(task: "", url: "", size: 0)).children.count, 7),
@@ -155,7 +155,8 @@ struct SnapshotTests {
         state.apply(Event(seq: 1, atMs: 1, task: "u", body: .created(spec)))
         state.apply(Event(seq: 2, atMs: 2, task: "u", body: .started(Started(attempt: 1, offset: 0, url: spec.url))))
         state.apply(Event(seq: 3, atMs: 3, task: "u", body: .uploadCreated(UploadCreated(url: "http://h.test/files/9", protocol: .tus,
-                                                                                        extensions: ["creation", "termination"]))))
+                                                                                        extensions: ["creation", "termination"],
+                                                                                        modifiedNs: 1_795_000_000_123_456_789))))
         state.apply(Event(seq: 4, atMs: 4, task: "u", body: .progressed(Progressed(bytes: 1 << 20, total: 5 << 20, chunk: 1 << 20))))
         var child = spec
         child.parent = "v"
@@ -170,6 +171,7 @@ struct SnapshotTests {
         let restored = try Snapshot.decode(Snapshot.encode(state))
         #expect(restored == state)
         #expect(restored["u"]?.upload?.extensions == ["creation", "termination"])
+        #expect(restored["u"]?.bodyModifiedNs == 1_795_000_000_123_456_789)
     }
 
     @Test func durations() {

@@ -184,6 +184,26 @@ struct ResumableUploadTests {
         #expect((retry?.data["reason"] as? String)?.contains("idle_timeout") == true)
     }
 
+    /// A file modified between two chunks is never sent as a mix: a whole-file
+    /// upload starts a new upload of the file as it is now, a part fails.
+    @Test func aFileModifiedMidwayIsNeverUploadedAsAMix() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 3 << 20
+        let (path, _) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "stall_after=1000&stall=3&only_upload=1"), body: path,
+                                      extra: "chunk_size = \"1M\""))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { server.requests.contains { $0.method == "PATCH" } })
+        // While the first chunk stalls: new contents, same size.
+        let (_, replacement) = try bodyFile(harness, size: size, seed: 99)
+        try replacement.write(to: URL(fileURLWithPath: path))
+        #expect(agent.wait(seconds: 60) == 0)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(replacement))
+        let creations = try harness.events().filter { $0.type == "upload_created" }
+        #expect(creations.count == 2 && (creations.last?.data["reason"] as? String)?.contains("was modified") == true, "\(creations)")
+    }
+
     // MARK: - Parallel parts (tus concatenation)
 
     @Test func partsGoSideBySideAndAFailingOneIsRetriedAlone() throws {

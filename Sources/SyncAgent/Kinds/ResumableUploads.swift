@@ -40,6 +40,8 @@ final class UploadRun {
     static let fruitlessAnswersAllowed = 3
     /// Why the upload is being created again, if it is: said in its `upload_created`.
     var lostUpload: String?
+    /// `body_file`'s modification time when this run began (ns): checked before every chunk.
+    var bodyModifiedNs: Int64 = 0
 
     init(taskID: String, protocol: UploadProtocol, size: Int64, fileOffset: Int64, step: Step, extensions: [String]?,
          chunkSize: Int64?) {
@@ -60,24 +62,23 @@ extension Agent {
     /// the log holds no upload URL yet, else `HEAD` to learn the server's offset.
     func startResumableUpload(_ task: TaskState) {
         guard let options = task.spec.upload, let path = task.spec.bodyFile else { return }
-        var info = stat()
-        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+        guard let body = Self.bodyStatus(path) else {
             fail(task, reason: "cannot read body_file \(path): \(String(cString: strerror(errno)))", code: "body_unreadable",
                  keeping: task.bytes)
             return
         }
-        let fileSize = Int64(info.st_size)
-        let span = options.part ?? ByteSpan(0, fileSize)
-        // The server was told the upload's length when it was created: a file that changed since cannot finish it.
-        if span.end > fileSize || (options.part == nil && task.total.map { $0 != fileSize } == true) {
-            fail(task, reason: "body_file \(path) changed size since the upload began (now \(fileSize) bytes)", code: "body_changed",
-                 keeping: task.bytes)
+        let span = options.part ?? ByteSpan(0, body.size)
+        // Its parts (or the upload so far) are of the file as it was: a changed one would make a mix.
+        let changed = UploadBody.changeWords(path: path, recordedNs: task.bodyModifiedNs, nowNs: body.modifiedNs)
+            ?? (span.end > body.size ? "body_file \(path) has \(body.size) bytes, fewer than the upload needs (\(span.end))" : nil)
+        if let changed, task.isFannedOut || options.part != nil {
+            fail(task, reason: changed, code: "body_changed")
             return
         }
         let step: UploadRun.Step
         if task.isFannedOut {
             step = .concatenate
-        } else if task.upload != nil {
+        } else if task.upload != nil, changed == nil {
             step = .offset
         } else {
             // Only tus has options to discover; its creation depends on them.
@@ -85,6 +86,9 @@ extension Agent {
         }
         let run = UploadRun(taskID: task.id, protocol: options.protocol, size: span.length, fileOffset: span.start, step: step,
                             extensions: task.upload?.extensions, chunkSize: options.chunkSize)
+        run.bodyModifiedNs = body.modifiedNs
+        // A whole-file upload of a file changed since: a new upload of the file as it is now.
+        if task.upload != nil, let changed { run.lostUpload = changed }
         uploads[task.id] = run
         if !task.isFannedOut {
             log.record(.started(Started(attempt: task.attempts + 1, offset: task.bytes, url: task.currentURL)), task: task.id)
@@ -200,7 +204,7 @@ extension Agent {
                 if let refusal = heed(limits: headers + attempt.informationalHeaders, run) { return refusal }
                 // Durable before the first byte goes: a crash from here on resumes at this URL.
                 log.record(.uploadCreated(UploadCreated(url: url, protocol: run.uploadProtocol, extensions: run.extensions,
-                                                        reason: run.lostUpload)), task: task.id)
+                                                        reason: run.lostUpload, modifiedNs: run.bodyModifiedNs)), task: task.id)
                 run.lostUpload = nil
                 do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: "log_error") }
                 logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
@@ -306,10 +310,21 @@ extension Agent {
             log.record(.created(spec), task: id)
         }
         log.record(.progressed(Progressed(bytes: 0, total: parts.last?.end)), task: task.id)
-        log.record(.split(Split(parts: ids)), task: task.id)
+        log.record(.split(Split(parts: ids, modifiedNs: uploads[task.id]?.bodyModifiedNs)), task: task.id)
         uploads[task.id] = nil
         logger.info("upload split into parts", metadata: ["task.id": "\(task.id)", "parts": "\(ids.count)"])
         needsScheduling = true
+    }
+
+    /// Size and modification time (ns) of a regular `body_file`; nil (errno set) otherwise.
+    static func bodyStatus(_ path: String) -> (size: Int64, modifiedNs: Int64)? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            errno = EINVAL
+            return nil
+        }
+        return (Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
     }
 
     /// `inline; filename="v.mp4"` when the name can be quoted as it is (the draft recommends sending it).
@@ -323,6 +338,13 @@ extension Agent {
     /// The next chunk from `offset`, or the end of the upload.
     private func next(_ run: UploadRun, _ task: TaskState, at offset: Int64) -> AttemptOutcome? {
         guard offset < run.size else { return .complete(bytes: run.size) }
+        // Before every chunk: the file must still be the one the server holds the start of.
+        if let path = task.spec.bodyFile,
+           let changed = UploadBody.changeWords(path: path, recordedNs: run.bodyModifiedNs, nowNs: Self.bodyStatus(path)?.modifiedNs ?? 0) {
+            if task.spec.upload?.part != nil { return .permanent(reason: changed, code: "body_changed") }
+            run.bodyModifiedNs = Self.bodyStatus(path)?.modifiedNs ?? 0
+            return createAgain(run, task, because: changed)
+        }
         let length = run.sizer.next(remaining: run.size - offset)
         run.step = .append(from: offset, length: length)
         guard let fresh = log.state[task.id] else { return nil }
