@@ -370,7 +370,9 @@ public final class Agent {
 
     private func isIdle(_ watcher: InboxWatcher) -> Bool {
         // needsScheduling: a pass (which also announces drained batches) is still due.
-        guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, awaitingSync.isEmpty, intake.isIdle, !compactor.busy,
+        // (A cancelled upload's DELETE is waited for too: the server should hear of it.)
+        guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, terminations.isEmpty, awaitingSync.isEmpty,
+              intake.isIdle, !compactor.busy,
               compactionRequested == nil,
               log.state.owedNotices.isEmpty, hooks.running.isEmpty, log.state.owedTaskHooks.isEmpty,
               log.state.owedBatchHooks.isEmpty else { return false }
@@ -667,6 +669,10 @@ public final class Agent {
     private func abortStalledAttempts() {
         let now = FileSystem.monotonicMs
         let wallNow = FileSystem.nowMs
+        // A DELETE no one answers is given up after idle_timeout: the server expires the upload.
+        for deletion in terminations.values where deletion.isStalled(nowMs: now) {
+            terminationEnded(deletion, deletion.stalledOutcome())
+        }
         for attempt in attempts.values where attempts[attempt.easy] === attempt {
             // (An attempt ended by an earlier one in this loop, as connections of one download are, is skipped.)
             if attempt.deadlineMs <= wallNow {
@@ -916,7 +922,8 @@ public final class Agent {
         if action == .forget { return forget(task) }
         if action == .resume, task.phase == .failed,
            let cancelled = (log.state.children[task.id] ?? []).first(where: { log.state[$0]?.phase == .cancelled }) {
-            return "cannot run again: its segment \(cancelled) was cancelled; cancel the video and submit it again"
+            let (child, whole) = task.spec.upload != nil ? ("part", "upload") : ("segment", "video")
+            return "cannot run again: its \(child) \(cancelled) was cancelled; cancel the \(whole) and submit it again"
         }
         // On a parent, control applies to its children too, whenever it applies to the parent.
         let applies = switch action {

@@ -22,6 +22,9 @@ enum CrashPoint: String {
     case compactSnapshotWritten = "compact-snapshot-written"
     /// `compact` deleted its first chunk of raw events; the rest remain.
     case compactDeleting = "compact-deleting"
+    /// A resumable upload's `upload_created` is committed; nothing more is sent
+    /// (for a split parent: its final upload exists, `finished` is not recorded).
+    case uploadCreated = "upload-created"
 
     private static let armed = ProcessInfo.processInfo.environment["SYNCAGENT_CRASHPOINT"].flatMap(CrashPoint.init(rawValue:))
 

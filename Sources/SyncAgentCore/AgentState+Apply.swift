@@ -333,14 +333,14 @@ extension TaskState {
         case .uploadCreated(let created):
             // A new resource on the server holds nothing yet.
             upload = UploadSession(url: created.url, extensions: created.extensions)
-            if let modified = created.modifiedNs { bodyModifiedNs = modified }
+            if let changed = created.changedNs { bodyChangedNs = changed }
             bytes = 0
             if let reason = created.reason { restartReason = reason }
         case .split(let split):
             expanded = true
             fannedOut = !isFannedOut
             splitInto = split.parts.count
-            if let modified = split.modifiedNs { bodyModifiedNs = modified }
+            if let changed = split.changedNs { bodyChangedNs = changed }
         case .forgotten:
             forgotten = true
         case .created, .rejected, .agentStarted, .agentStopped, .batchFinished, .notified, .controlled, .configReloaded,

@@ -115,7 +115,7 @@ public struct Progressed: Codable, Equatable, Sendable {
     public var ranges: [ByteSpan]?
     /// Why a download that asked for several connections uses one.
     public var fallback: String?
-    /// A resumable upload: the size of the chunk the server just confirmed (auto-sized ones change).
+    /// A resumable upload: the size of the chunk just sent and confirmed (auto-sized ones change).
     public var chunk: Int64?
     public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
                 restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil) {

@@ -23,11 +23,14 @@ public enum RecoveryPlan: Equatable, Sendable {
 
     /// A parent waits for its children (and a live one reads its playlist again).
     case waitForChildren(done: Int, total: Int, live: Bool)
+    /// A split upload waits for its parts, then concatenates them.
+    case waitForParts(done: Int, total: Int)
 
     /// The plan of `task`, knowing its children if it has any.
     public static func plan(for task: TaskState, in state: AgentState, nowMs: Int64) -> RecoveryPlan {
         if let family = state.families[task.id], task.isFannedOut, !task.phase.isEnded,
            !(task.phase == .paused && task.pauseReason == .user) {
+            if task.spec.upload != nil { return .waitForParts(done: family.finished, total: family.total) }
             return .waitForChildren(done: family.finished, total: family.total, live: task.hls?.ended == false)
         }
         return plan(for: task, nowMs: nowMs)
@@ -86,6 +89,8 @@ public enum RecoveryPlan: Equatable, Sendable {
         case .waitUntil(let ms): "wait until \(Self.iso8601(ms)), then start from 0"
         case .waitForChildren(let done, let total, let live):
             "wait for its segments (\(done) of \(total) finished)" + (live ? ", read the live playlist again" : "") + ", then publish"
+        case .waitForParts(let done, let total):
+            "wait for its parts (\(done) of \(total) finished), then join them into one upload (tus concatenation)"
         }
     }
 

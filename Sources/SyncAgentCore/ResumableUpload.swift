@@ -34,10 +34,12 @@ public struct UploadCreated: Codable, Equatable, Sendable {
     public var extensions: [String]?
     /// Set when an earlier upload of this task was given up: why (it expired, the server lost it).
     public var reason: String?
-    /// `body_file`'s modification time when the upload began (ns): a file changed since cannot continue it.
-    public var modifiedNs: Int64?
-    public init(url: String, protocol: UploadProtocol, extensions: [String]? = nil, reason: String? = nil, modifiedNs: Int64? = nil) {
-        self.url = url; self.protocol = `protocol`; self.extensions = extensions; self.reason = reason; self.modifiedNs = modifiedNs
+    /// `body_file`'s status-change time (ctime, ns) when the upload began: any
+    /// write moves it, even one that puts the modification time back, so a
+    /// file changed since cannot continue the upload.
+    public var changedNs: Int64?
+    public init(url: String, protocol: UploadProtocol, extensions: [String]? = nil, reason: String? = nil, changedNs: Int64? = nil) {
+        self.url = url; self.protocol = `protocol`; self.extensions = extensions; self.reason = reason; self.changedNs = changedNs
     }
 }
 
@@ -45,9 +47,9 @@ public struct UploadCreated: Codable, Equatable, Sendable {
 /// task; the parent concatenates them once every one has finished.
 public struct Split: Codable, Equatable, Sendable {
     public var parts: [String]
-    /// `body_file`'s modification time when it was split (ns): the parts must all be of that file.
-    public var modifiedNs: Int64?
-    public init(parts: [String], modifiedNs: Int64? = nil) { self.parts = parts; self.modifiedNs = modifiedNs }
+    /// `body_file`'s status-change time (ctime, ns) when it was split: the parts must all be of that file.
+    public var changedNs: Int64?
+    public init(parts: [String], changedNs: Int64? = nil) { self.parts = parts; self.changedNs = changedNs }
 }
 
 /// What a resumable upload's log says about its server side.
@@ -60,6 +62,7 @@ public struct UploadSession: Equatable, Sendable {
 /// modified since the upload began (or the file was split) would give the
 /// server a mix of two files.
 public enum UploadBody {
+    /// Said when `body_file`'s ctime is not the one recorded (nil: nothing recorded yet, or the same).
     public static func changeWords(path: String, recordedNs: Int64?, nowNs: Int64) -> String? {
         guard let recordedNs, recordedNs != nowNs else { return nil }
         return "body_file \(path) was modified since the upload began: the server's bytes are of the file as it was"
@@ -101,6 +104,8 @@ public struct ChunkSizer: Equatable, Sendable {
     public let fixed: Int64?
     /// The server's largest append (IETF `Upload-Limit: max-append-size`), if it said one.
     public var serverMaximum: Int64?
+    /// The server's smallest append (`min-append-size`): only the last chunk may be shorter.
+    public var serverMinimum: Int64?
     /// Bytes per second, smoothed; nil before the first chunk.
     public private(set) var throughput: Double?
 
@@ -122,6 +127,7 @@ public struct ChunkSizer: Equatable, Sendable {
         } else {
             size = ResumableUpload.probeChunk
         }
+        if let serverMinimum { size = max(size, serverMinimum) }
         if let serverMaximum { size = min(size, max(1, serverMaximum)) }
         return max(1, min(size, remaining))
     }
@@ -210,6 +216,10 @@ public enum UploadAnswers {
               (try? URLRules.checkTransferURL(url, key: "Location")) != nil else {
             return .refused(reason: "the server's upload URL is not an http or https URL: \(Redaction.url(location))", code: "upload_refused")
         }
+        // The file's bytes never go in clear where the job asked for TLS.
+        if requestURL.lowercased().hasPrefix("https:"), !url.lowercased().hasPrefix("https:") {
+            return .refused(reason: "the server's upload URL \(Redaction.url(url)) is not https, as the job's is", code: "upload_refused")
+        }
         return .created(url: url)
     }
 
@@ -235,16 +245,14 @@ public enum UploadAnswers {
         if status == 460 { return .checksumMismatch }
         guard (200..<300).contains(status) else { return refusal(status, "sending bytes \(offset)–\(offset + length)") }
         guard let text = value("upload-offset", in: headers) else { return .holds(offset: offset + length) }
-        guard let confirmed = UploadHeaders.integer(text), confirmed <= size else {
-            // A hostile or confused answer: believe nothing, ask again.
-            return .offsetMismatch
-        }
+        // More than was sent (or than the file has) is a hostile or confused answer: believe nothing, ask again.
+        guard let confirmed = UploadHeaders.integer(text), confirmed <= min(size, offset + length) else { return .offsetMismatch }
         return .holds(offset: confirmed)
     }
 
-    /// The statuses that mean the upload no longer exists (tus: 404, 410;
-    /// the IETF draft adds 403 for an upload the server will not resume).
-    static func goneReason(_ status: Int) -> String? {
+    /// The statuses that mean the upload no longer exists (tus: 404, 410; the
+    /// IETF draft gives them no meaning of their own, and they mean the same there).
+    public static func goneReason(_ status: Int) -> String? {
         switch status {
         case 404: "the server no longer knows the upload (404 Not Found)"
         case 410: "the server no longer keeps the upload (410 Gone)"

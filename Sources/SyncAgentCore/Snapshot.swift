@@ -285,7 +285,7 @@ private struct SnapshotWriter {
             bytes.append(0)
         }
         optionalString(details.upload?.url); optionalString(details.upload?.extensions?.joined(separator: ","))
-        optionalInt(details.chunkSize); optionalInt(details.splitInto.map(Int64.init)); optionalInt(details.bodyModifiedNs)
+        optionalInt(details.chunkSize); optionalInt(details.splitInto.map(Int64.init)); optionalInt(details.bodyChangedNs)
     }
 }
 
@@ -412,7 +412,11 @@ private struct SnapshotReader {
             guard let known = UploadProtocol(rawValue: uploadProtocol) else { throw malformed("an upload protocol, not \(uploadProtocol)") }
             var options = UploadOptions(protocol: known, chunkSize: chunkSize,
                                         parallel: Int(min(max(parallel ?? 1, 1), Int64(ResumableUpload.maximumParallel))))
-            if let partStart, let partEnd, partStart >= 0, partStart <= partEnd { options.part = ByteSpan(partStart, partEnd) }
+            if partStart != nil || partEnd != nil {
+                // As the event's reader: a damaged part is an error, never a whole-file upload.
+                guard let partStart, let partEnd, partStart >= 0, partStart <= partEnd else { throw malformed("an upload part") }
+                options.part = ByteSpan(partStart, partEnd)
+            }
             spec.upload = options
         }
         return spec
@@ -466,7 +470,7 @@ private struct SnapshotReader {
             let url = try optionalString(), extensions = try optionalString()
             if let url { details.upload = UploadSession(url: url, extensions: extensions.map(UploadHeaders.list)) }
             details.chunkSize = try optionalInt(); details.splitInto = try optionalInt().map { Int(truncatingIfNeeded: $0) }
-            details.bodyModifiedNs = try optionalInt()
+            details.bodyChangedNs = try optionalInt()
         }
         task.detailsBox = DetailsBox(details)
         return task

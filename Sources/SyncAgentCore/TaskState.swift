@@ -34,7 +34,7 @@ struct TaskDetails: Equatable, Sendable {
     var upload: UploadSession?
     var chunkSize: Int64?
     var splitInto: Int?
-    var bodyModifiedNs: Int64?
+    var bodyChangedNs: Int64?
 }
 
 /// What an HLS parent knows of its playlist: every segment so far, in order.
@@ -141,10 +141,10 @@ public struct TaskState: Equatable, Sendable {
     public var isFannedOut: Bool { detailsBox.map { $0.value.hls != nil || $0.value.splitInto != nil } ?? false }
     /// A resumable upload's resource on the server, once created (`upload_created`).
     public var upload: UploadSession? { get { details.upload } set { details.upload = newValue } }
-    /// The size of the last chunk the server confirmed.
+    /// The size of the last chunk sent and confirmed.
     public var chunkSize: Int64? { get { details.chunkSize } set { details.chunkSize = newValue } }
-    /// A resumable upload: `body_file`'s modification time when its upload began or it was split.
-    public var bodyModifiedNs: Int64? { get { details.bodyModifiedNs } set { details.bodyModifiedNs = newValue } }
+    /// A resumable upload: `body_file`'s ctime when its upload began or it was split.
+    public var bodyChangedNs: Int64? { get { details.bodyChangedNs } set { details.bodyChangedNs = newValue } }
     /// A parallel upload: how many partial uploads (child tasks) it became.
     public var splitInto: Int? { get { details.splitInto } set { details.splitInto = newValue } }
     /// Whether no more children will come: a video's playlist ended, or an upload was split.

@@ -17,6 +17,21 @@ public enum FuzzTargets {
         _ = Redaction.url(text)
         logRows(input)
         playlists(bytes)
+        uploadAnswers(text)
+    }
+
+    /// A resumable-upload server's answer: the text as every header it reads, under a few statuses.
+    static func uploadAnswers(_ text: String) {
+        _ = UploadHeaders.integer(text)
+        _ = UploadHeaders.list(text)
+        _ = UploadHeaders.boolean(text)
+        _ = UploadHeaders.limits(text)
+        let headers = ["Location", "Upload-Offset", "Upload-Length", "Upload-Limit"].map { Header(name: $0, value: text) }
+        for status in [104, 200, 201, 204, 404, 409, 460] {
+            _ = UploadAnswers.creation(status: status, headers: headers, informational: headers, requestURL: "https://h.test/files/")
+            _ = UploadAnswers.offset(status: status, headers: headers, size: 1 << 20)
+            _ = UploadAnswers.append(status: status, headers: headers, from: 1000, length: 4096, size: 1 << 20)
+        }
     }
 
     /// A playlist as a server may send it, and what the parent makes of it.

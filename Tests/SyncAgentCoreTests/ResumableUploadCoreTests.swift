@@ -66,6 +66,10 @@ struct ResumableUploadCoreTests {
         #expect(sizer.next(remaining: 1 << 40) == ResumableUpload.largestChunk)
         sizer.serverMaximum = 5 << 20
         #expect(sizer.next(remaining: 1 << 40) == 5 << 20)
+        // A server's smallest append raises a small chunk; only the last may be shorter.
+        var careful = ChunkSizer(fixed: nil)
+        careful.serverMinimum = 2 << 20
+        #expect(careful.next(remaining: 100 << 20) == 2 << 20 && careful.next(remaining: 1000) == 1000)
         // A fixed size is what the job says, whatever the link does.
         var fixed = ChunkSizer(fixed: 8 << 20)
         fixed.measured(bytes: 1, elapsedMs: 100_000)
@@ -134,6 +138,8 @@ struct ResumableUploadCoreTests {
         #expect(UploadAnswers.append(status: 409, headers: [], from: 40, length: 20, size: 100) == .offsetMismatch)
         #expect(UploadAnswers.append(status: 460, headers: [], from: 40, length: 20, size: 100) == .checksumMismatch)
         #expect(UploadAnswers.append(status: 204, headers: offset("999"), from: 40, length: 20, size: 100) == .offsetMismatch)
+        // More than was sent is never believed: the upload would finish with a hole.
+        #expect(UploadAnswers.append(status: 204, headers: offset("80"), from: 40, length: 20, size: 100) == .offsetMismatch)
         if case .gone = UploadAnswers.append(status: 404, headers: [], from: 40, length: 20, size: 100) {} else {
             Issue.record("404 on an append means the upload is gone")
         }
@@ -176,7 +182,7 @@ struct ResumableUploadCoreTests {
         state.apply(Event(seq: 6, atMs: 6, task: "p", body: .split(Split(parts: ["p.part1", "p.part2"]))))
         // The parent's slot goes to its parts.
         #expect(state.runningCount == 0 && state["p"]?.isFannedOut == true)
-        #expect(RecoveryPlan.plan(for: state["p"]!, in: state, nowMs: 6) == .waitForChildren(done: 0, total: 2, live: false))
+        #expect(RecoveryPlan.plan(for: state["p"]!, in: state, nowMs: 6) == .waitForParts(done: 0, total: 2))
         for (seq, id) in [(7, "p.part1"), (8, "p.part2")] {
             state.apply(Event(seq: Int64(seq), atMs: 7, task: id, body: .started(Started(attempt: 1, offset: 0, url: spec.url))))
             state.apply(Event(seq: Int64(seq) + 10, atMs: 8, task: id, body: .progressed(Progressed(bytes: 500, total: 500))))

@@ -156,7 +156,7 @@ struct SnapshotTests {
         state.apply(Event(seq: 2, atMs: 2, task: "u", body: .started(Started(attempt: 1, offset: 0, url: spec.url))))
         state.apply(Event(seq: 3, atMs: 3, task: "u", body: .uploadCreated(UploadCreated(url: "http://h.test/files/9", protocol: .tus,
                                                                                         extensions: ["creation", "termination"],
-                                                                                        modifiedNs: 1_795_000_000_123_456_789))))
+                                                                                        changedNs: 1_795_000_000_123_456_789))))
         state.apply(Event(seq: 4, atMs: 4, task: "u", body: .progressed(Progressed(bytes: 1 << 20, total: 5 << 20, chunk: 1 << 20))))
         var child = spec
         child.parent = "v"
@@ -171,7 +171,7 @@ struct SnapshotTests {
         let restored = try Snapshot.decode(Snapshot.encode(state))
         #expect(restored == state)
         #expect(restored["u"]?.upload?.extensions == ["creation", "termination"])
-        #expect(restored["u"]?.bodyModifiedNs == 1_795_000_000_123_456_789)
+        #expect(restored["u"]?.bodyChangedNs == 1_795_000_000_123_456_789)
     }
 
     @Test func durations() {

@@ -29,8 +29,11 @@ struct ResumableUploadTests {
     }
 
     /// The server's complete upload of `size` bytes (a partial one of a parallel upload excluded).
+    /// A final concatenation is answered before it is assembled: its line may come a moment later.
     func completed(_ server: FaultServer, size: Int) -> [String: Any]? {
-        server.received.last { $0["size"] as? Int == size && $0["partial"] == nil }
+        let find = { server.received.last { $0["size"] as? Int == size && $0["partial"] == nil } }
+        _ = eventually(within: 20) { find() != nil }
+        return find()
     }
 
     func run(_ harness: AgentHarness, seconds: Double = 90, sourceLocation: SourceLocation = #_sourceLocation) throws {
@@ -95,8 +98,9 @@ struct ResumableUploadTests {
         #expect(patches.map(\.bytesSent).reduce(0, +) <= size + 2 * (2 << 20), "\(patches)")
         #expect(patches.filter { $0.status == 0 }.count == 2, "\(patches)")
         #expect(server.requests.filter { $0.method == "HEAD" }.count == 2)
+        // A connection that died mid-chunk is followed by a HEAD in the same attempt: no retry spent.
         let events = try harness.events()
-        #expect(events.filter { $0.type == "retrying" }.count == 2)
+        #expect(events.filter { $0.type == "retrying" }.isEmpty)
         #expect(try harness.run(["status", "--task", "u"]).stdout.contains("protocol:    tus, chunks of 2"))
     }
 
@@ -129,6 +133,70 @@ struct ResumableUploadTests {
         #expect(creations.count == 2)
         #expect((creations.last?.data["reason"] as? String)?.contains("no longer knows the upload (404") == true, "\(creations)")
         #expect(try harness.run(["status", "--task", "u"]).stdout.contains("restarted:   the server no longer knows the upload"))
+    }
+
+    /// A server that loses every upload after two chunks: bounded, never the
+    /// file from byte 0 forever.
+    @Test func aServerThatKeepsLosingUploadsIsGivenUpOn() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let (path, _) = try bodyFile(harness, size: 5 << 20)
+        try harness.drop("u.job", job(server.url("tus/", "expire_after=2"), body: path, extra: "chunk_size = \"1M\"\nretries = 1"))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 4)
+        let task = try harness.tasksByID()["u"]
+        #expect((task?["error"] as? String)?.contains("uploads lost in one attempt") == true, "\(task ?? [:])")
+        // Two attempts of at most four uploads each.
+        #expect(server.requests.filter { $0.method == "POST" }.count <= 8)
+    }
+
+    /// Progress is logged as a download's is, at most about once per interval,
+    /// however small the chunks.
+    @Test func smallChunksDoNotFloodTheLog() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 1 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "extensions=creation"), body: path, extra: "chunk_size = \"1K\""))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        #expect(server.requests.filter { $0.method == "PATCH" }.count == 1024)
+        let progress = try harness.events().filter { $0.type == "progressed" }
+        #expect(progress.count <= 10 && progress.last?.data["bytes"] as? Int == size, "\(progress.count) progress events")
+    }
+
+    /// A server that answers with informational responses and never a final
+    /// one (a flood of 104s) ends the attempt instead of holding it forever.
+    @Test func anEndlessStreamOfInformationalAnswersEndsTheAttempt() throws {
+        let harness = try AgentHarness()
+        let port = freePort()
+        let script = """
+        import socket, time
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", \(port)))
+        listener.listen(4)
+        for _ in range(4):
+            connection, _ = listener.accept()
+            connection.recv(65536)
+            try:
+                for _ in range(3000):
+                    connection.sendall(b"HTTP/1.1 104 Upload Resumption Supported\\r\\nLocation: /f/1\\r\\n\\r\\n")
+                    time.sleep(0.005)
+            except OSError:
+                pass
+            connection.close()
+        """
+        let server = try ChildProcess("/usr/bin/python3", ["-c", script], environment: [:], outputIn: harness.directory.path,
+                                      name: "flood")
+        defer { server.signal(SIGKILL) }
+        #expect(eventually(within: 10) { canConnect(port: port) })
+        let (path, _) = try bodyFile(harness, size: 1000)
+        try harness.drop("u.job", job("http://127.0.0.1:\(port)/up/", body: path, protocol: "ietf", extra: "retries = 0"))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 4)
+        let task = try harness.tasksByID()["u"]
+        #expect((task?["error"] as? String)?.contains("informational answers and no final one") == true, "\(task ?? [:])")
     }
 
     @Test func aDamagedChunkIsSentAgain() throws {
@@ -204,6 +272,23 @@ struct ResumableUploadTests {
         #expect(creations.count == 2 && (creations.last?.data["reason"] as? String)?.contains("was modified") == true, "\(creations)")
     }
 
+    /// A file that grows during the upload: the server never gets the first
+    /// bytes of the new file under the old length.
+    @Test func aFileThatGrowsMidwayIsUploadedAsItIsNow() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let (path, _) = try bodyFile(harness, size: 2 << 20)
+        try harness.drop("u.job", job(server.url("tus/", "stall_after=1000&stall=3&only_upload=1"), body: path,
+                                      extra: "chunk_size = \"1M\""))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { server.requests.contains { $0.method == "PATCH" } })
+        let grown = Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try grown.write(to: URL(fileURLWithPath: path))
+        #expect(agent.wait(seconds: 60) == 0)
+        #expect(completed(server, size: 3 << 20)?["sha256"] as? String == sha256Hex(grown))
+        #expect(!server.received.contains { $0["size"] as? Int == 2 << 20 && $0["partial"] == nil })
+    }
+
     // MARK: - Parallel parts (tus concatenation)
 
     @Test func partsGoSideBySideAndAFailingOneIsRetriedAlone() throws {
@@ -233,6 +318,31 @@ struct ResumableUploadTests {
         let status = try harness.run(["status", "--task", "u"]).stdout
         #expect(status.contains("parts:       4 of 4 done") && status.contains("4 parts at once"), "\(status)")
         #expect(try harness.run(["replay", "--verify"]).status == 0)
+    }
+
+    /// Killed once the final upload exists and before `finished`: the restart
+    /// asks that upload (HEAD) and finishes; it never concatenates twice.
+    @Test func aCrashAfterConcatenatingNeverConcatenatesTwice() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 1 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/"), body: path, extra: "parallel = 2"))
+        // The first upload_created to crash at is the parts'; the parent's is the last.
+        var crashes = 0
+        while crashes < 4, try harness.tasksByID()["u"]?["state"] as? String != "finished" {
+            harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = "upload-created"
+            let agent = try harness.startAgent(exitWhenIdle: true)
+            _ = agent.wait(seconds: 30)
+            crashes += 1
+        }
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
+        try run(harness)
+        #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let finals = server.received.filter { $0["concat"] != nil }
+        #expect(finals.count == 1, "\(finals)")
+        #expect(server.requests.contains { $0.method == "HEAD" })
     }
 
     @Test func withoutConcatenationTheFileGoesInOneUploadAndSaysWhy() throws {
@@ -279,7 +389,7 @@ struct ResumableUploadTests {
         let status = (try? String(contentsOfFile: "/proc/\(agent.pid)/status", encoding: .utf8)) ?? ""
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
-        #expect(server.received.last?["size"] as? Int == size)
+        #expect(completed(server, size: size) != nil)
         let line = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }
         return Int(line?.split(separator: " ").dropFirst().first ?? "") ?? 0
     }
@@ -323,6 +433,15 @@ struct ResumableUploadTests {
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let patches = server.requests.filter { $0.method == "PATCH" }
         #expect(!patches.isEmpty && patches.allSatisfy { $0.bytesSent <= 300_000 && $0.status < 300 }, "\(patches)")
+        // And the smallest append: no chunk under it but the last (the 1 MiB probe would be refused with 413).
+        let other = try AgentHarness()
+        let bigger = try FaultServer(in: other.directory)
+        let (otherPath, otherData) = try bodyFile(other, size: size)
+        try other.drop("u.job", job(bigger.url("ietf/", "min_append_size=2000000"), body: otherPath, protocol: "ietf"))
+        try run(other)
+        #expect(completed(bigger, size: size)?["sha256"] as? String == sha256Hex(otherData))
+        let appended = bigger.requests.filter { $0.method == "PATCH" }.map(\.bytesSent)
+        #expect(appended.dropLast().allSatisfy { $0 >= 2_000_000 }, "\(appended)")
     }
 
     @Test func anIETFUploadTooLargeForTheServerFailsWithTheReason() throws {

@@ -40,8 +40,16 @@ final class UploadRun {
     static let fruitlessAnswersAllowed = 3
     /// Why the upload is being created again, if it is: said in its `upload_created`.
     var lostUpload: String?
-    /// `body_file`'s modification time when this run began (ns): checked before every chunk.
-    var bodyModifiedNs: Int64 = 0
+    /// `body_file` as this run found it: checked before every chunk and after the last.
+    var body = BodyIdentity(size: 0, modifiedNs: 0, changedNs: 0)
+    /// The offset last recorded in the log, and when (monotonic ms): progress events are throttled.
+    var loggedOffset: Int64 = 0
+    var loggedAtMs: Int64 = 0
+    /// New uploads this run made for a lost one: bounded, whatever progress came between.
+    var recreations = 0
+    static let recreationsAllowed = 3
+    /// A chunk's checksum is read and computed on the loop before it is sent: kept short (about 25 ms).
+    static let largestChecksummedChunk: Int64 = 16 << 20
 
     init(taskID: String, protocol: UploadProtocol, size: Int64, fileOffset: Int64, step: Step, extensions: [String]?,
          chunkSize: Int64?) {
@@ -57,19 +65,43 @@ final class UploadRun {
     func offers(_ extensionName: String) -> Bool { extensions?.contains(extensionName) == true }
 }
 
+/// What says a `body_file` is still the file an upload began with: its size,
+/// modification and change times.
+struct BodyIdentity: Equatable {
+    var size: Int64
+    var modifiedNs: Int64
+    var changedNs: Int64
+
+    init(size: Int64, modifiedNs: Int64, changedNs: Int64) {
+        self.size = size; self.modifiedNs = modifiedNs; self.changedNs = changedNs
+    }
+
+    /// The regular file at `path` as it is now.
+    init(_ path: String) throws {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw SystemError(operation: "stat \(path)", errno: errno) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw SystemError(operation: "\(path) is not a regular file", errno: EINVAL) }
+        size = Int64(info.st_size)
+        modifiedNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+        changedNs = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
+    }
+}
+
 extension Agent {
     /// Starts (or resumes) a tus or IETF upload: discovery and creation if
     /// the log holds no upload URL yet, else `HEAD` to learn the server's offset.
     func startResumableUpload(_ task: TaskState) {
         guard let options = task.spec.upload, let path = task.spec.bodyFile else { return }
-        guard let body = Self.bodyStatus(path) else {
-            fail(task, reason: "cannot read body_file \(path): \(String(cString: strerror(errno)))", code: "body_unreadable",
-                 keeping: task.bytes)
+        let body: BodyIdentity
+        do { body = try BodyIdentity(path) } catch {
+            fail(task, reason: "cannot read body_file: \(error)", code: "body_unreadable", keeping: task.bytes)
             return
         }
         let span = options.part ?? ByteSpan(0, body.size)
         // Its parts (or the upload so far) are of the file as it was: a changed one would make a mix.
-        let changed = UploadBody.changeWords(path: path, recordedNs: task.bodyModifiedNs, nowNs: body.modifiedNs)
+        // A part that has not begun is held to the file its parent split.
+        let recorded = task.bodyChangedNs ?? task.parentID.flatMap { log.state[$0]?.bodyChangedNs }
+        let changed = UploadBody.changeWords(path: path, recordedNs: recorded, nowNs: body.changedNs)
             ?? (span.end > body.size ? "body_file \(path) has \(body.size) bytes, fewer than the upload needs (\(span.end))" : nil)
         if let changed, task.isFannedOut || options.part != nil {
             fail(task, reason: changed, code: "body_changed")
@@ -77,7 +109,8 @@ extension Agent {
         }
         let step: UploadRun.Step
         if task.isFannedOut {
-            step = .concatenate
+            // A final upload made before a crash is asked about, never made twice.
+            step = task.upload == nil ? .concatenate : .offset
         } else if task.upload != nil, changed == nil {
             step = .offset
         } else {
@@ -86,19 +119,25 @@ extension Agent {
         }
         let run = UploadRun(taskID: task.id, protocol: options.protocol, size: span.length, fileOffset: span.start, step: step,
                             extensions: task.upload?.extensions, chunkSize: options.chunkSize)
-        run.bodyModifiedNs = body.modifiedNs
+        run.body = body
+        (run.loggedOffset, run.loggedAtMs) = (task.bytes, FileSystem.monotonicMs)
+        if run.offers("checksum") { run.sizer.serverMaximum = UploadRun.largestChecksummedChunk }
         // A whole-file upload of a file changed since: a new upload of the file as it is now.
         if task.upload != nil, let changed { run.lostUpload = changed }
         uploads[task.id] = run
-        if !task.isFannedOut {
-            log.record(.started(Started(attempt: task.attempts + 1, offset: task.bytes, url: task.currentURL)), task: task.id)
-        }
-        send(run, for: task)
+        // (A parent's concatenation is an attempt too: its retries count.)
+        log.record(.started(Started(attempt: task.attempts + 1, offset: task.bytes, url: task.currentURL)), task: task.id)
+        guard let fresh = log.state[task.id] else { return }
+        send(run, for: fresh)
     }
 
     /// The request of the run's current step, handed to curl.
     private func send(_ run: UploadRun, for task: TaskState) {
-        guard let request = request(for: run, task: task) else { return }
+        guard let request = request(for: run, task: task) else {
+            // Never a run without a request out: it would wait for nothing.
+            if uploads[task.id] === run { uploadEnded(task, .localFailure(reason: "no request to send (\(run.step))", code: "local_error")) }
+            return
+        }
         do {
             let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
             let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
@@ -128,7 +167,9 @@ extension Agent {
         case .create:
             if run.uploadProtocol == .ietf {
                 // Careful creation (an empty body): the URL is known, and logged, before any byte of the file goes.
-                headers += [Header(name: "Upload-Complete", value: "?0"), Header(name: "Upload-Length", value: "\(run.size)"),
+                // An empty file is complete as created: no append will follow to say so.
+                headers += [Header(name: "Upload-Complete", value: run.size == 0 ? "?1" : "?0"),
+                            Header(name: "Upload-Length", value: "\(run.size)"),
                             Header(name: "Content-Type", value: "application/octet-stream")]
                 if let disposition = Self.inlineDisposition(name) { headers.append(Header(name: "Content-Disposition", value: disposition)) }
             } else {
@@ -168,7 +209,13 @@ extension Agent {
             }
             return ProtocolRequest(url: session.url, method: "PATCH", headers: headers, body: slice)
         case .concatenate:
-            let parts = (log.state.children[task.id] ?? []).compactMap { log.state[$0]?.upload?.url }
+            let children = log.state.children[task.id] ?? []
+            let parts = children.compactMap { log.state[$0]?.upload?.url }
+            // Every part, in order, or no final upload at all: a shorter one would be finished as the file.
+            guard parts.count == children.count, parts.count == task.splitInto else {
+                uploadEnded(task, .permanent(reason: "a part of the upload has no upload URL to concatenate", code: "upload_refused"))
+                return nil
+            }
             headers.append(Header(name: "Upload-Concat", value: "final;" + parts.joined(separator: " ")))
             headers.append(Header(name: "Content-Type", value: ""))
             headers.append(Header(name: "Upload-Metadata", value: UploadHeaders.metadata([("filename", name)])))
@@ -181,13 +228,17 @@ extension Agent {
     func uploadStepEnded(_ run: UploadRun, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) -> AttemptOutcome? {
         guard let task = log.state[run.taskID] else { return outcome }
         let status = attempt.httpStatus
+        if case .append(let from, _) = run.step, attempt.needsRewind {
+            // curl found the connection dead and would send the chunk again whole: the server is asked instead.
+            return fruitless(run, task, "the connection closed while sending bytes from \(from)") { run.step = .offset }
+        }
         switch outcome {
         case .complete:
             break
         case .permanent where (400..<500).contains(status):
             // 404, 409, 410, 460 … mean something in these protocols: read below.
             break
-        case .permanent where run.step == .discover:
+        case .permanent where run.step == .discover && status >= 400:
             // A server that does not answer OPTIONS may still create uploads: try, assuming only creation.
             break
         default:
@@ -204,9 +255,10 @@ extension Agent {
                 if let refusal = heed(limits: headers + attempt.informationalHeaders, run) { return refusal }
                 // Durable before the first byte goes: a crash from here on resumes at this URL.
                 log.record(.uploadCreated(UploadCreated(url: url, protocol: run.uploadProtocol, extensions: run.extensions,
-                                                        reason: run.lostUpload, modifiedNs: run.bodyModifiedNs)), task: task.id)
+                                                        reason: run.lostUpload, changedNs: run.body.changedNs)), task: task.id)
                 run.lostUpload = nil
                 do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: "log_error") }
+                CrashPoint.uploadCreated.reached()
                 logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
                 if run.step == .concatenate { return .complete(bytes: task.total ?? run.size) }
                 return next(run, task, at: 0)
@@ -215,6 +267,16 @@ extension Agent {
             default:
                 return outcome
             }
+        case .offset where task.isFannedOut:
+            // The final upload made before a crash: it exists, so the file is there; gone, it is made again.
+            if UploadAnswers.goneReason(status) != nil {
+                run.step = .concatenate
+                log.record(.progressed(Progressed(bytes: task.bytes, total: task.total)), task: task.id)
+                send(run, for: task)
+                return nil
+            }
+            guard (200..<300).contains(status) else { return outcome }
+            return .complete(bytes: task.total ?? run.size)
         case .offset:
             switch UploadAnswers.offset(status: status, headers: headers, size: run.size) {
             case .holds(let offset):
@@ -236,8 +298,15 @@ extension Agent {
             case .holds(let offset) where offset > from:
                 run.fruitlessAnswers = 0
                 run.sizer.measured(bytes: offset - from, elapsedMs: FileSystem.monotonicMs - run.stepStartedMs)
-                log.record(.progressed(Progressed(bytes: offset, total: run.size, chunk: length)), task: task.id)
-                if offset == run.size { return .complete(bytes: run.size) }
+                // Throttled like a download's (SPEC §6 rule 4): what the log skips, a restart's HEAD learns.
+                let now = FileSystem.monotonicMs
+                if offset == run.size || offset - run.loggedOffset >= settings.progressIntervalBytes
+                    || now - run.loggedAtMs >= settings.progressIntervalMs {
+                    log.record(.progressed(Progressed(bytes: offset, total: run.size, chunk: length)), task: task.id)
+                    (run.loggedOffset, run.loggedAtMs) = (offset, now)
+                }
+                // The last chunk too: a file written while it went out is not the file the server now holds.
+                if offset == run.size { return bodyChanged(run, task) ?? .complete(bytes: run.size) }
                 return next(run, task, at: offset)
             case .holds, .offsetMismatch:
                 // The server's offset is not where we are: ask it.
@@ -266,6 +335,7 @@ extension Agent {
                 return .permanent(reason: "the server speaks tus \(versions.joined(separator: ", ")), not 1.0.0", code: "upload_refused")
             }
             run.extensions = UploadAnswers.value("tus-extension", in: headers).map(UploadHeaders.list) ?? []
+            if run.offers("checksum") { run.sizer.serverMaximum = UploadRun.largestChecksummedChunk }
             if let maximum = UploadAnswers.value("tus-max-size", in: headers).flatMap(UploadHeaders.integer), maximum < run.size {
                 return .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
             }
@@ -307,24 +377,15 @@ extension Agent {
             spec.source = nil
             spec.notify = .none
             spec.upload = UploadOptions(protocol: .tus, chunkSize: options.chunkSize, parallel: 1, part: span)
+            // The job's max_speed is the upload's, shared by its parts.
+            spec.maxSpeed = task.spec.maxSpeed.map { max(1, $0 / Int64(parts.count)) }
             log.record(.created(spec), task: id)
         }
         log.record(.progressed(Progressed(bytes: 0, total: parts.last?.end)), task: task.id)
-        log.record(.split(Split(parts: ids, modifiedNs: uploads[task.id]?.bodyModifiedNs)), task: task.id)
+        log.record(.split(Split(parts: ids, changedNs: uploads[task.id]?.body.changedNs)), task: task.id)
         uploads[task.id] = nil
         logger.info("upload split into parts", metadata: ["task.id": "\(task.id)", "parts": "\(ids.count)"])
         needsScheduling = true
-    }
-
-    /// Size and modification time (ns) of a regular `body_file`; nil (errno set) otherwise.
-    static func bodyStatus(_ path: String) -> (size: Int64, modifiedNs: Int64)? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        guard (info.st_mode & S_IFMT) == S_IFREG else {
-            errno = EINVAL
-            return nil
-        }
-        return (Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
     }
 
     /// `inline; filename="v.mp4"` when the name can be quoted as it is (the draft recommends sending it).
@@ -339,17 +400,27 @@ extension Agent {
     private func next(_ run: UploadRun, _ task: TaskState, at offset: Int64) -> AttemptOutcome? {
         guard offset < run.size else { return .complete(bytes: run.size) }
         // Before every chunk: the file must still be the one the server holds the start of.
-        if let path = task.spec.bodyFile,
-           let changed = UploadBody.changeWords(path: path, recordedNs: run.bodyModifiedNs, nowNs: Self.bodyStatus(path)?.modifiedNs ?? 0) {
-            if task.spec.upload?.part != nil { return .permanent(reason: changed, code: "body_changed") }
-            run.bodyModifiedNs = Self.bodyStatus(path)?.modifiedNs ?? 0
-            return createAgain(run, task, because: changed)
-        }
+        if let outcome = bodyChanged(run, task) { return outcome }
         let length = run.sizer.next(remaining: run.size - offset)
         run.step = .append(from: offset, length: length)
-        guard let fresh = log.state[task.id] else { return nil }
+        guard let fresh = log.state[task.id] else { return .permanent(reason: "the task left the log", code: "local_error") }
         send(run, for: fresh)
         return nil
+    }
+
+    /// How the attempt ends if `body_file` is no longer what the run began
+    /// with: a part fails (its siblings hold the old file); a whole-file
+    /// upload is tried again, and its next start makes a new upload of the file as it is.
+    private func bodyChanged(_ run: UploadRun, _ task: TaskState) -> AttemptOutcome? {
+        guard let path = task.spec.bodyFile else { return nil }
+        let now: BodyIdentity
+        do { now = try BodyIdentity(path) } catch {
+            return .localFailure(reason: "cannot read body_file: \(error)", code: "body_unreadable")
+        }
+        guard now != run.body else { return nil }
+        let words = "body_file \(path) was modified while it was being sent"
+        if task.spec.upload?.part != nil { return .permanent(reason: words, code: "body_changed") }
+        return .transient(reason: words, retryAfterMs: nil, restartFromZero: false)
     }
 
     /// IETF `Upload-Limit`: an upload over `max-size` cannot succeed; chunks keep within `max-append-size`.
@@ -359,6 +430,7 @@ extension Agent {
             return .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
         }
         if let maximum = limits["max-append-size"] { run.sizer.serverMaximum = maximum }
+        if let minimum = limits["min-append-size"], minimum > 0 { run.sizer.serverMinimum = minimum }
         return nil
     }
 
@@ -376,15 +448,18 @@ extension Agent {
 
     /// The server lost the upload: a new one, from byte 0, with the reason in the log.
     private func createAgain(_ run: UploadRun, _ task: TaskState, because reason: String) -> AttemptOutcome? {
-        run.fruitlessAnswers += 1
-        guard run.fruitlessAnswers <= UploadRun.fruitlessAnswersAllowed else {
-            return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
+        // Bounded whatever progress came between: a server that loses uploads faster than they go
+        // would otherwise be sent the file from byte 0 forever, spending no retry.
+        run.recreations += 1
+        guard run.recreations <= UploadRun.recreationsAllowed else {
+            return .transient(reason: "\(reason) (\(run.recreations) uploads lost in one attempt)", retryAfterMs: nil,
+                              restartFromZero: false)
         }
         logger.notice("upload lost on the server; creating it again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
         log.record(.progressed(Progressed(bytes: 0, total: run.size, restartReason: reason)), task: task.id)
         run.lostUpload = reason
         run.step = run.uploadProtocol == .tus && run.extensions == nil ? .discover : .create
-        guard let fresh = log.state[task.id] else { return nil }
+        guard let fresh = log.state[task.id] else { return .permanent(reason: "the task left the log", code: "local_error") }
         send(run, for: fresh)
         return nil
     }
@@ -405,6 +480,12 @@ extension Agent {
     /// `termination`), IETF `DELETE`. Sent once, its answer only logged: the
     /// task is cancelled whatever the server says.
     func terminateUpload(of task: TaskState) {
+        // A split upload's finished parts are not cancelled one by one: their uploads go with it.
+        if task.isFannedOut, task.spec.upload != nil {
+            for child in (log.state.children[task.id] ?? []).compactMap({ log.state[$0] }) where child.phase == .finished {
+                terminateUpload(of: child)
+            }
+        }
         guard let options = task.spec.upload, let session = task.upload else { return }
         var headers: [Header] = []
         switch options.protocol {

@@ -64,12 +64,15 @@ final class RequestBody {
         }
     }
 
-    /// curl's seek callback: 0 on success, 1 (CURL_SEEKFUNC_FAIL) otherwise.
     /// False: curl may not rewind and send the body again by itself (it does, on a
     /// reused connection that died). A chunk of a resumable upload is then
     /// ended, and the server asked how far it got, rather than sent whole again.
     var rewindable = true
+    /// curl asked for a rewind that `rewindable` refused.
+    private(set) var refusedRewind = false
 
+    /// curl's seek callback: 0 on success, 1 (CURL_SEEKFUNC_FAIL) for a place
+    /// outside the body, 2 (CURL_SEEKFUNC_CANTSEEK) for a rewind not allowed.
     func seek(to offset: Int64, origin: Int32) -> Int32 {
         // Reads are positional: a seek only moves where the next one starts.
         let target: Int64
@@ -81,7 +84,10 @@ final class RequestBody {
         }
         guard target >= 0, target <= size else { return 1 }
         // CURL_SEEKFUNC_CANTSEEK: curl gives up the request instead of repeating it.
-        if !rewindable, target != position { return 2 }
+        if !rewindable, target != position {
+            refusedRewind = true
+            return 2
+        }
         position = target
         return 0
     }

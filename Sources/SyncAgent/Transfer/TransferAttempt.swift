@@ -74,13 +74,21 @@ final class TransferAttempt {
     /// An HLS playlist's body, kept in memory (at most `playlistLimit` bytes).
     private(set) var playlistBody: [UInt8] = []
     static let playlistLimit = 16 << 20
-    /// A live playlist read again, not an attempt of its own: no events.
+    /// Not an attempt of its own, so it records no events: a live playlist read
+    /// again, or the `DELETE` of a cancelled upload.
     let isRefresh: Bool
     /// One request of a resumable upload's protocol (see `ProtocolRequest`), if it is one.
     let protocolRequest: ProtocolRequest?
     /// The headers of an informational (1xx) answer before the final one: an
     /// IETF upload's `104 Upload Resumption Supported` carries its URL.
     private(set) var informationalHeaders: [Header] = []
+    /// Informational answers so far: a server may send a 104 per stretch of
+    /// progress, not an endless stream of them with no final answer.
+    private var informationalCount = 0
+    /// A protocol request's answer is a few headers and a short body: more is refused.
+    static let protocolAnswerLimit = 1 << 20
+    /// curl wanted to send this request's body again (the connection died) and was refused (see `RequestBody.rewindable`).
+    var needsRewind: Bool { body?.refusedRewind ?? false }
     /// This attempt's byte range of the resource (an HLS `#EXT-X-BYTERANGE`).
     private let byteRange: HLSByteRange?
     /// One connection of a segmented download: asks for `requestedOffset
@@ -228,7 +236,10 @@ final class TransferAttempt {
     private func configure(task: TaskState, ifRange: String?) throws {
         try check("URL", sa_easy_setopt_string(easy, CURLOPT_URL, currentURL))
         try check("NOSIGNAL", sa_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
-        try check("FOLLOWLOCATION", sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, followsRedirectsItself ? 0 : 1))
+        // tus and the IETF draft never redirect an upload: a 3xx to a protocol request is refused, not followed
+        // (curl would take the job's credential headers, all but Authorization and Cookie, wherever it points).
+        let follows = !followsRedirectsItself && protocolRequest == nil
+        try check("FOLLOWLOCATION", sa_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, follows ? 1 : 0))
         try check("MAXREDIRS", sa_easy_setopt_long(easy, CURLOPT_MAXREDIRS, settings.maxRedirects))
         // SPEC §7: HTTP and HTTPS only, for the job URL and every redirect.
         // A curl that cannot enforce this must not run the transfer at all.
@@ -306,8 +317,8 @@ final class TransferAttempt {
         }, context))
         try check("HEADERFUNCTION", sa_easy_set_header_callback(easy, { data, size, count, context in
             let attempt = Unmanaged<TransferAttempt>.fromOpaque(context!).takeUnretainedValue()
-            attempt.receiveHeader(UnsafeRawBufferPointer(start: data, count: size * count))
-            return size * count
+            // Anything but the count makes curl stop the transfer.
+            return attempt.receiveHeader(UnsafeRawBufferPointer(start: data, count: size * count)) ? size * count : 0
         }, context))
     }
 
@@ -387,14 +398,24 @@ final class TransferAttempt {
         }
     }
 
-    private func receiveHeader(_ line: UnsafeRawBufferPointer) {
+    /// Returns false to stop the transfer (`stopReason` says why).
+    private func receiveHeader(_ line: UnsafeRawBufferPointer) -> Bool {
         lastActivityMs = FileSystem.monotonicMs
         let header = HeaderLine(line)
         if let code = header.statusCode {
             let previousStatus = status
             status = code
             if (101..<200).contains(previousStatus) {
-                informationalHeaders += responseHeaders
+                informationalHeaders += responseHeaders.prefix(max(0, Self.keptResponseHeaders - informationalHeaders.count))
+            }
+            if (101..<200).contains(code), protocolRequest != nil {
+                informationalCount += 1
+                let sent = body?.position ?? 0
+                if informationalCount > 16 + Int(sent >> 16) {
+                    stopReason = .transient(reason: "the server sent \(informationalCount) informational answers and no final one "
+                                            + "(\(Redaction.url(currentURL)))", retryAfterMs: nil, restartFromZero: false)
+                    return false
+                }
             }
             if (300..<400).contains(previousStatus) {
                 var effective: UnsafePointer<CChar>?
@@ -410,7 +431,7 @@ final class TransferAttempt {
             contentLength = nil
             retryAfterMs = nil
             responseHeaders.removeAll()
-            return
+            return true
         }
         if header.value(ifNamed: "set-cookie") != nil { sawSetCookie = true }
         if behaviour.recordsResponse, responseHeaders.count < Self.keptResponseHeaders, let pair = header.pair {
@@ -431,6 +452,7 @@ final class TransferAttempt {
         } else if let value = header.value(ifNamed: "accept-ranges") {
             acceptsRanges = value.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" }
         }
+        return true
     }
 
     /// A validator we can send back: printable, one line, not huge.
@@ -470,6 +492,12 @@ final class TransferAttempt {
             return 0
         }
         if fd < 0 {
+            if protocolRequest != nil, written + Int64(count) > Int64(Self.protocolAnswerLimit) {
+                stopReason = .transient(reason: "the server's answer to \(protocolRequest?.method ?? "a request") is over "
+                                        + "\(Self.protocolAnswerLimit >> 20) MiB (\(Redaction.url(currentURL)))",
+                                        retryAfterMs: nil, restartFromZero: false)
+                return 0
+            }
             // A response nobody keeps is counted, not stored; a playlist is kept in memory.
             if behaviour.body == .memory {
                 guard playlistBody.count + count <= Self.playlistLimit else {
