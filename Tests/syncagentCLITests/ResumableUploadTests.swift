@@ -345,6 +345,68 @@ struct ResumableUploadTests {
         #expect(server.requests.contains { $0.method == "HEAD" })
     }
 
+    /// Cancelled while the agent was down, after the final upload was made:
+    /// that upload is deleted too, not only the parts.
+    @Test func cancelAfterConcatenatingDeletesTheFinalUpload() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let (path, _) = try bodyFile(harness, size: 1 << 20)
+        try harness.drop("u.job", job(server.url("tus/"), body: path, extra: "parallel = 2"))
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = "upload-created"
+        // Each start dies at its first new upload: two parts, then the final one.
+        for _ in 0..<3 { _ = try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) }
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
+        let final = try harness.events().last { $0.task == "u" && $0.type == "upload_created" }?.data["url"] as? String
+        let finalPath = try #require(final.map { URL(string: $0)!.path })
+        try harness.drop("c.job", "action = \"cancel\"\ntask = \"u\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(try harness.tasksByID()["u"]?["state"] as? String == "cancelled")
+        #expect(server.requests.contains { $0.method == "DELETE" && $0.path == finalPath }, "\(server.requests)")
+    }
+
+    /// A server that says it holds bytes it was never sent is not believed:
+    /// the upload is never reported finished.
+    @Test func aServerClaimingBytesItNeverGotIsNotBelieved() throws {
+        let harness = try AgentHarness()
+        let port = freePort()
+        let size = 3 << 20
+        let script = """
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        SIZE = \(size)
+        class Liar(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def log_message(self, *args): pass
+            def reply(self, status, headers):
+                self.send_response(status)
+                for name, value in headers + [("Tus-Resumable", "1.0.0"), ("Content-Length", "0")]:
+                    self.send_header(name, value)
+                self.end_headers()
+            def do_OPTIONS(self): self.reply(204, [("Tus-Version", "1.0.0"), ("Tus-Extension", "creation")])
+            def do_POST(self): self.reply(201, [("Location", "/f/1")])
+            def do_HEAD(self): self.reply(200, [("Upload-Offset", str(SIZE)), ("Upload-Length", str(SIZE))])
+            def do_PATCH(self):
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.reply(204, [("Upload-Offset", str(SIZE))])
+        ThreadingHTTPServer(("127.0.0.1", \(port)), Liar).serve_forever()
+        """
+        let server = try ChildProcess("/usr/bin/python3", ["-c", script], environment: [:], outputIn: harness.directory.path,
+                                      name: "liar")
+        defer { server.signal(SIGKILL) }
+        #expect(eventually(within: 10) { canConnect(port: port) })
+        let (path, _) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job("http://127.0.0.1:\(port)/up/", body: path, extra: "retries = 0"))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 4)
+        let task = try harness.tasksByID()["u"]
+        #expect(task?["state"] as? String == "failed")
+        #expect((task?["error"] as? String)?.contains("offset did not follow the bytes sent") == true, "\(task ?? [:])")
+        let events = try harness.events()
+        #expect(!events.contains { $0.task == "u" && $0.type == "finished" })
+        // Its HEAD's claim was refused: a new upload, and why.
+        let reasons = events.filter { $0.type == "upload_created" }.compactMap { $0.data["reason"] as? String }
+        #expect(reasons.contains { $0.contains("only 1048576 were sent to it") }, "\(reasons)")
+    }
+
     @Test func withoutConcatenationTheFileGoesInOneUploadAndSaysWhy() throws {
         let harness = try AgentHarness()
         let server = try FaultServer(in: harness.directory)
@@ -421,6 +483,54 @@ struct ResumableUploadTests {
         #expect(requests.first { $0.method == "POST" }?.bytesSent == 0)
         #expect(requests.contains { $0.method == "HEAD" })
         #expect(requests.filter { $0.method == "PATCH" }.map(\.bytesSent).reduce(0, +) == size)
+    }
+
+    /// Every byte arrived but the last append's answer was lost: the upload
+    /// is completed with an empty append (`Upload-Complete: ?1`), never sent again.
+    @Test func anIETFUploadWithAllItsBytesIsCompletedByAnEmptyAppend() throws {
+        let harness = try AgentHarness()
+        let port = freePort()
+        let size = 1 << 20
+        let appends = harness.directory.file("appends.log")
+        // An IETF server whose answer to the append that brought the last byte is lost (the
+        // connection closes before it): HEAD then says every byte is there, the upload not complete.
+        let script = """
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        SIZE, state = \(size), {"stored": 0, "complete": False}
+        class Server(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def log_message(self, *args): pass
+            def reply(self, status, headers):
+                self.send_response(status)
+                for name, value in headers + [("Content-Length", "0")]:
+                    self.send_header(name, value)
+                self.end_headers()
+            def do_POST(self): self.reply(201, [("Location", "/f/1"), ("Upload-Complete", "?0")])
+            def do_HEAD(self):
+                self.reply(204, [("Upload-Offset", str(state["stored"])), ("Upload-Length", str(SIZE)),
+                                 ("Upload-Complete", "?1" if state["complete"] else "?0")])
+            def do_PATCH(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                self.rfile.read(length)
+                with open("\(appends)", "a") as log: log.write(f"{length} {self.headers.get('Upload-Complete')}\\n")
+                if length > 0:
+                    state["stored"] += length
+                    self.close_connection = True
+                    return
+                state["complete"] = True
+                self.reply(200, [("Upload-Complete", "?1")])
+        ThreadingHTTPServer(("127.0.0.1", \(port)), Server).serve_forever()
+        """
+        let server = try ChildProcess("/usr/bin/python3", ["-c", script], environment: [:], outputIn: harness.directory.path,
+                                      name: "lost-answer")
+        defer { server.signal(SIGKILL) }
+        #expect(eventually(within: 10) { canConnect(port: port) })
+        let (path, _) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job("http://127.0.0.1:\(port)/up/", body: path, protocol: "ietf", extra: "retries = 0"))
+        try run(harness)
+        let lines = (try? String(contentsOfFile: appends, encoding: .utf8)) ?? ""
+        #expect(lines == "\(size) ?1\n0 ?1\n", "\(lines)")
+        #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
     }
 
     @Test func anIETFServersAppendLimitIsKept() throws {

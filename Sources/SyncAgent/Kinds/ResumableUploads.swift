@@ -37,6 +37,10 @@ final class UploadRun {
     var stepStartedMs: Int64 = 0
     /// Answers in a row that moved nothing (checksum mismatches, confused offsets): a bound on re-sending.
     var fruitlessAnswers = 0
+    /// The furthest the server may truthfully say it got: what it said at this
+    /// run's first HEAD, or 0 for an upload this run created, then the end of
+    /// every chunk sent. A claim past it is of bytes it never received.
+    var believableEnd: Int64?
     static let fruitlessAnswersAllowed = 3
     /// Why the upload is being created again, if it is: said in its `upload_created`.
     var lostUpload: String?
@@ -192,6 +196,7 @@ extension Agent {
             // No `Expect: 100-continue`: a round trip per chunk for nothing.
             headers.append(Header(name: "Expect", value: ""))
             let slice = ByteSpan(run.fileOffset + from, run.fileOffset + from + length)
+            run.believableEnd = max(run.believableEnd ?? 0, from + length)
             if run.uploadProtocol == .ietf {
                 headers.append(Header(name: "Content-Type", value: "application/partial-upload"))
                 headers.append(Header(name: "Upload-Complete", value: from + length == run.size ? "?1" : "?0"))
@@ -257,6 +262,7 @@ extension Agent {
                 log.record(.uploadCreated(UploadCreated(url: url, protocol: run.uploadProtocol, extensions: run.extensions,
                                                         reason: run.lostUpload, changedNs: run.body.changedNs)), task: task.id)
                 run.lostUpload = nil
+                run.believableEnd = 0
                 do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: "log_error") }
                 CrashPoint.uploadCreated.reached()
                 logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
@@ -281,6 +287,18 @@ extension Agent {
             switch UploadAnswers.offset(status: status, headers: headers, size: run.size) {
             case .holds(let offset):
                 if let refusal = heed(limits: headers, run) { return refusal }
+                if let bound = run.believableEnd, offset > bound {
+                    return createAgain(run, task, because: "the server claims \(offset) bytes of the upload; only \(bound) were sent to it")
+                }
+                run.believableEnd = max(run.believableEnd ?? 0, offset)
+                // IETF: every byte there but the upload not complete (the last append's answer was lost):
+                // an empty append with Upload-Complete: ?1 completes it.
+                if run.uploadProtocol == .ietf, offset == run.size,
+                   UploadAnswers.value("upload-complete", in: headers).flatMap(UploadHeaders.boolean) == false {
+                    run.step = .append(from: offset, length: 0)
+                    send(run, for: task)
+                    return nil
+                }
                 if offset != task.bytes {
                     let reason = offset < task.bytes ? "the server holds \(offset) bytes, fewer than the \(task.bytes) it confirmed" : nil
                     log.record(.progressed(Progressed(bytes: offset, total: run.size, restartReason: reason)), task: task.id)
@@ -295,6 +313,9 @@ extension Agent {
             }
         case .append(let from, let length):
             switch UploadAnswers.append(status: status, headers: headers, from: from, length: length, size: run.size) {
+            case .holds(let offset) where length == 0 && offset == run.size:
+                // The empty append that completed an IETF upload.
+                return bodyChanged(run, task) ?? .complete(bytes: run.size)
             case .holds(let offset) where offset > from:
                 run.fruitlessAnswers = 0
                 run.sizer.measured(bytes: offset - from, elapsedMs: FileSystem.monotonicMs - run.stepStartedMs)
@@ -457,6 +478,7 @@ extension Agent {
         }
         logger.notice("upload lost on the server; creating it again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
         log.record(.progressed(Progressed(bytes: 0, total: run.size, restartReason: reason)), task: task.id)
+        (run.loggedOffset, run.loggedAtMs) = (0, FileSystem.monotonicMs)
         run.lostUpload = reason
         run.step = run.uploadProtocol == .tus && run.extensions == nil ? .discover : .create
         guard let fresh = log.state[task.id] else { return .permanent(reason: "the task left the log", code: "local_error") }
@@ -490,7 +512,9 @@ extension Agent {
         var headers: [Header] = []
         switch options.protocol {
         case .tus:
-            guard session.extensions?.contains("termination") == true else { return }
+            // A split upload's final upload was made without asking OPTIONS again: its parts' server said.
+            let offered = session.extensions ?? (log.state.children[task.id] ?? []).lazy.compactMap { self.log.state[$0]?.upload?.extensions }.first
+            guard offered?.contains("termination") == true else { return }
             headers.append(Header(name: "Tus-Resumable", value: "1.0.0"))
         case .ietf:
             headers.append(Header(name: "Upload-Draft-Interop-Version", value: "\(ResumableUpload.ietfInteropVersion)"))
