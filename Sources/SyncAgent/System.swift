@@ -88,15 +88,21 @@ enum FileSystem {
     static var nowMs: Int64 {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+        return now.milliseconds
     }
 
     /// For intervals: immune to clock changes.
     static var monotonicMs: Int64 {
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
-        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+        return now.milliseconds
     }
+}
+
+extension timespec {
+    /// The time in one number, as file times are compared and logged.
+    var nanoseconds: Int64 { Int64(tv_sec) * 1_000_000_000 + Int64(tv_nsec) }
+    var milliseconds: Int64 { Int64(tv_sec) * 1000 + Int64(tv_nsec) / 1_000_000 }
 }
 
 /// A local disk that failed a task: the words name the file, the file

@@ -154,7 +154,7 @@ final class InboxWatcher {
             var info = stat()
             let status = name.withCString { fstatat(descriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }
             guard status == 0 else { continue }
-            found.append((name, Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)))
+            found.append((name, info.st_mtim.nanoseconds))
         }
         return found
     }

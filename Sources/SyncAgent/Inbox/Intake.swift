@@ -343,9 +343,8 @@ struct JobFile {
         }
         bytes.removeSubrange(filled...)
         let digest = Hex.encode(SHA256.hash(data: bytes).prefix(12))
-        let ctime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
-        let identity = "\(info.st_dev):\(info.st_ino):\(ctime):\(digest)"
-        let modifiedMs = Int64(info.st_mtim.tv_sec) * 1000 + Int64(info.st_mtim.tv_nsec) / 1_000_000
+        let identity = "\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):\(digest)"
+        let modifiedMs = info.st_mtim.milliseconds
         return JobFile(bytes: bytes, identity: identity, modifiedMs: modifiedMs)
     }
 }

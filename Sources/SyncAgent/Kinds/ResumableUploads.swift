@@ -86,8 +86,8 @@ struct BodyIdentity: Equatable {
         guard stat(path, &info) == 0 else { throw SystemError(operation: "stat \(path)", errno: errno) }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw SystemError(operation: "\(path) is not a regular file", errno: EINVAL) }
         size = Int64(info.st_size)
-        modifiedNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-        changedNs = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
+        modifiedNs = info.st_mtim.nanoseconds
+        changedNs = info.st_ctim.nanoseconds
     }
 }
 

@@ -159,7 +159,7 @@ final class DownloadRoot {
     /// Size and modification time (ns) of a regular file; nil for anything else.
     func sizeAndModified(_ file: String) -> (size: Int64, modifiedNs: Int64)? {
         guard let info = status(file), (info.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return (Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+        return (Int64(info.st_size), info.st_mtim.nanoseconds)
     }
 
     /// Cuts a partial file back (start-up recovery); absent is fine.
