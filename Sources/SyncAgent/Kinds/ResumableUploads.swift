@@ -31,17 +31,20 @@ final class UploadRun {
     var step: Step
     /// The attempt carrying the current request.
     var serial: UInt64 = 0
-    /// tus: what OPTIONS (or the log) said the server offers.
-    var extensions: [String]?
+    /// tus: what OPTIONS (or the log) said the server offers. With `checksum`,
+    /// chunks are capped: each is read and hashed on the loop before it goes.
+    var extensions: [String]? {
+        didSet { capChecksummedChunks() }
+    }
     var sizer: ChunkSizer
     var stepStartedMs: Int64 = 0
     /// Answers in a row that moved nothing (checksum mismatches, confused offsets): a bound on re-sending.
     var fruitlessAnswers = 0
+    static let fruitlessAnswersAllowed = 3
     /// The furthest the server may truthfully say it got: what it said at this
     /// run's first HEAD, or 0 for an upload this run created, then the end of
     /// every chunk sent. A claim past it is of bytes it never received.
     var believableEnd: Int64?
-    static let fruitlessAnswersAllowed = 3
     /// Why the upload is being created again, if it is: said in its `upload_created`.
     var lostUpload: String?
     /// `body_file` as this run found it: checked before every chunk and after the last.
@@ -64,9 +67,14 @@ final class UploadRun {
         self.step = step
         self.extensions = extensions
         sizer = ChunkSizer(fixed: chunkSize)
+        capChecksummedChunks()
     }
 
     func offers(_ extensionName: String) -> Bool { extensions?.contains(extensionName) == true }
+
+    private func capChecksummedChunks() {
+        if offers("checksum") { sizer.serverMaximum = Self.largestChecksummedChunk }
+    }
 }
 
 /// What says a `body_file` is still the file an upload began with: its size,
@@ -125,29 +133,28 @@ extension Agent {
                             extensions: task.upload?.extensions, chunkSize: options.chunkSize)
         run.body = body
         (run.loggedOffset, run.loggedAtMs) = (task.bytes, FileSystem.monotonicMs)
-        if run.offers("checksum") { run.sizer.serverMaximum = UploadRun.largestChecksummedChunk }
         // A whole-file upload of a file changed since: a new upload of the file as it is now.
         if task.upload != nil, let changed { run.lostUpload = changed }
         uploads[task.id] = run
         // (A parent's concatenation is an attempt too: its retries count.)
         log.record(.started(Started(attempt: task.attempts + 1, offset: task.bytes, url: task.currentURL)), task: task.id)
-        guard let fresh = log.state[task.id] else { return }
-        send(run, for: fresh)
+        send(run)
     }
 
-    /// The request of the run's current step, handed to curl.
-    private func send(_ run: UploadRun, for task: TaskState) {
+    /// The request of the run's current step, handed to curl. The task is
+    /// read afresh: the step before may have logged its upload URL.
+    private func send(_ run: UploadRun) {
+        guard let task = log.state[run.taskID] else {
+            uploads[run.taskID] = nil
+            return
+        }
         guard let request = request(for: run, task: task) else {
             // Never a run without a request out: it would wait for nothing.
             if uploads[task.id] === run { uploadEnded(task, .localFailure(reason: "no request to send (\(run.step))", code: "local_error")) }
             return
         }
         do {
-            let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
-            let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
-                                              settings: settings, cookies: cookies, origin: origin, protocolRequest: request,
-                                              sink: { [unowned self] id, body in self.log.record(body, task: id) },
-                                              requestSync: { _, _, _ in })
+            let attempt = try protocolAttempt(for: task, request, recording: true)
             run.serial = attempt.serial
             run.stepStartedMs = FileSystem.monotonicMs
             register(attempt)
@@ -157,13 +164,28 @@ extension Agent {
         }
     }
 
-    private func request(for run: UploadRun, task: TaskState) -> ProtocolRequest? {
-        var headers: [Header] = []
-        switch run.uploadProtocol {
-        case .tus: headers.append(Header(name: "Tus-Resumable", value: "1.0.0"))
-        case .ietf: headers.append(Header(name: "Upload-Draft-Interop-Version", value: "\(ResumableUpload.ietfInteropVersion)"))
-        case .plain: break
+    /// One request of an upload's protocol, as an attempt of `task` (with its
+    /// credentials for its job's host only). `recording`: its events go to the
+    /// log; a cancelled upload's DELETE records none.
+    private func protocolAttempt(for task: TaskState, _ request: ProtocolRequest, recording: Bool) throws -> TransferAttempt {
+        let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
+        let sink: TransferAttempt.Sink = recording ? { [unowned self] id, body in self.log.record(body, task: id) } : { _, _ in }
+        return try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
+                                   settings: settings, cookies: cookies, isRefresh: !recording, origin: origin,
+                                   protocolRequest: request, sink: sink, requestSync: { _, _, _ in })
+    }
+
+    /// The header every request of the protocol carries: its version.
+    private static func versionHeaders(_ uploadProtocol: UploadProtocol) -> [Header] {
+        switch uploadProtocol {
+        case .tus: [Header(name: "Tus-Resumable", value: "1.0.0")]
+        case .ietf: [Header(name: "Upload-Draft-Interop-Version", value: "\(ResumableUpload.ietfInteropVersion)")]
+        case .plain: []
         }
+    }
+
+    private func request(for run: UploadRun, task: TaskState) -> ProtocolRequest? {
+        var headers = Self.versionHeaders(run.uploadProtocol)
         let name = ((task.spec.bodyFile ?? "") as NSString).lastPathComponent
         switch run.step {
         case .discover:
@@ -278,7 +300,7 @@ extension Agent {
             if UploadAnswers.goneReason(status) != nil {
                 run.step = .concatenate
                 log.record(.progressed(Progressed(bytes: task.bytes, total: task.total)), task: task.id)
-                send(run, for: task)
+                send(run)
                 return nil
             }
             guard (200..<300).contains(status) else { return outcome }
@@ -296,7 +318,7 @@ extension Agent {
                 if run.uploadProtocol == .ietf, offset == run.size,
                    UploadAnswers.value("upload-complete", in: headers).flatMap(UploadHeaders.boolean) == false {
                     run.step = .append(from: offset, length: 0)
-                    send(run, for: task)
+                    send(run)
                     return nil
                 }
                 if offset != task.bytes {
@@ -356,9 +378,8 @@ extension Agent {
                 return .permanent(reason: "the server speaks tus \(versions.joined(separator: ", ")), not 1.0.0", code: "upload_refused")
             }
             run.extensions = UploadAnswers.value("tus-extension", in: headers).map(UploadHeaders.list) ?? []
-            if run.offers("checksum") { run.sizer.serverMaximum = UploadRun.largestChecksummedChunk }
             if let maximum = UploadAnswers.value("tus-max-size", in: headers).flatMap(UploadHeaders.integer), maximum < run.size {
-                return .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
+                return Self.tooLarge(for: maximum, run)
             }
         } else {
             run.extensions = []
@@ -367,7 +388,7 @@ extension Agent {
         }
         guard let options = task.spec.upload, options.part == nil, options.parallel > 1 else {
             run.step = .create
-            send(run, for: task)
+            send(run)
             return nil
         }
         let parts = ResumableUpload.parts(size: run.size, parallel: options.parallel)
@@ -376,16 +397,16 @@ extension Agent {
                 : "the file is too small to split"
             log.record(.progressed(Progressed(bytes: task.bytes, total: run.size, fallback: why)), task: task.id)
             run.step = .create
-            send(run, for: task)
+            send(run)
             return nil
         }
-        split(task, into: parts, extensions: run.extensions ?? [])
+        split(task, into: parts)
         return nil
     }
 
     /// The file becomes `parts.count` partial uploads, each a child task;
     /// the parent waits for them, then concatenates (see `settleParents`).
-    private func split(_ task: TaskState, into parts: [ByteSpan], extensions: [String]) {
+    private func split(_ task: TaskState, into parts: [ByteSpan]) {
         guard let options = task.spec.upload else { return }
         var ids: [String] = []
         for (index, span) in parts.enumerated() {
@@ -424,8 +445,7 @@ extension Agent {
         if let outcome = bodyChanged(run, task) { return outcome }
         let length = run.sizer.next(remaining: run.size - offset)
         run.step = .append(from: offset, length: length)
-        guard let fresh = log.state[task.id] else { return .permanent(reason: "the task left the log", code: "local_error") }
-        send(run, for: fresh)
+        send(run)
         return nil
     }
 
@@ -448,11 +468,16 @@ extension Agent {
     private func heed(limits headers: [Header], _ run: UploadRun) -> AttemptOutcome? {
         guard let limits = UploadAnswers.value("upload-limit", in: headers).map(UploadHeaders.limits) else { return nil }
         if let maximum = limits["max-size"], maximum < run.size {
-            return .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
+            return Self.tooLarge(for: maximum, run)
         }
         if let maximum = limits["max-append-size"] { run.sizer.serverMaximum = maximum }
         if let minimum = limits["min-append-size"], minimum > 0 { run.sizer.serverMinimum = minimum }
         return nil
+    }
+
+    /// A server's size limit (`Tus-Max-Size`, `Upload-Limit: max-size`) under the upload's size.
+    private static func tooLarge(for maximum: Int64, _ run: UploadRun) -> AttemptOutcome {
+        .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
     }
 
     /// An answer that moved nothing: the step is tried again a few times, then the attempt ends (and is retried).
@@ -463,7 +488,7 @@ extension Agent {
         }
         logger.notice("upload step again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
         retry()
-        send(run, for: task)
+        send(run)
         return nil
     }
 
@@ -481,8 +506,7 @@ extension Agent {
         (run.loggedOffset, run.loggedAtMs) = (0, FileSystem.monotonicMs)
         run.lostUpload = reason
         run.step = run.uploadProtocol == .tus && run.extensions == nil ? .discover : .create
-        guard let fresh = log.state[task.id] else { return .permanent(reason: "the task left the log", code: "local_error") }
-        send(run, for: fresh)
+        send(run)
         return nil
     }
 
@@ -508,26 +532,15 @@ extension Agent {
                 terminateUpload(of: child)
             }
         }
-        guard let options = task.spec.upload, let session = task.upload else { return }
-        var headers: [Header] = []
-        switch options.protocol {
-        case .tus:
+        guard let options = task.spec.upload, options.protocol != .plain, let session = task.upload else { return }
+        if options.protocol == .tus {
             // A split upload's final upload was made without asking OPTIONS again: its parts' server said.
             let offered = session.extensions ?? (log.state.children[task.id] ?? []).lazy.compactMap { self.log.state[$0]?.upload?.extensions }.first
             guard offered?.contains("termination") == true else { return }
-            headers.append(Header(name: "Tus-Resumable", value: "1.0.0"))
-        case .ietf:
-            headers.append(Header(name: "Upload-Draft-Interop-Version", value: "\(ResumableUpload.ietfInteropVersion)"))
-        case .plain:
-            return
         }
         do {
-            let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
-            let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
-                                              settings: settings, cookies: cookies, isRefresh: true, origin: origin,
-                                              protocolRequest: ProtocolRequest(url: session.url, method: "DELETE", headers: headers,
-                                                                               body: nil),
-                                              sink: { _, _ in }, requestSync: { _, _, _ in })
+            let request = ProtocolRequest(url: session.url, method: "DELETE", headers: Self.versionHeaders(options.protocol), body: nil)
+            let attempt = try protocolAttempt(for: task, request, recording: false)
             terminations[attempt.easy] = attempt
             multi.add(attempt.easy)
         } catch {
