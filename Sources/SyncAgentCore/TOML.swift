@@ -447,7 +447,7 @@ private struct TOMLParser {
         if let date = Self.dateTime(token) { return date }
         if let integer = Self.integer(token) { return .integer(integer) }
         if let float = Self.float(token) { return .float(float) }
-        if token.range(of: #"^\d{4}-\d{2}-\d{2}|^\d{2}:\d{2}"#, options: .regularExpression) != nil {
+        if TokenScanner(token).startsLikeDateOrTime {
             throw error("\(token) is not a valid date or time", at: start)
         }
         throw error("expected a value, found \(token)", at: start)
@@ -471,10 +471,6 @@ private struct TOMLParser {
         return Int(digits, radix: radix)
     }
 
-    /// TOML 1.0's float: an integer part (no leading zero), then a fraction,
-    /// an exponent or both; each underscore between two digits.
-    private static let floatPattern = #"^[+-]?(0|[1-9](_?[0-9])*)(\.[0-9](_?[0-9])*)?([eE][+-]?[0-9](_?[0-9])*)?$"#
-
     private static func float(_ token: String) -> Double? {
         switch token {
         case "inf", "+inf": return .infinity
@@ -482,47 +478,33 @@ private struct TOMLParser {
         case "nan", "+nan", "-nan": return .nan
         default: break
         }
-        guard token.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }),
-              token.range(of: floatPattern, options: .regularExpression) != nil else { return nil }
+        guard token.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }), TokenScanner(token).isFloat else { return nil }
         return Double(token.replacingOccurrences(of: "_", with: ""))
     }
 
     /// Offset date-times become instants; local dates and times stay as written.
     private static func dateTime(_ token: String) -> TOMLValue? {
-        let pattern = #"^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?)?$"#
-        let timeOnly = #"^\d{2}:\d{2}:\d{2}(\.\d+)?$"#
-        let chars = Array(token)
-        func number(_ range: Range<Int>) -> Int { Int(String(chars[range]))! }
-        // RFC 3339: 00–23 h, 00–59 min, 00–60 s (a leap second).
-        func isTime(at start: Int) -> Bool {
-            number(start..<start + 2) < 24 && number(start + 3..<start + 5) < 60 && number(start + 6..<start + 8) <= 60
-        }
-        if token.range(of: timeOnly, options: .regularExpression) != nil { return isTime(at: 0) ? .local(token) : nil }
-        guard token.range(of: pattern, options: .regularExpression) != nil else { return nil }
-        let (year, month, day) = (number(0..<4), number(5..<7), number(8..<10))
+        var scanner = TokenScanner(token)
+        if let time = scanner.time(), scanner.atEnd { return time.isValid ? .local(token) : nil }
+        scanner = TokenScanner(token)
+        guard let year = scanner.digits(4), scanner.take("-"), let month = scanner.digits(2), scanner.take("-"),
+              let day = scanner.digits(2) else { return nil }
         // No 30 February: a date that does not exist is an error, never rolled over.
         let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
         let daysInMonth = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
         guard (1...12).contains(month), (1...daysInMonth[month - 1]).contains(day) else { return nil }
-        guard chars.count > 10 else { return .local(token) }
-        guard isTime(at: 11) else { return nil }
-        let (hour, minute, second) = (number(11..<13), number(14..<16), number(17..<19))
-        var rest = chars[19...]
-        var fraction = 0.0
-        if rest.first == "." {
-            let digits = rest.dropFirst().prefix { $0.isNumber }
-            fraction = Double("0." + String(digits)) ?? 0
-            rest = rest.dropFirst(1 + digits.count)
-        }
-        guard !rest.isEmpty else { return .local(token) }
+        if scanner.atEnd { return .local(token) }
+        guard scanner.take("T") || scanner.take("t") || scanner.take(" "), let time = scanner.time(), time.isValid else { return nil }
+        let (hour, minute, second, fraction) = (time.hour, time.minute, time.second, time.fraction)
+        if scanner.atEnd { return .local(token) }
         var offsetMinutes = 0
-        if rest.first != "Z" && rest.first != "z" {
-            let sign = rest.first == "-" ? -1 : 1
-            let text = Array(rest.dropFirst())
-            let (hours, minutes) = (Int(String(text[0..<2]))!, Int(String(text[3..<5]))!)
-            guard hours < 24, minutes < 60 else { return nil }
+        if !(scanner.take("Z") || scanner.take("z")) {
+            let sign = scanner.take("-") ? -1 : scanner.take("+") ? 1 : 0
+            guard sign != 0, let hours = scanner.digits(2), scanner.take(":"), let minutes = scanner.digits(2),
+                  hours < 24, minutes < 60 else { return nil }
             offsetMinutes = sign * (hours * 60 + minutes)
         }
+        guard scanner.atEnd else { return nil }
         // Days from the civil calendar (proleptic Gregorian), no Calendar needed.
         let y = month <= 2 ? year - 1 : year
         let era = (y >= 0 ? y : y - 399) / 400
@@ -567,5 +549,95 @@ private extension TOMLTable {
         }
         try child.update(path: path.dropFirst(), body, orFail: failure)
         if self[first] == nil { set(first, .table(child)) } else { values[first] = .table(child) }
+    }
+}
+
+/// Reads the shapes TOML numbers, dates and times take from a token's bytes.
+/// Digits are ASCII only (a regular expression's `\d` also takes other
+/// scripts' digits, which no integer parse then reads), and no pattern is
+/// compiled per value: a job's `not_before` is read 100,000 times at intake.
+private struct TokenScanner {
+    private let bytes: [UInt8]
+    private var at = 0
+
+    init(_ token: String) { bytes = Array(token.utf8) }
+
+    var atEnd: Bool { at == bytes.count }
+
+    private var current: UInt8? { at < bytes.count ? bytes[at] : nil }
+
+    private static func isDigit(_ byte: UInt8?) -> Bool { byte.map { $0 >= 0x30 && $0 <= 0x39 } ?? false }
+
+    /// Takes `character` if it is next.
+    mutating func take(_ character: Unicode.Scalar) -> Bool {
+        guard current == UInt8(ascii: character) else { return false }
+        at += 1
+        return true
+    }
+
+    /// Exactly `count` digits, as a number.
+    mutating func digits(_ count: Int) -> Int? {
+        guard at + count <= bytes.count, bytes[at..<at + count].allSatisfy({ Self.isDigit($0) }) else { return nil }
+        defer { at += count }
+        return bytes[at..<at + count].reduce(0) { $0 * 10 + Int($1 - 0x30) }
+    }
+
+    /// One digit or more, each underscore (when allowed) between two digits.
+    private mutating func digitRun(underscores: Bool) -> Bool {
+        guard Self.isDigit(current) else { return false }
+        at += 1
+        while true {
+            if Self.isDigit(current) {
+                at += 1
+            } else if underscores, current == UInt8(ascii: "_"), at + 1 < bytes.count, Self.isDigit(bytes[at + 1]) {
+                at += 2
+            } else {
+                return true
+            }
+        }
+    }
+
+    struct Time {
+        var hour, minute, second: Int
+        /// The seconds' fraction, 0 ..< 1.
+        var fraction: Double
+        /// RFC 3339: 00–23 h, 00–59 min, 00–60 s (a leap second).
+        var isValid: Bool { hour < 24 && minute < 60 && second <= 60 }
+    }
+
+    /// `hh:mm:ss` and an optional `.fraction`.
+    mutating func time() -> Time? {
+        guard let hour = digits(2), take(":"), let minute = digits(2), take(":"), let second = digits(2) else { return nil }
+        var fraction = 0.0
+        if current == UInt8(ascii: "."), at + 1 < bytes.count, Self.isDigit(bytes[at + 1]) {
+            let start = at + 1
+            at = start
+            _ = digitRun(underscores: false)
+            fraction = Double("0." + String(decoding: bytes[start..<at], as: UTF8.self)) ?? 0
+        }
+        return Time(hour: hour, minute: minute, second: second, fraction: fraction)
+    }
+
+    /// TOML 1.0's float: an integer part (no leading zero), then a fraction,
+    /// an exponent or both; each underscore between two digits.
+    var isFloat: Bool {
+        var scanner = self
+        _ = scanner.take("+") || scanner.take("-")
+        if !scanner.take("0") {
+            guard let first = scanner.current, first >= 0x31, first <= 0x39, scanner.digitRun(underscores: true) else { return false }
+        }
+        if scanner.take(".") && !scanner.digitRun(underscores: true) { return false }
+        if scanner.take("e") || scanner.take("E") {
+            _ = scanner.take("+") || scanner.take("-")
+            guard scanner.digitRun(underscores: true) else { return false }
+        }
+        return scanner.atEnd
+    }
+
+    /// Begins as a date (`dddd-dd-dd`) or a time (`dd:dd`) does: a value meant as one.
+    var startsLikeDateOrTime: Bool {
+        var date = self, time = self
+        return (date.digits(4) != nil && date.take("-") && date.digits(2) != nil && date.take("-") && date.digits(2) != nil)
+            || (time.digits(2) != nil && time.take(":") && time.digits(2) != nil)
     }
 }

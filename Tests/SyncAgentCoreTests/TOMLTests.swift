@@ -108,6 +108,12 @@ struct TOMLStrictnessTests {
         ("a = 2021-01-01T23:60:00Z", "2021-01-01T23:60:00Z is not a valid date or time at line 1, column 5"),
         ("a = 2021-01-01T10:00:00+24:00", "2021-01-01T10:00:00+24:00 is not a valid date or time at line 1, column 5"),
         ("a = 2021-01-01T10:00:00-01:60", "2021-01-01T10:00:00-01:60 is not a valid date or time at line 1, column 5"),
+        // Digits of other scripts are no digits of a date (they crashed the agent in a loop).
+        ("a = 1\u{662}\u{663}\u{664}-01-01", "expected a value, found 1\u{662}\u{663}\u{664}-01-01 at line 1, column 5"),
+        ("a = 12:3\u{664}:00", "expected a value, found 12:3\u{664}:00 at line 1, column 5"),
+        ("a = 2021-01-01T10:00:0\u{664}Z", "2021-01-01T10:00:0\u{664}Z is not a valid date or time at line 1, column 5"),
+        ("a = 2021-01-01T10:00:00.Z", "2021-01-01T10:00:00.Z is not a valid date or time at line 1, column 5"),
+        ("a = 1.5\u{664}", "expected a value, found 1.5\u{664} at line 1, column 5"),
         // Control characters in comments and strings.
         ("a = 1 # del \u{7F}", "control character U+007F in a comment at line 1, column 13"),
         ("# bare \r cr", "control character U+000D in a comment at line 1, column 8"),

@@ -214,6 +214,20 @@ struct HardeningTests {
         #expect(harness.jobFiles().isEmpty)
     }
 
+    /// A date whose digits are another script's crashed the agent at intake,
+    /// and again at every restart (the job waits in `.taken/`).
+    @Test func aDateWithForeignDigitsIsRejectedNotACrash() throws {
+        let harness = try AgentHarness()
+        try harness.drop("arabic.job", "url = \"http://127.0.0.1:9/x\"\nnot_before = 1\u{662}\u{663}\u{664}-01-01\n")
+        try harness.drop("time.job", "url = \"http://127.0.0.1:9/y\"\nnot_before = 2026-01-01T10:00:0\u{664}Z\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0, "--exit-when-idle must exit")
+        #expect(try harness.events().filter { $0.type == "rejected" }.count == 2)
+        let error = try String(contentsOfFile: harness.inbox + "/rejected/time.job.error", encoding: .utf8)
+        #expect(error.contains("is not a valid date or time"), "\(error)")
+        #expect(harness.jobFiles().isEmpty)
+    }
+
     @Test func aRejectedFolderDeletedWhileRunningIsMadeAgain() throws {
         let harness = try AgentHarness()
         let agent = try harness.startAgent()
