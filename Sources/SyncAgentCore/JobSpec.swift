@@ -306,7 +306,8 @@ public enum IDRules {
 public enum URLRules {
     /// HTTP and HTTPS only, with a host: for the job URL and every redirect.
     public static func checkTransferURL(_ url: String, key: String) throws {
-        let shown = Redaction.url(url)
+        // Redacted only when an error shows it: intake checks every job's URL.
+        var shown: String { Redaction.url(url) }
         // A space or a control character (CR, LF, NUL …) could end the request line.
         guard !url.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else {
             throw KeyError(key: key, "must not contain spaces or control characters: \"\(Redaction.url(url.debugDescription))\"")
@@ -357,10 +358,43 @@ public enum URLRules {
 
     /// `host:port` with the scheme's default port: what `max_per_host` counts.
     public static func hostKey(_ url: String) -> String {
+        if let plain = plainHostKey(url) { return plain }
         guard let components = URLComponents(string: url) else { return url }
         let host = components.host?.lowercased() ?? ""
         let port = components.port ?? (components.scheme?.lowercased() == "https" ? 443 : 80)
         return "\(host):\(port)"
+    }
+
+    /// `hostKey` of the URLs jobs nearly always have (`http[s]://host[:port]/…`,
+    /// plain ASCII, no brackets or escapes), read without URLComponents, whose
+    /// parse and IDNA pass cost more than the rest of a job's intake. Nil: ask URLComponents.
+    static func plainHostKey(_ url: String) -> String? {
+        let bytes = url.utf8
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")) else { return nil }
+        let scheme = String(url[..<colon]).lowercased()
+        guard scheme == "http" || scheme == "https", url[colon...].hasPrefix("://") else { return nil }
+        let authorityStart = bytes.index(colon, offsetBy: 3)
+        let authorityEnd = bytes[authorityStart...].firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }
+            ?? bytes.endIndex
+        var authority = bytes[authorityStart..<authorityEnd]
+        if let at = authority.lastIndex(of: UInt8(ascii: "@")) { authority = authority[authority.index(after: at)...] }
+        var host = authority
+        var port = scheme == "https" ? 443 : 80
+        if let portColon = authority.lastIndex(of: UInt8(ascii: ":")) {
+            host = authority[..<portColon]
+            let digits = authority[authority.index(after: portColon)...]
+            if !digits.isEmpty {
+                guard digits.count <= 5, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+                port = digits.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+                guard port <= 65535 else { return nil }
+            }
+        }
+        // Letters, digits, '-' and '.': anything else (IPv6, escapes, non-ASCII) is URLComponents' to read.
+        guard !host.isEmpty, host.allSatisfy({ byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
+                || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+        }) else { return nil }
+        return String(decoding: host, as: UTF8.self).lowercased() + ":\(port)"
     }
 }
 

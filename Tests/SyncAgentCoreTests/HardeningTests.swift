@@ -79,6 +79,21 @@ struct HardeningCoreTests {
         #expect(throws: KeyError.self) { try JobParser(downloadDir: "/dl").parse(Array("url = \"http://h/x\"\ndest = \"a\\nb\"\n".utf8)) }
     }
 
+    /// `max_per_host` counts by `hostKey`: its fast path for plain URLs must
+    /// say what URLComponents says, and leave every other URL to it.
+    @Test(arguments: [
+        "http://127.0.0.1:8080/f.bin", "https://Example.COM/a?b=c#d", "http://h", "http://h:/x", "https://h:08443/",
+        "http://user:pa:ss@host.example:81/p", "http://user@h/", "HTTP://H.example/x", "http://h?q=1", "http://h#frag",
+        "http://a-b.c-d.example:65535/", "http://h:65536/", "http://h:99999/", "http://h:8x/", "http://[::1]:8080/x",
+        "http://ex%41mple.com/", "http://bücher.example/", "http://h:-1/", "ftp://h/x", "http:/h/x", "http://@/x",
+    ])
+    func aPlainURLsHostKeyIsURLComponentsOne(_ url: String) {
+        guard let plain = URLRules.plainHostKey(url) else { return }
+        let components = URLComponents(string: url)
+        let port = components?.port ?? (components?.scheme?.lowercased() == "https" ? 443 : 80)
+        #expect(plain == "\(components?.host?.lowercased() ?? ""):\(port)")
+    }
+
     @Test func aPartialFileNoLiveTaskHoldsIsRefusedUnlessRenamed() {
         var log = LogBuilder()
         _ = log.add(.created(TaskSpec(url: "http://h/a", dest: "/dl/a.bin")), task: "a")
