@@ -11,10 +11,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
     ],
     targets: [
         // Pure: events, the fold, job parsing, scheduling and recovery decisions. No I/O.
-        .target(name: "SyncAgentCore"),
+        .target(name: "SyncAgentCore", dependencies: [.product(name: "DequeModule", package: "swift-collections")]),
         // C edge: typed wrappers for libcurl's variadic functions.
         .target(
             name: "CCurlShims",
