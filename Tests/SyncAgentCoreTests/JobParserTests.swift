@@ -155,6 +155,16 @@ struct JobParserTests {
         #expect(spec.dest == "/home/me/Downloads/a/c")
     }
 
+    /// Paths are read as the kernel reads them: split on the byte '/', even
+    /// where a combining mark after it would make one Character of the two.
+    @Test(arguments: [
+        ("/a//b/./c/", "/a/b/c"), ("/a/b/../../..", "/"), ("", "/"), ("//", "/"), ("/x/..y/.z", "/x/..y/.z"),
+        ("/a/\u{301}/../b", "/a/b"), ("/caf\u{E9}/../n\u{E9}", "/n\u{E9}"), ("/.../a", "/.../a"),
+    ])
+    func pathsAreNormalizedByTheirBytes(_ path: String, _ normalized: String) {
+        #expect(Array(PathRules.normalize(path).utf8) == Array(normalized.utf8))
+    }
+
     @Test func overSixtyFourKiB() {
         let text = "url = \"http://h/x\"\n#" + String(repeating: "x", count: 65 * 1024)
         #expect(rejection(text) == "the job file is \(text.utf8.count) bytes, over the 64 KiB limit")

@@ -30,13 +30,14 @@ final class DownloadRoot {
         guard PathRules.isInside(file, path) else {
             throw SystemError(operation: "\(file) is not inside download_dir \(path)", errno: EXDEV)
         }
-        return String(file.dropFirst(path == "/" ? 1 : path.count + 1))
+        return String(decoding: file.utf8.dropFirst(path == "/" ? 1 : path.utf8.count + 1), as: UTF8.self)
     }
 
     /// The directory holding `file`, opened beneath the root (created, with
     /// its parents, when `create`), and the file's own name in it.
     func parent(of file: String, create: Bool) throws -> (directory: Int32, name: String) {
-        let parts = try relative(file).split(separator: "/").map(String.init)
+        // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
+        let parts = try relative(file).utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
         guard let name = parts.last else { throw SystemError(operation: "\(file) names no file", errno: EINVAL) }
         let folders = parts.dropLast()
         if folders.isEmpty {
