@@ -94,18 +94,21 @@ public enum HLSFanOut {
 }
 
 public enum Hex {
-    private static let digits = Array("0123456789abcdef".utf8)
-
-    /// Lowercase hex, without String(format:) (which costs ~14k instructions a byte).
+    /// Lowercase hex, without String(format:) (which costs ~14k instructions
+    /// a byte). Inlinable, so a caller's digest type is iterated specialized.
+    @inlinable
     public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
         var out: [UInt8] = []
         out.reserveCapacity(64)
         for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
+            out.append(digit(byte >> 4))
+            out.append(digit(byte & 0x0F))
         }
         return String(decoding: out, as: UTF8.self)
     }
+
+    @inlinable
+    static func digit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 0x30 + nibble : 0x57 + nibble }
 
     public static func decode(_ text: String) -> [UInt8]? {
         let chars = Array(text.utf8)

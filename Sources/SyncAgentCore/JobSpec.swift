@@ -411,19 +411,28 @@ public enum PathRules {
     /// Split on the byte '/', as the kernel reads a path (a Character split
     /// would also be ten times slower, for every job taken).
     public static func normalize(_ path: String) -> String {
-        let slash = UInt8(ascii: "/")
+        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+        let bytes = Array(path.utf8)
         var normalized: [UInt8] = []
-        normalized.reserveCapacity(path.utf8.count + 1)
+        normalized.reserveCapacity(bytes.count + 1)
+        // Where each kept name begins in `normalized`, for `..` to take it back.
         var starts: [Int] = []
-        for part in path.utf8.split(separator: slash, omittingEmptySubsequences: true) {
-            if part.elementsEqual(".".utf8) { continue }
-            if part.elementsEqual("..".utf8) {
-                if let start = starts.popLast() { normalized.removeSubrange(start...) }
+        var index = 0
+        while index < bytes.count {
+            while index < bytes.count, bytes[index] == slash { index += 1 }
+            let start = index
+            while index < bytes.count, bytes[index] != slash { index += 1 }
+            switch index - start {
+            case 0: continue
+            case 1 where bytes[start] == dot: continue
+            case 2 where bytes[start] == dot && bytes[start + 1] == dot:
+                if let kept = starts.popLast() { normalized.removeSubrange(kept...) }
                 continue
+            default:
+                starts.append(normalized.count)
+                normalized.append(slash)
+                normalized.append(contentsOf: bytes[start..<index])
             }
-            starts.append(normalized.count)
-            normalized.append(slash)
-            normalized.append(contentsOf: part)
         }
         return normalized.isEmpty ? "/" : String(decoding: normalized, as: UTF8.self)
     }
