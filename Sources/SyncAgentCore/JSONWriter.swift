@@ -25,6 +25,12 @@ struct JSONWriter {
         guard let value else { return }
         key(name)
         bytes.append(UInt8(ascii: "\""))
+        // Most values need no escape: copied whole, not appended a byte at a time.
+        guard value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+            bytes.append(contentsOf: value.utf8)
+            bytes.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in value.utf8 {
             switch byte {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"):
