@@ -79,6 +79,16 @@ struct EventCodingTests {
         #expect(try EventCoding.body(type: body.type, data: data) == body)
     }
 
+    /// Strings that need escapes take the slow path; the rest are copied whole.
+    @Test func stringsWithAndWithoutEscapesRoundTrip() throws {
+        for reason in ["plain", "quote \" backslash \\ end", "line\nbreak\ttab\rcr", "bell\u{7}nul\u{0}", "caf\u{E9} \u{1F600}", ""] {
+            let body = EventBody.retrying(Retrying(attempt: 1, reason: reason, delayMs: 2, bytes: 3))
+            #expect(try EventCoding.body(type: body.type, data: EventCoding.data(of: body)) == body)
+        }
+        #expect(EventCoding.data(of: .retrying(Retrying(attempt: 1, reason: "a\"b\u{1}", delayMs: 2, bytes: 3)))
+            == #"{"attempt":1,"bytes":3,"delay_ms":2,"reason":"a\"b\u0001"}"#)
+    }
+
     @Test func everyTypeHasAnExample() {
         #expect(Set(Self.bodies.map(\.type)) == Set(EventBody.allTypes))
     }
