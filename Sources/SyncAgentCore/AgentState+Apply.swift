@@ -39,9 +39,15 @@ extension AgentState {
             runningAgentPid = nil
         case .batchFinished(let batch):
             let key = BatchKey(batch.batch)
-            let announced = Set(batch.finished + batch.failed)
-            endedSinceNotice[key]?.removeAll { announced.contains($0) }
-            if endedSinceNotice[key]?.isEmpty == true { endedSinceNotice[key] = nil }
+            if batch.finishedCount != nil {
+                // Counted from everything that had ended in the batch (its ids may be cut): all of it is announced.
+                endedSinceNotice[key] = nil
+            } else {
+                // An older event lists every id it announced.
+                let announced = Set(batch.finished + batch.failed)
+                endedSinceNotice[key]?.removeAll { announced.contains($0) }
+                if endedSinceNotice[key]?.isEmpty == true { endedSinceNotice[key] = nil }
+            }
             owedNotices[key] = batch
             if armedHooks.contains(.batchEnd) { owedBatchHooks[event.seq] = batch }
         case .hookStarted(let hook):

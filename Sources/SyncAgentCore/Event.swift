@@ -368,14 +368,36 @@ public struct AgentStopped: Codable, Equatable, Sendable {
 }
 
 /// Every task of a batch that was active has ended; a notification is owed.
+/// A big batch is recorded as counts, its ids listed only up to
+/// `listedUpTo` each: 20,000 ids made one event of 180 KB.
 public struct BatchFinished: Codable, Equatable, Sendable {
     /// nil for the default batch (tasks without a `batch` key).
     public var batch: String?
+    /// The finished tasks' ids: all of them, or the first `listedUpTo` when `finishedCount` says more.
     public var finished: [String]
+    /// The failed tasks' ids, likewise (failures first: they are what hooks and notices name).
     public var failed: [String]
-    public init(batch: String?, finished: [String], failed: [String]) {
-        self.batch = batch; self.finished = finished; self.failed = failed
+    /// Counts, recorded since lists are cut; nil in older events, whose lists are whole.
+    public var finishedCount: Int?
+    public var failedCount: Int?
+    /// Finished tasks a 304 left as they were (`overwrite = "update"`).
+    public var unchangedCount: Int?
+
+    /// Ids listed per list, at most.
+    public static let listedUpTo = 100
+
+    /// - Parameter unchanged: nil: counted from the ids when a notice is made (they must then all be listed).
+    public init(batch: String?, finished: [String], failed: [String], unchanged: Int? = nil) {
+        self.batch = batch
+        self.finished = Array(finished.prefix(Self.listedUpTo))
+        self.failed = Array(failed.prefix(Self.listedUpTo))
+        finishedCount = finished.count
+        failedCount = failed.count
+        unchangedCount = unchanged
     }
+
+    public var finishedTotal: Int { finishedCount ?? finished.count }
+    public var failedTotal: Int { failedCount ?? failed.count }
 }
 
 /// A notification was handed to the desktop (or could not be: `delivered`

@@ -51,8 +51,8 @@ public enum HookPlan {
         [
             "SYNCAGENT_HOOK": HookKind.batchEnd.rawValue,
             "SYNCAGENT_BATCH": batch.batch ?? "",
-            "SYNCAGENT_FINISHED": "\(batch.finished.count)",
-            "SYNCAGENT_FAILED": "\(batch.failed.count)",
+            "SYNCAGENT_FINISHED": "\(batch.finishedTotal)",
+            "SYNCAGENT_FAILED": "\(batch.failedTotal)",
             "SYNCAGENT_SUMMARY": Notices.notice(for: batch, in: state).summary,
             "SYNCAGENT_FAILED_IDS": batch.failed.prefix(100).joined(separator: " "),
         ]

@@ -24,9 +24,13 @@ public enum Notices {
         for (key, ended) in state.endedSinceNotice.sorted(by: { $0.key < $1.key }) where !ended.isEmpty {
             let stillActive = key.name == nil ? state.activeCount : state.activeByBatch[key, default: 0]
             guard stillActive == 0 else { continue }
-            let finished = ended.filter { state.tasks[$0]?.phase == .finished }
-            let failed = ended.filter { state.tasks[$0]?.phase == .failed }
-            drained.append(BatchFinished(batch: key.name, finished: finished, failed: failed))
+            // A task that failed, was run again and ended again is in `ended` twice: counted once, as it is now.
+            var seen = Set<String>()
+            let once = ended.filter { seen.insert($0).inserted }
+            let finished = once.filter { state.tasks[$0]?.phase == .finished }
+            let failed = once.filter { state.tasks[$0]?.phase == .failed }
+            let unchanged = finished.filter { state.tasks[$0]?.unchanged == true }.count
+            drained.append(BatchFinished(batch: key.name, finished: finished, failed: failed, unchanged: unchanged))
         }
         return drained
     }
@@ -35,10 +39,10 @@ public enum Notices {
     static let namesListedUpTo = 5
 
     public static func notice(for batch: BatchFinished, in state: AgentState) -> Notice {
-        let finished = batch.finished.count
-        let failed = batch.failed.count
-        // `overwrite = "update"` runs (a cron job's sync) say what changed.
-        let unchanged = batch.finished.filter { state.tasks[$0]?.unchanged == true }.count
+        let finished = batch.finishedTotal
+        let failed = batch.failedTotal
+        // `overwrite = "update"` runs (a cron job's sync) say what changed. (Older events: counted from the ids.)
+        let unchanged = batch.unchangedCount ?? batch.finished.filter { state.tasks[$0]?.unchanged == true }.count
         var summary: String
         if unchanged > 0 {
             summary = "\(finished - unchanged) updated, \(unchanged) unchanged" + (failed > 0 ? ", \(failed) failed" : "")

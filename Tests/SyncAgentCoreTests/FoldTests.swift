@@ -136,7 +136,7 @@ struct FoldTests {
         log.create("b")
         log.runToEnd("a")
         _ = log.add(.failed(Failed(reason: "404", code: "http_404", bytes: 0)), task: "b")
-        let batch = BatchFinished(batch: nil, finished: ["a"], failed: ["b"])
+        let batch = BatchFinished(batch: nil, finished: ["a"], failed: ["b"], unchanged: 0)
         #expect(Notices.drainedBatches(in: log.state) == [batch])
         _ = log.add(.batchFinished(batch))
         #expect(log.state.endedSinceNotice.isEmpty)

@@ -72,8 +72,8 @@ struct NoticeTests {
         #expect(Notices.drainedBatches(in: log.state).isEmpty)
         log.runToEnd("b")
         let drained = Notices.drainedBatches(in: log.state)
-        #expect(drained == [BatchFinished(batch: nil, finished: ["a"], failed: []),
-                            BatchFinished(batch: "nightly", finished: ["b"], failed: [])])
+        #expect(drained == [BatchFinished(batch: nil, finished: ["a"], failed: [], unchanged: 0),
+                            BatchFinished(batch: "nightly", finished: ["b"], failed: [], unchanged: 0)])
     }
 
     @Test func namedBatchDrainsOnItsOwn() {
@@ -81,7 +81,7 @@ struct NoticeTests {
         log.create("n1", batch: "nightly")
         log.create("other")
         log.runToEnd("n1")
-        #expect(Notices.drainedBatches(in: log.state) == [BatchFinished(batch: "nightly", finished: ["n1"], failed: [])])
+        #expect(Notices.drainedBatches(in: log.state) == [BatchFinished(batch: "nightly", finished: ["n1"], failed: [], unchanged: 0)])
     }
 
     @Test func notifyNoneIsLeftOut() {
@@ -103,6 +103,55 @@ struct NoticeTests {
         #expect(mixed.summary == "nightly: 18 finished, 2 failed")
         #expect(mixed.critical)
         #expect(Notices.notice(for: BatchFinished(batch: nil, finished: ["t1"], failed: []), in: state).summary == "1 transfer finished")
+    }
+
+    /// Issue 12: a batch of 20,000 made one event of 180 KB listing every id.
+    @Test func aBigBatchIsRecordedAsCountsWithFewNames() throws {
+        var log = LogBuilder()
+        for index in 0..<250 { log.create("t\(index)") }
+        for index in 0..<250 where index % 50 != 0 { log.runToEnd("t\(index)") }
+        for index in stride(from: 0, to: 250, by: 50) {
+            _ = log.add(.failed(Failed(reason: "server answered 404", code: "http_404", bytes: 0)), task: "t\(index)")
+        }
+        let drained = try #require(Notices.drainedBatches(in: log.state).first)
+        #expect(drained.finishedTotal == 245 && drained.failedTotal == 5)
+        #expect(drained.finished.count == BatchFinished.listedUpTo && drained.failed.count == 5)
+        #expect(EventCoding.data(of: .batchFinished(drained)).utf8.count < 2_000)
+        #expect(Notices.notice(for: drained, in: log.state).summary == "245 finished, 5 failed")
+        // Folding the event announces every task that had ended, listed or not.
+        _ = log.add(.batchFinished(drained))
+        #expect(log.state.endedSinceNotice.isEmpty)
+        #expect(Notices.drainedBatches(in: log.state).isEmpty)
+    }
+
+    /// Before counts, an event listed every id: such logs still fold as they did.
+    @Test func aBatchEventOfAnOlderAgentStillAnnouncesItsIds() throws {
+        var log = LogBuilder()
+        log.create("a")
+        log.create("b")
+        log.runToEnd("a")
+        log.runToEnd("b")
+        let older = try EventCoding.body(type: "batch_finished", data: #"{"failed":[],"finished":["a"]}"#, seq: 1)
+        guard case .batchFinished(let batch) = older else { Issue.record("not a batch"); return }
+        #expect(batch.finishedCount == nil && batch.finishedTotal == 1)
+        _ = log.add(older)
+        #expect(log.state.endedSinceNotice[BatchKey(nil)] == ["b"])
+    }
+
+    /// A task that failed while its batch was busy, then was run again and
+    /// finished, was counted twice ("2 transfers finished" for one file).
+    @Test func aTaskRunAgainIsCountedOnce() {
+        var log = LogBuilder()
+        log.create("a")
+        log.create("b")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:8080/a")), task: "a")
+        _ = log.add(.failed(Failed(reason: "server answered 503", code: "http_503", bytes: 0)), task: "a")
+        _ = log.add(.resumed(Resumed(bytes: 0, reason: "resume")), task: "a")
+        log.runToEnd("a")
+        log.runToEnd("b")
+        let drained = Notices.drainedBatches(in: log.state)
+        #expect(drained.map(\.finishedTotal) == [2])
+        #expect(drained.first?.finished == ["a", "b"])
     }
 
     @Test func fewFilesAreNamed() {
