@@ -79,7 +79,11 @@ struct StatusCommand: ParsableCommand {
                                           nowMs: Int64(Date().timeIntervalSince1970 * 1000))
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
-            print(TaskReport.json(selection.tasks.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report))
+            // Streamed: a report is made and printed per task, never the whole document in memory.
+            TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report) {
+                print($0, terminator: "")
+            }
+            print()
         } else {
             print(screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
         }

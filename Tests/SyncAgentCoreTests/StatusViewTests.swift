@@ -90,3 +90,34 @@ import Testing
         #expect(SpeedShares.split(overall: 2, own: ["a": nil, "b": nil, "c": nil]).values.allSatisfy { $0 != nil })
     }
 }
+
+@Suite struct StreamedJSONTests {
+    /// What `status --json` printed when it encoded the whole document at once.
+    private struct WholeDocument: Encodable {
+        var agent: AgentReport?
+        var tasks: [TaskReport]
+    }
+
+    private func whole(_ reports: [TaskReport], agent: AgentReport?) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        encoder.keyEncodingStrategy = .convertToSnakeCase
+        return String(decoding: try encoder.encode(WholeDocument(agent: agent, tasks: reports)), as: UTF8.self)
+    }
+
+    /// Streamed a task at a time, the document is byte for byte the one encoded whole.
+    @Test(arguments: [0, 1, 3])
+    func aDocumentWrittenATaskAtATimeIsTheWholeOne(_ count: Int) throws {
+        var log = LogBuilder()
+        for index in 0..<count { log.create("t\(index)", batch: index == 1 ? "line\nbreak \"quoted\"" : nil) }
+        if count > 0 { log.runToEnd("t0") }
+        let state = log.state
+        let reports = state.orderedTasks.map { TaskReport($0, in: state) }
+        for agent in [nil, AgentReport(running: true, pid: 42, startedAtMs: 1_000)] {
+            var pieces: [String] = []
+            TaskReport.writeJSON(reports, agent: agent) { pieces.append($0) }
+            #expect(pieces.joined() == (try whole(reports, agent: agent)))
+            #expect(pieces.count == count + (agent == nil ? 3 : 4), "one write per task")
+        }
+    }
+}
