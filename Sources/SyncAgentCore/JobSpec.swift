@@ -443,19 +443,19 @@ public enum PathRules {
     /// component beneath `downloadDir` without following one.
     public static func resolve(_ dest: String, inside downloadDir: String, excluding excluded: [String] = [],
                                key: String) throws -> String {
-        if dest.isEmpty || dest.hasSuffix("/") {
+        if dest.isEmpty || dest.utf8.last == UInt8(ascii: "/") {
             throw KeyError(key: key, "must name a file, not \"\(dest)\"")
         }
         if dest.unicodeScalars.contains(where: Printable.isControl) {
             throw KeyError(key: key, "must not contain control characters (a line break, an escape …): \"\(Printable.escaping(dest))\"")
         }
         let root = normalize(downloadDir)
-        let joined = dest.hasPrefix("/") ? dest : root + "/" + dest
+        let joined = dest.utf8.first == UInt8(ascii: "/") ? dest : root + "/" + dest
         let resolved = normalize(joined)
         guard isInside(resolved, root) else {
             throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)")
         }
-        for folder in excluded where resolved == folder || isInside(resolved, folder) {
+        for folder in excluded where isSame(resolved, folder) || isInside(resolved, folder) {
             throw KeyError(key: key, "\"\(dest)\" is inside the agent's own folder \(folder)")
         }
         // Room for `.part` and a rename's `.N` within a name's 255 bytes.
@@ -465,9 +465,19 @@ public enum PathRules {
         return resolved
     }
 
-    /// `path` lies strictly below `folder`.
+    /// `path` lies strictly below `folder`. Compared byte for byte, as the
+    /// kernel compares names: String's `hasPrefix` and `==` treat canonically
+    /// equivalent text as equal (a Kelvin sign and `K`, `é` and `e` + U+0301)
+    /// and a `/` followed by a combining mark as no `/`, so a destination in
+    /// another folder, or in the inbox, passed for one inside download_dir.
     public static func isInside(_ path: String, _ folder: String) -> Bool {
-        path != folder && path.hasPrefix(folder == "/" ? "/" : folder + "/")
+        let prefix = folder == "/" ? Array("/".utf8) : Array(folder.utf8) + [UInt8(ascii: "/")]
+        return path.utf8.count > prefix.count && path.utf8.starts(with: prefix)
+    }
+
+    /// The same path, byte for byte.
+    public static func isSame(_ path: String, _ other: String) -> Bool {
+        path.utf8.elementsEqual(other.utf8)
     }
 }
 

@@ -165,6 +165,37 @@ struct JobParserTests {
         #expect(Array(PathRules.normalize(path).utf8) == Array(normalized.utf8))
     }
 
+    /// Found by the adversary of issue 12's intake work: String comparison
+    /// treats canonically equivalent text as equal and a '/' followed by a
+    /// combining mark as no '/', so these passed the checks (a download became
+    /// a job in the inbox; a file went to a folder beside download_dir).
+    @Test(arguments: [
+        ("/dl/inbox/\u{301}x.job", "is inside the agent's own folder"),
+        ("inbox/\u{301}x.job", "is inside the agent's own folder"),
+        ("state/\u{301}x.txt", "is inside the agent's own folder"),
+        ("../\u{212A}dl/x.txt", "is outside download_dir"),
+        ("/\u{212A}dl/x.txt", "is outside download_dir"),
+        ("../cafe\u{301}/x.txt", "is outside download_dir"),
+        ("/\u{301}x", "is outside download_dir"),
+    ])
+    func destinationsAreCheckedByTheirBytes(_ dest: String, _ words: String) {
+        let parser = JobParser(downloadDir: dest.contains("cafe") ? "/caf\u{E9}" : dest.contains("\u{212A}") ? "/Kdl" : "/dl",
+                               forbiddenDirs: ["/dl/inbox", "/dl/state"])
+        do {
+            let job = try parser.parse(Array("url = \"http://h/x\"\ndest = \"\(dest)\"".utf8))
+            Issue.record("accepted: \(job)")
+        } catch {
+            #expect("\(error)".contains(words), "\(error)")
+        }
+    }
+
+    @Test(arguments: [("./\u{301}./x.txt", "/dl/\u{301}./x.txt"), ("\u{301}x.txt", "/dl/\u{301}x.txt"), ("a/\u{301}/../b", "/dl/a/b")])
+    func namesBeginningWithACombiningMarkAreNames(_ dest: String, _ resolved: String) throws {
+        let parser = JobParser(downloadDir: "/dl", forbiddenDirs: ["/dl/inbox"])
+        guard case .transfer(_, let spec) = try parser.parse(Array("url = \"http://h/x\"\ndest = \"\(dest)\"".utf8)) else { return }
+        #expect(spec.dest.map { Array($0.utf8) } == Array(resolved.utf8))
+    }
+
     @Test func overSixtyFourKiB() {
         let text = "url = \"http://h/x\"\n#" + String(repeating: "x", count: 65 * 1024)
         #expect(rejection(text) == "the job file is \(text.utf8.count) bytes, over the 64 KiB limit")
