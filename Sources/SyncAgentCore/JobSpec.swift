@@ -321,9 +321,38 @@ public enum URLRules {
         guard scheme == "http" || scheme == "https" else {
             throw KeyError(key: key, "must be an http or https URL, not \(scheme): \"\(shown)\"")
         }
-        guard let host = components.host, !host.isEmpty else {
+        guard let host = components.host, !host.isEmpty, host != "[]" else {
             throw KeyError(key: key, "has no host: \"\(shown)\"")
         }
+        // What URLComponents lets through and curl then refuses at the first attempt: said at intake.
+        let authority = Self.authority(of: url)
+        if authority.filter({ $0 == UInt8(ascii: "@") }).count > 1 {
+            throw KeyError(key: key, "has more than one '@' before its host (write an '@' of a user name or password as %40): \"\(shown)\"")
+        }
+        if let port = Self.portText(of: authority), !port.isEmpty {
+            guard port.count <= 5, port.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                  let number = Int(String(decoding: port, as: UTF8.self)), (1...65535).contains(number) else {
+                throw KeyError(key: key, "has port \(String(decoding: port, as: UTF8.self)), not one of 1–65535: \"\(shown)\"")
+            }
+        }
+    }
+
+    /// The bytes between `scheme://` and the path, query or fragment.
+    static func authority(of url: String) -> ArraySlice<UInt8> {
+        let bytes = Array(url.utf8)
+        guard let colon = bytes.firstIndex(of: UInt8(ascii: ":")), bytes[colon...].starts(with: Array("://".utf8)) else { return [] }
+        let start = colon + 3
+        let end = bytes[start...].firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") } ?? bytes.endIndex
+        return bytes[start..<end]
+    }
+
+    /// The port's text in an authority (after an IPv6 literal's ']'), nil when it has none.
+    static func portText(of authority: ArraySlice<UInt8>) -> ArraySlice<UInt8>? {
+        var host = authority
+        if let at = host.lastIndex(of: UInt8(ascii: "@")) { host = host[(at + 1)...] }
+        if let close = host.lastIndex(of: UInt8(ascii: "]")) { host = host[(close + 1)...] }
+        guard let colon = host.lastIndex(of: UInt8(ascii: ":")) else { return nil }
+        return host[(colon + 1)...]
     }
 
     /// The default destination: the URL's last path segment, decoded.
@@ -360,9 +389,38 @@ public enum URLRules {
     public static func hostKey(_ url: String) -> String {
         if let plain = plainHostKey(url) { return plain }
         guard let components = URLComponents(string: url) else { return url }
-        let host = components.host?.lowercased() ?? ""
+        let host = canonicalHost(components.host ?? "")
         let port = components.port ?? (components.scheme?.lowercased() == "https" ? 443 : 80)
         return "\(host):\(port)"
+    }
+
+    /// One spelling per host, for `max_per_host`: lowercased, escapes decoded,
+    /// a final '.' dropped, and an IPv4 address in any form inet_aton reads
+    /// (127.1, 2130706433, 0x7f.0.0.1, 0177.0.0.1) as a dotted quad. curl
+    /// connects all of those to one address, which one limit must count.
+    static func canonicalHost(_ host: String) -> String {
+        var name = (host.removingPercentEncoding ?? host).lowercased()
+        if name.count > 1, name.hasSuffix(".") { name.removeLast() }
+        return ipv4(name) ?? name
+    }
+
+    /// The dotted quad of an IPv4 address written with 1 to 4 numbers
+    /// (decimal, 0x hex or 0 octal; the last fills the bytes left), else nil.
+    static func ipv4(_ name: String) -> String? {
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...4).contains(parts.count) else { return nil }
+        var numbers: [UInt64] = []
+        for part in parts {
+            let (digits, radix): (Substring, Int) = part.hasPrefix("0x") ? (part.dropFirst(2), 16)
+                : part.count > 1 && part.hasPrefix("0") ? (part.dropFirst(), 8) : (part, 10)
+            guard !part.isEmpty, digits.count <= 12 else { return nil }
+            guard let number = digits.isEmpty ? 0 : UInt64(digits, radix: radix) else { return nil }
+            numbers.append(number)
+        }
+        let last = numbers.removeLast()
+        guard numbers.allSatisfy({ $0 <= 255 }), last < (UInt64(1) << (8 * (4 - numbers.count))) else { return nil }
+        let address = numbers.enumerated().reduce(last) { $0 | $1.element << (8 * (3 - $1.offset)) }
+        return (0..<4).map { String(address >> (8 * (3 - $0)) & 0xFF) }.joined(separator: ".")
     }
 
     /// `hostKey` of the URLs jobs nearly always have (`http[s]://host[:port]/…`,
@@ -402,7 +460,12 @@ public enum URLRules {
             (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
                 || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
         }) else { return nil }
-        return String(decoding: host.map(lowered), as: UTF8.self) + ":" + String(port)
+        let name = String(decoding: host.map(lowered), as: UTF8.self)
+        // Names whose last label is a letter are plain; numbers and a final '.' take the canonical path.
+        guard let last = host.last, (last >= 0x61 && last <= 0x7A) || (last >= 0x41 && last <= 0x5A) else {
+            return canonicalHost(name) + ":" + String(port)
+        }
+        return name + ":" + String(port)
     }
 }
 

@@ -91,7 +91,42 @@ struct HardeningCoreTests {
         guard let plain = URLRules.plainHostKey(url) else { return }
         let components = URLComponents(string: url)
         let port = components?.port ?? (components?.scheme?.lowercased() == "https" ? 443 : 80)
-        #expect(plain == "\(components?.host?.lowercased() ?? ""):\(port)")
+        #expect(plain == "\(URLRules.canonicalHost(components?.host ?? "")):\(port)")
+    }
+
+    /// Found by the adversary: other spellings of one IPv4 address got a slot
+    /// each under `max_per_host = 1` (curl connects them all to 127.0.0.1).
+    @Test func everySpellingOfOneAddressIsOneHost() {
+        for host in ["127.0.0.1", "127.1", "2130706433", "0x7f.0.0.1", "0x7F000001", "0177.0.0.1", "127.0.0.1.",
+                     "%31%32%37.0.0.1", "127.0.0.%31", "127.0.1"] {
+            #expect(URLRules.hostKey("http://\(host):8080/x") == "127.0.0.1:8080", "\(host)")
+        }
+        #expect(URLRules.hostKey("http://Example.COM./x") == "example.com:80")
+        #expect(URLRules.hostKey("http://1.2.3.4.5/x") == "1.2.3.4.5:80")
+        #expect(URLRules.hostKey("http://256.0.0.1/x") == "256.0.0.1:80")
+        #expect(URLRules.hostKey("https://h1/x") == "h1:443")
+    }
+
+    /// Found by the adversary: accepted at intake, refused by curl at the first attempt.
+    @Test(arguments: [
+        ("http://127.0.0.1:0/a", "has port 0"), ("http://127.0.0.1:65536/a", "has port 65536"),
+        ("http://127.0.0.1:99999999999999999999999/a", "has port 99999999999999999999999"),
+        ("http://[::1]:65536/a", "has port 65536"), ("http://[]:8080/a", "has no host"),
+        ("http://user:pa@ss@127.0.0.1/a", "more than one '@'"), ("http://u@v@w@h/a", "more than one '@'"),
+    ])
+    func urlsCurlWouldRefuseAreRefusedAtIntake(_ url: String, _ words: String) {
+        do {
+            try URLRules.checkTransferURL(url, key: "url")
+            Issue.record("accepted \(url)")
+        } catch {
+            #expect("\(error)".contains(words), "\(error)")
+            #expect("\(error)".hasPrefix("key \"url\""))
+        }
+    }
+
+    @Test(arguments: ["http://h:/x", "http://[::1]:8080/x", "http://u%40x:p@h/x", "https://h:65535", "http://h/a@b?c=@#@"])
+    func unusualButValidURLsAreTaken(_ url: String) throws {
+        try URLRules.checkTransferURL(url, key: "url")
     }
 
     @Test func aPartialFileNoLiveTaskHoldsIsRefusedUnlessRenamed() {
