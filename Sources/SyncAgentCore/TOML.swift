@@ -495,7 +495,7 @@ private struct TOMLParser {
         guard (1...12).contains(month), (1...daysInMonth[month - 1]).contains(day) else { return nil }
         if scanner.atEnd { return .local(token) }
         guard scanner.take("T") || scanner.take("t") || scanner.take(" "), let time = scanner.time(), time.isValid else { return nil }
-        let (hour, minute, second, fraction) = (time.hour, time.minute, time.second, time.fraction)
+        let (hour, minute, second, milliseconds) = (time.hour, time.minute, time.second, time.milliseconds)
         if scanner.atEnd { return .local(token) }
         var offsetMinutes = 0
         if !(scanner.take("Z") || scanner.take("z")) {
@@ -513,7 +513,7 @@ private struct TOMLParser {
         let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
         let days = era * 146_097 + dayOfEra - 719_468
         let seconds = Int64(days) * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offsetMinutes * 60)
-        return .instant(seconds * 1000 + Int64(fraction * 1000))
+        return .instant(seconds * 1000 + Int64(milliseconds))
     }
 }
 
@@ -599,8 +599,8 @@ private struct TokenScanner {
 
     struct Time {
         var hour, minute, second: Int
-        /// The seconds' fraction, 0 ..< 1.
-        var fraction: Double
+        /// The seconds' fraction in whole milliseconds, 0 ..< 1000.
+        var milliseconds: Int
         /// RFC 3339: 00–23 h, 00–59 min, 00–60 s (a leap second).
         var isValid: Bool { hour < 24 && minute < 60 && second <= 60 }
     }
@@ -608,14 +608,17 @@ private struct TokenScanner {
     /// `hh:mm:ss` and an optional `.fraction`.
     mutating func time() -> Time? {
         guard let hour = digits(2), take(":"), let minute = digits(2), take(":"), let second = digits(2) else { return nil }
-        var fraction = 0.0
+        var milliseconds = 0
         if current == UInt8(ascii: "."), at + 1 < bytes.count, Self.isDigit(bytes[at + 1]) {
             let start = at + 1
             at = start
             _ = digitRun(underscores: false)
-            fraction = Double("0." + String(decoding: bytes[start..<at], as: UTF8.self)) ?? 0
+            // TOML truncates what it cannot hold: the first three digits, never rounded
+            // (as a Double, .99999999999999999 became the next second).
+            let digits = bytes[start..<min(at, start + 3)]
+            milliseconds = digits.reduce(0) { $0 * 10 + Int($1 - 0x30) } * [100, 10, 1][digits.count - 1]
         }
-        return Time(hour: hour, minute: minute, second: second, fraction: fraction)
+        return Time(hour: hour, minute: minute, second: second, milliseconds: milliseconds)
     }
 
     /// TOML 1.0's float: an integer part (no leading zero), then a fraction,

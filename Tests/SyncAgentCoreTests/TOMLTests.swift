@@ -156,6 +156,14 @@ struct TOMLStrictnessTests {
         #expect(texture["smooth"] == .boolean(true))
     }
 
+    /// TOML truncates a fraction it cannot hold (found by the adversary: 17 nines rounded to the next second).
+    @Test func aLongFractionIsTruncatedToTheMillisecond() throws {
+        let table = try TOML.parse("a = 2026-11-22T03:00:00.99999999999999999Z\nb = 2026-11-22T03:00:00.5Z\nc = 2026-11-22T03:00:00.0409Z")
+        #expect(table["a"] == .instant(1_795_316_400_999))
+        #expect(table["b"] == .instant(1_795_316_400_500))
+        #expect(table["c"] == .instant(1_795_316_400_040))
+    }
+
     @Test func textThatIsNotUTF8IsNamedWithItsOffset() throws {
         #expect(UTF8Text.firstInvalidOffset(Array("héllo".utf8)) == nil)
         #expect(UTF8Text.firstInvalidOffset([0x61, 0x62, 0xE9, 0x63]) == 2)
