@@ -1017,7 +1017,8 @@ public final class Agent {
     }
 
     private func jobParser() -> JobParser {
-        JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify, forbiddenDirs: [paths.stateDir, paths.inbox])
+        JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify,
+                  forbiddenDirs: FileSystem.spellingsBeneath(paths.downloadDir, of: [paths.stateDir, paths.inbox]))
     }
 
     // MARK: - Notifications

@@ -1,4 +1,5 @@
 import Foundation
+import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -41,6 +42,35 @@ enum FileSystem {
             try syscall("remove the symbolic link \(path)") { unlink(path) }
         }
         try makeDirectory(path)
+    }
+
+    /// Each of `folders` as written, and as a path beneath `root` where a
+    /// symbolic link puts it there: `root` itself a link to the folder
+    /// holding the state dir, or the inbox a link into `root`. Destinations
+    /// are checked against every spelling (found by an adversary: a job
+    /// wrote into the inbox through a linked download_dir, and over the log
+    /// through a linked state dir).
+    static func spellingsBeneath(_ root: String, of folders: [String]) -> [String] {
+        let written = PathRules.normalize(root)
+        let real = realPath(root) ?? written
+        var spellings: [String] = []
+        for folder in folders {
+            spellings.append(folder)
+            guard let target = realPath(folder) else { continue }
+            spellings.append(target)
+            if PathRules.isSame(target, real) || PathRules.isInside(target, real) {
+                let below = String(decoding: target.utf8.dropFirst(real.utf8.count), as: UTF8.self)
+                spellings.append(written == "/" ? below : written + below)
+            }
+        }
+        return spellings
+    }
+
+    /// The path with every symbolic link resolved, or nil if it cannot be (absent, unreadable).
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     static func exists(_ path: String) -> Bool {

@@ -326,13 +326,22 @@ public enum URLRules {
         }
         // What URLComponents lets through and curl then refuses at the first attempt: said at intake.
         let authority = Self.authority(of: url)
+        if let open = authority.lastIndex(of: UInt8(ascii: "[")) {
+            let close = authority[open...].firstIndex(of: UInt8(ascii: "]")) ?? authority.endIndex
+            let literal = (String(decoding: authority[(open + 1)..<close], as: UTF8.self).removingPercentEncoding ?? "")
+            guard ipv6(literal) != nil else {
+                throw KeyError(key: key, "has [\(literal)] for a host, which is no IPv6 address: \"\(shown)\"")
+            }
+        }
         if authority.filter({ $0 == UInt8(ascii: "@") }).count > 1 {
             throw KeyError(key: key, "has more than one '@' before its host (write an '@' of a user name or password as %40): \"\(shown)\"")
         }
         if let port = Self.portText(of: authority), !port.isEmpty {
-            guard port.count <= 5, port.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-                  let number = Int(String(decoding: port, as: UTF8.self)), (1...65535).contains(number) else {
-                throw KeyError(key: key, "has port \(String(decoding: port, as: UTF8.self)), not one of 1–65535: \"\(shown)\"")
+            // Leading zeros are allowed (RFC 3986's port is *DIGIT; curl reads 018232 as 18232).
+            let significant = port.drop { $0 == UInt8(ascii: "0") }
+            guard port.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), significant.count <= 5,
+                  let number = Int(String(decoding: significant, as: UTF8.self)), (1...65535).contains(number) else {
+                throw KeyError(key: key, "has port \(String(decoding: port, as: UTF8.self)), not a number from 1 to 65535: \"\(shown)\"")
             }
         }
     }
@@ -400,8 +409,28 @@ public enum URLRules {
     /// connects all of those to one address, which one limit must count.
     static func canonicalHost(_ host: String) -> String {
         var name = (host.removingPercentEncoding ?? host).lowercased()
+        // An IPv6 literal, with or without its brackets (no name or IPv4 address holds a ':').
+        let inner = name.hasPrefix("[") && name.hasSuffix("]") ? String(name.dropFirst().dropLast()) : name
+        if inner.contains(":") { return ipv6(inner) ?? name }
         if name.count > 1, name.hasSuffix(".") { name.removeLast() }
         return ipv4(name) ?? name
+    }
+
+    /// An IPv6 literal in its one text form (RFC 5952, via inet_ntop), or
+    /// the IPv4 address it maps (`::ffff:127.0.0.1` is 127.0.0.1); nil if it
+    /// is none. A zone (`%lo`) stays: it names another interface.
+    static func ipv6(_ literal: String) -> String? {
+        let parts = literal.split(separator: "%", maxSplits: 1, omittingEmptySubsequences: false)
+        var address = in6_addr()
+        guard inet_pton(AF_INET6, String(parts[0]), &address) == 1 else { return nil }
+        let bytes = withUnsafeBytes(of: address) { Array($0) }
+        if parts.count == 1, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF {
+            return bytes[12...].map(String.init).joined(separator: ".")
+        }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        guard inet_ntop(AF_INET6, &address, &text, socklen_t(text.count)) != nil else { return nil }
+        let zone = parts.count == 2 ? "%" + parts[1] : ""
+        return "[" + String(cString: text) + zone + "]"
     }
 
     /// The dotted quad of an IPv4 address written with 1 to 4 numbers

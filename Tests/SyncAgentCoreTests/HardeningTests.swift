@@ -105,6 +105,12 @@ struct HardeningCoreTests {
         #expect(URLRules.hostKey("http://1.2.3.4.5/x") == "1.2.3.4.5:80")
         #expect(URLRules.hostKey("http://256.0.0.1/x") == "256.0.0.1:80")
         #expect(URLRules.hostKey("https://h1/x") == "h1:443")
+        // IPv6: one text form per address, and a mapped IPv4 address is that address.
+        for host in ["[::ffff:7f00:1]", "[0:0:0:0:0:ffff:7f00:1]", "[::ffff:7f00:0001]", "[::ffff:127.0.0.1]", "[::FFFF:7F00:1]"] {
+            #expect(URLRules.hostKey("http://\(host):8080/x") == "127.0.0.1:8080", "\(host)")
+        }
+        #expect(URLRules.hostKey("http://[0:0:0:0:0:0:0:1]:8080/") == URLRules.hostKey("http://[::1]:8080/"))
+        #expect(URLRules.hostKey("http://[fe80::1%25lo]:8080/") != URLRules.hostKey("http://[fe80::1]:8080/"))
     }
 
     /// Found by the adversary: accepted at intake, refused by curl at the first attempt.
@@ -113,6 +119,9 @@ struct HardeningCoreTests {
         ("http://127.0.0.1:99999999999999999999999/a", "has port 99999999999999999999999"),
         ("http://[::1]:65536/a", "has port 65536"), ("http://[]:8080/a", "has no host"),
         ("http://user:pa@ss@127.0.0.1/a", "more than one '@'"), ("http://u@v@w@h/a", "more than one '@'"),
+        ("http://[127.0.0.1]:8080/a", "which is no IPv6 address"), ("http://[::1:]:8080/a", "which is no IPv6 address"),
+        ("http://[1:2:3:4:5:6:7:8:9]/a", "which is no IPv6 address"), ("http://[fe80::1%]:8080/a", "which is no IPv6 address"),
+        ("http://127.0.0.1:1x/a", "is not a valid URL"),
     ])
     func urlsCurlWouldRefuseAreRefusedAtIntake(_ url: String, _ words: String) {
         do {
@@ -124,7 +133,8 @@ struct HardeningCoreTests {
         }
     }
 
-    @Test(arguments: ["http://h:/x", "http://[::1]:8080/x", "http://u%40x:p@h/x", "https://h:65535", "http://h/a@b?c=@#@"])
+    @Test(arguments: ["http://h:/x", "http://[::1]:8080/x", "http://u%40x:p@h/x", "https://h:65535", "http://h/a@b?c=@#@",
+                      "http://127.0.0.1:018232/x", "http://h:0000000000018232/x", "http://[fe80::1%25lo]:8080/x"])
     func unusualButValidURLsAreTaken(_ url: String) throws {
         try URLRules.checkTransferURL(url, key: "url")
     }
