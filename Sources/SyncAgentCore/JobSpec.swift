@@ -516,11 +516,22 @@ public enum URLRules {
                 || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
         }) else { return nil }
         let name = String(decoding: host.map(lowered), as: UTF8.self)
-        // Names whose last label is a letter are plain; numbers and a final '.' take the canonical path.
-        guard let last = host.last, (last >= 0x61 && last <= 0x7A) || (last >= 0x41 && last <= 0x5A) else {
+        // Names whose last label is a letter, and addresses written as a plain dotted quad, are
+        // canonical already; other numbers and a final '.' take the canonical path.
+        guard let last = host.last, (last >= 0x61 && last <= 0x7A) || (last >= 0x41 && last <= 0x5A) || isDottedQuad(host) else {
             return canonicalHost(name) + ":" + String(port)
         }
         return name + ":" + String(port)
+    }
+
+    /// Four decimal numbers of 0–255 without leading zeros: an IPv4 address as inet_ntoa writes it.
+    static func isDottedQuad(_ host: ArraySlice<UInt8>) -> Bool {
+        let parts = host.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { part in
+            (1...3).contains(part.count) && part.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+                && (part.count == 1 || part.first != UInt8(ascii: "0"))
+                && part.reduce(0) { $0 * 10 + Int($1 - 0x30) } <= 255
+        }
     }
 }
 

@@ -201,6 +201,24 @@ struct HardeningTests {
 
     // MARK: 6. Rejections that cannot be written as asked
 
+    /// Found by the second adversary of the intake work: with download_dir a
+    /// link to the folder that holds the inbox and the state dir, a job could
+    /// download into the inbox (the file then ran as a job) or over the log.
+    @Test func aLinkedDownloadDirStillKeepsTheAgentsFoldersOut() throws {
+        let harness = try AgentHarness()
+        #expect(symlink(".", harness.downloads) == 0, "downloads → its own parent")
+        try harness.drop("into-inbox.job", "url = \"http://127.0.0.1:9/x.job\"\ndest = \"inbox/x.job\"\n")
+        try harness.drop("over-log.job", "url = \"http://127.0.0.1:9/x\"\ndest = \"state/events.sqlite\"\noverwrite = \"replace\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0, "--exit-when-idle must exit")
+        let rejected = try harness.events().filter { $0.type == "rejected" }
+        #expect(rejected.count == 2)
+        #expect(rejected.allSatisfy { ($0.data["error"] as? String)?.contains("inside the agent's own folder") == true }, "\(rejected.map(\.data))")
+        #expect(try harness.events().filter { $0.type == "created" }.isEmpty)
+        // The log is still a log: status reads it.
+        #expect(try harness.run(["status"]).status == 0)
+    }
+
     @Test func aRejectionIsRecordedOnceWhateverItsName() throws {
         let harness = try AgentHarness()
         let longName = String(repeating: "x", count: 242) + ".job"
