@@ -337,13 +337,19 @@ public enum URLRules {
             throw KeyError(key: key, "has more than one '@' before its host (write an '@' of a user name or password as %40): \"\(shown)\"")
         }
         if let port = Self.portText(of: authority), !port.isEmpty {
-            // Leading zeros are allowed (RFC 3986's port is *DIGIT; curl reads 018232 as 18232).
-            let significant = port.drop { $0 == UInt8(ascii: "0") }
-            guard port.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), significant.count <= 5,
-                  let number = Int(String(decoding: significant, as: UTF8.self)), (1...65535).contains(number) else {
+            guard let number = Self.portNumber(port), number >= 1 else {
                 throw KeyError(key: key, "has port \(String(decoding: port, as: UTF8.self)), not a number from 1 to 65535: \"\(shown)\"")
             }
         }
+    }
+
+    /// A port's digits as a number up to 65535, else nil. Leading zeros are
+    /// allowed (RFC 3986's port is *DIGIT; curl reads 018232 as 18232).
+    static func portNumber(_ text: ArraySlice<UInt8>) -> Int? {
+        let significant = text.drop { $0 == UInt8(ascii: "0") }
+        guard text.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), significant.count <= 5 else { return nil }
+        let number = significant.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+        return number <= 65535 ? number : nil
     }
 
     /// The bytes between `scheme://` and the path, query or fragment.
@@ -482,35 +488,22 @@ public enum URLRules {
     /// plain ASCII, no brackets or escapes), read without URLComponents, whose
     /// parse and IDNA pass cost more than the rest of a job's intake. Nil: ask URLComponents.
     static func plainHostKey(_ url: String) -> String? {
-        let bytes = Array(url.utf8)
         func lowered(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
-        let secure: Bool
-        if bytes.starts(with: Array("https://".utf8), by: { lowered($0) == $1 }) {
-            secure = true
-        } else if bytes.starts(with: Array("http://".utf8), by: { lowered($0) == $1 }) {
-            secure = false
-        } else {
-            return nil
-        }
-        let authorityStart = secure ? 8 : 7
-        var authorityEnd = authorityStart
-        while authorityEnd < bytes.count, bytes[authorityEnd] != UInt8(ascii: "/"), bytes[authorityEnd] != UInt8(ascii: "?"),
-              bytes[authorityEnd] != UInt8(ascii: "#") { authorityEnd += 1 }
-        var hostStart = authorityStart
-        if let at = bytes[authorityStart..<authorityEnd].lastIndex(of: UInt8(ascii: "@")) { hostStart = at + 1 }
-        var hostEnd = authorityEnd
+        let scheme = url.utf8.prefix { $0 != UInt8(ascii: ":") }.map(lowered)
+        let secure = scheme.elementsEqual("https".utf8)
+        guard secure || scheme.elementsEqual("http".utf8) else { return nil }
+        let authority = authority(of: url)
+        var host = authority
+        if let at = host.lastIndex(of: UInt8(ascii: "@")) { host = host[(at + 1)...] }
         var port = secure ? 443 : 80
-        if let colon = bytes[hostStart..<authorityEnd].lastIndex(of: UInt8(ascii: ":")) {
-            hostEnd = colon
-            let digits = bytes[(colon + 1)..<authorityEnd]
-            if !digits.isEmpty {
-                guard digits.count <= 5, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-                port = digits.reduce(0) { $0 * 10 + Int($1 - 0x30) }
-                guard port <= 65535 else { return nil }
+        if let text = portText(of: authority) {
+            host = host[..<(text.startIndex - 1)]
+            if !text.isEmpty {
+                guard let number = portNumber(text) else { return nil }
+                port = number
             }
         }
         // Letters, digits, '-' and '.': anything else (IPv6, escapes, non-ASCII) is URLComponents' to read.
-        let host = bytes[hostStart..<hostEnd]
         guard !host.isEmpty, host.allSatisfy({ byte in
             (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
                 || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")

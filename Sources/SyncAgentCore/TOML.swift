@@ -495,7 +495,6 @@ private struct TOMLParser {
         guard (1...12).contains(month), (1...daysInMonth[month - 1]).contains(day) else { return nil }
         if scanner.atEnd { return .local(token) }
         guard scanner.take("T") || scanner.take("t") || scanner.take(" "), let time = scanner.time(), time.isValid else { return nil }
-        let (hour, minute, second, milliseconds) = (time.hour, time.minute, time.second, time.milliseconds)
         if scanner.atEnd { return .local(token) }
         var offsetMinutes = 0
         if !(scanner.take("Z") || scanner.take("z")) {
@@ -512,8 +511,8 @@ private struct TOMLParser {
         let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
         let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
         let days = era * 146_097 + dayOfEra - 719_468
-        let seconds = Int64(days) * 86_400 + Int64(hour * 3600 + minute * 60 + second) - Int64(offsetMinutes * 60)
-        return .instant(seconds * 1000 + Int64(milliseconds))
+        let seconds = Int64(days) * 86_400 + Int64(time.hour * 3600 + time.minute * 60 + time.second) - Int64(offsetMinutes * 60)
+        return .instant(seconds * 1000 + Int64(time.milliseconds))
     }
 }
 
