@@ -12,6 +12,11 @@ import TestSupport
 struct OwnFoldersTests {
     let directory = TempDirectory()
 
+    /// The parser as the agent makes it: its own folders in every spelling beneath download_dir.
+    private func parser(downloadDir: String, ownFolders: [String]) -> JobParser {
+        JobParser(downloadDir: downloadDir, forbiddenDirs: FileSystem.spellingsBeneath(downloadDir, of: ownFolders))
+    }
+
     private func rejection(_ dest: String, parser: JobParser) -> String? {
         do {
             _ = try parser.parse(Array("url = \"http://h/x\"\ndest = \"\(dest)\"".utf8))
@@ -25,8 +30,7 @@ struct OwnFoldersTests {
         let base = directory.path
         for folder in ["inbox", "state"] { try FileManager.default.createDirectory(atPath: base + "/" + folder, withIntermediateDirectories: true) }
         #expect(symlink(".", base + "/link") == 0)
-        let parser = JobParser(downloadDir: base + "/link",
-                               forbiddenDirs: FileSystem.spellingsBeneath(base + "/link", of: [base + "/state", base + "/inbox"]))
+        let parser = parser(downloadDir: base + "/link", ownFolders: [base + "/state", base + "/inbox"])
         #expect(rejection("inbox/x.job", parser: parser)?.contains("inside the agent's own folder") == true)
         #expect(rejection("state/events.sqlite", parser: parser)?.contains("inside the agent's own folder") == true)
         #expect(rejection("elsewhere/x.bin", parser: parser) == nil)
@@ -38,8 +42,7 @@ struct OwnFoldersTests {
         try FileManager.default.createDirectory(atPath: base + "/dl/inbox2", withIntermediateDirectories: true)
         #expect(symlink("dl/st", base + "/stl") == 0)
         #expect(symlink("dl/inbox2", base + "/inl") == 0)
-        let parser = JobParser(downloadDir: base + "/dl",
-                               forbiddenDirs: FileSystem.spellingsBeneath(base + "/dl", of: [base + "/stl", base + "/inl"]))
+        let parser = parser(downloadDir: base + "/dl", ownFolders: [base + "/stl", base + "/inl"])
         #expect(rejection("st/events.sqlite", parser: parser)?.contains("inside the agent's own folder") == true)
         #expect(rejection("inbox2/x.job", parser: parser)?.contains("inside the agent's own folder") == true)
         #expect(rejection("other/x.bin", parser: parser) == nil)

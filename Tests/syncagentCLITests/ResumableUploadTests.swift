@@ -36,6 +36,14 @@ struct ResumableUploadTests {
         return find()
     }
 
+    /// A server written inline in Python, for an answer the fault server has no knob for; listening on `port` once returned.
+    func scriptedServer(_ script: String, port: Int, name: String, in harness: AgentHarness,
+                        sourceLocation: SourceLocation = #_sourceLocation) throws -> ChildProcess {
+        let server = try ChildProcess("/usr/bin/python3", ["-c", script], environment: [:], outputIn: harness.directory.path, name: name)
+        #expect(eventually(within: 10) { canConnect(port: port) }, sourceLocation: sourceLocation)
+        return server
+    }
+
     func run(_ harness: AgentHarness, seconds: Double = 90, sourceLocation: SourceLocation = #_sourceLocation) throws {
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: seconds) == 0, "\(agent.stderr.suffix(3000))", sourceLocation: sourceLocation)
@@ -187,10 +195,8 @@ struct ResumableUploadTests {
                 pass
             connection.close()
         """
-        let server = try ChildProcess("/usr/bin/python3", ["-c", script], environment: [:], outputIn: harness.directory.path,
-                                      name: "flood")
+        let server = try scriptedServer(script, port: port, name: "flood", in: harness)
         defer { server.signal(SIGKILL) }
-        #expect(eventually(within: 10) { canConnect(port: port) })
         let (path, _) = try bodyFile(harness, size: 1000)
         try harness.drop("u.job", job("http://127.0.0.1:\(port)/up/", body: path, protocol: "ietf", extra: "retries = 0"))
         let agent = try harness.startAgent(exitWhenIdle: true)
@@ -389,10 +395,8 @@ struct ResumableUploadTests {
                 self.reply(204, [("Upload-Offset", str(SIZE))])
         ThreadingHTTPServer(("127.0.0.1", \(port)), Liar).serve_forever()
         """
-        let server = try ChildProcess("/usr/bin/python3", ["-c", script], environment: [:], outputIn: harness.directory.path,
-                                      name: "liar")
+        let server = try scriptedServer(script, port: port, name: "liar", in: harness)
         defer { server.signal(SIGKILL) }
-        #expect(eventually(within: 10) { canConnect(port: port) })
         let (path, _) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job("http://127.0.0.1:\(port)/up/", body: path, extra: "retries = 0"))
         let agent = try harness.startAgent(exitWhenIdle: true)
@@ -521,10 +525,8 @@ struct ResumableUploadTests {
                 self.reply(200, [("Upload-Complete", "?1")])
         ThreadingHTTPServer(("127.0.0.1", \(port)), Server).serve_forever()
         """
-        let server = try ChildProcess("/usr/bin/python3", ["-c", script], environment: [:], outputIn: harness.directory.path,
-                                      name: "lost-answer")
+        let server = try scriptedServer(script, port: port, name: "lost-answer", in: harness)
         defer { server.signal(SIGKILL) }
-        #expect(eventually(within: 10) { canConnect(port: port) })
         let (path, _) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job("http://127.0.0.1:\(port)/up/", body: path, protocol: "ietf", extra: "retries = 0"))
         try run(harness)
