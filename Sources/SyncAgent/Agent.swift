@@ -58,6 +58,8 @@ public final class Agent {
     let syncer: DataSyncer
     /// Assembles finished HLS videos off the loop (see HLSAssembler).
     let assembler: HLSAssembler
+    /// Makes new partial files off the loop (see PartialPreparer).
+    private let preparer: PartialPreparer
     /// Complete bodies whose data is being made durable, by task id.
     private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64, download: SegmentedDownload?)] = [:]
     /// The session's cookies; nil for `cookies = "off"`.
@@ -108,6 +110,7 @@ public final class Agent {
         self.settings = TransferSettings(config: config)
         self.syncer = try DataSyncer()
         self.assembler = try HLSAssembler()
+        self.preparer = try PartialPreparer()
         self.compactor = try BackgroundCompactor()
         self.hooks = HookRunner(stateDir: paths.stateDir)
     }
@@ -182,11 +185,12 @@ public final class Agent {
             }
 
             if exitWhenIdle && isIdle(watcher) { break }
-            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, assembler.fd, compactor.fd] + hooks.fds + network.fds,
+            let ready = multi.poll(extraFds: [watcher.fd, signalFd, syncer.fd, preparer.fd, assembler.fd, compactor.fd] + hooks.fds + network.fds,
                                    timeoutMs: pollTimeoutMs())
             if let before = network.refresh(ready: ready) { networkChanged(from: before) }
             checkTheNetwork()
             if ready.contains(syncer.fd) { applySynced(syncer.drain()) }
+            if ready.contains(preparer.fd) { partialsPrepared(preparer.drain()) }
             if ready.contains(assembler.fd) { assembled(assembler.drain()) }
             if ready.contains(compactor.fd) { compacted(compactor.drain()) }
             if ready.contains(signalFd) {
@@ -239,6 +243,8 @@ public final class Agent {
         terminations.removeAll()
         syncer.waitForAll()
         applySynced(syncer.drain())
+        // Tasks whose file was being made are paused below, like those that ran.
+        preparer.waitForAll()
         compacted(compactor.stop())
         if let stopSignal {
             pauseAllForStop()
@@ -484,7 +490,8 @@ public final class Agent {
         let completing = Array(awaitingSync.keys)
         for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits, completing: completing,
                                                extraConnections: extraConnectionsByHost) {
-            guard let task = log.state[id] else { continue }
+            // (One whose file a stopped attempt asked for goes once that file is made.)
+            guard let task = log.state[id], preparer.preparing[id] == nil else { continue }
             start(task)
         }
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)
@@ -522,8 +529,7 @@ public final class Agent {
             needsScheduling = true
             return
         }
-        let deadline = deadlineMs(of: task)
-        if deadline <= FileSystem.nowMs {
+        if deadlineMs(of: task) <= FileSystem.nowMs {
             fail(task, reason: totalTimeoutWords, code: "total_timeout", keeping: task.bytes)
             needsScheduling = true
             return
@@ -539,12 +545,48 @@ public final class Agent {
         if startSegmented(task) { return }
         let (offset, ifRange) = task.bytes > 0 ? resumePoint(for: task) : (0, nil)
         let ifChanged = offset == 0 ? validatorsForUpdate(task) : nil
+        if offset == 0, ifChanged == nil, task.spec.behaviour.body == .partialFile, partLocks[task.id] == nil,
+           let part = task.partPath {
+            // A new file: made by a worker, the request sent once it is (`partialsPrepared`).
+            let attempt = task.attempts + 1
+            log.record(.started(Started(attempt: attempt, offset: 0, url: task.currentURL)), task: task.id)
+            preparer.prepare(part, mode: partialMode(of: task), for: task.id, attempt: attempt, root: root)
+            return
+        }
+        beginAttempt(task, offset: offset, ifRange: ifRange, ifChanged: ifChanged, recordingStart: true)
+    }
+
+    /// An HLS key is a secret on disk too: readable by its owner only.
+    private func partialMode(of task: TaskState) -> mode_t {
+        task.spec.parent != nil && task.spec.dest?.hasSuffix(".key") == true ? 0o600 : 0o644
+    }
+
+    /// The attempts whose partial files were made: each starts if its task
+    /// still waits for it. A task cancelled or failed meanwhile has its file
+    /// removed again (the worker may have made it after the removal), unless
+    /// another task now holds that path.
+    private func partialsPrepared(_ results: [PartialPreparer.Prepared]) {
+        for prepared in results {
+            guard let task = log.state[prepared.taskID] else { continue }
+            if task.phase == .running, task.attempts == prepared.attempt, attemptByTask[task.id] == nil, !stopping {
+                beginAttempt(task, offset: 0, ifRange: nil, ifChanged: nil, recordingStart: false)
+            } else if task.phase.isEnded, task.bytes == 0, let part = task.partPath, let dest = task.spec.dest,
+                      Destinations.holder(of: dest, in: log.state, except: task.id) == nil {
+                removePartial(part, of: task.id)
+            }
+        }
+        needsScheduling = true
+    }
+
+    /// Sets up the transfer and hands it to curl (`started` recorded first unless it already was).
+    private func beginAttempt(_ task: TaskState, offset: Int64, ifRange: String?, ifChanged: (etag: String?, lastModified: String?)?,
+                              recordingStart: Bool) {
+        let deadline = deadlineMs(of: task)
         let attempt: TransferAttempt
         do {
             // A playlist is read into memory; everything else that keeps a body into its partial file.
             let keepsFile = task.spec.behaviour.body == .partialFile
-            // An HLS key is a secret on disk too: readable by its owner only.
-            let mode: mode_t = task.spec.parent != nil && task.spec.dest?.hasSuffix(".key") == true ? 0o600 : 0o644
+            let mode = partialMode(of: task)
             let makePartial: () throws -> Int32 = { [unowned self] in
                 guard keepsFile, let part = task.partPath else { return -1 }
                 if partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
@@ -566,7 +608,9 @@ public final class Agent {
             refuseStart(task, error)
             return
         }
-        log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
+        if recordingStart {
+            log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
+        }
         register(attempt)
     }
 
@@ -853,7 +897,9 @@ public final class Agent {
     }
 
     private func pauseAllForStop() {
-        for id in Set(attemptByTask.keys).union(segmented.keys).sorted() { pause(id, reason: .agentStopping, bytesIfIdle: 0) }
+        for id in Set(attemptByTask.keys).union(segmented.keys).union(preparer.preparing.keys).sorted() {
+            pause(id, reason: .agentStopping, bytesIfIdle: 0)
+        }
         // A parent waiting for its children stops with them.
         for id in log.state.families.keys.sorted() where log.state[id]?.phase == .running {
             pause(id, reason: .agentStopping, bytesIfIdle: 0)

@@ -109,6 +109,15 @@ final class DownloadRoot {
         }
     }
 
+    /// Creates `file` (and the folders above it) if it is not there; never
+    /// truncates it, never follows a symlink.
+    func makeFile(_ file: String, mode: mode_t) throws {
+        try withParent(of: file, create: true) { directory, name in
+            let descriptor = try syscall("create \(file)") { openat(directory, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode) }
+            close(descriptor)
+        }
+    }
+
     /// The partial file, opened for writing without following a symlink,
     /// cut back to `offset`: never trust bytes beyond what the log vouches for.
     /// - Parameter mode: 0600 for what must not be readable by others (an HLS key).
