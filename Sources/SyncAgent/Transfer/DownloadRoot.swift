@@ -83,6 +83,32 @@ final class DownloadRoot {
         return try body(directory, name)
     }
 
+    /// Opens `name` in `directory` without following a symlink and without
+    /// blocking: opening a FIFO planted where the agent expects its own file
+    /// would otherwise wait, with the whole loop and stop signals, for a
+    /// process to open the other end. Only a regular file is taken.
+    private static func openRegular(_ directory: Int32, _ name: String, _ flags: Int32, mode: mode_t = 0,
+                                    shown file: String) throws -> Int32 {
+        let descriptor = openat(directory, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode)
+        if descriptor < 0 {
+            // ENXIO: a FIFO with no reader (or a socket) refused a writer.
+            let error = errno
+            throw SystemError(operation: error == ENXIO ? "\(file) is not a regular file" : "open \(file)",
+                              errno: error == ENXIO ? EINVAL : error)
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let error = SystemError(operation: "stat \(file)", errno: errno)
+            close(descriptor)
+            throw error
+        }
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            close(descriptor)
+            throw SystemError(operation: "\(file) is not a regular file", errno: EINVAL)
+        }
+        return descriptor
+    }
+
     /// Another process holds the partial file (a second agent on the same download_dir).
     struct Busy: Error, CustomStringConvertible {
         var path: String
@@ -96,9 +122,7 @@ final class DownloadRoot {
     /// a second process writing the same file is refused, never mixed in.
     func lockPartial(_ file: String) throws -> Int32 {
         try withParent(of: file, create: true) { directory, name in
-            let descriptor = try syscall("open \(file)") {
-                openat(directory, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
-            }
+            let descriptor = try Self.openRegular(directory, name, O_RDONLY | O_CREAT, mode: 0o644, shown: file)
             guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
                 let error = errno
                 close(descriptor)
@@ -113,8 +137,7 @@ final class DownloadRoot {
     /// truncates it, never follows a symlink.
     func makeFile(_ file: String, mode: mode_t) throws {
         try withParent(of: file, create: true) { directory, name in
-            let descriptor = try syscall("create \(file)") { openat(directory, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode) }
-            close(descriptor)
+            close(try Self.openRegular(directory, name, O_WRONLY | O_CREAT, mode: mode, shown: file))
         }
     }
 
@@ -123,9 +146,7 @@ final class DownloadRoot {
     /// - Parameter mode: 0600 for what must not be readable by others (an HLS key).
     func openPartial(_ file: String, truncatingTo offset: Int64, mode: mode_t = 0o644) throws -> Int32 {
         try withParent(of: file, create: true) { directory, name in
-            let descriptor = try syscall("open \(file)") {
-                openat(directory, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode)
-            }
+            let descriptor = try Self.openRegular(directory, name, O_WRONLY | O_CREAT, mode: mode, shown: file)
             do {
                 // The file may exist already (its lock created it): the mode is set either way.
                 try syscall("chmod \(file)") { fchmod(descriptor, mode) }
@@ -142,7 +163,7 @@ final class DownloadRoot {
     /// Opens an existing file for reading (checksums), without following a symlink.
     func openForReading(_ file: String) throws -> Int32 {
         try withParent(of: file) { directory, name in
-            try syscall("open \(file)") { openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+            try Self.openRegular(directory, name, O_RDONLY, shown: file)
         }
     }
 
@@ -175,9 +196,12 @@ final class DownloadRoot {
     /// Cuts a partial file back (start-up recovery); absent is fine.
     func truncate(_ file: String, to offset: Int64) throws {
         try withParent(of: file) { directory, name in
-            let descriptor = openat(directory, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
-            if descriptor < 0, errno == ENOENT { return }
-            guard descriptor >= 0 else { throw SystemError(operation: "open \(file)", errno: errno) }
+            let descriptor: Int32
+            do {
+                descriptor = try Self.openRegular(directory, name, O_WRONLY, shown: file)
+            } catch let error as SystemError where error.errno == ENOENT {
+                return
+            }
             defer { close(descriptor) }
             try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) }
         }

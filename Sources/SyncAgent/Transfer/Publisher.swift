@@ -83,8 +83,12 @@ enum Publisher {
 public enum FileDigest {
     /// `replay --verify`: a finished file's SHA-256, read as it is on disk.
     public static func sha256(ofFile path: String) throws -> String {
-        let fd = try syscall("open \(path)") { open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        // Non-blocking, and only a regular file: a FIFO there must not hang `replay --verify`.
+        let fd = try syscall("open \(path)") { open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
         defer { close(fd) }
+        var info = stat()
+        try syscall("stat \(path)") { fstat(fd, &info) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw SystemError(operation: "\(path) is not a regular file", errno: EINVAL) }
         return try digests(of: fd, path: path, md5: false).sha256
     }
 

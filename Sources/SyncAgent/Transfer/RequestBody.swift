@@ -23,7 +23,8 @@ final class RequestBody {
 
     /// - Parameter slice: only these bytes of the file (nil: all of it).
     init(path: String, slice: ByteSpan? = nil) throws {
-        let file = try syscall("open body_file \(path)") { open(path, O_RDONLY | O_CLOEXEC) }
+        // Non-blocking: a FIFO named as body_file must not hold the loop until someone writes to it.
+        let file = try syscall("open body_file \(path)") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
         var info = stat()
         guard fstat(file, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
             close(file)
