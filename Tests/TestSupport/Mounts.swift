@@ -59,7 +59,25 @@ public final class TestMount {
         Self.run("/bin/mount", ["-o", "remount,size=\(size)", path])
     }
 
+    private var frozen = false
+
+    /// `fsfreeze -f`: every write to the file system waits, in the kernel,
+    /// until `thaw` — a disk that stalls (reads still answer).
+    public func freeze() -> Bool {
+        frozen = Self.run("/usr/sbin/fsfreeze", ["-f", path])
+        return frozen
+    }
+
+    @discardableResult
+    public func thaw() -> Bool {
+        guard frozen else { return true }
+        frozen = !Self.run("/usr/sbin/fsfreeze", ["-u", path])
+        return !frozen
+    }
+
     deinit {
+        // A frozen file system is never left behind: its writers would wait for ever.
+        thaw()
         // Lazy: a file still open elsewhere must not keep the mount busy.
         for mount in unmountOrder { _ = Self.run("/bin/umount", ["-l", mount]) }
     }

@@ -110,4 +110,42 @@ struct DiskFaultTests {
         }
     }
 
+
+    /// A new partial file is made by a worker while the loop goes on: a task
+    /// paused or cancelled while its file waits for a stalled disk ends as
+    /// asked, and a cancelled task's file, made after the cancel, is removed.
+    @Test func tasksPausedOrCancelledWhileTheirFileWaitsForAStalledDiskEndAsAsked() throws {
+        let harness = try AgentHarness()
+        guard let disk = TestMount(failingExt4At: harness.downloads, backing: harness.directory.file("backing"),
+                                   imageSize: "32M", backingSize: "48m") else { return }
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("b.bin", size: 20_000)
+        try nginx.serve("a.bin", size: 20_000)
+        let agent = try harness.startAgent()
+        #expect(eventually { harness.statusSaysAgentRuns })
+        guard disk.freeze() else { Issue.record("fsfreeze failed"); return }
+        defer { disk.thaw() }
+        // In a folder still to be made: the worker waits on the disk before its file exists.
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"sub/a.bin\"\n")
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(nginx.url("b.bin"))\"\n")
+        func state(_ id: String) -> String? { (try? harness.tasksByID())?[id]?["state"] as? String }
+        // Both start (their files wait for the disk); the loop still answers.
+        #expect(eventually(within: 20) { state("a") == "running" && state("b") == "running" })
+        #expect(try harness.run(["pause", "b"]).status == 0)
+        #expect(eventually(within: 20) { state("b") == "paused" }, "a stalled disk must not hold up a pause")
+        // Cancelled before its file exists: the worker makes it after the thaw, and it must go.
+        #expect(try harness.run(["cancel", "a"]).status == 0)
+        #expect(eventually(within: 20) { state("a") == "cancelled" })
+        #expect(disk.thaw())
+        // The worker makes the files in order: once b's is there, a's was made (and must go).
+        #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: harness.downloads + "/b.bin.part") })
+        #expect(eventually(within: 5) { !FileManager.default.fileExists(atPath: harness.downloads + "/sub/a.bin.part") },
+                "a cancelled task's partial file is gone, whenever the disk made it")
+        #expect(try harness.run(["resume", "b"]).status == 0)
+        #expect(eventually(within: 20) { state("b") == "finished" })
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/b.bin") == data)
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 20) == 0)
+        try expectVerifyClean(harness)
+    }
 }
