@@ -77,12 +77,63 @@ struct JSONReader {
         let raw = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
         index += 1
         if !escaped { return String(decoding: raw, as: UTF8.self) }
-        // Rare (quotes in ETags, backslashes): let Foundation unescape it.
-        let quoted = "\"" + String(decoding: raw, as: UTF8.self) + "\""
-        guard let value = try? JSONSerialization.jsonObject(with: Data(quoted.utf8), options: .fragmentsAllowed) as? String else {
-            throw Malformed(offset: start, expected: "a valid string escape")
-        }
+        // Every quoted ETag has escapes: unescaped here, byte by byte, not by a JSON library per value.
+        guard let value = Self.unescape(raw) else { throw Malformed(offset: start, expected: "a valid string escape") }
         return value
+    }
+
+    /// The string a JSON string body (between its quotes) stands for; nil
+    /// for an escape JSON does not have, or a lone UTF-16 surrogate.
+    static func unescape(_ raw: UnsafeRawBufferPointer) -> String? {
+        var out: [UInt8] = []
+        out.reserveCapacity(raw.count)
+        var index = 0
+        func hex4() -> UInt32? {
+            guard index + 4 <= raw.count else { return nil }
+            var value: UInt32 = 0
+            for byte in raw[index..<(index + 4)] {
+                let digit: UInt8
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+                default: return nil
+                }
+                value = value << 4 | UInt32(digit)
+            }
+            index += 4
+            return value
+        }
+        while index < raw.count {
+            let byte = raw[index]
+            index += 1
+            guard byte == UInt8(ascii: "\\") else { out.append(byte); continue }
+            guard index < raw.count else { return nil }
+            let escape = raw[index]
+            index += 1
+            switch escape {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escape)
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "u"):
+                guard var scalar = hex4() else { return nil }
+                if (0xD800..<0xDC00).contains(scalar) {
+                    // A high surrogate must be followed by its low half.
+                    guard index + 2 <= raw.count, raw[index] == UInt8(ascii: "\\"), raw[index + 1] == UInt8(ascii: "u") else { return nil }
+                    index += 2
+                    guard let low = hex4(), (0xDC00..<0xE000).contains(low) else { return nil }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                }
+                guard let unicode = Unicode.Scalar(scalar) else { return nil }
+                out.append(contentsOf: String(unicode).utf8)
+            default:
+                return nil
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     mutating func readInt() throws -> Int64 {

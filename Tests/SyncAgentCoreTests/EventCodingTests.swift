@@ -123,6 +123,35 @@ struct JSONReaderTests {
         #expect(body == .progressed(Progressed(bytes: 12, total: nil, etag: "\"v\\1\"", restartReason: "café")))
     }
 
+    /// Every string JSONSerialization writes (escapes, control bytes, emoji
+    /// as surrogate pairs) reads back as Foundation reads it; escapes JSON
+    /// does not have are refused.
+    @Test func stringEscapesAgreeWithFoundation() throws {
+        var generator = SystemRandomNumberGenerator()
+        let alphabet: [Unicode.Scalar] = ["\"", "\\", "/", "\u{08}", "\u{0C}", "\n", "\r", "\t", "\u{01}", "\u{1F}", "a", "Z", "é", "€",
+                                          "\u{1F600}", "\u{10FFFF}", "\u{FFFD}", " "]
+        for _ in 0..<500 {
+            var text = ""
+            for _ in 0..<Int.random(in: 0...12, using: &generator) { text.unicodeScalars.append(alphabet.randomElement(using: &generator)!) }
+            // Foundation's own escaping, and \u escapes for every scalar, must both read back.
+            let written = String(decoding: try JSONSerialization.data(withJSONObject: text, options: .fragmentsAllowed), as: UTF8.self)
+            let escapedByHand = "\"" + text.utf16.map { String(format: "\\u%04x", $0) }.joined() + "\""
+            for json in [written, escapedByHand] {
+                #expect(try Self.readString(json) == text, "\(json)")
+            }
+        }
+        for bad in [#""\x""#, #""\u12""#, #""\ud800""#, #""\ud800\u0041""#, #""\udc00""#, #""\""#] {
+            #expect(throws: JSONReader.Malformed.self, "\(bad)") { try Self.readString(bad) }
+        }
+    }
+
+    static func readString(_ json: String) throws -> String {
+        try Array(json.utf8).withUnsafeBytes { bytes in
+            var reader = JSONReader(bytes)
+            return try reader.readString()
+        }
+    }
+
     @Test func whitespaceIsAllowed() throws {
         let body = try EventCoding.body(type: "cancelled", data: " { \"bytes\" : -3 } ")
         #expect(body == .cancelled(Cancelled(bytes: -3)))
