@@ -90,7 +90,8 @@ public struct TaskState: Equatable, Sendable {
     /// Throughput over the last two progress events, bytes per second.
     public var speed: Int64 = 0
     public var currentURL: String {
-        didSet { hostKey = URLRules.hostKey(currentURL) }
+        // Every `started` sets it, almost always to what it was: parsed again only when it changed.
+        didSet { if currentURL != oldValue { hostKey = URLRules.hostKey(currentURL) } }
     }
     /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
     public internal(set) var hostKey: String

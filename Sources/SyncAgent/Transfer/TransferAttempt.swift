@@ -278,7 +278,7 @@ final class TransferAttempt {
             headers.append(header)
         }
         // Credentials go to the job's own host only, never to where a redirect led.
-        if URLRules.hostKey(currentURL) != URLRules.hostKey(origin) { headers.removeAll(where: \.isSecret) }
+        if currentURL != origin, URLRules.hostKey(currentURL) != URLRules.hostKey(origin) { headers.removeAll(where: \.isSecret) }
         if let byteRange, let start = byteRange.offset {
             // Only this slice of the resource, from where the partial file ends.
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE,
