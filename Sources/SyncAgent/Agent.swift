@@ -154,7 +154,7 @@ public final class Agent {
 
         let watcher = try InboxWatcher(directory: paths.inbox)
         intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
-                            exists: { [unowned self] path in self.root.exists(path) })
+                            exists: { [unowned self] path in self.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] control, source in self.apply(control, source: source) }
         // Jobs a previous agent had moved out of the inbox but not yet recorded.
         intake.takeLeftovers()
@@ -312,6 +312,18 @@ public final class Agent {
             }
         }
         needsScheduling = true
+    }
+
+    /// Whether `path` is there as the next commit leaves it: that commit
+    /// renames finished bodies before any task it records can start, so a
+    /// finished body's partial file is as good as gone, and its destination
+    /// as good as there. (Without this, a job for the same destination taken
+    /// in those few milliseconds was refused: the agent's own finished body
+    /// looked like a stranger's partial file.)
+    private func existsOnceRenamed(_ path: String) -> Bool {
+        if renamesAfterCommit.contains(where: { $0.dest == path }) { return true }
+        if renamesAfterCommit.contains(where: { $0.part == path }) { return false }
+        return root.exists(path)
     }
 
     /// Group commit, then the file-system effects that must follow it:
@@ -994,6 +1006,11 @@ public final class Agent {
                 return "cannot run again: \(dest) is now the destination of task \(holder)"
             }
 
+            // A task that failed keeping nothing left no partial file: one there now is someone else's
+            // (the reason it was refused at intake, or a second agent's), and running again would truncate it.
+            if task.bytes == 0, task.spec.behaviour.body == .partialFile, let part = task.partPath, root.exists(part) {
+                return "cannot run again: \(part) exists and is not this task's; move it away first"
+            }
             // The bytes kept when it failed, if its partial file still holds them.
             // (A resumable upload's bytes are on its server: its HEAD says what it still holds.)
             let kept = task.spec.upload != nil ? task.bytes : task.partPath.flatMap(root.size) ?? 0
@@ -1006,7 +1023,8 @@ public final class Agent {
             let attempt = download == nil ? detach(task.id) : nil
             attempt?.flush()
             var bytes = download.map { stopSegmented($0, flushing: false) } ?? attempt?.durable ?? task.bytes
-            if let part = task.partPath { removePartial(part, of: task.id) }
+            // A task that failed keeping nothing has no partial file: one there is not its to remove.
+            if let part = task.partPath, task.phase != .failed || task.bytes > 0 { removePartial(part, of: task.id) }
             if uploads.removeValue(forKey: task.id) != nil { bytes = task.bytes }
             terminateUpload(of: task)
             log.record(.cancelled(Cancelled(bytes: bytes, metrics: attempt?.metrics)), task: task.id)

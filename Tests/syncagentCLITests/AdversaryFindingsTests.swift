@@ -34,6 +34,71 @@ struct AdversaryFindingsTests {
         try expectVerifyClean(harness)
     }
 
+    /// A third adversary (on the build that makes partial files on a worker):
+    /// a file the agent refused to touch at intake was removed by `cancel`
+    /// and truncated by `resume`.
+    @Test func aPartialFileATaskWasRefusedOverSurvivesCancelAndResume() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("x.bin", size: 3000)
+        try FileManager.default.createDirectory(atPath: harness.downloads, withIntermediateDirectories: true)
+        let mine = Data("the user's own notes\n".utf8)
+        let notes = harness.downloads + "/x.bin.part"
+        try mine.write(to: URL(fileURLWithPath: notes))
+        try harness.drop("t.job", "id = \"t\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"x.bin\"\noverwrite = \"replace\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        #expect(try harness.tasksByID()["t"]?["error_code"] as? String == "dest_reserved")
+        #expect(try harness.run(["resume", "t"]).status == 0)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(contents(notes) == mine, "resume must not truncate a file that is not the task's")
+        let refusal = try harness.events().last { $0.type == "controlled" && $0.task == "t" }
+        #expect((refusal?.data["outcome"] as? String)?.contains("cannot run again: \(notes) exists and is not this task's") == true,
+                "\(refusal?.data ?? [:])")
+        #expect(try harness.run(["cancel", "t"]).status == 0)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) != nil)
+        #expect(try harness.tasksByID()["t"]?["state"] as? String == "cancelled")
+        #expect(contents(notes) == mine, "cancel must not remove a file that is not the task's")
+    }
+
+    /// The same adversary: a job for a destination whose previous task had
+    /// just finished (its body renamed at the next commit, a few ms later)
+    /// was refused, the agent's own finished body taken for a stranger's file.
+    @Test func aJobForADestinationJustFinishedIsTakenNotRefused() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        var latest: [Int: Data] = [:]
+        for index in 0..<30 {
+            try nginx.serve("a\(index).bin", size: 4000 + index)
+            latest[index] = try nginx.serve("b\(index).bin", size: 5000 + index)
+        }
+        let agent = try harness.startAgent()
+        #expect(eventually { harness.statusSaysAgentRuns })
+        for index in 0..<30 {
+            for (name, file) in [("a", "a\(index).bin"), ("b", "b\(index).bin")] {
+                try harness.drop("\(name)\(index).job", "id = \"\(name)\(index)\"\nurl = \"\(nginx.url(file))\"\n"
+                                 + "dest = \"d\(index).bin\"\noverwrite = \"replace\"\n")
+                // Spread over the few milliseconds a download takes, so that some land between a finish and its rename.
+                usleep(UInt32(1000 * (index % 6)))
+            }
+        }
+        #expect(eventually(within: 60) {
+            ((try? harness.statusTasks()) ?? []).filter { ["finished", "failed"].contains($0["state"] as? String ?? "") }.count == 60
+        })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 20) == 0)
+        let tasks = try harness.tasksByID()
+        for index in 0..<30 {
+            let b = tasks["b\(index)"]
+            // b is refused only while a is live, never because of a's finished body.
+            if b?["state"] as? String == "failed" {
+                #expect((b?["error"] as? String)?.contains("is the destination of task a\(index)") == true, "\(b ?? [:])")
+            } else {
+                #expect(contents(harness.downloads + "/d\(index).bin") == latest[index], "d\(index).bin")
+            }
+        }
+        try expectVerifyClean(harness)
+    }
+
     @Test func twoAgentsOnOneDownloadDirNeverWriteOnePartialFile() throws {
         let first = try AgentHarness()
         let second = try AgentHarness(config: "max_active = 1\n")
