@@ -243,8 +243,8 @@ public final class Agent {
         terminations.removeAll()
         syncer.waitForAll()
         applySynced(syncer.drain())
-        // Tasks whose file was being made are paused below, like those that ran.
-        preparer.waitForAll()
+        // Tasks whose file is still being made are paused below, like those that ran, without waiting
+        // for a stalled disk: the log says so first (the preparer waits for its worker when it goes).
         compacted(compactor.stop())
         if let stopSignal {
             pauseAllForStop()
@@ -299,7 +299,7 @@ public final class Agent {
             // Paused or cancelled meanwhile: the body stays a partial file (a
             // resume then meets 416 and finishes), or is already gone.
             guard let task = log.state[id], task.phase == .running else { continue }
-            switch Publisher.prepare(task, in: log.state, root: root) {
+            switch Publisher.prepare(task, bytes: bytes, in: log.state, root: root) {
             case .ready(let path):
                 recordFinished(task, attempt, bytes: bytes, dest: path, received: download?.bytesReceived)
                 renamesAfterCommit.append((task.partPath!, path))
@@ -308,7 +308,8 @@ public final class Agent {
                 log.record(.finished(Finished(bytes: root.size(task.spec.dest!) ?? 0, dest: task.spec.dest,
                                               metrics: attempt.metrics, skipped: reason)), task: id)
             case .failed(let reason, let code):
-                fail(task, reason: reason, code: code, metrics: attempt.metrics)
+                // A file swapped in under the agent is not its to remove.
+                fail(task, reason: reason, code: code, metrics: attempt.metrics, removingPartial: code != "part_changed")
             }
         }
         needsScheduling = true

@@ -60,6 +60,28 @@ struct AdversaryFindingsTests {
         #expect(contents(notes) == mine, "cancel must not remove a file that is not the task's")
     }
 
+    /// The same adversary: whatever was at DEST.part when the body was
+    /// complete was renamed into place and logged `finished` (a 7-byte file,
+    /// a FIFO, a symlink out of download_dir), the download itself lost.
+    @Test func aPartialFileSwappedUnderTheAgentIsNeverPublished() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("f.bin", size: 300_000)
+        try harness.drop("f.job", "id = \"f\"\nurl = \"\(server.url("f.bin", "rate=150000"))\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { ((try? harness.events()) ?? []).contains { $0.type == "progressed" && $0.task == "f" } })
+        let part = harness.downloads + "/f.bin.part", foreign = Data("FOREIGN".utf8)
+        try foreign.write(to: URL(fileURLWithPath: harness.downloads + "/swap"))
+        #expect(rename(harness.downloads + "/swap", part) == 0)
+        #expect(agent.wait(seconds: 30) == 4)
+        let task = try #require(try harness.tasksByID()["f"])
+        #expect(task["error_code"] as? String == "part_changed", "\(task)")
+        #expect((task["error"] as? String)?.contains("is not the file the agent wrote (300000 bytes): it is 7 bytes") == true, "\(task)")
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/f.bin"), "nothing is published")
+        #expect(contents(part) == foreign, "a file the agent did not write is not its to remove")
+        try expectVerifyClean(harness)
+    }
+
     /// The same adversary: a job for a destination whose previous task had
     /// just finished (its body renamed at the next commit, a few ms later)
     /// was refused, the agent's own finished body taken for a stranger's file.

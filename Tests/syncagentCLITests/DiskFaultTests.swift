@@ -147,5 +147,17 @@ struct DiskFaultTests {
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 20) == 0)
         try expectVerifyClean(harness)
+
+        // Stopped while a new file waits for the disk: the log says the task paused before the disk answers.
+        try nginx.serve("c.bin", size: 20_000)
+        let again = try harness.startAgent()
+        #expect(eventually { harness.statusSaysAgentRuns })
+        guard disk.freeze() else { Issue.record("fsfreeze failed"); return }
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(nginx.url("c.bin"))\"\n")
+        #expect(eventually(within: 20) { state("c") == "running" })
+        again.signal(SIGTERM)
+        #expect(eventually(within: 10) { ((try? harness.events()) ?? []).filter { $0.type == "agent_stopped" }.count == 2 && state("c") == "paused" })
+        #expect(disk.thaw())
+        #expect(again.wait(seconds: 20) == 0)
     }
 }

@@ -59,7 +59,4 @@ final class PartialPreparer {
         for prepared in done where preparing[prepared.taskID] == prepared.attempt { preparing[prepared.taskID] = nil }
         return done
     }
-
-    /// Blocks until every file asked for so far is made (on stop).
-    func waitForAll() { group.wait() }
 }

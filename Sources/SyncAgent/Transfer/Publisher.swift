@@ -19,9 +19,17 @@ enum Publisher {
         case failed(reason: String, code: String)
     }
 
-    static func prepare(_ task: TaskState, in state: AgentState, root: DownloadRoot) -> Verdict {
+    /// - Parameter bytes: what the agent wrote and flushed: the partial file
+    ///   must still be a regular file of that size (a process that swapped
+    ///   in another file, a FIFO or a symlink is caught here, not published).
+    static func prepare(_ task: TaskState, bytes: Int64, in state: AgentState, root: DownloadRoot) -> Verdict {
         guard let part = task.partPath, let dest = task.spec.dest else {
             return .failed(reason: "the task keeps no file", code: "local_error")
+        }
+        guard let onDisk = root.sizeAndModified(part), onDisk.size == bytes else {
+            let found = root.sizeAndModified(part).map { "\($0.size) bytes" } ?? (root.exists(part) ? "not a regular file" : "gone")
+            return .failed(reason: "\(part) is not the file the agent wrote (\(bytes) bytes): it is \(found); nothing was published",
+                           code: "part_changed")
         }
         // Re-reading a file costs as much as writing it: only when the job asks.
         if task.spec.sha256 != nil || task.spec.md5 != nil {
