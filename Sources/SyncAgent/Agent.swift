@@ -300,8 +300,8 @@ public final class Agent {
             // resume then meets 416 and finishes), or is already gone.
             guard let task = log.state[id], task.phase == .running else { continue }
             switch Publisher.prepare(task, bytes: bytes, in: log.state, root: root) {
-            case .ready(let path):
-                recordFinished(task, attempt, bytes: bytes, dest: path, received: download?.bytesReceived)
+            case .ready(let path, let modifiedNs):
+                recordFinished(task, attempt, bytes: bytes, dest: path, modifiedNs: modifiedNs, received: download?.bytesReceived)
                 renamesAfterCommit.append((task.partPath!, path))
             case .skipped(let reason):
                 removePartial(task.partPath!, of: id)
@@ -873,16 +873,16 @@ public final class Agent {
 
     /// `finished` with what the attempt learned: where the body went (if it
     /// was kept), and for upload and data tasks the response's status and headers.
+    /// - Parameter modifiedNs: the published file's modification time (a rename keeps the partial file's).
     /// - Parameter received: the bytes all connections of a segmented download received.
-    func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?, received: Int64? = nil) {
+    func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?, modifiedNs: Int64? = nil,
+                        received: Int64? = nil) {
         var metrics = attempt.metrics
         if let received { metrics.bytesReceived = received }
         let response = task.spec.behaviour.recordsResponse ? attempt.responseHeaders : nil
-        // The partial file's time is the published file's: a rename keeps it.
-        let modified = task.partPath.flatMap(root.sizeAndModified)?.modifiedNs
         log.record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256,
                                       status: response == nil ? nil : metrics.status,
-                                      responseHeaders: response, metrics: metrics, modifiedNs: dest == nil ? nil : modified)), task: task.id)
+                                      responseHeaders: response, metrics: metrics, modifiedNs: modifiedNs)), task: task.id)
         logger.info("task finished", metadata: ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
                                                 "status": "\(metrics.status)"])
     }

@@ -12,8 +12,9 @@ import Glibc
 /// the next start, so a published file never appears twice.
 enum Publisher {
     enum Verdict: Equatable {
-        /// Verified (checksums only when the job gave one) and placed.
-        case ready(path: String)
+        /// Verified (checksums only when the job gave one) and placed; the
+        /// partial file's modification time, which the rename keeps.
+        case ready(path: String, modifiedNs: Int64)
         /// `overwrite = "skip"` and the destination appeared meanwhile: finish without publishing.
         case skipped(reason: String)
         case failed(reason: String, code: String)
@@ -26,8 +27,9 @@ enum Publisher {
         guard let part = task.partPath, let dest = task.spec.dest else {
             return .failed(reason: "the task keeps no file", code: "local_error")
         }
-        guard let onDisk = root.sizeAndModified(part), onDisk.size == bytes else {
-            let found = root.sizeAndModified(part).map { "\($0.size) bytes" } ?? (root.exists(part) ? "not a regular file" : "gone")
+        let onDisk = root.sizeAndModified(part)
+        guard let onDisk, onDisk.size == bytes else {
+            let found = onDisk.map { "\($0.size) bytes" } ?? (root.exists(part) ? "not a regular file" : "gone")
             return .failed(reason: "\(part) is not the file the agent wrote (\(bytes) bytes): it is \(found); nothing was published",
                            code: "part_changed")
         }
@@ -52,13 +54,13 @@ enum Publisher {
         } catch {
             return .failed(reason: "cannot publish \(dest): \(error)", code: "dest_unreachable")
         }
-        guard let existing = root.status(dest) else { return .ready(path: dest) }
+        guard let existing = root.status(dest) else { return .ready(path: dest, modifiedNs: onDisk.modifiedNs) }
         switch task.spec.overwrite {
         case .replace where (existing.st_mode & S_IFMT) == S_IFDIR, .update where (existing.st_mode & S_IFMT) == S_IFDIR:
             return .failed(reason: "\(dest) is a folder; overwrite = \"\(task.spec.overwrite.rawValue)\" replaces files, never folders",
                            code: "dest_exists")
         case .replace, .update:
-            return .ready(path: dest)
+            return .ready(path: dest, modifiedNs: onDisk.modifiedNs)
         case .skip:
             return .skipped(reason: "skipped: \(dest) appeared while the task ran")
         case .fail:
@@ -67,7 +69,8 @@ enum Publisher {
             // A file appeared at the reserved name meanwhile: the next free
             // name, never one another live task holds (our own partial file aside).
             return .ready(path: Destinations.firstFree(dest, owner: task.id, in: state,
-                                                       exists: { $0 != part && root.exists($0) }))
+                                                       exists: { $0 != part && root.exists($0) }),
+                          modifiedNs: onDisk.modifiedNs)
         }
     }
 
@@ -91,12 +94,9 @@ enum Publisher {
 public enum FileDigest {
     /// `replay --verify`: a finished file's SHA-256, read as it is on disk.
     public static func sha256(ofFile path: String) throws -> String {
-        // Non-blocking, and only a regular file: a FIFO there must not hang `replay --verify`.
-        let fd = try syscall("open \(path)") { open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+        // Only a regular file, never waited on: a FIFO there must not hang `replay --verify`.
+        let fd = try FileSystem.openRegular(path, O_RDONLY | O_NOFOLLOW, shown: path).descriptor
         defer { close(fd) }
-        var info = stat()
-        try syscall("stat \(path)") { fstat(fd, &info) }
-        guard (info.st_mode & S_IFMT) == S_IFREG else { throw SystemError(operation: "\(path) is not a regular file", errno: EINVAL) }
         return try digests(of: fd, path: path, md5: false).sha256
     }
 
