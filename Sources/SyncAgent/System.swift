@@ -66,6 +66,33 @@ enum FileSystem {
         return spellings
     }
 
+    /// Opens `path` (relative to `directory`) without blocking, and only as a
+    /// regular file: opening a FIFO where the agent expects a file would
+    /// otherwise wait, with the whole loop and stop signals, for a process
+    /// to open the other end. Returns the descriptor and the file's size.
+    /// - Parameter shown: the file as errors name it.
+    static func openRegular(_ path: String, at directory: Int32 = AT_FDCWD, _ flags: Int32, mode: mode_t = 0,
+                            shown: String) throws -> (descriptor: Int32, size: Int64) {
+        let descriptor = openat(directory, path, flags | O_CLOEXEC | O_NONBLOCK, mode)
+        if descriptor < 0 {
+            // ENXIO: a FIFO with no reader (or a socket) refused a writer.
+            let error = errno
+            throw SystemError(operation: error == ENXIO ? "\(shown) is not a regular file" : "open \(shown)",
+                              errno: error == ENXIO ? EINVAL : error)
+        }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let error = SystemError(operation: "stat \(shown)", errno: errno)
+            close(descriptor)
+            throw error
+        }
+        guard (info.st_mode & S_IFMT) == S_IFREG else {
+            close(descriptor)
+            throw SystemError(operation: "\(shown) is not a regular file", errno: EINVAL)
+        }
+        return (descriptor, Int64(info.st_size))
+    }
+
     /// The path with every symbolic link resolved, or nil if it cannot be (absent, unreadable).
     static func realPath(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }

@@ -83,30 +83,11 @@ final class DownloadRoot {
         return try body(directory, name)
     }
 
-    /// Opens `name` in `directory` without following a symlink and without
-    /// blocking: opening a FIFO planted where the agent expects its own file
-    /// would otherwise wait, with the whole loop and stop signals, for a
-    /// process to open the other end. Only a regular file is taken.
+    /// Opens `name` in `directory` without following a symlink, and only as
+    /// a regular file (see `FileSystem.openRegular`).
     private static func openRegular(_ directory: Int32, _ name: String, _ flags: Int32, mode: mode_t = 0,
                                     shown file: String) throws -> Int32 {
-        let descriptor = openat(directory, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode)
-        if descriptor < 0 {
-            // ENXIO: a FIFO with no reader (or a socket) refused a writer.
-            let error = errno
-            throw SystemError(operation: error == ENXIO ? "\(file) is not a regular file" : "open \(file)",
-                              errno: error == ENXIO ? EINVAL : error)
-        }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            let error = SystemError(operation: "stat \(file)", errno: errno)
-            close(descriptor)
-            throw error
-        }
-        guard (info.st_mode & S_IFMT) == S_IFREG else {
-            close(descriptor)
-            throw SystemError(operation: "\(file) is not a regular file", errno: EINVAL)
-        }
-        return descriptor
+        try FileSystem.openRegular(name, at: directory, flags | O_NOFOLLOW, mode: mode, shown: file).descriptor
     }
 
     /// Another process holds the partial file (a second agent on the same download_dir).

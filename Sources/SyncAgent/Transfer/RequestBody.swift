@@ -23,22 +23,17 @@ final class RequestBody {
 
     /// - Parameter slice: only these bytes of the file (nil: all of it).
     init(path: String, slice: ByteSpan? = nil) throws {
-        // Non-blocking: a FIFO named as body_file must not hold the loop until someone writes to it.
-        let file = try syscall("open body_file \(path)") { open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) }
-        var info = stat()
-        guard fstat(file, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+        // A FIFO named as body_file must not hold the loop until someone writes to it.
+        let (file, fileSize) = try FileSystem.openRegular(path, O_RDONLY, shown: "body_file \(path)")
+        if let slice, slice.end > fileSize {
             close(file)
-            throw SystemError(operation: "body_file \(path) is not a regular file", errno: EINVAL)
-        }
-        if let slice, slice.end > Int64(info.st_size) {
-            close(file)
-            throw SystemError(operation: "body_file \(path) has \(info.st_size) bytes, fewer than the upload needs (\(slice.end))",
+            throw SystemError(operation: "body_file \(path) has \(fileSize) bytes, fewer than the upload needs (\(slice.end))",
                               errno: EINVAL)
         }
         self.path = path
         fd = file
         start = slice?.start ?? 0
-        size = slice?.length ?? Int64(info.st_size)
+        size = slice?.length ?? fileSize
     }
 
     deinit { close(fd) }
