@@ -15,8 +15,7 @@ extension AgentState {
         switch event.body {
         case .created(let spec):
             guard let id = event.task, tasks[id] == nil else { orphanEvents.append(event.seq); return }
-            tasks[id] = TaskState(id: id, spec: spec, seq: event.seq, atMs: event.atMs)
-            order.append(id)
+            tasks.append(TaskState(id: id, spec: spec, seq: event.seq, atMs: event.atMs))
             if let source = spec.source { takenSources.insert(source.identity) }
             reserve(spec.dest, for: id)
             countActive(id, was: nil, now: .queued)
@@ -59,7 +58,7 @@ extension AgentState {
             break
         case .notified(let notice):
             if let id = event.task {
-                tasks[id]?.owesOwnNotice = false
+                if let index = tasks.index(forKey: id) { tasks.values[index].owesOwnNotice = false }
                 owedOwnNotices.remove(id)
             } else {
                 owedNotices[BatchKey(notice.batch)] = nil

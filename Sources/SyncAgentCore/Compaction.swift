@@ -22,13 +22,11 @@ public enum Compaction {
         }
         // Decided once per family: a live video may have tens of thousands of segments.
         var familyIsOld: [String: Bool] = [:]
-        return state.order.filter { id in
-            guard let task = state[id] else { return false }
-            let root = task.parentID ?? id
-            if let known = familyIsOld[root] { return known }
-            let old = isOld(root) && (state.children[root] ?? []).allSatisfy(isOld)
+        return state.tasks.values.compactMap { task in
+            let root = task.parentID ?? task.id
+            let old = familyIsOld[root] ?? (isOld(root) && (state.children[root] ?? []).allSatisfy(isOld))
             familyIsOld[root] = old
-            return old
+            return old ? task.id : nil
         }
     }
 

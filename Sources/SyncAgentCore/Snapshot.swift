@@ -27,15 +27,11 @@ public enum Snapshot {
         var out = SnapshotWriter()
         out.int(Int64(format))
         out.int(state.lastSeq)
-        out.strings(state.order)
-        // Tasks in creation order, then any the order misses (none, by the fold's rules).
-        var written = 0
+        // The ids in creation order, then the tasks in that order. (The list
+        // repeats the tasks' ids: formats 1 and 2 kept an order apart from the tasks.)
+        out.strings(Array(state.tasks.keys))
         out.int(Int64(state.tasks.count))
-        for id in state.order { if let task = state.tasks[id] { out.task(task); written += 1 } }
-        if written < state.tasks.count {
-            let listed = Set(state.order)
-            for id in state.tasks.keys.sorted() where !listed.contains(id) { out.task(state.tasks[id]!) }
-        }
+        for task in state.tasks.values { out.task(task) }
         out.strings(state.takenSources.sorted())
         out.strings(state.rejectedSources.sorted())
         out.int(Int64(state.rejected.count))
@@ -119,12 +115,13 @@ public enum Snapshot {
         guard checksum(bytes) == sum else { throw Malformed(description: "snapshot damaged: its checksum does not match") }
         var state = AgentState()
         state.lastSeq = try input.int()
-        state.order = try input.strings()
+        let order = try input.strings()
         let taskCount = try input.count()
+        guard order.count == taskCount else { throw input.malformed("task order (\(order.count) ids for \(taskCount) tasks)") }
         state.tasks.reserveCapacity(taskCount)
-        for _ in 0..<taskCount {
+        for id in order {
             let task = try input.task()
-            state.tasks[task.id] = task
+            guard task.id == id, state.tasks.append(task) else { throw input.malformed("task \(task.id) out of order or twice") }
         }
         state.takenSources = Set(try input.strings())
         state.rejectedSources = Set(try input.strings())

@@ -83,46 +83,81 @@ public struct HLSOptions: Codable, Equatable, Sendable {
 }
 
 /// A validated transfer: the payload of the `created` event.
-public struct TaskSpec: Codable, Equatable, Sendable {
+///
+/// Every task holds one for its whole life, so its size is paid per task:
+/// 100,000 queued jobs held 43 MiB of specs when every key was a stored
+/// field. The keys most jobs leave unset live in one shared box, absent
+/// when all of them are (issue 12).
+public struct TaskSpec: Equatable, Sendable {
     public var url: String
     public var kind: TransferKind
     /// Absolute path the received body is published at. Always set for
     /// downloads; optional for data tasks; nil for uploads (their response
     /// status and headers are recorded, the body is not kept).
     public var dest: String?
-    public var sha256: String?
-    public var md5: String?
     public var priority: Int
     public var overwrite: OverwriteMode
     public var headers: [Header]
     public var batch: String?
     public var notify: NotifyMode
-    public var retries: Int?
-    /// Bytes per second; nil for no limit.
-    public var maxSpeed: Int64?
     /// Unix epoch milliseconds before which the task does not start.
     public var notBeforeMs: Int64?
     public var source: JobSource?
-    /// The request method; nil for the kind's default (GET, or PUT for uploads).
-    public var method: String?
-    /// Absolute path of the request body, streamed from disk (uploads, data tasks).
-    public var bodyFile: String?
-    /// Set: the upload is `multipart/form-data` with the file under this field …
-    public var formField: String?
-    /// … after these fields.
-    public var form: [FormField]
     /// A child task's parent (an HLS segment's playlist task): SPEC §10.
     public var parent: String?
+    private var rareBox: RareBox?
+
+    /// The keys few jobs set.
+    struct Rare: Equatable, Sendable {
+        var sha256: String?
+        var md5: String?
+        var retries: Int?
+        var maxSpeed: Int64?
+        var method: String?
+        var bodyFile: String?
+        var formField: String?
+        var form: [FormField] = []
+        var byteRange: HLSByteRange?
+        var hls: HLSOptions?
+        var connections: Int?
+        var allowMetered: Bool?
+        var upload: UploadOptions?
+    }
+
+    /// Never changed once made: a spec that sets a rare key gets a new box.
+    private final class RareBox: Sendable {
+        let value: Rare
+        init(_ value: Rare) { self.value = value }
+    }
+
+    private(set) var rare: Rare {
+        get { rareBox?.value ?? Rare() }
+        set { rareBox = newValue == Rare() ? nil : RareBox(newValue) }
+    }
+
+    public var sha256: String? { get { rare.sha256 } set { rare.sha256 = newValue } }
+    public var md5: String? { get { rare.md5 } set { rare.md5 = newValue } }
+    public var retries: Int? { get { rare.retries } set { rare.retries = newValue } }
+    /// Bytes per second; nil for no limit.
+    public var maxSpeed: Int64? { get { rare.maxSpeed } set { rare.maxSpeed = newValue } }
+    /// The request method; nil for the kind's default (GET, or PUT for uploads).
+    public var method: String? { get { rare.method } set { rare.method = newValue } }
+    /// Absolute path of the request body, streamed from disk (uploads, data tasks).
+    public var bodyFile: String? { get { rare.bodyFile } set { rare.bodyFile = newValue } }
+    /// Set: the upload is `multipart/form-data` with the file under this field …
+    public var formField: String? { get { rare.formField } set { rare.formField = newValue } }
+    /// … after these fields.
+    public var form: [FormField] { get { rare.form } set { rare.form = newValue } }
     /// Only these bytes of the URL's resource (an HLS `#EXT-X-BYTERANGE`).
-    public var byteRange: HLSByteRange?
-    public var hls: HLSOptions?
+    public var byteRange: HLSByteRange? { get { rare.byteRange } set { rare.byteRange = newValue } }
+    public var hls: HLSOptions? { get { rare.hls } set { rare.hls = newValue } }
     /// Downloads: ranges of the file fetched at once over this many
     /// connections (aria2c -x/-s); nil: the config's `connections`.
-    public var connections: Int?
+    public var connections: Int? { get { rare.connections } set { rare.connections = newValue } }
     /// False: never transfers over a link NetworkManager calls metered; nil: the config's `allow_metered`.
-    public var allowMetered: Bool?
+    public var allowMetered: Bool? { get { rare.allowMetered } set { rare.allowMetered = newValue } }
     /// A resumable upload (`protocol = "tus" | "ietf"`); nil for a plain one and for other kinds.
-    public var upload: UploadOptions?
+    public var upload: UploadOptions? { get { rare.upload } set { rare.upload = newValue } }
 
     public init(url: String, kind: TransferKind = .download, dest: String?, sha256: String? = nil,
                 md5: String? = nil, priority: Int = 0, overwrite: OverwriteMode = .rename,
@@ -132,13 +167,20 @@ public struct TaskSpec: Codable, Equatable, Sendable {
                 formField: String? = nil, form: [FormField] = [], parent: String? = nil,
                 byteRange: HLSByteRange? = nil, hls: HLSOptions? = nil, connections: Int? = nil, allowMetered: Bool? = nil,
                 upload: UploadOptions? = nil) {
-        self.url = url; self.kind = kind; self.dest = dest; self.sha256 = sha256; self.md5 = md5
+        self.url = url; self.kind = kind; self.dest = dest
         self.priority = priority; self.overwrite = overwrite; self.headers = headers
-        self.batch = batch; self.notify = notify; self.retries = retries; self.maxSpeed = maxSpeed
-        self.notBeforeMs = notBeforeMs; self.source = source
-        self.method = method; self.bodyFile = bodyFile; self.formField = formField; self.form = form
-        self.parent = parent; self.byteRange = byteRange; self.hls = hls; self.connections = connections
-        self.allowMetered = allowMetered; self.upload = upload
+        self.batch = batch; self.notify = notify; self.notBeforeMs = notBeforeMs; self.source = source
+        self.parent = parent
+        self.rare = Rare(sha256: sha256, md5: md5, retries: retries, maxSpeed: maxSpeed, method: method, bodyFile: bodyFile,
+                         formField: formField, form: form, byteRange: byteRange, hls: hls, connections: connections,
+                         allowMetered: allowMetered, upload: upload)
+    }
+
+    public static func == (lhs: TaskSpec, rhs: TaskSpec) -> Bool {
+        lhs.url == rhs.url && lhs.kind == rhs.kind && lhs.dest == rhs.dest && lhs.priority == rhs.priority
+            && lhs.overwrite == rhs.overwrite && lhs.headers == rhs.headers && lhs.batch == rhs.batch
+            && lhs.notify == rhs.notify && lhs.notBeforeMs == rhs.notBeforeMs && lhs.source == rhs.source
+            && lhs.parent == rhs.parent && (lhs.rareBox === rhs.rareBox || lhs.rare == rhs.rare)
     }
 
     /// The method the request goes out with.

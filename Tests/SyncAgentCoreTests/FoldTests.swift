@@ -9,7 +9,7 @@ struct FoldTests {
         log.create("b")
         log.create("a")
         let state = log.state
-        #expect(state.order == ["b", "a"])
+        #expect(Array(state.tasks.keys) == ["b", "a"])
         #expect(state["a"]?.phase == .queued)
         #expect(state["a"]?.currentURL == state["a"]?.spec.url)
         #expect(state.activeCount == 2)
