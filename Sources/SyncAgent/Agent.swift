@@ -257,7 +257,7 @@ public final class Agent {
         }
         log.record(.agentStopped(AgentStopped(reason: "idle")))
         try commit()
-        let failed = log.state.tasks.values.filter { $0.phase == .failed && ($0.endedAtMs ?? 0) >= runStartedAtMs }.count
+        let failed = log.state.tasks.filter { $0.phase == .failed && ($0.endedAtMs ?? 0) >= runStartedAtMs }.count
         logger.info("agent idle, exiting", metadata: ["failed": "\(failed)"])
         return failed > 0 ? Self.exitSomeFailed : Self.exitAllFinished
     }

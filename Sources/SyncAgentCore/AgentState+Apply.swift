@@ -58,7 +58,7 @@ extension AgentState {
             break
         case .notified(let notice):
             if let id = event.task {
-                if let index = tasks.index(forKey: id) { tasks.values[index].owesOwnNotice = false }
+                if let index = tasks.index(forKey: id) { tasks[index].owesOwnNotice = false }
                 owedOwnNotices.remove(id)
             } else {
                 owedNotices[BatchKey(notice.batch)] = nil
@@ -71,7 +71,7 @@ extension AgentState {
     private mutating func applyToTask(_ event: Event) {
         guard let id = event.task, let index = tasks.index(forKey: id) else { orphanEvents.append(event.seq); return }
         // Mutated in place through the index: no copy of the task, one hash lookup.
-        let change = tasks.values[index].apply(event)
+        let change = tasks[index].apply(event)
         if change.fannedOut, change.after == .running {
             // From now on the parent's work is its children's: its slot goes to them.
             runningCount -= 1
@@ -80,7 +80,7 @@ extension AgentState {
         }
         if change.before != change.after {
             if change.before.isEnded != change.after.isEnded {
-                let dest = tasks.values[index].spec.dest
+                let dest = tasks[index].spec.dest
                 if change.after.isEnded { release(dest, for: id) } else { reserve(dest, for: id) }
             }
             countActive(id, was: change.before, now: change.after)
@@ -94,7 +94,7 @@ extension AgentState {
             countActive(id, was: .queued, now: .queued)
         }
         if change.before == .running, change.after == .running, change.hostBefore != change.hostAfter,
-           !tasks.values[index].isFannedOut {
+           !tasks[index].isFannedOut {
             // A running transfer moved host (a redirect): its max_per_host slot moves with it.
             runningByHost[change.hostBefore, default: 1] -= 1
             if runningByHost[change.hostBefore] == 0 { runningByHost[change.hostBefore] = nil }
@@ -112,7 +112,7 @@ extension AgentState {
         // Phases compared first: the payload is looked at only on a finish, not on every progress event.
         if change.after == .finished, change.before != .finished, case .finished(let finished) = event.body,
            finished.skipped == nil, finished.unchanged != true, let dest = finished.dest {
-            let task = tasks.values[index]
+            let task = tasks[index]
             published[dest] = PublishedFile(task: id, url: task.spec.url, sha256: finished.sha256, etag: task.etag, lastModified: task.lastModified, size: finished.bytes,
                                             modifiedNs: finished.modifiedNs)
         }
@@ -162,7 +162,7 @@ extension AgentState {
     /// — so scheduling and announcing never scan every task.
     private mutating func countActive(_ id: String, was old: TaskPhase?, now new: TaskPhase) {
         guard let index = tasks.index(forKey: id) else { return }
-        let task = tasks.values[index]
+        let task = tasks[index]
         let key = BatchKey(task.spec.batch)
         let wasActive = old?.isActive ?? false
         if wasActive != new.isActive {

@@ -22,7 +22,7 @@ public enum Compaction {
         }
         // Decided once per family: a live video may have tens of thousands of segments.
         var familyIsOld: [String: Bool] = [:]
-        return state.tasks.values.compactMap { task in
+        return state.tasks.compactMap { task in
             let root = task.parentID ?? task.id
             let old = familyIsOld[root] ?? (isOld(root) && (state.children[root] ?? []).allSatisfy(isOld))
             familyIsOld[root] = old

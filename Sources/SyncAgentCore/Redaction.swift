@@ -22,7 +22,10 @@ public enum Redaction {
     /// `https://<redacted>@host/f?token=<redacted>&page=2`. Text that is not
     /// a URL is returned with any `user:pass@` prefix hidden all the same.
     public static func url(_ text: String) -> String {
-        guard let schemeEnd = text.range(of: "://") else { return text }
+        // Without userinfo, query or fragment there is nothing to hide: the
+        // common case, and the agent logs a URL for every job it takes.
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }),
+              let schemeEnd = text.range(of: "://") else { return text }
         let afterScheme = text[schemeEnd.upperBound...]
         let authorityEnd = afterScheme.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? afterScheme.endIndex
         var out = String(text[..<schemeEnd.upperBound])

@@ -31,7 +31,7 @@ public enum Snapshot {
         // repeats the tasks' ids: formats 1 and 2 kept an order apart from the tasks.)
         out.strings(Array(state.tasks.keys))
         out.int(Int64(state.tasks.count))
-        for task in state.tasks.values { out.task(task) }
+        for task in state.tasks { out.task(task) }
         out.strings(state.takenSources.sorted())
         out.strings(state.rejectedSources.sorted())
         out.int(Int64(state.rejected.count))

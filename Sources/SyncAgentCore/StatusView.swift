@@ -77,7 +77,7 @@ public enum StatusView {
 
     /// - Parameter agentRunning: false: running tasks were left so by an
     ///   agent that is gone; they count as interrupted and move no bytes.
-    public static func summary(of tasks: [TaskState], in state: AgentState, hidden: Int, agentRunning: Bool = true) -> Summary {
+    public static func summary(of tasks: some Sequence<TaskState>, in state: AgentState, hidden: Int, agentRunning: Bool = true) -> Summary {
         var summary = Summary()
         summary.hidden = hidden
         for task in tasks {

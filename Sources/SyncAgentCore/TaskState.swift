@@ -215,7 +215,7 @@ public struct BatchKey: Hashable, Comparable, Sendable {
 /// Every task plus the agent-level facts: the fold of the whole log.
 public struct AgentState: Equatable, Sendable {
     /// Every task ever created, in creation order.
-    public internal(set) var tasks = TaskTable()
+    public internal(set) var tasks = TaskList()
     public internal(set) var lastSeq: Int64 = 0
     /// Identities of job files that became tasks or were applied as control
     /// jobs (exactly-once intake).
@@ -262,8 +262,8 @@ public struct AgentState: Equatable, Sendable {
 
     public subscript(id: String) -> TaskState? { tasks[id] }
 
-    /// Every task in creation order (the table's own array: no copy).
-    public var orderedTasks: [TaskState] { tasks.values }
+    /// Every task in creation order (the list itself: no copy).
+    public var orderedTasks: TaskList { tasks }
 
     /// Unknown ids found while folding: events for tasks never created.
     /// Kept, not thrown, so a damaged log still replays what it can.
@@ -271,38 +271,53 @@ public struct AgentState: Equatable, Sendable {
 }
 
 /// Tasks by id, kept in creation order. A task is never removed (compaction
-/// keeps ended tasks in the snapshot), so an array holds them and a small index
-/// finds them: a dictionary of 200-byte values kept up to 2.6 slots per task,
-/// and a fold of 100,000 queued tasks spent 58 MiB on the slots alone.
-public struct TaskTable: Equatable, Sendable {
-    /// The tasks in creation order. Mutable inside the module for in-place
-    /// updates at an `index(forKey:)`; a task's `id` is never changed there.
-    public internal(set) var values: [TaskState] = []
+/// keeps ended tasks in the snapshot), so they sit in fixed-size chunks found
+/// through a small index. A dictionary of these 200-byte values kept up to
+/// 2.6 slots per task, and one growing array briefly holds both its old and
+/// its doubled buffer: either cost a fold of 100,000 queued tasks 40–60 MiB.
+public struct TaskList: RandomAccessCollection, Equatable, Sendable {
+    private static let chunkShift = 10
+    private static let chunkMask = (1 << chunkShift) - 1
+    private var chunks: [[TaskState]] = []
     private var positions: [String: Int] = [:]
+    public private(set) var count = 0
 
     public init() {}
 
-    public subscript(id: String) -> TaskState? { positions[id].map { values[$0] } }
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { count }
+
+    /// The task at a position (creation order). Mutable inside the module, in
+    /// place; a task's `id` is never changed there.
+    public internal(set) subscript(position: Int) -> TaskState {
+        get { chunks[position >> Self.chunkShift][position & Self.chunkMask] }
+        _modify { yield &chunks[position >> Self.chunkShift][position & Self.chunkMask] }
+    }
+
+    public subscript(id: String) -> TaskState? { positions[id].map { self[$0] } }
     public func index(forKey id: String) -> Int? { positions[id] }
-    public var keys: LazyMapSequence<[TaskState], String> { values.lazy.map(\.id) }
-    public var count: Int { values.count }
-    public var isEmpty: Bool { values.isEmpty }
+    public var keys: LazyMapSequence<TaskList, String> { lazy.map(\.id) }
 
     /// Adds a task whose id is new; false (and nothing added) if the id is taken.
     @discardableResult
     mutating func append(_ task: TaskState) -> Bool {
         guard positions[task.id] == nil else { return false }
-        positions[task.id] = values.count
-        values.append(task)
+        positions[task.id] = count
+        if count & Self.chunkMask == 0 {
+            var chunk: [TaskState] = []
+            chunk.reserveCapacity(Self.chunkMask + 1)
+            chunks.append(chunk)
+        }
+        chunks[chunks.count - 1].append(task)
+        count += 1
         return true
     }
 
     mutating func reserveCapacity(_ count: Int) {
-        values.reserveCapacity(count)
         positions.reserveCapacity(count)
     }
 
-    public static func == (lhs: TaskTable, rhs: TaskTable) -> Bool { lhs.values == rhs.values }
+    public static func == (lhs: TaskList, rhs: TaskList) -> Bool { lhs.elementsEqual(rhs) }
 }
 
 /// What `status` shows of a task's progress. A parent's is its children's:

@@ -38,7 +38,7 @@ struct ReplayCommand: ParsableCommand {
         } catch {
             throw fail("\(error)")
         }
-        var tasks = state.orderedTasks
+        var tasks = Array(state.orderedTasks)
         if let id = task {
             tasks = tasks.filter { $0.id == id }
             if tasks.isEmpty { throw fail("no task has the id \"\(id)\" up to seq \(state.lastSeq)") }

@@ -18,14 +18,14 @@ struct FoldIndexPropertyTests {
     }
 
     func expectIndexesMatchAFullScan(_ state: AgentState) {
-        let queued = state.tasks.values.filter { $0.phase == .queued }
+        let queued = state.tasks.filter { $0.phase == .queued }
             .sorted { ($0.spec.priority, -$0.createdSeq) > ($1.spec.priority, -$1.createdSeq) }
         #expect(state.runQueue.entries.map(\.id) == queued.map(\.id))
         #expect(state.runQueue.entries.map(\.notBeforeMs) == queued.map(\.notBeforeMs))
-        let running = state.tasks.values.filter { $0.phase == .running }
+        let running = state.tasks.filter { $0.phase == .running }
         #expect(state.runningCount == running.count)
         #expect(state.runningByHost == Dictionary(grouping: running, by: \.hostKey).mapValues(\.count))
-        #expect(state.activeCount == state.tasks.values.filter { $0.phase.isActive }.count)
+        #expect(state.activeCount == state.tasks.filter { $0.phase.isActive }.count)
     }
 
     @Test(arguments: 1...20)

@@ -17,6 +17,29 @@ struct FoldTests {
         #expect(state.lastSeq == 2)
     }
 
+    /// Tasks live in chunks of 1,024: ids, order and in-place updates hold
+    /// across chunk boundaries, a duplicate id stays an orphan, and a snapshot
+    /// of them reads back the same.
+    @Test func thousandsOfTasksKeepTheirOrderAndUpdatesAcrossChunks() throws {
+        var log = LogBuilder()
+        let ids = (0..<2_600).map { "t\($0)" }
+        for id in ids { log.create(id) }
+        for id in ["t0", "t1023", "t1024", "t2047", "t2048", "t2599"] { log.runToEnd(id, bytes: 7) }
+        log.create("t1024")
+        let state = log.state
+        #expect(state.tasks.count == ids.count)
+        #expect(Array(state.tasks.keys) == ids)
+        #expect(state.orphanEvents == [Int64(log.events.count)])
+        for (position, id) in ids.enumerated() {
+            #expect(state.tasks.index(forKey: id) == position)
+            #expect(state[id]?.id == id)
+        }
+        #expect(state.tasks.filter { $0.phase == .finished }.map(\.id) == ["t0", "t1023", "t1024", "t2047", "t2048", "t2599"])
+        #expect(state["t1024"]?.bytes == 7 && state["t1025"]?.phase == .queued)
+        #expect(state.activeCount == ids.count - 6)
+        #expect(try Snapshot.decode(Snapshot.encode(state)) == state)
+    }
+
     @Test func startedProgressedFinished() {
         var log = LogBuilder()
         log.create("t")

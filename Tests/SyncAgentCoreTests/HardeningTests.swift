@@ -63,6 +63,11 @@ struct HardeningCoreTests {
         #expect(Redaction.url("http://example.com/design?key=1&password=2&token=3")
                 == "http://example.com/design?key=<redacted>&password=<redacted>&token=<redacted>")
         #expect(Redaction.url("http://example.com/plain") == "http://example.com/plain")
+        // Nothing to hide without userinfo, query or fragment: the text comes back as it was.
+        for plain in ["http://example.com/a/b.iso", "https://[::1]:8443/x", "ftp://h/%40", "not a url", "http://h/a;b=c"] {
+            #expect(Redaction.url(plain) == plain)
+        }
+        #expect(Redaction.url("http://h/p@q/f?key=1") == "http://h/p@q/f?key=<redacted>")
         #expect(Redaction.text("server answered 404 Not Found for http://u:p@h/x?token=t (retrying)")
                 == "server answered 404 Not Found for http://<redacted>@h/x?token=<redacted> (retrying)")
     }

@@ -37,7 +37,7 @@ struct SnapshotTests {
             #expect(found, "no random log sets \(what)")
         }
         func anyTask(_ what: String, _ test: (TaskState) -> Bool) {
-            reached(what) { $0.tasks.values.contains(where: test) }
+            reached(what) { $0.tasks.contains(where: test) }
         }
         reached("children, families") { !$0.children.isEmpty && !$0.families.isEmpty }
         reached("published, rejected, orphans") { !$0.published.isEmpty && !$0.rejected.isEmpty && !$0.orphanEvents.isEmpty }
@@ -126,6 +126,40 @@ struct SnapshotTests {
         #expect(restored["v"]?.spec == spec)
         #expect(restored["v"]?.hostKey == task.hostKey)
         #expect(restored == state)
+    }
+
+    /// A snapshot lists its task ids, then its tasks: a list that does not
+    /// match them (an id twice, one missing) is damage, never a state with a
+    /// task lost or found under the wrong id.
+    @Test func aSnapshotWhoseIdListDisagreesWithItsTasksIsRefused() throws {
+        var state = AgentState()
+        for (seq, id) in ["x1", "x2"].enumerated() {
+            state.apply(Event(seq: Int64(seq + 1), atMs: 1, task: id, body: .created(TaskSpec(url: "http://h.test/\(id)", dest: "/d/\(id)"))))
+        }
+        let good = Snapshot.encode(state)
+        #expect(try Snapshot.decode(good) == state)
+        // The first "x1" is in the id list: make it "x2", and sign the bytes again.
+        var bad = Array(good.dropLast(8))
+        let at = try #require(bad.indices.first { bad[$0] == UInt8(ascii: "x") && bad[$0 + 1] == UInt8(ascii: "1") })
+        bad[at + 1] = UInt8(ascii: "2")
+        let sum = bad.withUnsafeBytes { Snapshot.checksum($0) }
+        bad += (0..<8).map { UInt8(truncatingIfNeeded: sum >> (8 * $0)) }
+        #expect(throws: Snapshot.Malformed.self) { try Snapshot.decode(bad) }
+    }
+
+    /// A spec's rare keys share one box: copies that change one key change
+    /// only their own, and specs equal key by key are equal however made.
+    @Test func aSpecsRareKeysAreItsOwn() {
+        var a = TaskSpec(url: "http://h.test/x", dest: "/d/x", sha256: "ab", connections: 4)
+        var b = a
+        b.connections = 8
+        #expect(a.connections == 4 && b.connections == 8 && a != b)
+        b.connections = 4
+        #expect(a == b)
+        a.sha256 = nil
+        a.connections = nil
+        #expect(a == TaskSpec(url: "http://h.test/x", dest: "/d/x"))
+        #expect(b.sha256 == "ab")
     }
 
     /// The snapshot writes every stored field of these by name: one added

@@ -27,7 +27,7 @@ struct LiveStateTests {
         let replayed = try EventStore(readingFrom: paths.eventLog).replay()
         #expect(replayed == agent.state)
         #expect(replayed.tasks.count == 7)
-        #expect(replayed.tasks.values.filter { $0.phase == .finished }.count == 6)
-        #expect(replayed.tasks.values.filter { $0.phase == .failed }.count == 1)
+        #expect(replayed.tasks.filter { $0.phase == .finished }.count == 6)
+        #expect(replayed.tasks.filter { $0.phase == .failed }.count == 1)
     }
 }

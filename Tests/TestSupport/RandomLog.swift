@@ -132,6 +132,6 @@ public struct RandomLog {
 extension AgentState {
     /// What a restart would do with every task: states that are equal must plan alike.
     public func recoveryPlans(nowMs: Int64) -> [String: RecoveryPlan] {
-        Dictionary(uniqueKeysWithValues: tasks.values.map { ($0.id, RecoveryPlan.plan(for: $0, in: self, nowMs: nowMs)) })
+        Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, in: self, nowMs: nowMs)) })
     }
 }

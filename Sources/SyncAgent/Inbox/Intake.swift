@@ -343,7 +343,9 @@ struct JobFile {
         }
         bytes.removeSubrange(filled...)
         let digest = Hex.encode(SHA256.hash(data: bytes).prefix(12))
-        let identity = "\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):\(digest)"
+        // Kept for the task's life (its spec, the taken set): copied out of
+        // the interpolation's buffer, which grew to twice the text.
+        let identity = String(decoding: Array("\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):\(digest)".utf8), as: UTF8.self)
         let modifiedMs = info.st_mtim.milliseconds
         return JobFile(bytes: bytes, identity: identity, modifiedMs: modifiedMs)
     }
