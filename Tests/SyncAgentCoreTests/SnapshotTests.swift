@@ -114,7 +114,7 @@ struct SnapshotTests {
         // The rare keys' box stands for the 13 fields of `Rare`.
         let common = Mirror(reflecting: spec).children.filter { $0.label != "rareBox" }
         let fields = common + Mirror(reflecting: spec.rare).children
-        #expect(common.count == 11 && fields.count == 24, "TaskSpec has a new field: write and read it in Snapshot, then update this count")
+        #expect(common.count == 11 && fields.count == 24, "TaskSpec has a new field: write and read it in Snapshot, compare it in TaskSpec.==, then update this count")
         for field in fields {
             let text = "\(field.value)"
             #expect(text != "nil" && text != "[]", "\(field.label ?? "?") is not set in this test")
