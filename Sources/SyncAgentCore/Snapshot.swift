@@ -154,7 +154,9 @@ public enum Snapshot {
         }
         state.settledParents = Set(try input.strings())
         state.runningAgentPid = try input.optionalInt().map { Int32(truncatingIfNeeded: $0) }
-        for _ in 0..<(try input.count()) {
+        let publishedCount = try input.count()
+        state.published.reserveCapacity(publishedCount)
+        for _ in 0..<publishedCount {
             let path = try input.string()
             state.published[path] = PublishedFile(task: try input.string(), url: try input.string(), sha256: try input.optionalString(),
                                                   etag: try input.optionalString(), lastModified: try input.optionalString(),
@@ -380,43 +382,54 @@ private struct SnapshotReader {
         return value
     }
 
+    /// Read into locals and made in one go: setting the rare keys one by one
+    /// would make a new shared box for each (see `TaskSpec`).
     mutating func spec() throws -> TaskSpec {
-        var spec = TaskSpec(url: try string(), kind: try choice(TransferKind.self), dest: try optionalString())
-        spec.sha256 = try optionalString(); spec.md5 = try optionalString()
-        spec.priority = Int(truncatingIfNeeded: try int()); spec.overwrite = try choice(OverwriteMode.self)
-        for _ in 0..<(try count()) { spec.headers.append(Header(name: try string(), value: try string())) }
-        spec.batch = try optionalString(); spec.notify = try choice(NotifyMode.self)
-        spec.retries = try optionalInt().map { Int(truncatingIfNeeded: $0) }
-        spec.maxSpeed = try optionalInt(); spec.notBeforeMs = try optionalInt()
+        let url = try string(), kind = try choice(TransferKind.self), dest = try optionalString()
+        let sha256 = try optionalString(), md5 = try optionalString()
+        let priority = Int(truncatingIfNeeded: try int()), overwrite = try choice(OverwriteMode.self)
+        var headers: [Header] = []
+        for _ in 0..<(try count()) { headers.append(Header(name: try string(), value: try string())) }
+        let batch = try optionalString(), notify = try choice(NotifyMode.self)
+        let retries = try optionalInt().map { Int(truncatingIfNeeded: $0) }
+        let maxSpeed = try optionalInt(), notBeforeMs = try optionalInt()
         let file = try optionalString(), identity = try optionalString()
-        if let file, let identity { spec.source = JobSource(file: file, identity: identity) }
-        spec.method = try optionalString(); spec.bodyFile = try optionalString(); spec.formField = try optionalString()
-        for _ in 0..<(try count()) { spec.form.append(FormField(name: try string(), value: try string())) }
-        spec.parent = try optionalString()
+        let source = file.flatMap { file in identity.map { JobSource(file: file, identity: $0) } }
+        let method = try optionalString(), bodyFile = try optionalString(), formField = try optionalString()
+        var form: [FormField] = []
+        for _ in 0..<(try count()) { form.append(FormField(name: try string(), value: try string())) }
+        let parent = try optionalString()
         let length = try optionalInt(), offset = try optionalInt()
-        if let length { spec.byteRange = HLSByteRange(length: length, offset: offset) }
+        let byteRange = length.map { HLSByteRange(length: $0, offset: offset) }
         let variant = try optionalString(), output = try optionalString(), maxDurationS = try optionalInt()
+        var hls: HLSOptions?
         if let variant, let output {
             guard let known = HLSOutput(rawValue: output) else { throw malformed("an HLS output, not \(output)") }
-            spec.hls = HLSOptions(variant: variant, output: known, maxDurationS: maxDurationS.map { Int(truncatingIfNeeded: $0) })
+            hls = HLSOptions(variant: variant, output: known, maxDurationS: maxDurationS.map { Int(truncatingIfNeeded: $0) })
         }
-        spec.connections = try optionalInt().map { Int(truncatingIfNeeded: $0) }
-        spec.allowMetered = try optionalInt().map { $0 != 0 }
-        guard format >= 3 else { return spec }
-        let uploadProtocol = try optionalString(), chunkSize = try optionalInt(), parallel = try optionalInt()
-        let partStart = try optionalInt(), partEnd = try optionalInt()
-        if let uploadProtocol {
-            guard let known = UploadProtocol(rawValue: uploadProtocol) else { throw malformed("an upload protocol, not \(uploadProtocol)") }
-            var options = UploadOptions(protocol: known, chunkSize: chunkSize,
-                                        parallel: Int(min(max(parallel ?? 1, 1), Int64(ResumableUpload.maximumParallel))))
-            if partStart != nil || partEnd != nil {
-                // As the event's reader: a damaged part is an error, never a whole-file upload.
-                guard let partStart, let partEnd, partStart >= 0, partStart <= partEnd else { throw malformed("an upload part") }
-                options.part = ByteSpan(partStart, partEnd)
+        let connections = try optionalInt().map { Int(truncatingIfNeeded: $0) }
+        let allowMetered = try optionalInt().map { $0 != 0 }
+        var upload: UploadOptions?
+        if format >= 3 {
+            let uploadProtocol = try optionalString(), chunkSize = try optionalInt(), parallel = try optionalInt()
+            let partStart = try optionalInt(), partEnd = try optionalInt()
+            if let uploadProtocol {
+                guard let known = UploadProtocol(rawValue: uploadProtocol) else { throw malformed("an upload protocol, not \(uploadProtocol)") }
+                var options = UploadOptions(protocol: known, chunkSize: chunkSize,
+                                            parallel: Int(min(max(parallel ?? 1, 1), Int64(ResumableUpload.maximumParallel))))
+                if partStart != nil || partEnd != nil {
+                    // As the event's reader: a damaged part is an error, never a whole-file upload.
+                    guard let partStart, let partEnd, partStart >= 0, partStart <= partEnd else { throw malformed("an upload part") }
+                    options.part = ByteSpan(partStart, partEnd)
+                }
+                upload = options
             }
-            spec.upload = options
         }
-        return spec
+        return TaskSpec(url: url, kind: kind, dest: dest, sha256: sha256, md5: md5, priority: priority, overwrite: overwrite,
+                        headers: headers, batch: batch, notify: notify, retries: retries, maxSpeed: maxSpeed,
+                        notBeforeMs: notBeforeMs, source: source, method: method, bodyFile: bodyFile, formField: formField,
+                        form: form, parent: parent, byteRange: byteRange, hls: hls, connections: connections,
+                        allowMetered: allowMetered, upload: upload)
     }
 
     mutating func task() throws -> TaskState {

@@ -130,34 +130,36 @@ public struct TaskSpec: Equatable, Sendable {
         init(_ value: Rare) { self.value = value }
     }
 
+    /// Read whole only to change a key: each key's getter below reads its
+    /// own field in place, not a copy of all thirteen.
     private(set) var rare: Rare {
         get { rareBox?.value ?? Rare() }
         set { rareBox = newValue == Rare() ? nil : RareBox(newValue) }
     }
 
-    public var sha256: String? { get { rare.sha256 } set { rare.sha256 = newValue } }
-    public var md5: String? { get { rare.md5 } set { rare.md5 = newValue } }
-    public var retries: Int? { get { rare.retries } set { rare.retries = newValue } }
+    public var sha256: String? { get { rareBox?.value.sha256 } set { rare.sha256 = newValue } }
+    public var md5: String? { get { rareBox?.value.md5 } set { rare.md5 = newValue } }
+    public var retries: Int? { get { rareBox?.value.retries } set { rare.retries = newValue } }
     /// Bytes per second; nil for no limit.
-    public var maxSpeed: Int64? { get { rare.maxSpeed } set { rare.maxSpeed = newValue } }
+    public var maxSpeed: Int64? { get { rareBox?.value.maxSpeed } set { rare.maxSpeed = newValue } }
     /// The request method; nil for the kind's default (GET, or PUT for uploads).
-    public var method: String? { get { rare.method } set { rare.method = newValue } }
+    public var method: String? { get { rareBox?.value.method } set { rare.method = newValue } }
     /// Absolute path of the request body, streamed from disk (uploads, data tasks).
-    public var bodyFile: String? { get { rare.bodyFile } set { rare.bodyFile = newValue } }
+    public var bodyFile: String? { get { rareBox?.value.bodyFile } set { rare.bodyFile = newValue } }
     /// Set: the upload is `multipart/form-data` with the file under this field …
-    public var formField: String? { get { rare.formField } set { rare.formField = newValue } }
+    public var formField: String? { get { rareBox?.value.formField } set { rare.formField = newValue } }
     /// … after these fields.
-    public var form: [FormField] { get { rare.form } set { rare.form = newValue } }
+    public var form: [FormField] { get { rareBox?.value.form ?? [] } set { rare.form = newValue } }
     /// Only these bytes of the URL's resource (an HLS `#EXT-X-BYTERANGE`).
-    public var byteRange: HLSByteRange? { get { rare.byteRange } set { rare.byteRange = newValue } }
-    public var hls: HLSOptions? { get { rare.hls } set { rare.hls = newValue } }
+    public var byteRange: HLSByteRange? { get { rareBox?.value.byteRange } set { rare.byteRange = newValue } }
+    public var hls: HLSOptions? { get { rareBox?.value.hls } set { rare.hls = newValue } }
     /// Downloads: ranges of the file fetched at once over this many
     /// connections (aria2c -x/-s); nil: the config's `connections`.
-    public var connections: Int? { get { rare.connections } set { rare.connections = newValue } }
+    public var connections: Int? { get { rareBox?.value.connections } set { rare.connections = newValue } }
     /// False: never transfers over a link NetworkManager calls metered; nil: the config's `allow_metered`.
-    public var allowMetered: Bool? { get { rare.allowMetered } set { rare.allowMetered = newValue } }
+    public var allowMetered: Bool? { get { rareBox?.value.allowMetered } set { rare.allowMetered = newValue } }
     /// A resumable upload (`protocol = "tus" | "ietf"`); nil for a plain one and for other kinds.
-    public var upload: UploadOptions? { get { rare.upload } set { rare.upload = newValue } }
+    public var upload: UploadOptions? { get { rareBox?.value.upload } set { rare.upload = newValue } }
 
     public init(url: String, kind: TransferKind = .download, dest: String?, sha256: String? = nil,
                 md5: String? = nil, priority: Int = 0, overwrite: OverwriteMode = .rename,

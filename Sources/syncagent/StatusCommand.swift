@@ -87,6 +87,9 @@ struct StatusCommand: ParsableCommand {
         } else {
             print(screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
         }
+        // Done: exit (stdio flushes) rather than free every task one by one,
+        // which took 5% of a `status` on 10,000 tasks.
+        Glibc.exit(EXIT_SUCCESS)
     }
 
     /// The agent line, the table, the summary line; on a terminal, every
