@@ -261,7 +261,7 @@ private struct SnapshotWriter {
         string(task.phase.rawValue)
         optionalString(task.pauseReason?.rawValue)
         bool(task.owesOwnNotice); bool(task.forgotten)
-        guard let details = task.detailsBox?.value else { bytes.append(0); return }
+        guard let details = task.details.box?.fields else { bytes.append(0); return }
         bytes.append(1)
         optionalString(details.error); optionalString(details.errorCode); optionalString(details.etag)
         optionalString(details.lastModified); optionalString(details.restartReason); optionalString(details.publishedPath)
@@ -482,7 +482,7 @@ private struct SnapshotReader {
             details.chunkSize = try optionalInt(); details.splitInto = try optionalInt().map { Int(truncatingIfNeeded: $0) }
             details.bodyChangedNs = try optionalInt()
         }
-        task.detailsBox = DetailsBox(details)
+        task.details = OutOfLine(details)
         return task
     }
 }

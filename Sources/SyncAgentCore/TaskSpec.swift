@@ -105,10 +105,10 @@ public struct TaskSpec: Equatable, Sendable {
     public var source: JobSource?
     /// A child task's parent (an HLS segment's playlist task): SPEC §10.
     public var parent: String?
-    private var rareBox: RareBox?
+    /// The keys few jobs set, absent while none is.
+    private(set) var rare = OutOfLine<Rare>()
 
-    /// The keys few jobs set.
-    struct Rare: Equatable, Sendable {
+    struct Rare: OutOfLineFields {
         var sha256: String?
         var md5: String?
         var retries: Int?
@@ -124,42 +124,29 @@ public struct TaskSpec: Equatable, Sendable {
         var upload: UploadOptions?
     }
 
-    /// Never changed once made: a spec that sets a rare key gets a new box.
-    private final class RareBox: Sendable {
-        let value: Rare
-        init(_ value: Rare) { self.value = value }
-    }
-
-    /// Read whole only to change a key: each key's getter below reads its
-    /// own field in place, not a copy of all thirteen.
-    private(set) var rare: Rare {
-        get { rareBox?.value ?? Rare() }
-        set { rareBox = newValue == Rare() ? nil : RareBox(newValue) }
-    }
-
-    public var sha256: String? { get { rareBox?.value.sha256 } set { rare.sha256 = newValue } }
-    public var md5: String? { get { rareBox?.value.md5 } set { rare.md5 = newValue } }
-    public var retries: Int? { get { rareBox?.value.retries } set { rare.retries = newValue } }
+    public var sha256: String? { get { rare.box?.fields.sha256 } set { rare.fields.sha256 = newValue } }
+    public var md5: String? { get { rare.box?.fields.md5 } set { rare.fields.md5 = newValue } }
+    public var retries: Int? { get { rare.box?.fields.retries } set { rare.fields.retries = newValue } }
     /// Bytes per second; nil for no limit.
-    public var maxSpeed: Int64? { get { rareBox?.value.maxSpeed } set { rare.maxSpeed = newValue } }
+    public var maxSpeed: Int64? { get { rare.box?.fields.maxSpeed } set { rare.fields.maxSpeed = newValue } }
     /// The request method; nil for the kind's default (GET, or PUT for uploads).
-    public var method: String? { get { rareBox?.value.method } set { rare.method = newValue } }
+    public var method: String? { get { rare.box?.fields.method } set { rare.fields.method = newValue } }
     /// Absolute path of the request body, streamed from disk (uploads, data tasks).
-    public var bodyFile: String? { get { rareBox?.value.bodyFile } set { rare.bodyFile = newValue } }
+    public var bodyFile: String? { get { rare.box?.fields.bodyFile } set { rare.fields.bodyFile = newValue } }
     /// Set: the upload is `multipart/form-data` with the file under this field …
-    public var formField: String? { get { rareBox?.value.formField } set { rare.formField = newValue } }
+    public var formField: String? { get { rare.box?.fields.formField } set { rare.fields.formField = newValue } }
     /// … after these fields.
-    public var form: [FormField] { get { rareBox?.value.form ?? [] } set { rare.form = newValue } }
+    public var form: [FormField] { get { rare.box?.fields.form ?? [] } set { rare.fields.form = newValue } }
     /// Only these bytes of the URL's resource (an HLS `#EXT-X-BYTERANGE`).
-    public var byteRange: HLSByteRange? { get { rareBox?.value.byteRange } set { rare.byteRange = newValue } }
-    public var hls: HLSOptions? { get { rareBox?.value.hls } set { rare.hls = newValue } }
+    public var byteRange: HLSByteRange? { get { rare.box?.fields.byteRange } set { rare.fields.byteRange = newValue } }
+    public var hls: HLSOptions? { get { rare.box?.fields.hls } set { rare.fields.hls = newValue } }
     /// Downloads: ranges of the file fetched at once over this many
     /// connections (aria2c -x/-s); nil: the config's `connections`.
-    public var connections: Int? { get { rareBox?.value.connections } set { rare.connections = newValue } }
+    public var connections: Int? { get { rare.box?.fields.connections } set { rare.fields.connections = newValue } }
     /// False: never transfers over a link NetworkManager calls metered; nil: the config's `allow_metered`.
-    public var allowMetered: Bool? { get { rareBox?.value.allowMetered } set { rare.allowMetered = newValue } }
+    public var allowMetered: Bool? { get { rare.box?.fields.allowMetered } set { rare.fields.allowMetered = newValue } }
     /// A resumable upload (`protocol = "tus" | "ietf"`); nil for a plain one and for other kinds.
-    public var upload: UploadOptions? { get { rareBox?.value.upload } set { rare.upload = newValue } }
+    public var upload: UploadOptions? { get { rare.box?.fields.upload } set { rare.fields.upload = newValue } }
 
     public init(url: String, kind: TransferKind = .download, dest: String?, sha256: String? = nil,
                 md5: String? = nil, priority: Int = 0, overwrite: OverwriteMode = .rename,
@@ -173,16 +160,16 @@ public struct TaskSpec: Equatable, Sendable {
         self.priority = priority; self.overwrite = overwrite; self.headers = headers
         self.batch = batch; self.notify = notify; self.notBeforeMs = notBeforeMs; self.source = source
         self.parent = parent
-        self.rare = Rare(sha256: sha256, md5: md5, retries: retries, maxSpeed: maxSpeed, method: method, bodyFile: bodyFile,
+        self.rare = OutOfLine(Rare(sha256: sha256, md5: md5, retries: retries, maxSpeed: maxSpeed, method: method, bodyFile: bodyFile,
                          formField: formField, form: form, byteRange: byteRange, hls: hls, connections: connections,
-                         allowMetered: allowMetered, upload: upload)
+                         allowMetered: allowMetered, upload: upload))
     }
 
     public static func == (lhs: TaskSpec, rhs: TaskSpec) -> Bool {
         lhs.url == rhs.url && lhs.kind == rhs.kind && lhs.dest == rhs.dest && lhs.priority == rhs.priority
             && lhs.overwrite == rhs.overwrite && lhs.headers == rhs.headers && lhs.batch == rhs.batch
             && lhs.notify == rhs.notify && lhs.notBeforeMs == rhs.notBeforeMs && lhs.source == rhs.source
-            && lhs.parent == rhs.parent && (lhs.rareBox === rhs.rareBox || lhs.rare == rhs.rare)
+            && lhs.parent == rhs.parent && lhs.rare == rhs.rare
     }
 
     /// The method the request goes out with.

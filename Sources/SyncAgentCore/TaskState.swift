@@ -18,7 +18,7 @@ final class SpecBox: Equatable, Sendable {
 
 /// The rarely set strings of a task, kept out of line: a queued task has
 /// none of them, and 10,000 queued tasks then store 88 bytes less each.
-struct TaskDetails: Equatable, Sendable {
+struct TaskDetails: OutOfLineFields {
     var error: String?
     var errorCode: String?
     var etag: String?
@@ -59,14 +59,6 @@ public struct Family: Equatable, Sendable {
     public init() {}
 }
 
-/// Copy-on-write storage for `TaskDetails`, so `TaskState` keeps value semantics.
-final class DetailsBox: Equatable, @unchecked Sendable {
-    // Mutated only while uniquely referenced (see TaskState.details).
-    var value: TaskDetails
-    init(_ value: TaskDetails) { self.value = value }
-    static func == (lhs: DetailsBox, rhs: DetailsBox) -> Bool { lhs === rhs || lhs.value == rhs.value }
-}
-
 /// One task as the log tells it.
 public struct TaskState: Equatable, Sendable {
     public var id: String
@@ -95,8 +87,8 @@ public struct TaskState: Equatable, Sendable {
     }
     /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
     public internal(set) var hostKey: String
-    /// Nil, or the details that differ from none (never an empty box: equality relies on it).
-    var detailsBox: DetailsBox?
+    /// The rarely set fields (see `TaskDetails`).
+    var details = OutOfLine<TaskDetails>()
     public var total: Int64?
     /// Unix ms before which the scheduler must not start it (not_before, retry backoff).
     public var notBeforeMs: Int64?
@@ -111,62 +103,49 @@ public struct TaskState: Equatable, Sendable {
     /// `syncagent forget`: no longer listed by `status`.
     public var forgotten = false
 
-    private var details: TaskDetails {
-        get { detailsBox?.value ?? TaskDetails() }
-        set {
-            if newValue == TaskDetails() {
-                detailsBox = nil
-            } else if detailsBox != nil, isKnownUniquelyReferenced(&detailsBox!) {
-                detailsBox!.value = newValue
-            } else {
-                detailsBox = DetailsBox(newValue)
-            }
-        }
-    }
-
-    public var error: String? { get { details.error } set { details.error = newValue } }
-    public var errorCode: String? { get { details.errorCode } set { details.errorCode = newValue } }
-    public var etag: String? { get { details.etag } set { details.etag = newValue } }
-    public var lastModified: String? { get { details.lastModified } set { details.lastModified = newValue } }
+    public var error: String? { get { details.box?.fields.error } set { details.fields.error = newValue } }
+    public var errorCode: String? { get { details.box?.fields.errorCode } set { details.fields.errorCode = newValue } }
+    public var etag: String? { get { details.box?.fields.etag } set { details.fields.etag = newValue } }
+    public var lastModified: String? { get { details.box?.fields.lastModified } set { details.fields.lastModified = newValue } }
     /// Why the last restart from 0 happened, if one did.
-    public var restartReason: String? { get { details.restartReason } set { details.restartReason = newValue } }
+    public var restartReason: String? { get { details.box?.fields.restartReason } set { details.fields.restartReason = newValue } }
     /// Where `finished` published the file (may differ from the requested
     /// `spec.dest` with `overwrite = "rename"`).
-    public var publishedPath: String? { get { details.publishedPath } set { details.publishedPath = newValue } }
+    public var publishedPath: String? { get { details.box?.fields.publishedPath } set { details.fields.publishedPath = newValue } }
     /// Upload and data tasks: the status of the response they finished with.
-    public var responseStatus: Int? { get { details.responseStatus } set { details.responseStatus = newValue } }
+    public var responseStatus: Int? { get { details.box?.fields.responseStatus } set { details.fields.responseStatus = newValue } }
     /// An HLS parent after it read its playlist; nil before.
-    public var hls: HLSProgress? { get { details.hls } set { details.hls = newValue } }
+    public var hls: HLSProgress? { get { details.box?.fields.hls } set { details.fields.hls = newValue } }
     /// A parent whose work is its children's: it holds no transfer slot.
     /// (Read in place: the fold asks on every phase change.)
-    public var isFannedOut: Bool { detailsBox.map { $0.value.hls != nil || $0.value.splitInto != nil } ?? false }
+    public var isFannedOut: Bool { details.box.map { $0.fields.hls != nil || $0.fields.splitInto != nil } ?? false }
     /// A resumable upload's resource on the server, once created (`upload_created`).
-    public var upload: UploadSession? { get { details.upload } set { details.upload = newValue } }
+    public var upload: UploadSession? { get { details.box?.fields.upload } set { details.fields.upload = newValue } }
     /// The size of the last chunk sent and confirmed.
-    public var chunkSize: Int64? { get { details.chunkSize } set { details.chunkSize = newValue } }
+    public var chunkSize: Int64? { get { details.box?.fields.chunkSize } set { details.fields.chunkSize = newValue } }
     /// A resumable upload: `body_file`'s ctime when its upload began or it was split.
-    public var bodyChangedNs: Int64? { get { details.bodyChangedNs } set { details.bodyChangedNs = newValue } }
+    public var bodyChangedNs: Int64? { get { details.box?.fields.bodyChangedNs } set { details.fields.bodyChangedNs = newValue } }
     /// A parallel upload: how many partial uploads (child tasks) it became.
-    public var splitInto: Int? { get { details.splitInto } set { details.splitInto = newValue } }
+    public var splitInto: Int? { get { details.box?.fields.splitInto } set { details.fields.splitInto = newValue } }
     /// Whether no more children will come: a video's playlist ended, or an upload was split.
     public var hasAllChildren: Bool { hls?.ended ?? (splitInto != nil) }
     /// The parent of a child task, read in place (not through a copy of the spec).
     public var parentID: String? { specBox.spec.parent }
     /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
-    public var skipReason: String? { get { details.skipReason } set { details.skipReason = newValue } }
+    public var skipReason: String? { get { details.box?.fields.skipReason } set { details.fields.skipReason = newValue } }
     /// A segmented download whose durable bytes are not one prefix: which
     /// parts of the file they are (`bytes` in all). Nil: bytes `0 ..< bytes`.
-    public var doneRanges: ByteRanges? { get { details.doneRanges } set { details.doneRanges = newValue } }
+    public var doneRanges: ByteRanges? { get { details.box?.fields.doneRanges } set { details.fields.doneRanges = newValue } }
     /// Why it downloads over one connection although it asked for more.
     public var singleConnectionReason: String? {
-        get { details.singleConnectionReason } set { details.singleConnectionReason = newValue }
+        get { details.box?.fields.singleConnectionReason } set { details.fields.singleConnectionReason = newValue }
     }
     /// Whether `doneRanges` is set, asked without copying the details out.
-    var hasDoneRanges: Bool { detailsBox?.value.doneRanges != nil }
+    var hasDoneRanges: Bool { details.box?.fields.doneRanges != nil }
     /// What the log vouches for, as spans of the file.
     public var durableRanges: ByteRanges { doneRanges ?? ByteRanges([ByteSpan(0, bytes)]) }
     /// `overwrite = "update"` found it unchanged on the server (a 304).
-    public var unchanged: Bool { get { details.unchanged } set { details.unchanged = newValue } }
+    public var unchanged: Bool { get { details.box?.fields.unchanged ?? false } set { details.fields.unchanged = newValue } }
 
     public init(id: String, spec: TaskSpec, seq: Int64, atMs: Int64) {
         self.init(id: id, spec: spec, hostKey: URLRules.hostKey(spec.url), seq: seq, atMs: atMs)
