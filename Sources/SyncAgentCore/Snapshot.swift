@@ -115,13 +115,17 @@ public enum Snapshot {
         guard checksum(bytes) == sum else { throw Malformed(description: "snapshot damaged: its checksum does not match") }
         var state = AgentState()
         state.lastSeq = try input.int()
-        let order = try input.strings()
+        // The ids are kept as where they lie: each is checked against its task's own, never made a string.
+        let order = try (0..<(try input.count())).map { _ in try input.span() }
         let taskCount = try input.count()
         guard order.count == taskCount else { throw input.malformed("task order (\(order.count) ids for \(taskCount) tasks)") }
         state.tasks.reserveCapacity(taskCount)
+        var repeats = SnapshotReader.Repeats()
         for id in order {
-            let task = try input.task()
-            guard task.id == id, state.tasks.append(task) else { throw input.malformed("task \(task.id) out of order or twice") }
+            let task = try input.task(&repeats)
+            guard input.holds(task.id, at: id), state.tasks.append(task) else {
+                throw input.malformed("task \(task.id) out of order or twice")
+            }
         }
         state.takenSources = Set(try input.strings())
         state.rejectedSources = Set(try input.strings())
@@ -157,10 +161,20 @@ public enum Snapshot {
         let publishedCount = try input.count()
         state.published.reserveCapacity(publishedCount)
         for _ in 0..<publishedCount {
-            let path = try input.string()
-            state.published[path] = PublishedFile(task: try input.string(), url: try input.string(), sha256: try input.optionalString(),
-                                                  etag: try input.optionalString(), lastModified: try input.optionalString(),
-                                                  size: try input.int(), modifiedNs: try input.optionalInt())
+            // A record mostly repeats its task's dest and URL: read after the
+            // task's id (which follows the path), they are the task's strings.
+            let pathStart = input.offset
+            try input.skipString()
+            let id = try input.string()
+            let afterID = input.offset
+            let task = state.tasks.index(forKey: id)
+            input.offset = pathStart
+            let path = try input.string(sharing: task.flatMap { state.tasks[$0].dest })
+            input.offset = afterID
+            state.published[path] = PublishedFile(task: id, url: try input.string(sharing: task.map { state.tasks[$0].spec.url }),
+                                                  sha256: try input.optionalString(), etag: try input.optionalString(),
+                                                  lastModified: try input.optionalString(), size: try input.int(),
+                                                  modifiedNs: try input.optionalInt())
         }
         state.armedHooks = Set(try input.strings().map { name in
             guard let hook = HookKind(rawValue: name) else { throw input.malformed("hook \(name)") }
@@ -293,8 +307,45 @@ private struct SnapshotReader {
     var offset = 0
     /// The snapshot's format: fields added since format 2 are read only from newer ones.
     var format = Int64(Snapshot.format)
+    /// What the previous task had at these places: see `Repeat`.
+    struct Repeats {
+        fileprivate var kinds = Repeat<TransferKind>(), overwrites = Repeat<OverwriteMode>(), notifies = Repeat<NotifyMode>()
+        fileprivate var phases = Repeat<TaskPhase>(), hosts = Repeat<String>(), headerLists = Repeat<[Header]>()
+    }
 
     init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    /// The value last read at one place of the layout, with its bytes.
+    /// Tasks in a row mostly repeat it (their kind, phase, host, headers):
+    /// a repeat is known by its bytes and costs no new string, array or
+    /// lookup, and its storage is shared.
+    fileprivate struct Repeat<Value> {
+        var bytes: [UInt8] = []
+        var value: Value?
+
+        func matching(_ raw: UnsafeRawBufferPointer) -> Value? {
+            guard let value, bytes.count == raw.count else { return nil }
+            return bytes.withUnsafeBytes { $0.count == 0 || memcmp($0.baseAddress!, raw.baseAddress!, raw.count) == 0 } ? value : nil
+        }
+
+        mutating func remember(_ value: Value, _ raw: UnsafeRawBufferPointer) {
+            self.value = value
+            bytes = Array(raw)
+        }
+    }
+
+    /// Reads what `read` reads, unless its bytes repeat `last`'s: then `last`'s value.
+    private mutating func reading<Value>(_ last: inout Repeat<Value>, skip: (inout Self) throws -> Void,
+                                         read: (inout Self) throws -> Value) throws -> Value {
+        let start = offset
+        try skip(&self)
+        let raw = UnsafeRawBufferPointer(rebasing: bytes[start..<offset])
+        if let value = last.matching(raw) { return value }
+        offset = start
+        let value = try read(&self)
+        last.remember(value, raw)
+        return value
+    }
 
     var atEnd: Bool { offset == bytes.count }
 
@@ -302,40 +353,51 @@ private struct SnapshotReader {
         Snapshot.Malformed(description: "snapshot damaged at byte \(offset): expected \(expected)")
     }
 
+    // The primitives below run some sixty times per task: they read through
+    // one bounds check each and are inlined. As calls through a subscript
+    // per byte they were a sixth of a snapshot read's instructions (callgrind).
+
+    @inline(__always)
     mutating func byte() throws -> UInt8 {
         guard offset < bytes.count else { throw malformed("more bytes") }
         defer { offset += 1 }
-        return bytes[offset]
+        return bytes.load(fromByteOffset: offset, as: UInt8.self)
     }
 
+    @inline(__always)
     mutating func int() throws -> Int64 {
         var value: UInt64 = 0
         var shift: UInt64 = 0
+        var index = offset
         while true {
-            let next = try byte()
+            guard index < bytes.count else { throw malformed("more bytes") }
+            let next = bytes.load(fromByteOffset: index, as: UInt8.self)
+            index += 1
             guard shift < 64 else { throw malformed("a number") }
             value |= UInt64(next & 0x7f) << shift
             if next < 0x80 { break }
             shift += 7
         }
+        offset = index
         return Int64(bitPattern: value >> 1) ^ -Int64(bitPattern: value & 1)
     }
 
     /// A count of things to read: never negative, never more than the bytes left.
+    @inline(__always)
     mutating func count() throws -> Int {
         let value = try int()
         guard value >= 0, value <= Int64(bytes.count - offset) else { throw malformed("a count") }
         return Int(value)
     }
 
+    @inline(__always)
     mutating func flag() throws -> Bool {
-        switch try byte() {
-        case 0: return false
-        case 1: return true
-        default: throw malformed("0 or 1")
-        }
+        let value = try byte()
+        guard value <= 1 else { throw malformed("0 or 1") }
+        return value == 1
     }
 
+    @inline(__always)
     mutating func optionalInt() throws -> Int64? { try flag() ? try int() : nil }
 
     mutating func string() throws -> String {
@@ -344,7 +406,40 @@ private struct SnapshotReader {
         return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]), as: UTF8.self)
     }
 
+    @inline(__always)
     mutating func optionalString() throws -> String? { try flag() ? try string() : nil }
+
+    mutating func skipString() throws { offset += try count() }
+
+    /// Where the next string lies, skipped.
+    mutating func span() throws -> Range<Int> {
+        let length = try count()
+        defer { offset += length }
+        return offset..<offset + length
+    }
+
+    /// Whether `string` has the bytes at `span`.
+    func holds(_ string: String, at span: Range<Int>) -> Bool {
+        Self.same(string, UnsafeRawBufferPointer(rebasing: bytes[span]))
+    }
+
+    private static func same(_ string: String, _ raw: UnsafeRawBufferPointer) -> Bool {
+        guard string.utf8.count == raw.count else { return false }
+        var string = string
+        return string.withUTF8 { raw.count == 0 || memcmp($0.baseAddress!, raw.baseAddress!, raw.count) == 0 }
+    }
+
+    /// The next string; `known` itself when it has the same bytes, so a
+    /// string the snapshot repeats is held once and read without copying.
+    mutating func string(sharing known: String?) throws -> String {
+        let length = try count()
+        defer { offset += length }
+        let raw = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
+        if let known, Self.same(known, raw) { return known }
+        return String(decoding: raw, as: UTF8.self)
+    }
+
+    mutating func optionalString(sharing known: String?) throws -> String? { try flag() ? try string(sharing: known) : nil }
 
     mutating func strings() throws -> [String] {
         let total = try count()
@@ -382,15 +477,22 @@ private struct SnapshotReader {
         return value
     }
 
+    private mutating func choice<E: RawRepresentable>(_ last: inout Repeat<E>) throws -> E where E.RawValue == String {
+        try reading(&last, skip: { try $0.skipString() }, read: { try $0.choice(E.self) })
+    }
+
     /// Read into locals and made in one go: setting the rare keys one by one
     /// would make a new shared box for each (see `TaskSpec`).
-    mutating func spec() throws -> TaskSpec {
-        let url = try string(), kind = try choice(TransferKind.self), dest = try optionalString()
+    mutating func spec(_ repeats: inout Repeats) throws -> TaskSpec {
+        let url = try string(), kind = try choice(&repeats.kinds), dest = try optionalString()
         let sha256 = try optionalString(), md5 = try optionalString()
-        let priority = Int(truncatingIfNeeded: try int()), overwrite = try choice(OverwriteMode.self)
-        var headers: [Header] = []
-        for _ in 0..<(try count()) { headers.append(Header(name: try string(), value: try string())) }
-        let batch = try optionalString(), notify = try choice(NotifyMode.self)
+        let priority = Int(truncatingIfNeeded: try int()), overwrite = try choice(&repeats.overwrites)
+        let headers = try reading(&repeats.headerLists, skip: { input in
+            for _ in 0..<(try input.count()) { try input.skipString(); try input.skipString() }
+        }, read: { input in
+            try (0..<(try input.count())).map { _ in Header(name: try input.string(), value: try input.string()) }
+        })
+        let batch = try optionalString(), notify = try choice(&repeats.notifies)
         let retries = try optionalInt().map { Int(truncatingIfNeeded: $0) }
         let maxSpeed = try optionalInt(), notBeforeMs = try optionalInt()
         let file = try optionalString(), identity = try optionalString()
@@ -432,10 +534,11 @@ private struct SnapshotReader {
                         allowMetered: allowMetered, upload: upload)
     }
 
-    mutating func task() throws -> TaskState {
+    mutating func task(_ repeats: inout Repeats) throws -> TaskState {
         let id = try string()
-        let spec = try spec()
-        var task = TaskState(id: id, spec: spec, hostKey: try string(), seq: 0, atMs: 0)
+        let spec = try spec(&repeats)
+        let hostKey = try reading(&repeats.hosts, skip: { try $0.skipString() }, read: { try $0.string() })
+        var task = TaskState(id: id, spec: spec, hostKey: hostKey, seq: 0, atMs: 0)
         task.bytes = try int(); task.attempts = Int(try int()); task.attemptsBeforeRerun = Int(try int())
         task.attemptsWithoutNetwork = Int(try int())
         task.redirects = Int(try int()); task.createdSeq = try int(); task.lastSeq = try int(); task.createdAtMs = try int()
@@ -448,9 +551,7 @@ private struct SnapshotReader {
         }
         task.total = try optionalInt(); task.notBeforeMs = try optionalInt(); task.endedAtMs = try optionalInt()
         task.firstStartedAtMs = try optionalInt()
-        let phase = try string()
-        guard let known = TaskPhase(rawValue: phase) else { throw malformed("a phase, not \(phase)") }
-        task.phase = known
+        task.phase = try choice(&repeats.phases)
         if let reason = try optionalString() {
             guard let known = PauseReason(rawValue: reason) else { throw malformed("a pause reason, not \(reason)") }
             task.pauseReason = known
@@ -460,7 +561,7 @@ private struct SnapshotReader {
         var details = TaskDetails()
         details.error = try optionalString(); details.errorCode = try optionalString(); details.etag = try optionalString()
         details.lastModified = try optionalString(); details.restartReason = try optionalString()
-        details.publishedPath = try optionalString()
+        details.publishedPath = try optionalString(sharing: spec.dest)
         details.responseStatus = try optionalInt().map { Int(truncatingIfNeeded: $0) }
         details.skipReason = try optionalString()
         details.unchanged = try flag()

@@ -147,6 +147,50 @@ struct SnapshotTests {
         #expect(throws: Snapshot.Malformed.self) { try Snapshot.decode(bad) }
     }
 
+    /// The reader takes a task's kind, phase, host and headers from the task
+    /// before it when their bytes repeat, and a published record's path and
+    /// URL from its task's: tasks that repeat them, differ by one byte of
+    /// the same length, or lack them all come back as written.
+    @Test func tasksInARowComeBackAsWrittenWhereTheyRepeatAndWhereNot() throws {
+        var state = AgentState()
+        let rows: [(host: String, kind: TransferKind, headers: [Header], end: String?)] = [
+            ("h1.test", .download, [Header(name: "A", value: "1")], "finished"),
+            ("h1.test", .download, [Header(name: "A", value: "1")], "finished"),
+            ("h1.test", .download, [Header(name: "A", value: "2")], nil),
+            ("h2.test", .data, [Header(name: "B", value: "2")], "failed"),
+            ("h2.test", .data, [], "finished"),
+            ("h1.test", .download, [Header(name: "A", value: "2"), Header(name: "A", value: "2")], "elsewhere"),
+        ]
+        var seq: Int64 = 0
+        for (index, row) in rows.enumerated() {
+            let id = "t\(index)"
+            let dest = "/d/f\(index)"
+            seq += 1
+            state.apply(Event(seq: seq, atMs: seq, task: id, body: .created(
+                TaskSpec(url: "http://\(row.host)/f\(index)", kind: row.kind, dest: dest, headers: row.headers))))
+            guard let end = row.end else { continue }
+            seq += 1
+            state.apply(Event(seq: seq, atMs: seq, task: id, body: .started(Started(attempt: 1, offset: 0, url: "http://\(row.host)/f\(index)"))))
+            seq += 1
+            switch end {
+            case "failed":
+                state.apply(Event(seq: seq, atMs: seq, task: id, body: .failed(Failed(reason: "r", code: "c", bytes: 0))))
+            default:
+                // "elsewhere": published under another name than its dest (overwrite = "rename").
+                let published = end == "elsewhere" ? "/d/f\(index).1" : dest
+                state.apply(Event(seq: seq, atMs: seq, task: id, body: .finished(Finished(bytes: 3, dest: published))))
+            }
+        }
+        #expect(state.published["/d/f5.1"]?.task == "t5" && state.published["/d/f0"]?.task == "t0")
+        let decoded = try Snapshot.decode(Snapshot.encode(state))
+        #expect(decoded == state)
+        for (index, row) in rows.enumerated() {
+            let task = try #require(decoded["t\(index)"])
+            #expect(task.spec.kind == row.kind && task.spec.headers == row.headers && task.hostKey == state["t\(index)"]?.hostKey)
+        }
+        #expect(decoded["t2"]?.phase == .queued && decoded["t3"]?.phase == .failed && decoded["t4"]?.phase == .finished)
+    }
+
     /// A spec's rare keys share one box: copies that change one key change
     /// only their own, and specs equal key by key are equal however made.
     @Test func aSpecsRareKeysAreItsOwn() {
