@@ -128,6 +128,7 @@ public final class Agent {
 
         runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
+        defer { log.store.close() }
         snapshotSeq = try log.store.newestSnapshotSeq()
         let longLog = Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq)
         if longLog {
@@ -257,7 +258,8 @@ public final class Agent {
         }
         log.record(.agentStopped(AgentStopped(reason: "idle")))
         try commit()
-        let failed = log.state.tasks.filter { $0.phase == .failed && ($0.endedAtMs ?? 0) >= runStartedAtMs }.count
+        let tasks = log.state.orderedTasks
+        let failed = tasks.indices.count { tasks[$0].phase == .failed && (tasks[$0].endedAtMs ?? 0) >= runStartedAtMs }
         logger.info("agent idle, exiting", metadata: ["failed": "\(failed)"])
         return failed > 0 ? Self.exitSomeFailed : Self.exitAllFinished
     }
@@ -422,17 +424,20 @@ public final class Agent {
     /// Tasks the last agent left running (crash) or paused on its way out go
     /// back to the queue at the offset the log vouches for, no further.
     private func resumeInterruptedTasks() {
-        for task in log.state.orderedTasks {
-            if task.spec.behaviour.fansOut {
-                completeHLSPublishing(task)
-            } else if task.phase == .finished, let part = task.partPath, let dest = task.dest, root.exists(part) {
-                if isUnpublishedBody(of: task, part: part, dest: dest) {
-                    completeRename(of: task, from: part, to: dest)
-                } else {
-                    logger.info("leaving a partial file that is not the body this task finished with",
-                                metadata: ["task.id": "\(task.id)", "part": "\(part)"])
-                }
+        let tasks = log.state.orderedTasks
+        for index in tasks.indices {
+            // Read in place, copying no task: most tasks of a long log ended
+            // long ago and need one look at most.
+            let phase = tasks[index].phase
+            if phase == .queued || phase == .failed { continue }
+            let fansOut = tasks[index].spec.behaviour.fansOut
+            if phase == .finished, !fansOut {
+                // A crash between committing `finished` and the rename leaves the body at its part path.
+                if let part = tasks[index].partPath, root.exists(part) { completePublication(of: tasks[index], part: part) }
+                continue
             }
+            let task = tasks[index]
+            if fansOut { completeHLSPublishing(task) }
             // Tasks that waited for the network look again with this agent's network.
             let interrupted = task.phase == .running
                 || (task.phase == .paused && (task.pauseReason == .agentStopping || task.pauseReason?.waitsForNetwork == true))
@@ -456,6 +461,16 @@ public final class Agent {
         }
         for (_, batch) in log.state.owedNotices.sorted(by: { $0.key < $1.key }) {
             post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
+        }
+    }
+
+    private func completePublication(of task: TaskState, part: String) {
+        guard let dest = task.dest else { return }
+        if isUnpublishedBody(of: task, part: part, dest: dest) {
+            completeRename(of: task, from: part, to: dest)
+        } else {
+            logger.info("leaving a partial file that is not the body this task finished with",
+                        metadata: ["task.id": "\(task.id)", "part": "\(part)"])
         }
     }
 

@@ -593,8 +593,12 @@ public enum PathRules {
     /// and a `/` followed by a combining mark as no `/`, so a destination in
     /// another folder, or in the inbox, passed for one inside download_dir.
     public static func isInside(_ path: String, _ folder: String) -> Bool {
-        let prefix = folder == "/" ? Array("/".utf8) : Array(folder.utf8) + [UInt8(ascii: "/")]
-        return path.utf8.count > prefix.count && path.utf8.starts(with: prefix)
+        // Compared in place: every path the agent opens is asked this.
+        let path = path.utf8, slash = UInt8(ascii: "/")
+        if folder.utf8.count == 1, folder.utf8.first == slash { return path.count > 1 && path.first == slash }
+        let length = folder.utf8.count
+        guard path.count > length + 1, path.starts(with: folder.utf8) else { return false }
+        return path[path.index(path.startIndex, offsetBy: length)] == slash
     }
 
     /// The same path, byte for byte.

@@ -269,7 +269,8 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
     /// The task at a position (creation order). Mutable inside the module, in
     /// place; a task's `id` is never changed there.
     public internal(set) subscript(position: Int) -> TaskState {
-        get { chunks[position >> Self.chunkShift][position & Self.chunkMask] }
+        // Read in place: reading one field of a task copies no other.
+        _read { yield chunks[position >> Self.chunkShift][position & Self.chunkMask] }
         _modify { yield &chunks[position >> Self.chunkShift][position & Self.chunkMask] }
     }
 

@@ -30,16 +30,17 @@ struct RunCommand: ParsableCommand {
         guard sigprocmask(SIG_BLOCK, &stops, nil) == 0 else { throw fail("cannot block stop signals: \(String(cString: strerror(errno)))") }
         let resolved = try global.resolve()
         bootstrapLogging()
-        let status: Int32
         do {
             let agent = try Agent(config: resolved.config, paths: resolved.paths, configFile: global.config,
                                   logger: Logger(label: "syncagent"))
-            status = try agent.run(exitWhenIdle: exitWhenIdle)
+            let status = try agent.run(exitWhenIdle: exitWhenIdle)
+            // Stopped, its log closed: exit rather than free every task one
+            // by one (5% of a start-and-stop on a log of 10,000 tasks).
+            withExtendedLifetime(agent) { Glibc.exit(status) }
         } catch let error as AgentAlreadyRunning {
             throw fail(error.description, code: 3)
         } catch {
             throw fail("\(error)")
         }
-        if status != 0 { throw ExitCode(status) }
     }
 }

@@ -165,6 +165,17 @@ struct JobParserTests {
         #expect(Array(PathRules.normalize(path).utf8) == Array(normalized.utf8))
     }
 
+    /// Inside means beneath, byte for byte: never the folder itself, a
+    /// sibling that shares its first bytes, or a name its bytes differ from.
+    @Test(arguments: [
+        ("/dl/x", "/dl", true), ("/dl/a/b", "/dl", true), ("/dl", "/dl", false), ("/dl/", "/dl", false),
+        ("/dlx/y", "/dl", false), ("/d", "/dl", false), ("/x", "/", true), ("/", "/", false), ("", "/", false),
+        ("/d\u{301}l/x", "/dl", false), ("/dl/\u{301}", "/dl", true), ("/caf\u{E9}/x", "/cafe\u{301}", false),
+    ])
+    func insideIsByBytes(_ path: String, _ folder: String, _ inside: Bool) {
+        #expect(PathRules.isInside(path, folder) == inside)
+    }
+
     /// Found by the adversary of issue 12's intake work: String comparison
     /// treats canonically equivalent text as equal and a '/' followed by a
     /// combining mark as no '/', so these passed the checks (a download became

@@ -69,7 +69,7 @@ public final class EventStore {
         // delete the WAL from under the agent.
         if !FileSystem.exists(path) {
             let fd = try syscall("create event log \(path)") { Glibc.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600) }
-            close(fd)
+            Glibc.close(fd)
         }
         try syscall("chmod 0600 \(path)") { chmod(path, 0o600) }
         try open(flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
@@ -112,9 +112,16 @@ public final class EventStore {
         }
     }
 
-    deinit {
+    deinit { close() }
+
+    /// Closes the connection now rather than when the last reference goes:
+    /// a stopping agent checkpoints its last commit here, then exits without
+    /// freeing its state. Nothing uses the store after this.
+    public func close() {
         sqlite3_finalize(insert)
+        insert = nil
         sqlite3_close_v2(db)
+        db = nil
     }
 
     private func open(flags: Int32) throws {

@@ -27,9 +27,16 @@ final class DownloadRoot {
     /// `file` relative to the root, or an error if it is not beneath it
     /// (a task created under another download_dir).
     private func relative(_ file: String) throws -> String {
-        guard PathRules.isInside(file, path) else {
+        guard let relative = beneath(file) else {
             throw SystemError(operation: "\(file) is not inside download_dir \(path)", errno: EXDEV)
         }
+        return relative
+    }
+
+    /// `file` relative to the root, or nil: for questions, which an
+    /// answer of "no" settles without building an error's message.
+    private func beneath(_ file: String) -> String? {
+        guard PathRules.isInside(file, path) else { return nil }
         return String(decoding: file.utf8.dropFirst(path == "/" ? 1 : path.utf8.count + 1), as: UTF8.self)
     }
 
@@ -160,7 +167,7 @@ final class DownloadRoot {
     /// path that is not there through any route is absent beneath the root
     /// too; only a path that is there is looked at without symlinks.
     func exists(_ file: String) -> Bool {
-        guard let relative = try? relative(file) else { return false }
+        guard let relative = beneath(file) else { return false }
         var info = stat()
         if fstatat(fd, relative, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
         return status(file) != nil
