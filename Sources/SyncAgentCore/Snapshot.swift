@@ -16,7 +16,7 @@ public enum Snapshot {
     /// this build does not read is never half-read: it is refused whole.
     public static let format = 3
     /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them).
-    static let readableFormats: ClosedRange<Int64> = 2...3
+    public static let readableFormats: ClosedRange<Int64> = 2...3
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String

@@ -339,8 +339,9 @@ public final class EventStore {
             let seq = sqlite3_column_int64(statement, 0)
             let format = sqlite3_column_int64(statement, 1)
             do {
-                guard format == Int64(Snapshot.format) else {
-                    throw Snapshot.Malformed(description: "snapshot format \(format), this syncagent reads format \(Snapshot.format)")
+                guard Snapshot.readableFormats.contains(format) else {
+                    throw Snapshot.Malformed(description: "snapshot format \(format), this syncagent reads formats "
+                                             + "\(Snapshot.readableFormats.lowerBound)–\(Snapshot.format)")
                 }
                 let bytes = try snapshotBytes(seq: seq, parts: sqlite3_column_int64(statement, 2), total: sqlite3_column_int64(statement, 3))
                 let state = try bytes.withUnsafeBytes { try Snapshot.decode($0) }
