@@ -157,9 +157,17 @@ public enum EventCoding {
     /// Decodes in place from the log's bytes. The payloads every transfer
     /// writes many of go through `JSONReader`; the rare ones through `JSONDecoder`.
     public static func body(type: String, data: UnsafeRawBufferPointer, seq: Int64 = 0) throws -> EventBody {
+        var type = type
+        return try type.withUTF8 { try body(type: UnsafeRawBufferPointer($0), data: data, seq: seq) }
+    }
+
+    /// Decodes a row as the log holds it: its type and data as UTF-8 bytes.
+    /// The type is matched by its bytes and made a string only for an error
+    /// or a rare payload.
+    public static func body(type typeBytes: UnsafeRawBufferPointer, data: UnsafeRawBufferPointer, seq: Int64 = 0) throws -> EventBody {
         do {
             var reader = JSONReader(data)
-            switch type {
+            switch JSONReader.Key(bytes: typeBytes) {
             case "progressed": return .progressed(try Progressed(reading: &reader))
             case "created": return .created(try TaskSpec(reading: &reader))
             case "started": return .started(try Started(reading: &reader))
@@ -177,8 +185,9 @@ public enum EventCoding {
             default: break
             }
         } catch let error as JSONReader.Malformed {
-            throw DecodingFailure(seq: seq, type: type, underlying: error.description)
+            throw DecodingFailure(seq: seq, type: String(decoding: typeBytes, as: UTF8.self), underlying: error.description)
         }
+        let type = String(decoding: typeBytes, as: UTF8.self)
         let json = Data(data)
         func decode<T: Decodable>(_: T.Type) throws -> T {
             do { return try decoder.decode(T.self, from: json) } catch {

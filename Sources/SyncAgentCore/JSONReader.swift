@@ -16,12 +16,15 @@ struct JSONReader {
 
     init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
+    @inline(__always)
     private var current: UInt8? { index < bytes.count ? bytes[index] : nil }
 
+    @inline(__always)
     private mutating func skipSpace() {
         while let byte = current, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
     }
 
+    @inline(__always)
     private mutating func expect(_ byte: UInt8, _ what: String) throws {
         skipSpace()
         guard current == byte else { throw Malformed(offset: index, expected: what) }
@@ -32,6 +35,7 @@ struct JSONReader {
     struct Key {
         let bytes: UnsafeRawBufferPointer
 
+        @inline(__always)
         static func ~= (pattern: StaticString, key: Key) -> Bool {
             pattern.utf8CodeUnitCount == key.bytes.count
                 && memcmp(pattern.utf8Start, key.bytes.baseAddress!, key.bytes.count) == 0
@@ -40,6 +44,7 @@ struct JSONReader {
         static func == (key: Key, pattern: StaticString) -> Bool { pattern ~= key }
     }
 
+    @inline(__always)
     private mutating func readKey() throws -> Key {
         try expect(UInt8(ascii: "\""), "a key")
         let start = index
@@ -136,6 +141,7 @@ struct JSONReader {
         return String(decoding: out, as: UTF8.self)
     }
 
+    @inline(__always)
     mutating func readInt() throws -> Int64 {
         skipSpace()
         var negative = false

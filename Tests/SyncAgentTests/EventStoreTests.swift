@@ -47,6 +47,28 @@ struct EventStoreTests {
         #expect(try reopened.replay(through: 2)["t"]?.phase == .running)
     }
 
+    /// The reader reuses the ids of the last few rows it read: rows of more
+    /// tasks than it remembers, in turn, with ids of one length that differ
+    /// in a byte, and agent-level rows between them, come back as written.
+    @Test func rowsOfManyTasksInTurnKeepTheirOwnIds() throws {
+        var events: [Event] = []
+        for round in 0..<3 {
+            for index in 0..<11 {
+                let id = "t\(index + 10)"
+                let seq = Int64(events.count + 1)
+                events.append(round == 0 ? event(seq, .created(TaskSpec(url: "http://h/\(id)", dest: "/d/\(id)")), task: id)
+                                         : event(seq, .progressed(Progressed(bytes: Int64(round), total: 10)), task: id))
+                if index == 5 { events.append(event(seq + 1, .agentStopped(AgentStopped(reason: "idle")), task: nil)) }
+            }
+        }
+        let store = try EventStore(writingTo: path)
+        try store.append(events)
+        var read: [Event] = []
+        try store.forEach { read.append($0) }
+        #expect(read == events)
+        #expect(try store.replay() == AgentState.replay(events))
+    }
+
     @Test func readerSeesCommittedEventsWhileWriterIsOpen() throws {
         let writer = try EventStore(writingTo: path)
         try writer.append([event(1, .created(TaskSpec(url: "http://h/x", dest: "/d/x")))])

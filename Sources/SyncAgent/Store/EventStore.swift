@@ -245,17 +245,45 @@ public final class EventStore {
         }
     }
 
-    /// Streams decoded events in seq order, decoding `data` where SQLite holds it.
+    /// Streams decoded events in seq order, decoding `data` and `type` where SQLite holds them.
     public func forEach(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
                         _ body: (Event) throws -> Void) throws {
+        var recent = RecentIDs()
         try step(after: seq, through: last, task: task) { statement in
             let seq = sqlite3_column_int64(statement, 0)
-            let type = String(cString: sqlite3_column_text(statement, 3))
-            let data = UnsafeRawBufferPointer(start: sqlite3_column_text(statement, 4),
-                                              count: Int(sqlite3_column_bytes(statement, 4)))
             try body(Event(seq: seq, atMs: sqlite3_column_int64(statement, 1),
-                           task: sqlite3_column_text(statement, 2).map { String(cString: $0) },
-                           body: try EventCoding.body(type: type, data: data, seq: seq)))
+                           task: Self.text(statement, 2).map { recent.id(for: $0) },
+                           body: try EventCoding.body(type: Self.text(statement, 3) ?? UnsafeRawBufferPointer(start: nil, count: 0),
+                                                      data: Self.text(statement, 4) ?? UnsafeRawBufferPointer(start: nil, count: 0),
+                                                      seq: seq)))
+        }
+    }
+
+    /// A column's UTF-8 bytes in place (valid until the next step); nil for NULL.
+    private static func text(_ statement: OpaquePointer, _ column: Int32) -> UnsafeRawBufferPointer? {
+        // Text first, then its length: the order SQLite documents.
+        guard let text = sqlite3_column_text(statement, column) else { return nil }
+        return UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, column)))
+    }
+
+    /// The task ids of the last few rows: a log's rows mostly name one of
+    /// the few tasks running, and a repeat is known by its bytes, not made
+    /// into a new string (a million rows made a million).
+    private struct RecentIDs {
+        private var ids: [String] = []
+        private var next = 0
+
+        mutating func id(for bytes: UnsafeRawBufferPointer) -> String {
+            for index in ids.indices {
+                var id = ids[index]
+                if id.utf8.count == bytes.count,
+                   id.withUTF8({ bytes.count == 0 || memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }) {
+                    return id
+                }
+            }
+            let id = String(decoding: bytes, as: UTF8.self)
+            if ids.count < 8 { ids.append(id) } else { ids[next] = id; next = (next + 1) % ids.count }
+            return id
         }
     }
 
