@@ -82,6 +82,8 @@ public enum Redaction {
 /// raw, so no job can draw fake lines or colours in `status`.
 public enum Printable {
     public static func escaping(_ text: String) -> String {
+        // Printable ASCII, most of what is shown, has nothing to escape: known from its bytes.
+        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return text }
         guard text.unicodeScalars.contains(where: isControl) else { return text }
         var out = ""
         for scalar in text.unicodeScalars {

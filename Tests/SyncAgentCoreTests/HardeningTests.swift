@@ -80,6 +80,9 @@ struct HardeningCoreTests {
     @Test func controlCharactersAreShownNotSent() {
         #expect(Printable.escaping("evil\u{1B}[31m\nname\u{7F}") == "evil\\x1B[31m\\x0Aname\\x7F")
         #expect(Printable.escaping("plain naïve") == "plain naïve")
+        // The edges of printable ASCII, which is passed through without a look at its scalars.
+        #expect(Printable.escaping(" ~\u{7F}\u{1F}") == " ~\\x7F\\x1F")
+        #expect(Printable.escaping("a\u{202E}b") == "a\\x202Eb")
         #expect(URLRules.fileName(from: "http://h/evil%1B%5B31m%0Aevil.bin") == "evil_[31m_evil.bin")
         #expect(throws: KeyError.self) { try JobParser(downloadDir: "/dl").parse(Array("url = \"http://h/x\"\ndest = \"a\\nb\"\n".utf8)) }
     }
