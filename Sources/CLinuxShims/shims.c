@@ -31,6 +31,20 @@ int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t mode) {
 #endif
 }
 
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+
+int sa_rename_noreplace(int fromdirfd, const char *from, int todirfd, const char *to) {
+#ifdef SYS_renameat2
+    return (int)syscall(SYS_renameat2, fromdirfd, from, todirfd, to, RENAME_NOREPLACE);
+#else
+    (void)fromdirfd; (void)from; (void)todirfd; (void)to;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif

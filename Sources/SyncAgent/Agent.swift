@@ -35,7 +35,7 @@ public final class Agent {
     /// `--exit-when-idle` exit 4.
     private var runStartedAtMs: Int64 = 0
     /// `finished` is recorded with its final path; the rename waits for the commit.
-    var renamesAfterCommit: [(part: String, dest: String)] = []
+    var renamesAfterCommit: [(part: String, dest: String, replacing: Bool)] = []
     /// Locks on the partial files of tasks that may write them (see
     /// `DownloadRoot.lockPartial`), by task id; released once a task stops.
     var partLocks: [String: Int32] = [:]
@@ -304,7 +304,7 @@ public final class Agent {
             switch Publisher.prepare(task, bytes: bytes, in: log.state, root: root) {
             case .ready(let path, let modifiedNs):
                 recordFinished(task, attempt, bytes: bytes, dest: path, modifiedNs: modifiedNs, received: download?.bytesReceived)
-                renamesAfterCommit.append((task.partPath!, path))
+                renamesAfterCommit.append((task.partPath!, path, task.spec.overwrite.replacesFiles))
             case .skipped(let reason):
                 removePartial(task.partPath!, of: id)
                 log.record(.finished(Finished(bytes: root.size(task.spec.dest!) ?? 0, dest: task.spec.dest,
@@ -339,14 +339,14 @@ public final class Agent {
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
         var synced = Set<String>()
-        for (part, dest) in renamesAfterCommit {
+        for (part, dest, replacing) in renamesAfterCommit {
             do {
-                try Publisher.complete(part: part, to: dest, root: root)
+                try Publisher.complete(part: part, to: dest, replacing: replacing, root: root)
                 // A rename is durable once its directory is synced: once per directory, not per file.
                 if synced.insert((dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: dest) }
             } catch {
                 // The log vouches for the rename: the next start completes it.
-                logger.error("cannot publish", metadata: ["dest": "\(dest)", "error": "\(error)"])
+                cannotPublish(part, to: dest, error)
             }
         }
         renamesAfterCommit.removeAll()
@@ -492,12 +492,27 @@ public final class Agent {
     @discardableResult
     func completeRename(of task: TaskState, from source: String, to dest: String) -> Bool {
         do {
-            try Publisher.complete(part: source, to: dest, root: root)
+            try Publisher.complete(part: source, to: dest, replacing: task.spec.overwrite.replacesFiles, root: root)
             try root.syncDirectory(of: dest)
             return true
         } catch {
-            logger.error("cannot publish", metadata: ["task.id": "\(task.id)", "dest": "\(dest)", "error": "\(error)"])
+            cannotPublish(source, to: dest, error, task: task.id)
             return false
+        }
+    }
+
+    /// A rename the log vouches for did not happen. Something that appeared
+    /// at `dest` meanwhile, under a mode that replaces nothing, is left as
+    /// it is, and so is the download beside it: each start tries again.
+    private func cannotPublish(_ part: String, to dest: String, _ error: Error, task: String? = nil) {
+        var metadata: Logger.Metadata = ["dest": "\(dest)", "error": "\(error)"]
+        if let task { metadata["task.id"] = "\(task)" }
+        if let error = error as? SystemError, error.errno == EEXIST {
+            metadata["part"] = "\(part)"
+            logger.error("something appeared where a finished task publishes; it is left alone, the download stays beside it",
+                         metadata: metadata)
+        } else {
+            logger.error("cannot publish", metadata: metadata)
         }
     }
 

@@ -17,6 +17,11 @@ public enum OverwriteMode: String, Codable, Equatable, Sendable, CaseIterable {
     /// was published with go out as If-None-Match / If-Modified-Since, and a
     /// 304 finishes the task `unchanged` with no byte written.
     case update
+
+    /// Whether publishing may put the download in place of a file already
+    /// at its path. Otherwise a file that appears there before the rename
+    /// (after a crash, the agent may be down for days) is never replaced.
+    public var replacesFiles: Bool { self == .replace || self == .update }
 }
 
 public enum NotifyMode: String, Codable, Equatable, Sendable, CaseIterable {

@@ -190,6 +190,39 @@ struct CrashWindowTests {
         #expect(try harness.events().filter { $0.type == "finished" || $0.type == "started" }.count == 2)
     }
 
+    /// Found by this stop's adversary: killed between the commit and the
+    /// rename, then a file of the user's put at the destination while the
+    /// agent was down. The next start renamed the download over it. Now a
+    /// mode that replaces nothing leaves that file and keeps the download
+    /// beside it; `replace` still replaces.
+    @Test(arguments: ["rename", "skip", "fail", "replace"])
+    func aFileThatAppearedBeforeTheRenameIsReplacedOnlyUnderReplace(_ mode: String) throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("late.bin", size: 5000)
+        try harness.drop("late.job", "url = \"\(nginx.url("late.bin"))\"\noverwrite = \"\(mode)\"\n")
+        harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": "finished-committed"]
+        let crashed = try harness.startAgent(exitWhenIdle: true)
+        #expect(crashed.wait(seconds: 30) == 137)
+        let dest = "\(harness.downloads)/late.bin"
+        #expect(FileManager.default.fileExists(atPath: dest + ".part") && !FileManager.default.fileExists(atPath: dest))
+        let users = Data("the user's own file\n".utf8)
+        try users.write(to: URL(fileURLWithPath: dest))
+
+        harness.extraEnvironment = [:]
+        for _ in 0..<2 {
+            let agent = try harness.startAgent(exitWhenIdle: true)
+            #expect(agent.wait(seconds: 30) == 0)
+        }
+        if mode == "replace" {
+            #expect(FileManager.default.contents(atPath: dest) == data)
+            #expect(!FileManager.default.fileExists(atPath: dest + ".part"))
+        } else {
+            #expect(FileManager.default.contents(atPath: dest) == users)
+            #expect(FileManager.default.contents(atPath: dest + ".part") == data)
+        }
+    }
+
     @Test func killedBeforeNotifyingPostsExactlyOnce() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

@@ -14,6 +14,13 @@
 int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t mode);
 
 /*
+ * renameat2(2) with RENAME_NOREPLACE: moves `from` to `to` only if nothing
+ * is at `to` (EEXIST otherwise), in one step. Returns 0, or -1 with errno
+ * set; EINVAL or ENOSYS where the file system or kernel lacks it.
+ */
+int sa_rename_noreplace(int fromdirfd, const char *from, int todirfd, const char *to);
+
+/*
  * pidfd_open(2), which glibc before 2.36 does not wrap: an fd that polls
  * readable when the process exits, so the agent's one poll sees a hook end.
  * Returns -1 with errno set (ENOSYS before Linux 5.3).

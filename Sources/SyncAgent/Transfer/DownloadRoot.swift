@@ -206,10 +206,23 @@ final class DownloadRoot {
 
     /// Renames within the root. Durable once the directory is synced
     /// (`syncDirectory`), which the caller does once for many renames.
-    func rename(_ from: String, to: String) throws {
+    /// Moves `from` to `to`. Unless `replacing`, nothing already at `to`
+    /// is replaced: EEXIST instead, in one step (RENAME_NOREPLACE; where a
+    /// file system lacks it, a hard link, which fails on a taken name, then an unlink).
+    func rename(_ from: String, to: String, replacing: Bool = true) throws {
         try withParent(of: from) { fromDirectory, fromName in
             try withParent(of: to, create: true) { toDirectory, toName in
-                try syscall("move \(from) to \(to)") { renameat(fromDirectory, fromName, toDirectory, toName) }
+                if replacing {
+                    try syscall("move \(from) to \(to)") { renameat(fromDirectory, fromName, toDirectory, toName) }
+                    return
+                }
+                if sa_rename_noreplace(fromDirectory, fromName, toDirectory, toName) == 0 { return }
+                let error = errno
+                guard error == EINVAL || error == ENOSYS else {
+                    throw SystemError(operation: "move \(from) to \(to), where something else now is", errno: error)
+                }
+                try syscall("link \(from) as \(to), where something else now is") { linkat(fromDirectory, fromName, toDirectory, toName, 0) }
+                try syscall("remove \(from), linked as \(to)") { unlinkat(fromDirectory, fromName, 0) }
             }
         }
     }

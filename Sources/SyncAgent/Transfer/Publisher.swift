@@ -77,9 +77,10 @@ enum Publisher {
     /// Moves `DEST.part` to the path `finished` recorded. Idempotent: if the
     /// partial file is gone the rename already happened. The caller syncs the
     /// directory (once for a whole batch of renames).
-    static func complete(part: String, to dest: String, root: DownloadRoot) throws {
+    /// `replacing`: the task's overwrite mode allows it (`OverwriteMode.replacesFiles`).
+    static func complete(part: String, to dest: String, replacing: Bool, root: DownloadRoot) throws {
         guard root.exists(part) else { return }
-        try root.rename(part, to: dest)
+        try root.rename(part, to: dest, replacing: replacing)
     }
 
     /// Streams the file through SHA-256 (and MD5 when asked): memory stays flat.
