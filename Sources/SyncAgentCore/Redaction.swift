@@ -97,6 +97,25 @@ public enum Printable {
         return out
     }
 
+    /// JSON text safe to print: the characters `isControl` names that JSON
+    /// allows raw in a string (DEL, C1, bidirectional overrides …) become
+    /// `\uXXXX` escapes, which decode to the same string. (Those below
+    /// U+0020 a JSON writer escapes already; outside strings they are layout.)
+    public static func jsonSafe(_ json: String) -> String {
+        if json.utf8.allSatisfy({ $0 < 0x7F }) { return json }
+        var out = ""
+        out.reserveCapacity(json.utf8.count)
+        for scalar in json.unicodeScalars {
+            if scalar.value >= 0x7F, isControl(scalar) {
+                let hex = String(scalar.value, radix: 16, uppercase: true)
+                out += "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
     /// C0 and C1 controls, and the format characters that make text read
     /// other than it is: bidirectional overrides and isolates (a name that
     /// shows as "exe.txt" but is "txt.exe"), line and paragraph separators,

@@ -139,7 +139,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
         // Values never hold a raw line break (JSON escapes it): every one is the encoder's
         // layout, whose blank lines (an empty array's) stay blank.
         func nested<Value: Encodable>(_ value: Value, indent: String) -> String {
-            let text = (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
+            // Printed to terminals too: no bidirectional override or C1 control goes out raw.
+            let text = (try? encoder.encode(value)).map { Printable.jsonSafe(String(decoding: $0, as: UTF8.self)) } ?? "null"
             return text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
                 .map { index, line in index == 0 || line.isEmpty ? String(line) : indent + line }
                 .joined(separator: "\n")

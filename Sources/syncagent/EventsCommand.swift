@@ -77,13 +77,35 @@ enum EventLine {
         }
     }
 
+    // A log's strings come from jobs and servers: printed, no control
+    // character or bidirectional override goes out raw (`Printable`).
+
     static func text(_ row: EventStore.Row) -> String {
         let time = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(row.atMs) / 1000))
-        return "\(row.seq)\t\(time)\t\(row.task ?? "-")\t\(row.type)\t\(redactedData(row))"
+        return "\(row.seq)\t\(time)\t\(Printable.escaping(row.task ?? "-"))\t\(Printable.escaping(row.type))\t"
+            + Printable.jsonSafe(redactedData(row))
     }
 
     static func json(_ row: EventStore.Row) -> String {
-        let task = row.task.map { "\"\($0)\"" } ?? "null"
-        return "{\"seq\":\(row.seq),\"at_ms\":\(row.atMs),\"task\":\(task),\"type\":\"\(row.type)\",\"data\":\(redactedData(row))}"
+        let task = row.task.map(jsonString) ?? "null"
+        return Printable.jsonSafe("{\"seq\":\(row.seq),\"at_ms\":\(row.atMs),\"task\":\(task),\"type\":\(jsonString(row.type)),"
+                                  + "\"data\":\(redactedData(row))}")
+    }
+
+    /// A JSON string literal of `text` (a task id or type read from a log that may be damaged).
+    private static func jsonString(_ text: String) -> String {
+        guard text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+            return "\"" + text + "\""
+        }
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x22: out += "\\\""
+            case 0x5C: out += "\\\\"
+            case 0..<0x20: out += String(format: "\\u%04x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
     }
 }

@@ -77,12 +77,19 @@ struct HardeningCoreTests {
         #expect(Redaction.url("https://h/page#section-2") == "https://h/page#section-2")
     }
 
-    @Test func controlCharactersAreShownNotSent() {
+    @Test func controlCharactersAreShownNotSent() throws {
         #expect(Printable.escaping("evil\u{1B}[31m\nname\u{7F}") == "evil\\x1B[31m\\x0Aname\\x7F")
         #expect(Printable.escaping("plain naïve") == "plain naïve")
         // The edges of printable ASCII, which is passed through without a look at its scalars.
         #expect(Printable.escaping(" ~\u{7F}\u{1F}") == " ~\\x7F\\x1F")
         #expect(Printable.escaping("a\u{202E}b") == "a\\x202Eb")
+        // JSON keeps its meaning: the escapes decode to the same string.
+        let json = "{\"a\" : \"x\u{202E}y\u{7F}\u{85}é\u{1F600}\"}"
+        let safe = Printable.jsonSafe(json)
+        #expect(safe == "{\"a\" : \"x\\u202Ey\\u007F\\u0085é\u{1F600}\"}")
+        let decode = { (text: String) in try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] }
+        #expect(try decode(safe) == decode(json))
+        #expect(Printable.jsonSafe("{\n  \"plain\" : 1\n}") == "{\n  \"plain\" : 1\n}")
         #expect(URLRules.fileName(from: "http://h/evil%1B%5B31m%0Aevil.bin") == "evil_[31m_evil.bin")
         #expect(throws: KeyError.self) { try JobParser(downloadDir: "/dl").parse(Array("url = \"http://h/x\"\ndest = \"a\\nb\"\n".utf8)) }
     }

@@ -253,6 +253,35 @@ struct AdversaryFindingsTests {
                 == "\(harness.downloads)/evil_[31m_evil.bin")
     }
 
+    /// Found by this stop's adversary: a batch name, header value or job
+    /// file name with a bidirectional override, DEL or a C1 control went out
+    /// raw from `events`, `status --task`'s events, the JSON of `status` and
+    /// `replay`, and a rejected job's `.error` file (ESC there set the
+    /// terminal's title on `cat`). Printed, each is escaped; the JSON still
+    /// reads back as the same string.
+    @Test func controlCharactersInALogsStringsAreEscapedWhereverTheyArePrinted() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("c.bin", size: 100)
+        let batch = "ba\u{202E}X\u{7F}\u{9B}"
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(nginx.url("c.bin"))\"\nbatch = \"ba\\u202EX\\u007F\\u009B\"\n")
+        try harness.drop("bad\u{1B}]0;T\u{07}.job", "colour = \"red\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        let dangerous: Set<UInt32> = [0x1B, 0x07, 0x7F, 0x9B, 0x202E]
+        for command in [["events"], ["events", "--json"], ["status", "--task", "c"], ["status", "--json"], ["replay", "--json"],
+                        ["status", "--all"]] {
+            let result = try harness.run(command)
+            let output = result.stdout
+            #expect(result.status == 0 && output.contains("c"), "\(command)")
+            #expect(!output.unicodeScalars.contains { dangerous.contains($0.value) }, "\(command)")
+        }
+        #expect(try harness.statusTasks().first { $0["id"] as? String == "c" }?["batch"] as? String == batch)
+        let rejected = try FileManager.default.contentsOfDirectory(atPath: harness.inbox + "/rejected").filter { $0.hasSuffix(".error") }
+        #expect(rejected.count == 1)
+        let error = try String(contentsOfFile: harness.inbox + "/rejected/" + rejected[0], encoding: .utf8)
+        #expect(!error.unicodeScalars.contains { dangerous.contains($0.value) } && error.contains("bad\\x1B]0;T\\x07.job"))
+    }
+
     @Test func aSymlinkedRejectedFolderIsNeverFollowed() throws {
         let harness = try AgentHarness()
         let outside = harness.directory.file("outside")

@@ -273,7 +273,8 @@ final class Intake {
             let target = rejectedDirectory + "/" + Destinations.candidate(base, number: number)
             if let sentence {
                 do {
-                    try FileSystem.writeAtomically("\(name): \(sentence)\n", to: target + ".error")
+                    // Read with `cat`: the job's name (any bytes but '/') goes in escaped.
+                    try FileSystem.writeAtomically("\(Printable.escaping(name)): \(Printable.escaping(sentence))\n", to: target + ".error")
                 } catch {
                     // The job itself is still moved: the event holds the sentence.
                     logger.error("cannot write the .error file", metadata: ["file": "\(target).error", "error": "\(error)"])
