@@ -85,9 +85,16 @@ enum DiskCheck {
             guard state.published[dest]?.task == task.id else { return [] }
             guard let actual = size(dest) else { return ["\(task.id): \(dest) is missing"] }
             if actual != task.bytes { return ["\(task.id): \(dest) has \(actual) bytes, the log says \(task.bytes)"] }
-            // The size is all the log knows of most files; a job's sha256 says more.
+            // A job's sha256 says what the bytes must be.
             if let expected = task.spec.sha256, let digest = try? FileDigest.sha256(ofFile: dest), digest != expected {
                 return ["\(task.id): \(dest) has sha256 \(digest), the job asked for \(expected)"]
+            }
+            // Without one, the log knows the modification time the file was published with
+            // (the rename keeps it): a file written to since then has another.
+            var info = stat()
+            if let logged = state.published[dest]?.modifiedNs, lstat(dest, &info) == 0,
+               Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec) != logged {
+                return ["\(task.id): \(dest) was modified after it was published (its modification time is not the one logged)"]
             }
             return []
         case .queued, .running, .paused:

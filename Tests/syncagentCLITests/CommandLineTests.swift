@@ -165,6 +165,16 @@ struct CommandLineTests {
         let now = try harness.replayTasks().first
         #expect(now?["plan"] as? String == "nothing: finished")
 
+        // Found by this stop's adversary: with no sha256 in the job, a byte changed in place passed.
+        // The size is the same; the modification time it was published with is not.
+        let handle = try #require(FileHandle(forUpdatingAtPath: "\(harness.downloads)/r.bin"))
+        try handle.seek(toOffset: 100)
+        try handle.write(contentsOf: Data([0x42]))
+        try handle.close()
+        let edited = try harness.run(["replay", "--verify"])
+        #expect(edited.status == 5)
+        #expect(edited.stdout.contains("r.bin was modified after it was published"))
+
         try FileManager.default.removeItem(atPath: "\(harness.downloads)/r.bin")
         let verify = try harness.run(["replay", "--verify"])
         #expect(verify.status == 5)
