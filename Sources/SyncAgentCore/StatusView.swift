@@ -51,6 +51,8 @@ public enum StatusView {
         public var interrupted = 0
         /// Finished tasks a 304 left as they were (`overwrite = "update"`), also in `counts`.
         public var unchanged = 0
+        /// Finished tasks `overwrite = "skip"` did not transfer (a file was there), also in `counts`.
+        public var skipped = 0
 
         public var etaSeconds: Int64? {
             guard speed > 0, bytesLeft > 0 else { return nil }
@@ -64,7 +66,9 @@ public enum StatusView {
             let order: [TaskPhase] = [.running, .queued, .paused, .failed, .finished, .cancelled]
             var named = order.compactMap { phase -> String? in
                 guard let count = counts[phase], count > 0 else { return nil }
-                return "\(count) \(phase.rawValue)" + (phase == .finished && unchanged > 0 ? " (\(unchanged) unchanged)" : "")
+                guard phase == .finished else { return "\(count) \(phase.rawValue)" }
+                let notes = [(unchanged, "unchanged"), (skipped, "skipped")].filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
+                return "\(count) \(phase.rawValue)" + (notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")")
             }
             if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
             parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
@@ -87,6 +91,7 @@ public enum StatusView {
             }
             summary.counts[task.phase, default: 0] += 1
             if task.unchanged { summary.unchanged += 1 }
+            if task.phase == .finished, task.skipReason != nil { summary.skipped += 1 }
             guard task.phase.isActive else { continue }
             let figures = state.figures(of: task)
             summary.speed = saturatingSum(summary.speed, figures.speed)

@@ -22,6 +22,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var redirects: Int
     /// `overwrite = "update"` met 304 Not Modified: finished with the file left as it was.
     public var unchanged: Bool
+    /// `overwrite = "skip"` found a file at `dest`: finished without a transfer, for this reason.
+    public var skipped: String?
     public var priority: Int
     public var batch: String?
     public var error: String?
@@ -50,7 +52,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
-        case error, etag, headers, plan, method, status, children, parent, unchanged
+        case error, etag, headers, plan, method, status, children, parent, unchanged, skipped
         case etaS = "eta_s", pauseReason = "pause_reason"
         case attemptHistory = "attempt_history"
         case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
@@ -76,6 +78,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         attempts = task.attempts
         redirects = task.redirects
         unchanged = task.unchanged
+        skipped = task.skipReason
         priority = task.spec.priority
         batch = task.spec.batch
         error = task.error.map(Redaction.text)
@@ -110,7 +113,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         try keys.encode(total, forKey: .total); try keys.encode(percent, forKey: .percent); try keys.encode(speed, forKey: .speed)
         try keys.encode(etaS, forKey: .etaS); try keys.encode(attempts, forKey: .attempts)
         try keys.encode(redirects, forKey: .redirects); try keys.encode(priority, forKey: .priority)
-        try keys.encode(unchanged, forKey: .unchanged)
+        try keys.encode(unchanged, forKey: .unchanged); try keys.encode(skipped, forKey: .skipped)
         try keys.encode(batch, forKey: .batch); try keys.encode(error, forKey: .error); try keys.encode(errorCode, forKey: .errorCode)
         try keys.encode(etag, forKey: .etag); try keys.encode(lastModified, forKey: .lastModified)
         try keys.encode(headers, forKey: .headers); try keys.encode(createdAtMs, forKey: .createdAtMs)

@@ -32,7 +32,8 @@ enum TaskTable {
             }
             let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             let interrupted = task.phase == .running && style.agentRunning == false
-            let phase = interrupted ? "interrupted" : task.unchanged ? "unchanged" : task.phase.rawValue
+            let skipped = task.phase == .finished && task.skipReason != nil
+            let phase = interrupted ? "interrupted" : task.unchanged ? "unchanged" : skipped ? "skipped" : task.phase.rawValue
             let moving = task.phase == .running && !interrupted
             let speed = moving ? ByteCount.format(figures.speed) + "/s" : "-"
             let eta = moving ? StatusView.etaSeconds(figures, phase: task.phase).map(StatusView.duration) ?? "?" : "-"
@@ -174,6 +175,9 @@ enum TaskTable {
         for header in task.spec.headers { lines.append("header:      \(header.printable)") }
         if let error = task.error { lines.append("error:       \(Redaction.text(error))") }
         if task.unchanged { lines.append("unchanged:   yes (the server answered 304 Not Modified; the file was left as it was)") }
+        if task.phase == .finished, let reason = task.skipReason {
+            lines.append("skipped:     \(Printable.escaping(reason)) (nothing was transferred; the file there was left as it was)")
+        }
         if task.forgotten { lines.append("forgotten:   yes (not listed by status)") }
         if task.phase == .paused, let words = task.pauseReason.flatMap(NetworkPolicy.waitingWords) { lines.append("waiting:     \(words)") }
         if task.spec.allowMetered == false { lines.append("metered:     not allowed (allow_metered = false)") }

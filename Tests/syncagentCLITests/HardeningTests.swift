@@ -62,6 +62,11 @@ struct HardeningTests {
         #expect((tasks["replace"]?["error"] as? String)?.contains("is the destination of task a") == true)
         #expect(tasks["fail"]?["error_code"] as? String == "dest_reserved")
         #expect(tasks["skip"]?["state"] as? String == "finished")
+        // Found by this stop's adversary: a skip read as a download. It is said to be one.
+        #expect((tasks["skip"]?["skipped"] as? String)?.contains("x.bin") == true && tasks["a"]?["skipped"] is NSNull)
+        let status = try harness.run(["status"]).stdout
+        #expect(status.contains("skipped") && status.contains("(1 skipped)"))
+        #expect(try harness.run(["status", "--task", "skip"]).stdout.contains("skipped:     skipped: "))
         // None of the three sent a request.
         #expect(!server.requests.contains { $0.path.hasPrefix("/other.bin") })
         try expectVerifyClean(harness)
