@@ -37,8 +37,7 @@ struct JSONReader {
 
         @inline(__always)
         static func ~= (pattern: StaticString, key: Key) -> Bool {
-            pattern.utf8CodeUnitCount == key.bytes.count
-                && memcmp(pattern.utf8Start, key.bytes.baseAddress!, key.bytes.count) == 0
+            UnsafeRawBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount).sameBytes(as: key.bytes)
         }
 
         static func == (key: Key, pattern: StaticString) -> Bool { pattern ~= key }

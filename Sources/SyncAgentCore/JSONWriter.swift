@@ -1,7 +1,7 @@
 /// Writes one flat JSON object, keys in the order given (callers give them
 /// sorted, as `JSONEncoder` with `.sortedKeys` would). Nil values are left
 /// out. The agent writes one of these per event; `JSONEncoder` costs ~20x more.
-struct JSONWriter {
+public struct JSONWriter {
     private var bytes: [UInt8] = [UInt8(ascii: "{")]
 
     init() { bytes.reserveCapacity(128) }
@@ -24,6 +24,17 @@ struct JSONWriter {
     mutating func field(_ name: StaticString, _ value: String?) {
         guard let value else { return }
         key(name)
+        Self.appendQuoted(value, to: &bytes)
+    }
+
+    /// `text` as a JSON string literal (`events --json`'s task and type columns).
+    public static func quoted(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        appendQuoted(text, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    private static func appendQuoted(_ value: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         // Most values need no escape: copied whole, not appended a byte at a time.
         guard value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {

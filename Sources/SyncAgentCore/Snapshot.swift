@@ -325,7 +325,7 @@ private struct SnapshotReader {
 
         func matching(_ raw: UnsafeRawBufferPointer) -> Value? {
             guard let value, bytes.count == raw.count else { return nil }
-            return bytes.withUnsafeBytes { $0.count == 0 || memcmp($0.baseAddress!, raw.baseAddress!, raw.count) == 0 } ? value : nil
+            return bytes.withUnsafeBytes { $0.sameBytes(as: raw) } ? value : nil
         }
 
         mutating func remember(_ value: Value, _ raw: UnsafeRawBufferPointer) {
@@ -400,16 +400,12 @@ private struct SnapshotReader {
     @inline(__always)
     mutating func optionalInt() throws -> Int64? { try flag() ? try int() : nil }
 
-    mutating func string() throws -> String {
-        let length = try count()
-        defer { offset += length }
-        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]), as: UTF8.self)
-    }
+    mutating func string() throws -> String { try string(sharing: nil) }
 
     @inline(__always)
     mutating func optionalString() throws -> String? { try flag() ? try string() : nil }
 
-    mutating func skipString() throws { offset += try count() }
+    mutating func skipString() throws { _ = try span() }
 
     /// Where the next string lies, skipped.
     mutating func span() throws -> Range<Int> {
@@ -420,13 +416,7 @@ private struct SnapshotReader {
 
     /// Whether `string` has the bytes at `span`.
     func holds(_ string: String, at span: Range<Int>) -> Bool {
-        Self.same(string, UnsafeRawBufferPointer(rebasing: bytes[span]))
-    }
-
-    private static func same(_ string: String, _ raw: UnsafeRawBufferPointer) -> Bool {
-        guard string.utf8.count == raw.count else { return false }
-        var string = string
-        return string.withUTF8 { raw.count == 0 || memcmp($0.baseAddress!, raw.baseAddress!, raw.count) == 0 }
+        string.hasUTF8(UnsafeRawBufferPointer(rebasing: bytes[span]))
     }
 
     /// The next string; `known` itself when it has the same bytes, so a
@@ -435,7 +425,7 @@ private struct SnapshotReader {
         let length = try count()
         defer { offset += length }
         let raw = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
-        if let known, Self.same(known, raw) { return known }
+        if let known, known.hasUTF8(raw) { return known }
         return String(decoding: raw, as: UTF8.self)
     }
 

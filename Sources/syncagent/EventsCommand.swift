@@ -87,25 +87,8 @@ enum EventLine {
     }
 
     static func json(_ row: EventStore.Row) -> String {
-        let task = row.task.map(jsonString) ?? "null"
-        return Printable.jsonSafe("{\"seq\":\(row.seq),\"at_ms\":\(row.atMs),\"task\":\(task),\"type\":\(jsonString(row.type)),"
+        let task = row.task.map(JSONWriter.quoted) ?? "null"
+        return Printable.jsonSafe("{\"seq\":\(row.seq),\"at_ms\":\(row.atMs),\"task\":\(task),\"type\":\(JSONWriter.quoted(row.type)),"
                                   + "\"data\":\(redactedData(row))}")
-    }
-
-    /// A JSON string literal of `text` (a task id or type read from a log that may be damaged).
-    private static func jsonString(_ text: String) -> String {
-        guard text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
-            return "\"" + text + "\""
-        }
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar.value {
-            case 0x22: out += "\\\""
-            case 0x5C: out += "\\\\"
-            case 0..<0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
     }
 }

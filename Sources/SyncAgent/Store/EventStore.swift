@@ -274,13 +274,7 @@ public final class EventStore {
         private var next = 0
 
         mutating func id(for bytes: UnsafeRawBufferPointer) -> String {
-            for index in ids.indices {
-                var id = ids[index]
-                if id.utf8.count == bytes.count,
-                   id.withUTF8({ bytes.count == 0 || memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }) {
-                    return id
-                }
-            }
+            if let id = ids.first(where: { $0.hasUTF8(bytes) }) { return id }
             let id = String(decoding: bytes, as: UTF8.self)
             if ids.count < 8 { ids.append(id) } else { ids[next] = id; next = (next + 1) % ids.count }
             return id
