@@ -161,11 +161,7 @@ public final class Agent {
         intake.takeLeftovers()
         logger.info("agent started", metadata: [
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
-        // A backlog is committed as it is taken, not held in memory as one batch.
-        for (index, name) in watcher.scan().enumerated() {
-            intake.take(name, closedAfterWriting: false)
-            if index % 256 == 255 { try commit() }
-        }
+        try intake.takeBacklog(watcher.scan()) { try commit() }
 
         var stopSignal: Int32?
         while true {
@@ -205,9 +201,14 @@ public final class Agent {
             }
             if ready.contains(watcher.fd) {
                 let changes = watcher.drain()
-                // On overflow the queue lost names: the directory itself is the truth.
-                let names = changes.overflowed ? watcher.scan() : changes.names
-                for name in names { intake.take(name, closedAfterWriting: true) }
+                if changes.overflowed {
+                    // The queue lost names: the directory itself is the truth.
+                    logger.info("more jobs arrived than inotify could queue; taking them from a scan of the inbox",
+                                metadata: ["inbox": "\(paths.inbox)"])
+                    try intake.takeBacklog(watcher.scan()) { try commit() }
+                } else {
+                    for name in changes.names { intake.take(name, closedAfterWriting: true) }
+                }
                 needsScheduling = true
             }
             let now = FileSystem.monotonicMs

@@ -35,9 +35,8 @@ final class Intake {
     /// Names that could not be moved out of the inbox (logged once); left
     /// alone until the next start instead of being tried on every wake-up.
     private var stuck: Set<InboxName> = []
-    /// Makes `.taken/` names unique within this agent's life.
-    private var takenCounter = 0
-    private let runStamp = String(UInt64(FileSystem.nowMs), radix: 36)
+    /// Moves jobs into `.taken/`: the loop's, or a backlog reader's while it runs.
+    private let mover: TakenMover
 
     init(inbox: String, parser: JobParser, log: EventLog, logger: Logger, exists: @escaping (String) -> Bool) throws {
         self.inbox = inbox
@@ -47,6 +46,7 @@ final class Intake {
         self.log = log
         self.logger = logger
         self.exists = exists
+        self.mover = TakenMover(inbox: inbox, takenDirectory: takenDirectory)
         try FileSystem.makeOwnDirectory(rejectedDirectory)
         try FileSystem.makeOwnDirectory(takenDirectory)
     }
@@ -70,52 +70,42 @@ final class Intake {
     /// renamed in, so its content is final and a parse error is final too.
     func take(_ name: InboxName, closedAfterWriting: Bool) {
         guard !stuck.contains(name) else { return }
-        let path = inbox + "/" + name.text
-        takenCounter += 1
-        // Short and unique; the job's own name follows for a restart to read back.
-        let takenName = "\(runStamp)-\(takenCounter)-" + Self.prefix(of: name.text, bytes: 200)
-        let moved = name.withCString { source in
-            rename(source: source, toTaken: takenName)
+        taken(name, mover.move(name), file: nil, closedAfterWriting: closedAfterWriting)
+    }
+
+    /// A backlog found by a scan (none of it seen closed), taken in order
+    /// and committed every 256 jobs rather than held as one batch. The
+    /// moves and reads run on a `BacklogReader` beside the parsing.
+    func takeBacklog(_ names: [InboxName], commit: () throws -> Void) throws {
+        let reader = BacklogReader(names: names, skipping: stuck, mover: mover)
+        backlog = reader
+        defer {
+            backlog = nil
+            reader.close()
+            for (path, error) in reader.failedRemovals { cannotRemove(path, error) }
         }
-        switch moved {
-        case 0:
-            process(takenDirectory + "/" + takenName, name: name.text, closedAfterWriting: closedAfterWriting)
-        case ENOENT:
-            return  // gone meanwhile: taken by nobody, nothing to do
-        default:
+        var count = 0
+        while case let batch = reader.next(), !batch.isEmpty {
+            for fetched in batch {
+                taken(fetched.name, fetched.outcome, file: fetched.file, closedAfterWriting: false)
+                count += 1
+                if count % 256 == 0 { try commit() }
+            }
+        }
+    }
+
+    /// What a move out of the inbox came to; `file` is the moved file already read, if it was.
+    private func taken(_ name: InboxName, _ outcome: TakenMover.Outcome, file: Result<JobFile?, Error>?, closedAfterWriting: Bool) {
+        switch outcome {
+        case .moved(let takenPath):
+            process(takenPath, name: name.text, closedAfterWriting: closedAfterWriting, file: file)
+        case .gone:
+            return
+        case .failed(let error):
             stuck.insert(name)
             logger.error("cannot take a job out of the inbox; it stays until the next start",
-                         metadata: ["file": "\(path)", "error": "\(String(cString: strerror(moved)))"])
+                         metadata: ["file": "\(inbox)/\(name.text)", "error": "\(String(cString: strerror(error)))"])
         }
-    }
-
-    /// The inbox and `.taken/`, opened once: a take is one renameat.
-    private var inboxFd: Int32 = -1
-    private var takenFd: Int32 = -1
-
-    deinit {
-        if inboxFd >= 0 { close(inboxFd) }
-        if takenFd >= 0 { close(takenFd) }
-    }
-
-    /// renameat from the inbox into `.taken/`; 0 or errno. A `.taken/`
-    /// removed while we run is made again, once.
-    private func rename(source: UnsafePointer<CChar>, toTaken takenName: String) -> Int32 {
-        for attempt in 0..<2 {
-            if inboxFd < 0 { inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-            if takenFd < 0 {
-                try? FileSystem.makeOwnDirectory(takenDirectory)
-                takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            }
-            guard inboxFd >= 0, takenFd >= 0 else { return errno }
-            if renameat(inboxFd, source, takenFd, takenName) == 0 { return 0 }
-            let error = errno
-            // ENOENT is also what a deleted `.taken/` (or inbox) answers.
-            guard error == ENOENT, attempt == 0, !FileSystem.exists(takenDirectory) || !FileSystem.exists(inbox) else { return error }
-            close(inboxFd); close(takenFd)
-            inboxFd = -1; takenFd = -1
-        }
-        return ENOENT
     }
 
     /// Jobs a previous agent moved into `.taken/` and did not finish with.
@@ -132,10 +122,10 @@ final class Intake {
     /// that does not parse yet, changed within the grace period and was not
     /// seen closed may still be written (the writer's descriptor follows it
     /// into `.taken/`): it is read again there after the grace period.
-    private func process(_ takenPath: String, name: String, closedAfterWriting: Bool) {
+    private func process(_ takenPath: String, name: String, closedAfterWriting: Bool, file read: Result<JobFile?, Error>? = nil) {
         let file: JobFile
         do {
-            guard let read = try JobFile.load(takenPath) else { return }
+            guard let read = try (read ?? Result { try JobFile.load(takenPath) }).get() else { return }
             file = read
         } catch let error as KeyError {
             reject(takenPath, name: name, error.description, identity: nil)
@@ -230,10 +220,19 @@ final class Intake {
     /// task is durable, so a crash in between loses nothing (and the
     /// identity check keeps it from becoming two tasks).
     func removeTakenFiles() {
-        for path in takenAwaitingCommit where unlink(path) != 0 && errno != ENOENT {
-            logger.error("cannot remove a taken job", metadata: ["file": "\(path)", "error": "\(String(cString: strerror(errno)))"])
+        if let backlog {
+            backlog.remove(takenAwaitingCommit)
+        } else {
+            for path in takenAwaitingCommit where unlink(path) != 0 && errno != ENOENT { cannotRemove(path, errno) }
         }
         takenAwaitingCommit.removeAll(keepingCapacity: true)
+    }
+
+    /// The reader of the backlog being taken, which removes taken files meanwhile.
+    private var backlog: BacklogReader?
+
+    private func cannotRemove(_ path: String, _ error: Int32) {
+        logger.error("cannot remove a taken job", metadata: ["file": "\(path)", "error": "\(String(cString: strerror(error)))"])
     }
 
     /// A body file that is missing or not a readable regular file makes the

@@ -1,0 +1,183 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Moves job files out of the inbox into `.taken/` (SPEC §4.1), under
+/// names unique within this agent's life that keep the job's own name for
+/// a restart to read back. One thread at a time: the loop's, or the
+/// backlog reader's while the loop waits for it.
+final class TakenMover {
+    let inbox: String
+    let takenDirectory: String
+    /// The inbox and `.taken/`, opened once: a move is one renameat.
+    private var inboxFd: Int32 = -1
+    private var takenFd: Int32 = -1
+    private var counter = 0
+    private let runStamp = String(UInt64(FileSystem.nowMs), radix: 36)
+
+    enum Outcome {
+        /// Now at this path in `.taken/`.
+        case moved(String)
+        /// Gone meanwhile: taken by nobody, nothing to do.
+        case gone
+        /// Could not be moved (errno); it stays in the inbox.
+        case failed(Int32)
+    }
+
+    init(inbox: String, takenDirectory: String) {
+        self.inbox = inbox
+        self.takenDirectory = takenDirectory
+    }
+
+    deinit {
+        if inboxFd >= 0 { close(inboxFd) }
+        if takenFd >= 0 { close(takenFd) }
+    }
+
+    func move(_ name: InboxName) -> Outcome {
+        counter += 1
+        // Short and unique; the job's own name follows for a restart to read back.
+        let takenName = "\(runStamp)-\(counter)-" + Intake.prefix(of: name.text, bytes: 200)
+        switch name.withCString({ rename(source: $0, toTaken: takenName) }) {
+        case 0: return .moved(takenDirectory + "/" + takenName)
+        case ENOENT: return .gone
+        case let error: return .failed(error)
+        }
+    }
+
+    /// renameat from the inbox into `.taken/`; 0 or errno. A `.taken/`
+    /// removed while we run is made again, once.
+    private func rename(source: UnsafePointer<CChar>, toTaken takenName: String) -> Int32 {
+        for attempt in 0..<2 {
+            if inboxFd < 0 { inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+            if takenFd < 0 {
+                try? FileSystem.makeOwnDirectory(takenDirectory)
+                takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            }
+            guard inboxFd >= 0, takenFd >= 0 else { return errno }
+            if renameat(inboxFd, source, takenFd, takenName) == 0 { return 0 }
+            let error = errno
+            // ENOENT is also what a deleted `.taken/` (or inbox) answers.
+            guard error == ENOENT, attempt == 0, !FileSystem.exists(takenDirectory) || !FileSystem.exists(inbox) else { return error }
+            close(inboxFd); close(takenFd)
+            inboxFd = -1; takenFd = -1
+        }
+        return ENOENT
+    }
+}
+
+/// A backlog of jobs (the inbox at start-up, or after inotify lost count)
+/// moved into `.taken/` and read on a worker thread, in order, while the
+/// loop parses and records the ones before; the worker also removes the
+/// taken files once their commit is done. Taking a job is mostly the
+/// kernel's work on two big directories (a rename, an open and a read, and
+/// the unlink after the commit): on 100,000 queued jobs that was 40% of
+/// the time. All of it now runs beside the parsing, on one thread, so the
+/// renames into `.taken/` and the unlinks from it never wait for each
+/// other's directory lock.
+///
+/// At most `capacity` jobs wait in `.taken/` unrecorded, as one did
+/// before: a crash leaves them there and the next start takes them.
+final class BacklogReader {
+    struct Fetched {
+        var name: InboxName
+        var outcome: TakenMover.Outcome
+        /// The file's bytes when moved (nil: gone by the time it was opened).
+        var file: Result<JobFile?, Error>?
+    }
+
+    static let capacity = 128
+    private let condition = NSCondition()
+    // Under `condition`:
+    private var ready: [Fetched] = []
+    private var removals: [String] = []
+    /// Every name was handed over (or the loop stopped listening).
+    private var allHanded = false
+    /// No more names will be read and no more removals asked for.
+    private var closing = false
+    private var finished = false
+    /// Taken files that could not be removed, with errno; read after `close`.
+    private(set) var failedRemovals: [(path: String, errno: Int32)] = []
+
+    /// Starts reading `names` but those `skipping`, with `mover`, which is the reader's until `close`.
+    init(names: [InboxName], skipping: Set<InboxName>, mover: TakenMover) {
+        allHanded = names.isEmpty
+        let thread = Thread { [self] in work(names, skipping, mover) }
+        thread.name = "syncagent.backlog"
+        thread.start()
+    }
+
+    private func work(_ names: [InboxName], _ skipping: Set<InboxName>, _ mover: TakenMover) {
+        var next = 0
+        while true {
+            condition.lock()
+            func mayRead() -> Bool { !allHanded && ready.count < Self.capacity }
+            while removals.isEmpty, !mayRead(), !closing { condition.wait() }
+            let removing = removals
+            removals.removeAll()
+            let reading = mayRead()
+            if removing.isEmpty, !reading, closing {
+                finished = true
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            condition.unlock()
+
+            for path in removing where unlink(path) != 0 && errno != ENOENT {
+                let error = errno
+                condition.lock()
+                failedRemovals.append((path, error))
+                condition.unlock()
+            }
+            guard reading else { continue }
+            let name = names[next]
+            next += 1
+            var fetched: Fetched?
+            if !skipping.contains(name) {
+                let outcome = mover.move(name)
+                fetched = Fetched(name: name, outcome: outcome)
+                if case .moved(let path) = outcome { fetched?.file = Result { try JobFile.load(path) } }
+            }
+            condition.lock()
+            if let fetched { ready.append(fetched) }
+            if next == names.count { allHanded = true }
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    /// The jobs read since the last call, in order; waits for at least one.
+    /// Empty once every name was handed over.
+    func next() -> [Fetched] {
+        condition.lock()
+        defer { condition.unlock() }
+        while ready.isEmpty, !allHanded { condition.wait() }
+        let batch = ready
+        ready.removeAll(keepingCapacity: true)
+        condition.broadcast()
+        return batch
+    }
+
+    /// Taken files whose tasks are committed: the worker removes them.
+    func remove(_ paths: [String]) {
+        condition.lock()
+        removals.append(contentsOf: paths)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Reads no further, finishes the removals asked for, and waits for the
+    /// worker: the mover is the caller's again. Jobs moved and not yet
+    /// handed over (only when the loop stopped early, on an error) stay in
+    /// `.taken/` for the next start.
+    func close() {
+        condition.lock()
+        allHanded = true
+        closing = true
+        condition.broadcast()
+        while !finished { condition.wait() }
+        condition.unlock()
+    }
+}

@@ -1,0 +1,102 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A backlog of jobs is moved into `.taken/` and read on a worker thread
+/// while the loop records the jobs before it, committed every 256 jobs.
+/// Whatever instant it stops at, every job becomes one task.
+@Suite("Backlogs", .serialized)
+struct BacklogTests {
+    /// Jobs that wait (not_before in 2099): taking them is the whole work.
+    static func waitingJob(_ index: Int) -> String {
+        "url = \"http://127.0.0.1:9/f\(index).bin\"\ndest = \"f\(index).bin\"\nnot_before = 2099-01-01T00:00:00Z\n"
+    }
+
+    /// Every job recorded: created, or rejected (a job that does not parse
+    /// is read again after a grace period when a scan found it, as it may
+    /// still have been being written).
+    func allRecorded(_ harness: AgentHarness, _ count: Int) -> Bool {
+        ((try? harness.events().filter { $0.type == "created" || $0.type == "rejected" }.count) ?? 0) == count
+    }
+
+    func takenFiles(_ harness: AgentHarness) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: harness.inbox + "/.taken")
+    }
+
+    /// Each job file's name once among the `created` events, the bad ones once among the `rejected`.
+    func expectEachJobOnce(_ harness: AgentHarness, good: Int, bad: [String]) throws {
+        let events = try harness.events()
+        let created = events.filter { $0.type == "created" }.compactMap { ($0.data["source"] as? [String: Any])?["file"] as? String }
+        #expect(created.count == good)
+        #expect(Set(created) == Set((0..<good).map { String(format: "j%05d.job", $0) }))
+        let rejected = events.filter { $0.type == "rejected" }.compactMap { $0.data["file"] as? String }
+        #expect(rejected.sorted() == bad.sorted())
+        #expect(harness.jobFiles().isEmpty)
+        #expect(try takenFiles(harness).isEmpty)
+    }
+
+    /// Killed at the first commit inside a backlog of 700 (after 256 jobs):
+    /// the log holds those, `.taken/` holds them and the ones the reader had
+    /// moved ahead, the inbox the rest. The restart makes each job one task.
+    @Test func killedInTheMiddleOfABacklogEachJobBecomesOneTask() throws {
+        let harness = try AgentHarness()
+        let good = 700
+        for index in 0..<good { try harness.drop(String(format: "j%05d.job", index), Self.waitingJob(index)) }
+        let bad = ["bad-a.job", "bad-b.job"]
+        for name in bad { try harness.drop(name, "url = \"ftp://example.invalid/x\"\n") }
+
+        harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": "intake-committed"]
+        let crashed = try harness.startAgent()
+        #expect(crashed.wait(seconds: 60) == 137)
+        let createdBeforeCrash = try harness.events().filter { $0.type == "created" }.count
+        #expect(createdBeforeCrash > 0 && createdBeforeCrash < good)
+        // Recorded but not removed, and moved ahead but not recorded: both wait in `.taken/`.
+        #expect(try takenFiles(harness).count >= createdBeforeCrash)
+        #expect(!harness.jobFiles().isEmpty)
+
+        harness.extraEnvironment = [:]
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 60) { allRecorded(harness, good + bad.count) })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+        try expectEachJobOnce(harness, good: good, bad: bad)
+    }
+
+    /// More jobs than inotify can queue arrive while the agent cannot read
+    /// its queue (stopped): the overflow makes it scan the inbox and take
+    /// the whole backlog, each job once, written in place or renamed in.
+    @Test func aFloodThatOverflowsInotifysQueueIsTakenFromAScan() throws {
+        let limitFile = "/proc/sys/fs/inotify/max_queued_events"
+        let original = try String(contentsOfFile: limitFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let limit = Int(original) else { throw TestFailure("cannot read \(limitFile)") }
+        // Read when the agent's watch is made: a small queue keeps the flood small.
+        var lowered = false
+        if limit > 1024, (try? "256".write(toFile: limitFile, atomically: false, encoding: .utf8)) != nil { lowered = true }
+        defer { if lowered { try? original.write(toFile: limitFile, atomically: false, encoding: .utf8) } }
+        let queue = lowered ? 256 : limit
+
+        let harness = try AgentHarness()
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+        if lowered { try original.write(toFile: limitFile, atomically: false, encoding: .utf8); lowered = false }
+
+        agent.signal(SIGSTOP)
+        // At least one event per job, so the queue cannot hold them all.
+        let good = queue + 300
+        for index in 0..<good {
+            let name = String(format: "j%05d.job", index)
+            if index % 2 == 0 { try harness.drop(name, Self.waitingJob(index)) } else { try harness.write(name, Self.waitingJob(index)) }
+        }
+        try harness.drop("bad-a.job", "url = \"ftp://example.invalid/x\"\n")
+        agent.signal(SIGCONT)
+
+        #expect(eventually(within: 120) { allRecorded(harness, good + 1) })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+        #expect(agent.stderr.contains("more jobs arrived than inotify could queue"))
+        try expectEachJobOnce(harness, good: good, bad: ["bad-a.job"])
+    }
+}
