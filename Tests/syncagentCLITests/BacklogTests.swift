@@ -99,4 +99,27 @@ struct BacklogTests {
         #expect(agent.stderr.contains("more jobs arrived than inotify could queue"))
         try expectEachJobOnce(harness, good: good, bad: ["bad-a.job"])
     }
+
+    /// SIGTERM in the middle of a long backlog stops the agent there (it
+    /// used to take the whole backlog first); the next start takes the
+    /// rest, each job once.
+    @Test func aStopInTheMiddleOfABacklogEndsItAndTheRestIsTakenLater() throws {
+        let harness = try AgentHarness()
+        let good = 10_000
+        for index in 0..<good { try harness.drop(String(format: "j%05d.job", index), Self.waitingJob(index)) }
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 60) { ((try? harness.events().filter { $0.type == "created" }.count) ?? 0) > 0 })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 60) == 0)
+        let events = try harness.events()
+        #expect(events.last?.type == "agent_stopped" && events.last?.data["reason"] as? String == "SIGTERM")
+        #expect(events.filter { $0.type == "created" }.count < good)
+        #expect(!harness.jobFiles().isEmpty)
+
+        let again = try harness.startAgent()
+        #expect(eventually(within: 120) { allRecorded(harness, good) })
+        again.signal(SIGTERM)
+        #expect(again.wait(seconds: 30) == 0)
+        try expectEachJobOnce(harness, good: good, bad: [])
+    }
 }

@@ -76,7 +76,9 @@ final class Intake {
     /// A backlog found by a scan (none of it seen closed), taken in order
     /// and committed every 256 jobs rather than held as one batch. The
     /// moves and reads run on a `BacklogReader` beside the parsing.
-    func takeBacklog(_ names: [InboxName], commit: () throws -> Void) throws {
+    /// `stopWhen` is asked between batches: the agent is told to stop, and
+    /// the rest waits in the inbox (or `.taken/`) for the next start.
+    func takeBacklog(_ names: [InboxName], stopWhen: () -> Bool, commit: () throws -> Void) throws {
         let reader = BacklogReader(names: names, skipping: stuck, mover: mover)
         backlog = reader
         defer {
@@ -85,7 +87,7 @@ final class Intake {
             for (path, error) in reader.failedRemovals { cannotRemove(path, error) }
         }
         var count = 0
-        while case let batch = reader.next(), !batch.isEmpty {
+        while !stopWhen(), case let batch = reader.next(), !batch.isEmpty {
             for fetched in batch {
                 taken(fetched.name, fetched.outcome, file: fetched.file, closedAfterWriting: false)
                 count += 1
