@@ -218,6 +218,7 @@ public final class Agent {
                     try intake.takeBacklog(watcher.scan(), stopWhen: stopRequested) { try commit() }
                 } else {
                     for name in changes.names { intake.take(name, closedAfterWriting: true) }
+                    for name in changes.created { intake.awaitClose(name) }
                 }
                 needsScheduling = true
             }

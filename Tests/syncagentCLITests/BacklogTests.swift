@@ -122,4 +122,29 @@ struct BacklogTests {
         #expect(again.wait(seconds: 30) == 0)
         try expectEachJobOnce(harness, good: good, bad: [])
     }
+
+    /// The maildir way: written elsewhere, hard-linked in, the other name
+    /// removed at once. inotify says only "created", and by the time the
+    /// agent looks the file has one link, like one still being written;
+    /// no close follows. Found by an adversary: such jobs waited in the
+    /// inbox until the next start. Now taken after the grace period.
+    @Test func aJobLinkedInWhoseOtherNameIsRemovedAtOnceIsTaken() throws {
+        let harness = try AgentHarness()
+        let staging = harness.directory.file("staging")
+        try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+        let good = 50
+        for index in 0..<good {
+            let name = String(format: "j%05d.job", index)
+            try Self.waitingJob(index).write(toFile: staging + "/" + name, atomically: false, encoding: .utf8)
+            guard link(staging + "/" + name, harness.inbox + "/" + name) == 0, unlink(staging + "/" + name) == 0 else {
+                throw TestFailure("cannot link \(name) in")
+            }
+        }
+        #expect(eventually(within: 60) { allRecorded(harness, good) })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+        try expectEachJobOnce(harness, good: good, bad: [])
+    }
 }

@@ -73,6 +73,9 @@ final class InboxWatcher {
 
     struct Changes {
         var names: [InboxName] = []
+        /// Created with one link: being written (a close will follow), or
+        /// linked in with its other name already removed (none will).
+        var created: [InboxName] = []
         var overflowed = false
     }
 
@@ -114,8 +117,12 @@ final class InboxWatcher {
                         let name = InboxName(bytes: nameBytes.prefix { $0 != 0 })
                         let created = mask & UInt32(IN_CREATE) != 0
                         // One name can come twice (closed, then renamed over): once is enough.
-                        if InboxRules.isJobFileName(name.text), !created || isLinked(name), seen.insert(name).inserted {
-                            changes.names.append(name)
+                        if InboxRules.isJobFileName(name.text) {
+                            if !created || isLinked(name) {
+                                if seen.insert(name).inserted { changes.names.append(name) }
+                            } else {
+                                changes.created.append(name)
+                            }
                         }
                     }
                     offset += headerSize + nameLength

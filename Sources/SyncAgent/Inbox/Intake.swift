@@ -51,15 +51,30 @@ final class Intake {
         try FileSystem.makeOwnDirectory(takenDirectory)
     }
 
-    var isIdle: Bool { retryAt.isEmpty }
+    /// Names created with one link and not yet seen closed, with when to
+    /// take them anyway: a job linked in (`ln`) whose other name was
+    /// removed before we looked never comes again with a close.
+    private var awaitingClose: [InboxName: Int64] = [:]
+
+    func awaitClose(_ name: InboxName) {
+        if awaitingClose[name] == nil { awaitingClose[name] = FileSystem.monotonicMs + Self.graceMs }
+    }
+
+    var isIdle: Bool { retryAt.isEmpty && awaitingClose.isEmpty }
 
     /// Whether a name found by a scan still waits for something other than intake.
     func isStuck(_ name: InboxName) -> Bool { stuck.contains(name) }
 
     /// Earliest moment a retry is due, for the loop's poll timeout.
-    var nextRetryMs: Int64? { retryAt.values.map(\.due).min() }
+    var nextRetryMs: Int64? { (retryAt.values.map(\.due) + awaitingClose.values).min() }
 
     func takeDueRetries(nowMs: Int64) {
+        // Not closed within the grace period: taken as a scan would find it
+        // (gone already if it was closed and taken meanwhile).
+        for (name, due) in awaitingClose where due <= nowMs {
+            awaitingClose[name] = nil
+            take(name, closedAfterWriting: false)
+        }
         for (path, retry) in retryAt.sorted(by: { $0.value.due < $1.value.due }) where retry.due <= nowMs {
             retryAt[path] = nil
             process(path, name: retry.name, closedAfterWriting: true)
