@@ -217,8 +217,9 @@ public final class Agent {
                                 metadata: ["inbox": "\(paths.inbox)"])
                     try intake.takeBacklog(watcher.scan(), stopWhen: stopRequested) { try commit() }
                 } else {
-                    for name in changes.names { intake.take(name, closedAfterWriting: true) }
+                    // Awaited first: a close in the same drain takes the name and ends the wait.
                     for name in changes.created { intake.awaitClose(name) }
+                    for name in changes.names { intake.take(name, closedAfterWriting: true) }
                 }
                 needsScheduling = true
             }

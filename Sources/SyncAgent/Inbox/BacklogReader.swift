@@ -83,7 +83,7 @@ final class BacklogReader {
     struct Fetched {
         var name: InboxName
         var outcome: TakenMover.Outcome
-        /// The file's bytes when moved (nil: gone by the time it was opened).
+        /// The file read, when moved (`.success(nil)`: gone by the time it was opened).
         var file: Result<JobFile?, Error>?
     }
 

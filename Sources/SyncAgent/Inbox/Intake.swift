@@ -84,6 +84,7 @@ final class Intake {
     /// `closedAfterWriting`: inotify said the writer closed it or it was
     /// renamed in, so its content is final and a parse error is final too.
     func take(_ name: InboxName, closedAfterWriting: Bool) {
+        awaitingClose[name] = nil
         guard !stuck.contains(name) else { return }
         taken(name, mover.move(name), file: nil, closedAfterWriting: closedAfterWriting)
     }
