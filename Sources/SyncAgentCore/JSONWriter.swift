@@ -34,7 +34,8 @@ public struct JSONWriter {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    private static func appendQuoted(_ value: String, to bytes: inout [UInt8]) {
+    /// Escaped as `JSONEncoder` escapes (`status --json` is compared with it byte for byte).
+    static func appendQuoted(_ value: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         // Most values need no escape: copied whole, not appended a byte at a time.
         guard value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
@@ -50,6 +51,8 @@ public struct JSONWriter {
             case 0x0A: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
             case 0x0D: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
             case 0x09: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0x08: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
+            case 0x0C: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
             case 0..<0x20:
                 let hex = Array("0123456789abcdef".utf8)
                 bytes.append(contentsOf: Array("\\u00".utf8))

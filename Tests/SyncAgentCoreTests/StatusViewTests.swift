@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import SyncAgentCore
+import TestSupport
 
 @Suite struct StatusViewTests {
     @Test func endedTasksOlderThanADayAreHiddenAndCounted() {
@@ -118,6 +119,45 @@ import Testing
             TaskReport.writeJSON(reports, agent: agent) { pieces.append($0) }
             #expect(pieces.joined() == (try whole(reports, agent: agent)))
             #expect(pieces.count == count + (agent == nil ? 3 : 4), "one write per task")
+        }
+    }
+
+    /// Tasks are written without the encoder, keys in an order typed by hand:
+    /// whatever their values (control characters, quotes, slashes, non-ASCII,
+    /// nulls, the keys only some tasks have), the text is the encoder's.
+    @Test func everyTaskIsWrittenAsTheEncoderWouldWriteIt() throws {
+        var random = SplitMix64(seed: 20261123)
+        let pieces = (0..<0x20).map { String(UnicodeScalar(UInt8($0))) }
+            + ["\"", "\\", "/", "\u{7F}", "\u{85}", "é", "日本", "🎞", "\u{202E}", "\u{2028}", "a", " ", ":"]
+        func text() -> String { (0..<Int.random(in: 0...6, using: &random)).map { _ in pieces.randomElement(using: &random)! }.joined() }
+        func maybe<Value>(_ value: @autoclosure () -> Value) -> Value? { Bool.random(using: &random) ? value() : nil }
+        func number() -> Int64 { [0, 1, -1, 42, Int64.max, Int64.min, 1 << 40].randomElement(using: &random)! }
+        var log = LogBuilder()
+        log.create("t")
+        let base = TaskReport(log.state.orderedTasks[0], in: log.state)
+        var reports: [TaskReport] = []
+        for _ in 0..<300 {
+            var report = base
+            report.id = text(); report.kind = text(); report.state = text(); report.url = text(); report.currentURL = text()
+            report.dest = maybe(text()); report.method = text(); report.status = maybe(Int(number() % 1000))
+            report.bytes = number(); report.total = maybe(number())
+            report.percent = maybe((Double(Int.random(in: 0...1000, using: &random)) / 10))
+            report.speed = number(); report.etaS = maybe(number()); report.attempts = Int(number() % 100)
+            report.redirects = Int(number() % 100); report.unchanged = Bool.random(using: &random); report.skipped = maybe(text())
+            report.priority = Int(number() % 100); report.batch = maybe(text()); report.error = maybe(text())
+            report.errorCode = maybe(text()); report.etag = maybe(text()); report.lastModified = maybe(text())
+            report.headers = (0..<Int.random(in: 0...3, using: &random)).map { _ in text() }
+            report.createdAtMs = number(); report.updatedAtMs = number(); report.lastSeq = number()
+            report.plan = maybe(text()); report.parent = maybe(text()); report.pauseReason = maybe(text())
+            report.children = maybe(TaskReport.Children(done: Int(number() % 100), total: Int(number() % 100)))
+            reports.append(report)
+        }
+        for agent in [nil, AgentReport(running: false, pid: nil, startedAtMs: nil)] {
+            for report in reports {
+                let written = TaskReport.json([report], agent: agent), encoded = Printable.jsonSafe(try whole([report], agent: agent))
+                #expect(written == encoded, "\(written.debugDescription)\n\(encoded.debugDescription)")
+            }
+            #expect(TaskReport.json(reports, agent: agent) == Printable.jsonSafe(try whole(reports, agent: agent)))
         }
     }
 }
