@@ -162,20 +162,13 @@ public final class Agent {
         logger.info("agent started", metadata: [
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
         var stopSignal: Int32?
-        /// Signals that came while the loop was not polling, in a long
-        /// backlog: a stop ends the backlog (a stop takes at most 5 s, SPEC).
-        func stopRequested() -> Bool {
-            var waiting = pollfd(fd: signalFd, events: Int16(POLLIN), revents: 0)
-            while stopSignal == nil, poll(&waiting, 1, 0) > 0 {
-                let signal = sa_read_signal(signalFd)
-                if signal == SIGHUP { reloadConfig() } else if signal > 0 { stopSignal = signal } else { break }
-            }
-            return stopSignal != nil
-        }
-        try intake.takeBacklog(watcher.scan(), stopWhen: stopRequested) { try commit() }
+        intake.startBacklog(scan: watcher.scan)
+        // A stop leaves the rest of a backlog for the next start.
+        defer { intake.endBacklog() }
 
         while stopSignal == nil {
-            if needsScheduling {
+            // Tasks start once the backlog is all taken, in priority order across all of it.
+            if needsScheduling, !intake.isTakingBacklog {
                 needsScheduling = false
                 try settleParents()
                 // A transfer writes files named by its `created` event: that event must be on disk
@@ -215,12 +208,16 @@ public final class Agent {
                     // The queue lost names: the directory itself is the truth.
                     logger.info("more jobs arrived than inotify could queue; taking them from a scan of the inbox",
                                 metadata: ["inbox": "\(paths.inbox)"])
-                    try intake.takeBacklog(watcher.scan(), stopWhen: stopRequested) { try commit() }
+                    intake.startBacklog(scan: watcher.scan)
                 } else {
                     // Awaited first: a close in the same drain takes the name and ends the wait.
                     for name in changes.created { intake.awaitClose(name) }
                     for name in changes.names { intake.take(name, closedAfterWriting: true) }
                 }
+                needsScheduling = true
+            }
+            if intake.isTakingBacklog {
+                try intake.takeBacklogSlice { try commit() }
                 needsScheduling = true
             }
             let now = FileSystem.monotonicMs
@@ -251,6 +248,7 @@ public final class Agent {
         // Bodies already complete are published, not paused. A video being
         // assembled is not waited for (a join can take longer than a stop
         // may): its parent is paused with its children and assembled again.
+        intake.endBacklog()
         stopping = true
         // A cancelled upload's DELETE still out is given up: the server expires it.
         for easy in terminations.keys { multi.remove(easy) }

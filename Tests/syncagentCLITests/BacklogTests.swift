@@ -100,6 +100,47 @@ struct BacklogTests {
         try expectEachJobOnce(harness, good: good, bad: ["bad-a.job"])
     }
 
+    /// A backlog is taken a slice at a time between loop turns: a download
+    /// that runs while a flood overflows inotify's queue keeps moving (its
+    /// progress is logged between the flood's first and last `created`).
+    /// It used to stand still until the whole backlog was taken.
+    @Test func aDownloadKeepsMovingWhileABacklogIsTaken() throws {
+        let limitFile = "/proc/sys/fs/inotify/max_queued_events"
+        let original = try String(contentsOfFile: limitFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        var lowered = false
+        if let limit = Int(original), limit > 1024, (try? "256".write(toFile: limitFile, atomically: false, encoding: .utf8)) != nil {
+            lowered = true
+        }
+        defer { if lowered { try? original.write(toFile: limitFile, atomically: false, encoding: .utf8) } }
+
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("slow.bin", size: 20_000_000)
+        try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=200000"))\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.events()) ?? []).contains { $0.type == "progressed" && $0.task == "slow" } })
+        if lowered { try original.write(toFile: limitFile, atomically: false, encoding: .utf8); lowered = false }
+
+        agent.signal(SIGSTOP)
+        // Big enough to take seconds, so more than one progress interval passes while it is taken.
+        let good = 8_000
+        for index in 0..<good { try harness.drop(String(format: "j%05d.job", index), Self.waitingJob(index)) }
+        agent.signal(SIGCONT)
+        #expect(eventually(within: 180) { allRecorded(harness, good + 1) })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+
+        let events = try harness.events()
+        let floodCreated = events.filter { $0.type == "created" && $0.task != "slow" }.map(\.seq)
+        let first = try #require(floodCreated.min()), last = try #require(floodCreated.max())
+        let progressMeanwhile = events.filter { $0.type == "progressed" && $0.task == "slow" && $0.seq > first && $0.seq < last }
+        #expect(!progressMeanwhile.isEmpty, "the download made no progress while \(good) jobs were taken")
+        #expect(agent.stderr.contains("more jobs arrived than inotify could queue"))
+        let created = events.filter { $0.type == "created" }.compactMap { ($0.data["source"] as? [String: Any])?["file"] as? String }
+        #expect(created.count == good + 1 && Set(created).count == good + 1, "each job once")
+        #expect(harness.jobFiles().isEmpty)
+    }
+
     /// SIGTERM in the middle of a long backlog stops the agent there (it
     /// used to take the whole backlog first); the next start takes the
     /// rest, each job once.

@@ -60,7 +60,7 @@ final class Intake {
         if awaitingClose[name] == nil { awaitingClose[name] = FileSystem.monotonicMs + Self.graceMs }
     }
 
-    var isIdle: Bool { retryAt.isEmpty && awaitingClose.isEmpty }
+    var isIdle: Bool { retryAt.isEmpty && awaitingClose.isEmpty && backlog == nil && takesAfterBacklog.isEmpty }
 
     /// Whether a name found by a scan still waits for something other than intake.
     func isStuck(_ name: InboxName) -> Bool { stuck.contains(name) }
@@ -86,30 +86,64 @@ final class Intake {
     func take(_ name: InboxName, closedAfterWriting: Bool) {
         awaitingClose[name] = nil
         guard !stuck.contains(name) else { return }
+        // The backlog's reader may be moving this very name: its mover is not shared.
+        guard backlog == nil else { return takesAfterBacklog.append((name, closedAfterWriting)) }
         taken(name, mover.move(name), file: nil, closedAfterWriting: closedAfterWriting)
     }
 
-    /// A backlog found by a scan (none of it seen closed), taken in order
-    /// and committed every 256 jobs rather than held as one batch. The
-    /// moves and reads run on a `BacklogReader` beside the parsing.
-    /// `stopWhen` is asked between batches: the agent is told to stop, and
-    /// the rest waits in the inbox (or `.taken/`) for the next start.
-    func takeBacklog(_ names: [InboxName], stopWhen: () -> Bool, commit: () throws -> Void) throws {
-        let reader = BacklogReader(names: names, skipping: stuck, mover: mover)
-        backlog = reader
-        defer {
-            backlog = nil
-            reader.close()
-            for (path, error) in reader.failedRemovals { cannotRemove(path, error) }
-        }
+    /// A backlog found by a scan (none of it seen closed): the inbox at
+    /// start-up, or after inotify lost count. It is taken a slice at a time
+    /// (`takeBacklogSlice`, once per loop turn), so transfers keep moving
+    /// while 100,000 jobs are taken; the moves and reads run on a
+    /// `BacklogReader` beside the parsing. Another overflow meanwhile makes
+    /// one more scan once this backlog is taken.
+    func startBacklog(scan: @escaping () -> [InboxName]) {
+        rescan = scan
+        guard backlog == nil else { return rescanDue = true }
+        backlog = BacklogReader(names: scan(), skipping: stuck, mover: mover)
+    }
+
+    var isTakingBacklog: Bool { backlog != nil }
+
+    /// Up to `backlogSlice` jobs of the backlog (about 20 ms of work), then a commit.
+    static let backlogSlice = 256
+
+    func takeBacklogSlice(commit: () throws -> Void) throws {
+        guard let reader = backlog else { return }
         var count = 0
-        while !stopWhen(), case let batch = reader.next(), !batch.isEmpty {
-            for fetched in batch {
-                taken(fetched.name, fetched.outcome, file: fetched.file, closedAfterWriting: false)
-                count += 1
-                if count % 256 == 0 { try commit() }
+        while count < Self.backlogSlice {
+            let batch = reader.next()
+            if batch.isEmpty {
+                try commit()
+                finishBacklog()
+                return
             }
+            for fetched in batch { taken(fetched.name, fetched.outcome, file: fetched.file, closedAfterWriting: false) }
+            count += batch.count
         }
+        try commit()
+    }
+
+    /// Every job of the backlog was handed over: the mover is the loop's
+    /// again, for the names inotify reported meanwhile and a scan due.
+    private func finishBacklog() {
+        endBacklog()
+        let deferred = takesAfterBacklog
+        takesAfterBacklog.removeAll()
+        for (name, closed) in deferred { take(name, closedAfterWriting: closed) }
+        if rescanDue, let rescan {
+            rescanDue = false
+            startBacklog(scan: rescan)
+        }
+    }
+
+    /// Stops reading the backlog (the agent stops): jobs moved and not yet
+    /// recorded stay in `.taken/`, the rest in the inbox, for the next start.
+    func endBacklog() {
+        guard let reader = backlog else { return }
+        backlog = nil
+        reader.close()
+        for (path, error) in reader.failedRemovals { cannotRemove(path, error) }
     }
 
     /// What a move out of the inbox came to; `file` is the moved file already read, if it was.
@@ -248,6 +282,11 @@ final class Intake {
 
     /// The reader of the backlog being taken, which removes taken files meanwhile.
     private var backlog: BacklogReader?
+    /// Names inotify reported while a backlog is taken, taken after it.
+    private var takesAfterBacklog: [(InboxName, Bool)] = []
+    /// How the backlog was found, and whether to look again once it is taken.
+    private var rescan: (() -> [InboxName])?
+    private var rescanDue = false
 
     private func cannotRemove(_ path: String, _ error: Int32) {
         logger.error("cannot remove a taken job", metadata: ["file": "\(path)", "error": "\(String(cString: strerror(error)))"])
