@@ -46,7 +46,9 @@ struct ReplayCommand: ParsableCommand {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let plans = Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, in: state, nowMs: now)) })
         if json {
-            print(TaskReport.json(tasks.map { TaskReport($0, plan: plans[$0.id], in: state) }))
+            // Streamed as `status --json` is: a report per task, never the whole document in memory.
+            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state) }) { print($0, terminator: "") }
+            print()
         } else {
             print("log: \(store.path), replayed through seq \(state.lastSeq)")
             // A video's segments are summed up on its row (replay --task SEGMENT shows one).
