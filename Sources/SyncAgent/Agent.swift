@@ -419,8 +419,8 @@ public final class Agent {
     }
 
     private func pollTimeoutMs() -> Int32 {
-        // A scheduling pass is due: look at the sockets, but do not sleep.
-        if needsScheduling { return 0 }
+        // A scheduling pass or the next slice of a backlog is due: look at the sockets, but do not sleep.
+        if needsScheduling || intake.isTakingBacklog { return 0 }
         var timeout: Int64 = 1000
         if log.hasPending { timeout = min(timeout, lastCommitMs + Self.commitIntervalMs - FileSystem.monotonicMs) }
         if let due = intake.nextRetryMs { timeout = min(timeout, due - FileSystem.monotonicMs) }
