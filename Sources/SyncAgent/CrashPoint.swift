@@ -10,6 +10,8 @@ import Glibc
 enum CrashPoint: String {
     /// New tasks are committed; their job files are still in the inbox.
     case intakeCommitted = "intake-committed"
+    /// A bad job's `rejected` event is recorded and its `.error` written; neither is committed, the job is in `.taken/`.
+    case rejectedRecorded = "rejected-recorded"
     /// A body is complete, flushed and logged; `finished` is not recorded yet.
     case downloadComplete = "download-complete"
     /// `batch_finished` is committed; the notification is not posted yet.

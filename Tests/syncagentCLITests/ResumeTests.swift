@@ -141,6 +141,38 @@ struct ResumeTests {
 /// nothing lost, nothing doubled.
 @Suite("Crash windows", .serialized)
 struct CrashWindowTests {
+    /// Bad jobs, one that parses to an error and one that cannot be read as a
+    /// job (over 64 KiB), killed at each side of the commit of their
+    /// `rejected` events. Found by an adversary: a job was moved to rejected/
+    /// before its event was committed, so a kill there left it with no event.
+    @Test(arguments: ["rejected-recorded", "intake-committed"])
+    func aBadJobKilledAroundItsRejectionIsRejectedOnce(_ crashPoint: String) throws {
+        let harness = try AgentHarness()
+        try harness.drop("bad.job", "url = \"http://127.0.0.1:9/x\"\nbogus_key = 1\n")
+        try harness.drop("big.job", "url = \"http://127.0.0.1:9/x\"\n# " + String(repeating: "x", count: 70_000) + "\n")
+        // Old enough that the start-up scan rejects them at once (no grace for a file maybe still written).
+        for name in ["bad.job", "big.job"] {
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: harness.inbox + "/" + name)
+        }
+        harness.extraEnvironment = ["SYNCAGENT_CRASHPOINT": crashPoint]
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 137)
+        let rejected = harness.inbox + "/rejected"
+        let jobsInRejected = { (try? FileManager.default.contentsOfDirectory(atPath: rejected))?.filter { $0.hasSuffix(".job") }.sorted() ?? [] }
+        // Still in `.taken/` until the event is durable.
+        #expect(jobsInRejected().isEmpty)
+
+        harness.extraEnvironment = [:]
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        let events = try harness.events().filter { $0.type == "rejected" }
+        #expect(events.compactMap { $0.data["file"] as? String }.sorted() == ["bad.job", "big.job"], "\(events.map(\.data))")
+        #expect(jobsInRejected() == ["bad.job", "big.job"])
+        let sentence = try String(contentsOfFile: rejected + "/bad.job.error", encoding: .utf8)
+        #expect(sentence.contains("bogus_key"), "\(sentence)")
+        #expect(try String(contentsOfFile: rejected + "/big.job.error", encoding: .utf8).contains("64 KiB"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.inbox + "/.taken").isEmpty)
+        #expect(harness.jobFiles().isEmpty)
+    }
+
     @Test func killedBetweenRecordingAJobAndRemovingItMakesOneTask() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

@@ -179,11 +179,15 @@ final class Intake {
         do {
             guard let read = try (read ?? Result { try JobFile.load(takenPath) }).get() else { return }
             file = read
-        } catch let error as KeyError {
-            reject(takenPath, name: name, error.description, identity: nil)
-            return
         } catch {
-            reject(takenPath, name: name, "the job file cannot be read: \(error)", identity: nil)
+            let sentence = (error as? KeyError)?.description ?? "the job file cannot be read: \(error)"
+            // Known by what lstat says: a restart between the commit and the move must not reject it twice.
+            let identity = JobFile.unreadableIdentity(takenPath)
+            if let identity, log.state.rejectedSources.contains(identity) {
+                if let target = rejectionTarget(for: name) { moveToRejected(takenPath, target: target, name: name) }
+                return
+            }
+            reject(takenPath, name: name, sentence, identity: identity)
             return
         }
 
@@ -194,7 +198,8 @@ final class Intake {
         }
         if log.state.rejectedSources.contains(file.identity) {
             // Rejected and recorded, but the move to rejected/ did not happen.
-            moveToRejected(takenPath, name: name, sentence: nil)
+            // (Its `.error` was written before the commit, at the first free number, as this is.)
+            if let target = rejectionTarget(for: name) { moveToRejected(takenPath, target: target, name: name) }
             return
         }
 
@@ -266,12 +271,17 @@ final class Intake {
     /// Job files whose events are recorded but maybe not yet committed.
     private var takenAwaitingCommit: [String] = []
 
-    var hasTakenFiles: Bool { !takenAwaitingCommit.isEmpty }
+    /// Rejected jobs whose `rejected` event is maybe not yet committed, with where they go.
+    private var rejectedAwaitingCommit: [(takenPath: String, target: String, name: String)] = []
 
-    /// Called after the log committed: a taken job is removed only when its
-    /// task is durable, so a crash in between loses nothing (and the
-    /// identity check keeps it from becoming two tasks).
+    var hasTakenFiles: Bool { !takenAwaitingCommit.isEmpty || !rejectedAwaitingCommit.isEmpty }
+
+    /// Called after the log committed: a taken job is removed (or moved to
+    /// rejected/) only when its event is durable, so a crash in between
+    /// loses nothing (and the identity check keeps it from becoming two).
     func removeTakenFiles() {
+        for pending in rejectedAwaitingCommit { moveToRejected(pending.takenPath, target: pending.target, name: pending.name) }
+        rejectedAwaitingCommit.removeAll()
         if let backlog {
             backlog.remove(takenAwaitingCommit)
         } else {
@@ -314,28 +324,43 @@ final class Intake {
         let shown = Printable.escaping(Redaction.text(sentence))
         log.record(.rejected(Rejected(file: name, error: shown, identity: identity)))
         logger.warning("job rejected", metadata: ["file": "\(name)", "reason": "\(shown)"])
-        moveToRejected(takenPath, name: name, sentence: shown)
+        // The job leaves `.taken/` only once its event is committed: moved
+        // before, a crash left it in rejected/ with no event (found by an
+        // adversary). Its `.error` is written now; a crash before the commit
+        // rejects it again from `.taken/`, to the same place.
+        guard let target = rejectionTarget(for: name) else { return }
+        do {
+            // Read with `cat`: the job's name (any bytes but '/') goes in escaped.
+            try FileSystem.writeAtomically("\(Printable.escaping(name)): \(Printable.escaping(shown))\n", to: target + ".error")
+        } catch {
+            // The job itself is still moved: the event holds the sentence.
+            logger.error("cannot write the .error file", metadata: ["file": "\(target).error", "error": "\(error)"])
+        }
+        rejectedAwaitingCommit.append((takenPath, target, name))
+        CrashPoint.rejectedRecorded.reached()
     }
 
-    /// `rejected/NAME` and `rejected/NAME.error` (shortened names where
-    /// those would pass NAME_MAX; `NAME.1.job` … where a rejected job of
-    /// that name is already there).
-    private func moveToRejected(_ takenPath: String, name: String, sentence: String?) {
+    /// `rejected/NAME` (with `NAME.error` beside it): a shortened name where
+    /// NAME would pass NAME_MAX, `NAME.1.job` … where a rejected job of that
+    /// name is already there or on its way. Nil (logged) if rejected/ cannot be made.
+    private func rejectionTarget(for name: String) -> String? {
         do {
             try FileSystem.makeOwnDirectory(rejectedDirectory)
-            let base = Self.prefix(of: name, bytes: 200, marked: true)
-            var number = 0
-            while FileSystem.exists(rejectedDirectory + "/" + Destinations.candidate(base, number: number)) { number += 1 }
-            let target = rejectedDirectory + "/" + Destinations.candidate(base, number: number)
-            if let sentence {
-                do {
-                    // Read with `cat`: the job's name (any bytes but '/') goes in escaped.
-                    try FileSystem.writeAtomically("\(Printable.escaping(name)): \(Printable.escaping(sentence))\n", to: target + ".error")
-                } catch {
-                    // The job itself is still moved: the event holds the sentence.
-                    logger.error("cannot write the .error file", metadata: ["file": "\(target).error", "error": "\(error)"])
-                }
-            }
+        } catch {
+            logger.error("cannot make rejected/; the job stays in .taken/ until the next start",
+                         metadata: ["file": "\(name)", "error": "\(error)"])
+            return nil
+        }
+        let base = Self.prefix(of: name, bytes: 200, marked: true)
+        var number = 0
+        func target() -> String { rejectedDirectory + "/" + Destinations.candidate(base, number: number) }
+        while FileSystem.exists(target()) || rejectedAwaitingCommit.contains(where: { $0.target == target() }) { number += 1 }
+        return target()
+    }
+
+    /// A rejected job whose event is committed, out of `.taken/` into rejected/.
+    private func moveToRejected(_ takenPath: String, target: String, name: String) {
+        do {
             try syscall("move \(name) to rejected/") { Glibc.rename(takenPath, target) }
         } catch {
             logger.error("cannot move a rejected job to rejected/; it stays in .taken/ until the next start",
@@ -370,6 +395,14 @@ struct JobFile {
     var modifiedMs: Int64
 
     /// nil when the file is gone (taken or removed meanwhile).
+    /// The identity of a file that cannot be read as a job (a FIFO, a
+    /// directory, a symlink, over 64 KiB): its inode and ctime, no content.
+    static func unreadableIdentity(_ path: String) -> String? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        return "\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):unreadable"
+    }
+
     static func load(_ path: String) throws -> JobFile? {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 {
