@@ -75,6 +75,8 @@ int sa_stop_signal_fd(void) {
     sigaddset(&stops, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &stops, NULL) != 0) return -1;
     signal(SIGPIPE, SIG_IGN);
+    /* A lease taken to see whether a job is still being written may be broken by a writer. */
+    signal(SIGIO, SIG_IGN);
     return signalfd(-1, &stops, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 

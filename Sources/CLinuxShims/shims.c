@@ -239,3 +239,11 @@ int sa_nm_read(unsigned *state, unsigned *metered) {
     nm_property("Metered", metered);
     return 0;
 }
+
+int sa_open_for_writing(int fd) {
+    if (fcntl(fd, F_SETLEASE, F_RDLCK) == 0) {
+        /* A lease kept would make the next writer's open wait for it to be broken. */
+        return fcntl(fd, F_SETLEASE, F_UNLCK) == 0 ? 0 : -1;
+    }
+    return errno == EAGAIN ? 1 : -1;
+}

@@ -141,6 +141,44 @@ struct BacklogTests {
         #expect(harness.jobFiles().isEmpty)
     }
 
+    /// A job written in place by a writer that pauses past the grace period
+    /// (2 s) is read only once that writer closes it, whether inotify saw it
+    /// created (live) or a start-up scan found it. Found by an adversary: its
+    /// first lines, valid alone, were taken as the whole job.
+    @Test(arguments: ["live", "scan"])
+    func aJobStillOpenForWritingIsReadOnceClosed(_ found: String) throws {
+        let harness = try AgentHarness()
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+        let job = harness.inbox + "/paused.job"
+        writer.arguments = ["-c", """
+            exec 3>"$1"
+            printf 'url = "http://127.0.0.1:9/x.bin"\nnot_before = 2099-01-01T00:00:00Z\n' >&3
+            sleep 3.5
+            printf 'dest = "chosen.bin"\npriority = 7\n' >&3
+            """, "sh", job]
+        var agent: ChildProcess?
+        if found == "live" {
+            agent = try harness.startAgent()
+            #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+        }
+        try writer.run()
+        if found == "scan" {
+            #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: job) })
+            agent = try harness.startAgent()
+        }
+        writer.waitUntilExit()
+        #expect(writer.terminationStatus == 0)
+        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "created" }) ?? false) })
+        agent?.signal(SIGTERM)
+        #expect(agent?.wait(seconds: 30) == 0)
+        let created = try harness.events().filter { $0.type == "created" }
+        #expect(created.count == 1)
+        #expect((created.first?.data["dest"] as? String)?.hasSuffix("/chosen.bin") == true, "\(created.map(\.data))")
+        #expect(created.first?.data["priority"] as? Int == 7, "\(created.map(\.data))")
+        #expect(try harness.events().filter { $0.type == "rejected" }.isEmpty)
+    }
+
     /// SIGTERM in the middle of a long backlog stops the agent there (it
     /// used to take the whole backlog first); the next start takes the
     /// rest, each job once.

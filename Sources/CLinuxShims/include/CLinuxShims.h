@@ -27,6 +27,16 @@ int sa_rename_noreplace(int fromdirfd, const char *from, int todirfd, const char
  */
 int sa_pidfd_open(pid_t pid);
 
+/*
+ * Whether a process still has the file behind `fd` (opened read-only) open
+ * for writing: the kernel refuses a read lease (F_SETLEASE) with EAGAIN
+ * then. Returns 1 (open for writing), 0 (not), or -1 with errno set where
+ * leases cannot tell (EACCES: not the file's owner; EINVAL: no leases on
+ * that file system). A lease taken is given back at once; a writer opening
+ * the file in between breaks it, which raises SIGIO (the agent ignores it).
+ */
+int sa_open_for_writing(int fd);
+
 /* syncfs(2), a GNU extension Swift's Glibc module does not show: flushes
  * the file system holding fd. Returns 0, or -1 with errno set. */
 int sa_syncfs(int fd);

@@ -1,3 +1,4 @@
+import CLinuxShims
 import Crypto
 import Foundation
 import Logging
@@ -179,6 +180,10 @@ final class Intake {
         do {
             guard let read = try (read ?? Result { try JobFile.load(takenPath) }).get() else { return }
             file = read
+        } catch is JobFile.StillBeingWritten {
+            // Its writer's descriptor followed it into `.taken/`: looked at again after the grace period.
+            retryAt[takenPath] = (name, FileSystem.monotonicMs + Self.graceMs)
+            return
         } catch {
             let sentence = (error as? KeyError)?.description ?? "the job file cannot be read: \(error)"
             // Known by what lstat says: a restart between the commit and the move must not reject it twice.
@@ -394,7 +399,6 @@ struct JobFile {
     var identity: String
     var modifiedMs: Int64
 
-    /// nil when the file is gone (taken or removed meanwhile).
     /// The identity of a file that cannot be read as a job (a FIFO, a
     /// directory, a symlink, over 64 KiB): its inode and ctime, no content.
     static func unreadableIdentity(_ path: String) -> String? {
@@ -403,6 +407,10 @@ struct JobFile {
         return "\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):unreadable"
     }
 
+    /// A writer still has the job open: it is read once closed.
+    struct StillBeingWritten: Error {}
+
+    /// nil when the file is gone (taken or removed meanwhile).
     static func load(_ path: String) throws -> JobFile? {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 {
@@ -416,6 +424,11 @@ struct JobFile {
         guard (info.st_mode & S_IFMT) == S_IFREG else {
             throw KeyError(key: nil, "the job is not a regular file")
         }
+        // Found by a scan, or created and quiet past the grace period, while
+        // its writer still holds it (found by an adversary: a writer that
+        // paused 2 s had its first lines taken as the whole job). Where
+        // leases cannot tell, it is read as before.
+        if sa_open_for_writing(fd) == 1 { throw StillBeingWritten() }
         // Sized from fstat (a job is small); one byte over the limit is enough
         // to know it is too big, however the file grows meanwhile.
         let capacity = min(Int(info.st_size), JobParser.maximumSize) + 1
