@@ -216,6 +216,42 @@ struct HardeningCoreTests {
         return log.state
     }
 
+    /// Many jobs for one file name: each `rename` goes on from where the last
+    /// stopped, so 1,000 of them make a linear number of probes, not a
+    /// quadratic one (6,000 took 10 s of one loop turn, found by an
+    /// adversary), and get the names a walk from 1 would have given.
+    @Test func manyJobsForOneNameAreRenamedWithoutProbingEveryNumberAgain() {
+        var state = AgentState()
+        var hints = Destinations.RenameHints()
+        var probes = 0
+        var userFiles: Set<String> = ["/dl/same.bin"]
+        var onDisk = userFiles
+        var chosen: [String] = []
+        for index in 0..<2_000 {
+            // A user's file takes a number now and then, ahead of the walk.
+            if index % 100 == 50 {
+                let ahead = Destinations.candidate("/dl/same.bin", number: index + 20)
+                userFiles.insert(ahead)
+                onDisk.insert(ahead)
+            }
+            let decision = Destinations.decide(dest: "/dl/same.bin", overwrite: .rename, in: state, hints: &hints,
+                                               exists: { probes += 1; return onDisk.contains($0) })
+            guard case .use(let path) = decision else { Issue.record("\(decision)"); return }
+            chosen.append(path)
+            // Half of them live tasks, half files on disk already (their tasks long ended).
+            if index % 2 == 1 { onDisk.insert(path); continue }
+            state.apply(Event(seq: Int64(index + 1), atMs: 1_000, task: "t\(index)", body: .created(TaskSpec(url: "http://h/\(index)", dest: path))))
+        }
+        #expect(Set(chosen).count == chosen.count, "each its own name")
+        #expect(Set(chosen).isDisjoint(with: userFiles), "no user's file")
+        #expect(chosen.prefix(3) == ["/dl/same.1.bin", "/dl/same.2.bin", "/dl/same.3.bin"])
+        #expect(probes < 10 * chosen.count, "\(probes) probes")
+        // Without hints, the same state gives the same next name.
+        let fresh = Destinations.decide(dest: "/dl/same.bin", overwrite: .rename, in: state, exists: { onDisk.contains($0) })
+        #expect(fresh == Destinations.decide(dest: "/dl/same.bin", overwrite: .rename, in: state, hints: &hints,
+                                             exists: { onDisk.contains($0) }))
+    }
+
     @Test func renamePicksAFreeNameAgainstLiveTasksAndTheDisk() {
         let live = state(with: ["a": "/dl/same.bin", "b": "/dl/same.1.bin"])
         #expect(Destinations.decide(dest: "/dl/same.bin", overwrite: .rename, in: live, exists: { _ in false }) == .use("/dl/same.2.bin"))

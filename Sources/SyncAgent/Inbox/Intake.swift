@@ -258,7 +258,7 @@ final class Intake {
         var spec = spec
         var ending: EventBody?
         if let dest = spec.dest {
-            switch Destinations.decide(dest: dest, overwrite: spec.overwrite, in: log.state, exists: exists) {
+            switch Destinations.decide(dest: dest, overwrite: spec.overwrite, in: log.state, hints: &renameHints, exists: exists) {
             case .use(let path):
                 spec.dest = path
             case .skip(_, let reason):
@@ -275,6 +275,9 @@ final class Intake {
 
     /// Job files whose events are recorded but maybe not yet committed.
     private var takenAwaitingCommit: [String] = []
+
+    /// Where `overwrite = "rename"` goes on looking for a free name, per destination.
+    private var renameHints = Destinations.RenameHints()
 
     /// Rejected jobs whose `rejected` event is maybe not yet committed, with where they go.
     private var rejectedAwaitingCommit: [(takenPath: String, target: String, name: String)] = []

@@ -52,7 +52,7 @@ enum HLSPublisher {
         guard let existing = root.status(path) else { return path }
         switch parent.spec.overwrite {
         case .rename:
-            return Destinations.firstFree(path, owner: parent.id, in: state, exists: { $0 != parent.partPath && root.exists($0) })
+            return Destinations.firstFree(path, owner: parent.id, in: state, exists: { $0 != parent.partPath && root.exists($0) }).path
         case .replace where (existing.st_mode & S_IFMT) != S_IFDIR:
             return path
         case .replace:

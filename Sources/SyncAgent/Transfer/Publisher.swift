@@ -69,7 +69,7 @@ enum Publisher {
             // A file appeared at the reserved name meanwhile: the next free
             // name, never one another live task holds (our own partial file aside).
             return .ready(path: Destinations.firstFree(dest, owner: task.id, in: state,
-                                                       exists: { $0 != part && root.exists($0) }),
+                                                       exists: { $0 != part && root.exists($0) }).path,
                           modifiedNs: onDisk.modifiedNs)
         }
     }
