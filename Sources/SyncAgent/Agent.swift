@@ -212,7 +212,7 @@ public final class Agent {
                 } else {
                     // Awaited first: a close in the same drain takes the name and ends the wait.
                     for name in changes.created { intake.awaitClose(name) }
-                    for name in changes.names { intake.take(name, closedAfterWriting: true) }
+                    intake.take(closed: changes.names)
                 }
                 needsScheduling = true
             }

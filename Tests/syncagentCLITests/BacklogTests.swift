@@ -179,6 +179,33 @@ struct BacklogTests {
         #expect(try harness.events().filter { $0.type == "rejected" }.isEmpty)
     }
 
+    /// A burst of jobs that fits inotify's queue (no overflow) is taken a
+    /// slice per loop turn too: a SIGTERM once the first slice is committed
+    /// stops the agent before the rest, and the next start takes it. Found
+    /// by an adversary: the whole drain was taken in one turn, and a stop
+    /// waited for it (9 s for 6,000 jobs).
+    @Test func aStopDuringABurstEndsItAndTheRestIsTakenLater() throws {
+        let harness = try AgentHarness()
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+        agent.signal(SIGSTOP)
+        // Two events a job (created, closed): 4,000 fit the default queue of 16,384.
+        let good = 4_000
+        for index in 0..<good { try harness.write(String(format: "j%05d.job", index), Self.waitingJob(index)) }
+        agent.signal(SIGCONT)
+        #expect(eventually(within: 60) { ((try? harness.events().filter { $0.type == "created" }.count) ?? 0) > 0 })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+        #expect(!agent.stderr.contains("more jobs arrived than inotify could queue"), "a burst, not an overflow")
+        #expect(try harness.events().filter { $0.type == "created" }.count < good, "the stop waited for the whole burst")
+
+        let again = try harness.startAgent()
+        #expect(eventually(within: 120) { allRecorded(harness, good) })
+        again.signal(SIGTERM)
+        #expect(again.wait(seconds: 30) == 0)
+        try expectEachJobOnce(harness, good: good, bad: [])
+    }
+
     /// SIGTERM in the middle of a long backlog stops the agent there (it
     /// used to take the whole backlog first); the next start takes the
     /// rest, each job once.

@@ -102,6 +102,21 @@ final class Intake {
         rescan = scan
         guard backlog == nil else { return rescanDue = true }
         backlog = BacklogReader(names: scan(), skipping: stuck, mover: mover)
+        backlogWasClosed = false
+    }
+
+    /// Names inotify reported closed or moved in. A burst of more than a
+    /// slice (a drain holds up to ~8,000 jobs) is taken as a backlog, a
+    /// slice per loop turn: a stop or a running download used to wait for
+    /// all of it.
+    func take(closed names: [InboxName]) {
+        guard names.count > Self.backlogSlice, backlog == nil else {
+            for name in names { take(name, closedAfterWriting: true) }
+            return
+        }
+        for name in names { awaitingClose[name] = nil }
+        backlog = BacklogReader(names: names, skipping: stuck, mover: mover)
+        backlogWasClosed = true
     }
 
     var isTakingBacklog: Bool { backlog != nil }
@@ -119,7 +134,7 @@ final class Intake {
                 finishBacklog()
                 return
             }
-            for fetched in batch { taken(fetched.name, fetched.outcome, file: fetched.file, closedAfterWriting: false) }
+            for fetched in batch { taken(fetched.name, fetched.outcome, file: fetched.file, closedAfterWriting: backlogWasClosed) }
             count += batch.count
         }
         try commit()
@@ -131,11 +146,14 @@ final class Intake {
         endBacklog()
         let deferred = takesAfterBacklog
         takesAfterBacklog.removeAll()
-        for (name, closed) in deferred { take(name, closedAfterWriting: closed) }
         if rescanDue, let rescan {
+            // The scan finds the deferred names too, if they are still there.
             rescanDue = false
             startBacklog(scan: rescan)
+            return
         }
+        for (name, closed) in deferred where !closed { take(name, closedAfterWriting: false) }
+        take(closed: deferred.filter(\.1).map(\.0))
     }
 
     /// Stops reading the backlog (the agent stops): jobs moved and not yet
@@ -305,6 +323,8 @@ final class Intake {
     /// How the backlog was found, and whether to look again once it is taken.
     private var rescan: (() -> [InboxName])?
     private var rescanDue = false
+    /// The backlog is a burst inotify saw closed (its parse errors are final), not a scan's.
+    private var backlogWasClosed = false
 
     private func cannotRemove(_ path: String, _ error: Int32) {
         logger.error("cannot remove a taken job", metadata: ["file": "\(path)", "error": "\(String(cString: strerror(error)))"])
