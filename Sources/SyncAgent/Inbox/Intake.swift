@@ -101,8 +101,7 @@ final class Intake {
     func startBacklog(scan: @escaping () -> [InboxName]) {
         rescan = scan
         guard backlog == nil else { return rescanDue = true }
-        backlog = BacklogReader(names: scan(), skipping: stuck, mover: mover)
-        backlogWasClosed = false
+        beginBacklog(scan(), closed: false)
     }
 
     /// Names inotify reported closed or moved in. A burst of more than a
@@ -115,8 +114,12 @@ final class Intake {
             return
         }
         for name in names { awaitingClose[name] = nil }
+        beginBacklog(names, closed: true)
+    }
+
+    private func beginBacklog(_ names: [InboxName], closed: Bool) {
         backlog = BacklogReader(names: names, skipping: stuck, mover: mover)
-        backlogWasClosed = true
+        backlogWasClosed = closed
     }
 
     var isTakingBacklog: Bool { backlog != nil }
@@ -206,10 +209,7 @@ final class Intake {
             let sentence = (error as? KeyError)?.description ?? "the job file cannot be read: \(error)"
             // Known by what lstat says: a restart between the commit and the move must not reject it twice.
             let identity = JobFile.unreadableIdentity(takenPath)
-            if let identity, log.state.rejectedSources.contains(identity) {
-                if let target = rejectionTarget(for: name) { moveToRejected(takenPath, target: target, name: name) }
-                return
-            }
+            if let identity, log.state.rejectedSources.contains(identity) { return moveRecordedRejection(takenPath, name: name) }
             reject(takenPath, name: name, sentence, identity: identity)
             return
         }
@@ -219,12 +219,7 @@ final class Intake {
             takenAwaitingCommit.append(takenPath)
             return
         }
-        if log.state.rejectedSources.contains(file.identity) {
-            // Rejected and recorded, but the move to rejected/ did not happen.
-            // (Its `.error` was written before the commit, at the first free number, as this is.)
-            if let target = rejectionTarget(for: name) { moveToRejected(takenPath, target: target, name: name) }
-            return
-        }
+        if log.state.rejectedSources.contains(file.identity) { return moveRecordedRejection(takenPath, name: name) }
 
         let source = JobSource(file: name, identity: file.identity)
         let job: Job
@@ -384,6 +379,13 @@ final class Intake {
         func target() -> String { rejectedDirectory + "/" + Destinations.candidate(base, number: number) }
         while FileSystem.exists(target()) || rejectedAwaitingCommit.contains(where: { $0.target == target() }) { number += 1 }
         return target()
+    }
+
+    /// Rejected and recorded, but the move to rejected/ did not happen (a
+    /// crash after the commit). Its `.error` was written before the commit,
+    /// at the first free number, as this is.
+    private func moveRecordedRejection(_ takenPath: String, name: String) {
+        if let target = rejectionTarget(for: name) { moveToRejected(takenPath, target: target, name: name) }
     }
 
     /// A rejected job whose event is committed, out of `.taken/` into rejected/.
