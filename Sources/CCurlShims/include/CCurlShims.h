@@ -45,8 +45,9 @@ CURLcode sa_msg_result(const CURLMsg *message);
 
 /* sys/signalfd.h is not part of Glibc's Swift module map. Blocks SIGTERM,
  * SIGINT, SIGHUP (reload the config) and ignores SIGPIPE (which curl may
- * raise) and SIGIO (a job file's lease broken, see sa_open_for_writing); returns an fd that becomes readable when one of those arrives, so
- * the event loop polls for it. */
+ * raise) and SIGIO (a job file's lease broken, see sa_open_for_writing);
+ * returns an fd that becomes readable when one of those arrives, so the
+ * event loop polls for it. */
 int sa_stop_signal_fd(void);
 /* Reads one pending signal from that fd; returns its number or -1. */
 int sa_read_signal(int fd);
