@@ -12,6 +12,10 @@ Workloads (loopback nginx on 127.0.0.1, files generated here):
   6. a 200-segment HLS VOD (about 1 MiB a segment, made by ffmpeg), against
      `ffmpeg -i URL -c copy` and `yt-dlp -N 6` (pip, in the Makefile's venv);
      and what the disk alone takes to write those segments durably
+  7. 256 MiB from a server capping each connection: syncagent with
+     `connections = 8`, aria2c -x8 -s8, curl; then the same download killed
+     with SIGKILL 10 times (what it fetched again per range and kill)
+  8. 1,000 unchanged files with `overwrite = "update"`
   9. a 1 GiB upload through bench/throttle_proxy.py (20 MB/s per connection)
      to the project's tus/IETF server (Tests/TestSupport/fault_server.py):
      plain PUT, tus, tus with parallel = 4, and tuspy (the reference Python
@@ -22,9 +26,11 @@ Tools: syncagent (jobs in its inbox, `run --exit-when-idle`, end to end),
 curl (one process; -Z --parallel-max N for many files), aria2c (-i list -j N)
 and a FoundationNetworking URLSession program (bench/URLSessionPeer).
 
-Prints a Markdown table of medians, ratios to curl, and peak RSS, and writes
-it to bench/results.md. Options: --rounds N (default 3), --quick (smaller
-sizes, for trying the harness out).
+Before each timed run the output folder is emptied and the disk synced, so
+no tool pays for the writeback another left behind. Prints a Markdown table
+of medians, ratios to curl, and peak RSS, and writes it to bench/results.md.
+Options: --rounds N (default 3), --quick (smaller sizes, for trying the
+harness out).
 """
 import argparse
 import os
@@ -40,6 +46,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONCURRENCY = 6
 # Connections of the segmented download (and aria2c's -x/-s).
 CONNECTIONS = 8
+# SIGKILLs during one segmented download.
+KILLS = 10
+# Per connection, for the segmented download killed again and again (nginx's limit_rate, bytes a second).
+TRICKLE_RATE = 1 << 20
 # Size of each file of the overwrite = "update" workload.
 SYNCED_SIZE = 256 << 10
 
@@ -66,6 +76,17 @@ def fresh(path):
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
     return path
+
+
+def settled_output():
+    """An empty output folder, with the disk settled: the last tool's unsynced
+    writes and the deleted files are flushed before the next tool's clock
+    starts. Otherwise whoever syncs next (syncagent fdatasyncs every file; an
+    ext4 journal commit carries every dirty file with it) pays for the writeback
+    of whoever ran before, and a round's figure depends on the order."""
+    out = fresh(os.path.join(WORK, "out"))
+    os.sync()
+    return out
 
 
 def write_random(path, size):
@@ -101,6 +122,11 @@ http {{
     root {www};
     # A server that caps each connection (as CDNs do): what segmented downloads are for.
     location /capped/ {{ alias {www}/; limit_rate 10m; }}
+    # Slower still, for killing a segmented download many times before it ends; logs what it sent.
+    # Sent in small pieces: nginx's default 2 MiB would sit in socket buffers, counted as sent, never received.
+    location /trickle/ {{
+      alias {www}/; limit_rate {TRICKLE_RATE}; sendfile_max_chunk 64k; access_log {self.prefix}/trickle.log sent;
+    }}
     # The update workload counts the body bytes nginx sends.
     location /sync/ {{ alias {www}/sync/; access_log {self.prefix}/sync.log sent; }}
   }}
@@ -217,7 +243,7 @@ def update_workload(nginx, files, rounds):
     log = os.path.join(nginx.prefix, "sync.log")
     downloads, checks, sent = [], [], 0
     for round_index in range(rounds):
-        out = fresh(os.path.join(WORK, "out"))
+        out = settled_output()
         downloads.append(run_syncagent_jobs(jobs, out, "syncagent-update")[0])
         before = os.path.getsize(log) if os.path.exists(log) else 0
         # The same state directory: the log knows what it published.
@@ -231,6 +257,54 @@ def update_workload(nginx, files, rounds):
     return statistics.median(downloads), statistics.median(checks), sent
 
 
+def segmented_kill_workload(nginx, www, name, kills, seed=14):
+    """A `connections = CONNECTIONS` download of `www/name` from /trickle/, killed
+    with SIGKILL `kills` times, each at a random instant within a progress
+    interval after that run logged ranges of its own, then run to the end.
+    Returns whether the file is byte-identical, the body bytes nginx sent
+    beyond the file's size (what the kills made it fetch again), the kills
+    made, and the median bytes one `progressed` event added (one progress
+    interval, all connections together)."""
+    import random
+    chance = random.Random(seed)
+    out = fresh(os.path.join(WORK, "seg-kill-out"))
+    state, inbox, config = syncagent_world("seg-kill", out, per_host=CONNECTIONS)
+    log = os.path.join(nginx.prefix, "trickle.log")
+    before = os.path.getsize(log) if os.path.exists(log) else 0
+    with open(os.path.join(inbox, "k.job"), "w") as f:
+        f.write(f'url = "{nginx.url("trickle/" + name)}"\nid = "k"\ndest = "k.bin"\nconnections = {CONNECTIONS}\n')
+    database = os.path.join(state, "events.sqlite")
+    ranged = lambda: count(database, "SELECT COUNT(*) FROM events WHERE task = 'k' AND type = 'progressed' "
+                                     "AND json_extract(data, '$.ranges') IS NOT NULL")
+    ended = lambda: count(database, "SELECT COUNT(*) FROM events WHERE task = 'k' AND type IN ('finished', 'failed')")
+    made = 0
+    for _ in range(kills):
+        seen = ranged() if os.path.exists(database) else 0
+        agent = subprocess.Popen([SYNCAGENT, "run", "--config", config, "--state-dir", state, "--inbox", inbox],
+                                 env=syncagent_env(), stderr=subprocess.DEVNULL)
+        logged = wait_for(lambda: ranged() > seen or ended() > 0, 60)
+        time.sleep(chance.uniform(0, 1.0))
+        agent.kill()
+        agent.wait()
+        if not logged or ended():
+            break
+        made += 1
+    timed([SYNCAGENT, "run", "--exit-when-idle", "--config", config, "--state-dir", state, "--inbox", inbox], env=syncagent_env())
+    source = os.path.join(www, name)
+    size = os.path.getsize(source)
+    with open(source, "rb") as a, open(os.path.join(out, "k.bin"), "rb") as b:
+        identical = a.read() == b.read()
+    with open(log) as f:
+        f.seek(before)
+        sent = sum(int(line.split()[2]) for line in f if line.strip())
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+        marks = [row[0] for row in db.execute("SELECT json_extract(data, '$.bytes') FROM events "
+                                              "WHERE task = 'k' AND type = 'progressed' ORDER BY seq")]
+    steps = [b - a for a, b in zip(marks, marks[1:]) if b > a]
+    shutil.rmtree(out, ignore_errors=True)
+    return identical, sent - size, made, statistics.median(steps) if steps else 0
+
+
 TOOLS = [("syncagent", run_syncagent), ("curl", run_curl), ("aria2c", run_aria2c), ("URLSession", run_urlsession)]
 
 
@@ -241,7 +315,7 @@ def transfer_workload(title, urls, expected_sizes, rounds, tools=None):
         # Alternate the order so no tool always runs first (cold) or last.
         order = tools[round_index % len(tools):] + tools[:round_index % len(tools)]
         for name, run in order:
-            out = fresh(os.path.join(WORK, "out"))
+            out = settled_output()
             wall, rss = run(urls, out)
             for dest, size in expected_sizes.items():
                 path = os.path.join(out, dest)
@@ -326,7 +400,7 @@ def hls_durability_floor(www, rounds):
     """Median seconds to write the VOD's segments durably, with nothing else to do."""
     walls = []
     for _ in range(rounds):
-        out = fresh(os.path.join(WORK, "out"))
+        out = settled_output()
         walls.append(timed(["python3", "-c", DURABILITY_FLOOR, os.path.join(www, "vod"), out, str(CONCURRENCY)])[0])
     shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
     return statistics.median(walls)
@@ -337,7 +411,7 @@ def hls_workload(url, rounds):
     for round_index in range(rounds):
         order = HLS_TOOLS[round_index % len(HLS_TOOLS):] + HLS_TOOLS[:round_index % len(HLS_TOOLS)]
         for name, run in order:
-            out = fresh(os.path.join(WORK, "out"))
+            out = settled_output()
             (wall, rss), target = run(url, out)
             if not os.path.exists(target) or os.path.getsize(target) == 0:
                 sys.exit(f"{name}: {target} missing after the HLS workload")
@@ -637,6 +711,8 @@ def main():
         print(f"7. {capped >> 20} MiB at 10 MB/s per connection, {CONNECTIONS} connections", flush=True)
         segmented = transfer_workload("segmented", [(nginx.url("capped/capped.bin"), "big.bin")], {"big.bin": capped},
                                       options.rounds, tools=segment_tools(CONNECTIONS))
+        print(f"7b. the same file over {CONNECTIONS} connections at 1 MiB/s each, killed {KILLS} times", flush=True)
+        killed = segmented_kill_workload(nginx, www, "capped.bin", KILLS)
         print(f"8. {synced} files of {SYNCED_SIZE >> 10} KiB with overwrite = \"update\"", flush=True)
         update_download, update_check, update_sent = update_workload(nginx, synced, options.rounds)
     finally:
@@ -711,6 +787,10 @@ def main():
         f"downloading them, {update_download:.2f} s); body bytes nginx sent: {update_sent} | ≤ 0.3×, 0 bytes |",
         f"| `connections = {CONNECTIONS}` against curl's one connection | {segmented['syncagent'][0] / segmented['curl'][0]:.2f}× curl "
         f"| ≤ 0.2× |",
+        f"| `connections = {CONNECTIONS}` killed with SIGKILL {killed[2]} times | "
+        f"{'byte-identical' if killed[0] else 'NOT byte-identical'}; fetched again: "
+        f"{killed[1] / max(killed[2], 1) / CONNECTIONS / (1 << 20):.2f} MiB per range per kill, where one progress interval "
+        f"is {killed[3] / CONNECTIONS / (1 << 20):.2f} MiB per range | identical; ≤ one interval per range per kill |",
         f"| inbox rename → `started` | median {latency:.1f} ms, worst {worst:.1f} ms (50 drops) | median ≤ 10 ms |",
         f"| tus `parallel = 4` against plain | {plain / uploads['tus, parallel = 4'][0]:.2f}× plain's throughput | ≥ 3.5× |",
         f"| tus upload killed half-way, resumed | {resent / (1 << 20):.1f} MiB received twice; chunk {resume_chunk / (1 << 20):.1f} MiB "
