@@ -149,7 +149,7 @@ public final class Agent {
         try log.commit()
         // A long log is compacted at once, not at the first commit of new work (an idle agent may make none).
         if let olderThanS = unfinishedCompaction {
-            compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: longLog ? "log_size" : "interrupted")
+            startCompaction(olderThanS: olderThanS, trigger: longLog ? "log_size" : "interrupted")
         }
         startCompactionIfDue()
 
@@ -373,11 +373,18 @@ public final class Agent {
         if !compactor.busy, !stopping {
             if let olderThanS = compactionRequested {
                 compactionRequested = nil
-                compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: "requested")
+                startCompaction(olderThanS: olderThanS, trigger: "requested")
             } else if Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq) {
-                compactor.start(eventLog: paths.eventLog, olderThanS: config.keepEndedS, trigger: "log_size")
+                startCompaction(olderThanS: config.keepEndedS, trigger: "log_size")
             }
         }
+    }
+
+    /// Said in the agent's log, so a person (or a test) sees a compaction
+    /// run before its `compacted` event reports it.
+    private func startCompaction(olderThanS: Int64, trigger: String) {
+        compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: trigger)
+        logger.info("compaction started", metadata: ["trigger": "\(trigger)", "older_than_s": "\(olderThanS)"])
     }
 
     /// What a compaction came to, recorded; a failed one is tried again only
