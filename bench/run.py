@@ -33,6 +33,7 @@ Options: --rounds N (default 3), --quick (smaller sizes, for trying the
 harness out).
 """
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -546,10 +547,11 @@ class UploadWorld:
     def __init__(self):
         self.root = fresh(os.path.join(WORK, "upload-server"))
         self.log = os.path.join(WORK, "upload-requests.log")
+        self.received = os.path.join(WORK, "upload-received.jsonl")
         self.server_port, self.proxy_port = free_port(), free_port()
         server = os.path.join(ROOT, "Tests", "TestSupport", "fault_server.py")
         self.server = subprocess.Popen(["python3", server, "--host", "127.0.0.1", "--port", str(self.server_port), "--root",
-                                        self.root, "--log", self.log, "--received", os.path.join(WORK, "upload-received.jsonl")])
+                                        self.root, "--log", self.log, "--received", self.received])
         self.proxy = subprocess.Popen(["python3", os.path.join(ROOT, "bench", "throttle_proxy.py"), "--listen-port",
                                        str(self.proxy_port), "--target-host", "127.0.0.1", "--target-port",
                                        str(self.server_port), "--rate", str(UPLOAD_RATE)])
@@ -563,7 +565,18 @@ class UploadWorld:
         with open(self.log) as f:
             return sum(int(line.split()[-1]) for line in f if line.startswith("PATCH "))
 
-    def clear(self):
+    def whole_uploads(self):
+        """Uploads the server has completed whole (not as a part of a parallel one)."""
+        if not os.path.exists(self.received):
+            return 0
+        with open(self.received) as f:
+            return sum(1 for line in f if line.strip() and not json.loads(line).get("partial"))
+
+    def clear(self, awaiting):
+        """Forgets every upload, once `awaiting` whole ones are complete: the
+        server answers a tus concatenation first and assembles it after, and
+        removing its parts under it made it fail."""
+        wait_for(lambda: self.whole_uploads() >= awaiting, 120, interval=0.1)
         shutil.rmtree(os.path.join(self.root, ".uploads"), ignore_errors=True)
 
     def stop(self):
@@ -603,8 +616,9 @@ def upload_workload(world, body, rounds):
     for round_index in range(rounds):
         order = tools[round_index % len(tools):] + tools[:round_index % len(tools)]
         for name, run in order:
+            whole = world.whole_uploads()
             wall, rss = run()
-            world.clear()
+            world.clear(awaiting=whole + 1)
             results[name].append((wall, rss))
             print(f"  upload: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
     return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
@@ -618,6 +632,7 @@ def upload_kill_workload(world, body):
     with open(os.path.join(inbox, "u.job"), "w") as f:
         f.write(upload_job(world.url("tus/"), body, 'protocol = "tus"\nid = "u"\n'))
     before = world.patch_bytes()
+    whole = world.whole_uploads()
     size = os.path.getsize(body)
     agent = subprocess.Popen([SYNCAGENT, "run", "--config", config, "--state-dir", state, "--inbox", inbox], env=syncagent_env())
     database = os.path.join(state, "events.sqlite")
@@ -629,7 +644,7 @@ def upload_kill_workload(world, body):
     agent.wait()
     timed([SYNCAGENT, "run", "--exit-when-idle", "--config", config, "--state-dir", state, "--inbox", inbox], env=syncagent_env())
     chunk = count(database, "SELECT MAX(json_extract(data, '$.chunk')) FROM events WHERE type = 'progressed' AND task = 'u'") or 0
-    world.clear()
+    world.clear(awaiting=whole + 1)
     return world.patch_bytes() - before - size, chunk
 
 
