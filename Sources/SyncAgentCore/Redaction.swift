@@ -83,7 +83,7 @@ public enum Redaction {
 public enum Printable {
     public static func escaping(_ text: String) -> String {
         // Printable ASCII, most of what is shown, has nothing to escape: known from its bytes.
-        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return text }
+        if everyByte(of: text, isIn: 0x20...0x7E) { return text }
         guard text.unicodeScalars.contains(where: isControl) else { return text }
         var out = ""
         for scalar in text.unicodeScalars {
@@ -116,6 +116,17 @@ public enum Printable {
         return out
     }
 
+    /// Whether each UTF-8 byte of `text` is in `range`, read from the
+    /// string's storage: `utf8.allSatisfy` with a closure took 250–400
+    /// instructions a table cell, a tenth of `replay`'s table (callgrind).
+    private static func everyByte(of text: String, isIn range: ClosedRange<UInt8>) -> Bool {
+        let inStorage = text.utf8.withContiguousStorageIfAvailable { bytes in
+            for byte in bytes where !range.contains(byte) { return false }
+            return true
+        }
+        return inStorage ?? text.utf8.allSatisfy(range.contains)
+    }
+
     /// C0 and C1 controls, and the format characters that make text read
     /// other than it is: bidirectional overrides and isolates (a name that
     /// shows as "exe.txt" but is "txt.exe"), line and paragraph separators,
@@ -132,7 +143,7 @@ public enum Printable {
     /// combining marks and zero-width characters none, the rest one.
     public static func cells(_ text: String) -> Int {
         // Most of what status prints is ASCII: one cell a byte, no Unicode tables asked.
-        if text.utf8.allSatisfy({ $0 < 0x80 }) { return text.utf8.count }
+        if everyByte(of: text, isIn: 0...0x7F) { return text.utf8.count }
         var total = 0
         for character in text { total += cells(character) }
         return total

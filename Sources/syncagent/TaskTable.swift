@@ -60,46 +60,56 @@ enum TaskTable {
         let destColumn = widths.reduce(0) { $0 + $1 + 2 }
         var out: [String] = []
         out.reserveCapacity(rows.count)
+        // Each line is put together as bytes and made a String once: appending
+        // its sixteen pieces to a String cost some 400 instructions each (callgrind).
+        var plain: [UInt8] = [], coloured: [UInt8] = []
         for (index, row) in rows.enumerated() {
-            var line = "", coloured = ""
-            line.reserveCapacity(destColumn)
+            plain.removeAll(keepingCapacity: true)
+            coloured.removeAll(keepingCapacity: true)
             for (column, width) in widths.enumerated() {
                 let cell = row[column]
-                let padding = spaces(width - Printable.cells(cell) + 2)
-                line += cell
-                line += padding
+                let padding = repeatElement(UInt8(ascii: " "), count: width - Printable.cells(cell) + 2)
+                plain.append(contentsOf: cell.utf8)
+                plain.append(contentsOf: padding)
                 if style.colour {
-                    coloured += index > 0 && column == stateColumn ? colour(cell) : cell
-                    coloured += padding
+                    coloured.append(contentsOf: (index > 0 && column == stateColumn ? colour(cell) : cell).utf8)
+                    coloured.append(contentsOf: padding)
                 }
             }
             var dest = row.last!
             if let width = style.width { dest = StatusView.shorten(dest, to: width - destColumn) }
-            let fitted = fit(line + dest, style: style)
-            // A line that had to be cut loses its colour: the escape codes would be cut with it.
-            out.append(style.colour && fitted == line + dest ? coloured + dest : fitted)
+            plain.append(contentsOf: dest.utf8)
+            let line = String(decoding: plain, as: UTF8.self)
+            let fitted = fit(line, style: style)
+            if style.colour && fitted == line {
+                coloured.append(contentsOf: dest.utf8)
+                out.append(String(decoding: coloured, as: UTF8.self))
+            } else {
+                // A line that had to be cut loses its colour: the escape codes would be cut with it.
+                out.append(fitted)
+            }
             for note in notes[index - 1] ?? [] {
                 var text = "  " + Printable.escaping(note)
                 // A reason reads from its start: cut its end.
                 if let width = style.width { text = StatusView.cut(text, to: width - destColumn) }
-                out.append(fit(spaces(destColumn) + text, style: style))
+                out.append(fit(indent(destColumn) + text, style: style))
             }
         }
         return out
     }
 
-    /// Padding, made once: `String(repeating:count:)` took some 2,900
-    /// instructions a call, most of a 10,000-row table's time (callgrind).
-    private static let paddings = (0...80).map { String(repeating: " ", count: $0) }
+    /// Indents, made once: `String(repeating:count:)` took thousands of
+    /// instructions a call, and `replay` indents a plan under every task.
+    private static let indents = (0...120).map { String(repeating: " ", count: $0) }
 
-    private static func spaces(_ count: Int) -> String {
-        count < paddings.count ? paddings[max(count, 0)] : String(repeating: " ", count: count)
+    private static func indent(_ count: Int) -> String {
+        count < indents.count ? indents[max(count, 0)] : String(repeating: " ", count: count)
     }
 
     /// The table as one string, each line ended: `replay` and plain `status`.
     static func render(_ tasks: [TaskState], in state: AgentState, style: Style = Style(), plans: [String: String] = [:]) -> String {
         if tasks.isEmpty { return "no tasks\n" }
-        return lines(tasks, in: state, style: style, plans: plans).map { $0 + "\n" }.joined()
+        return lines(tasks, in: state, style: style, plans: plans).joined(separator: "\n") + "\n"
     }
 
     /// A line wider than the terminal even without its destination (a very
