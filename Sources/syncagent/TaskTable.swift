@@ -68,7 +68,7 @@ enum TaskTable {
             coloured.removeAll(keepingCapacity: true)
             for (column, width) in widths.enumerated() {
                 let cell = row[column]
-                let padding = repeatElement(UInt8(ascii: " "), count: width - Printable.cells(cell) + 2)
+                let padding = repeatElement(UInt8(ascii: " "), count: max(0, width - Printable.cells(cell)) + 2)
                 plain.append(contentsOf: cell.utf8)
                 plain.append(contentsOf: padding)
                 if style.colour {
