@@ -35,16 +35,9 @@ struct JSONReader {
     struct Key {
         let bytes: UnsafeRawBufferPointer
 
-        /// Compared byte by byte in place: keys are short, and a decoder's
-        /// `switch` tries several in turn (a `memcmp` call for each was a
-        /// tenth of decoding a `progressed` event, by callgrind).
         @inline(__always)
         static func ~= (pattern: StaticString, key: Key) -> Bool {
-            let count = pattern.utf8CodeUnitCount
-            guard count == key.bytes.count else { return false }
-            let expected = pattern.utf8Start
-            for offset in 0..<count where expected[offset] != key.bytes[offset] { return false }
-            return true
+            UnsafeRawBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount).sameBytes(as: key.bytes)
         }
 
         static func == (key: Key, pattern: StaticString) -> Bool { pattern ~= key }

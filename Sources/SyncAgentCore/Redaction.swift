@@ -102,7 +102,7 @@ public enum Printable {
     /// `\uXXXX` escapes, which decode to the same string. (Those below
     /// U+0020 a JSON writer escapes already; outside strings they are layout.)
     public static func jsonSafe(_ json: String) -> String {
-        if json.utf8.allSatisfy({ $0 < 0x7F }) { return json }
+        if everyByte(of: json, isIn: 0...0x7E) { return json }
         var out = ""
         out.reserveCapacity(json.utf8.count)
         for scalar in json.unicodeScalars {
