@@ -142,6 +142,17 @@ http {{
     def url(self, name):
         return f"http://127.0.0.1:{self.port}/{name}"
 
+    def log_end(self, log):
+        """Where access log `log` (a name in the prefix) ends now: what `sent_since` counts from."""
+        path = os.path.join(self.prefix, log)
+        return os.path.getsize(path) if os.path.exists(path) else 0
+
+    def sent_since(self, log, mark):
+        """Body bytes access log `log` (format `sent`) records after `mark`."""
+        with open(os.path.join(self.prefix, log)) as f:
+            f.seek(mark)
+            return sum(int(line.split()[2]) for line in f if line.strip())
+
     def stop(self):
         self.process.send_signal(signal.SIGQUIT)
         self.process.wait(timeout=10)
@@ -241,18 +252,15 @@ def update_workload(nginx, files, rounds):
     both and the body bytes nginx sent during the second runs."""
     jobs = {f"{i:04d}.job": f'url = "{nginx.url(f"sync/f{i:04d}.bin")}"\ndest = "f{i:04d}.bin"\noverwrite = "update"\n'
             for i in range(files)}
-    log = os.path.join(nginx.prefix, "sync.log")
     downloads, checks, sent = [], [], 0
     for round_index in range(rounds):
         out = settled_output()
         downloads.append(run_syncagent_jobs(jobs, out, "syncagent-update")[0])
-        before = os.path.getsize(log) if os.path.exists(log) else 0
+        before = nginx.log_end("sync.log")
         # The same state directory: the log knows what it published.
         again = {"again-" + job_name: text for job_name, text in jobs.items()}
         checks.append(run_syncagent_jobs(again, out, "syncagent-update", keep_state=True)[0])
-        with open(log) as f:
-            f.seek(before)
-            sent += sum(int(line.split()[2]) for line in f if line.strip())
+        sent += nginx.sent_since("sync.log", before)
         print(f"  update: round {round_index + 1}: download {downloads[-1]:.3f} s, unchanged {checks[-1]:.3f} s", flush=True)
     shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
     return statistics.median(downloads), statistics.median(checks), sent
@@ -270,8 +278,7 @@ def segmented_kill_workload(nginx, www, name, kills, seed=14):
     chance = random.Random(seed)
     out = fresh(os.path.join(WORK, "seg-kill-out"))
     state, inbox, config = syncagent_world("seg-kill", out, per_host=CONNECTIONS)
-    log = os.path.join(nginx.prefix, "trickle.log")
-    before = os.path.getsize(log) if os.path.exists(log) else 0
+    before = nginx.log_end("trickle.log")
     with open(os.path.join(inbox, "k.job"), "w") as f:
         f.write(f'url = "{nginx.url("trickle/" + name)}"\nid = "k"\ndest = "k.bin"\nconnections = {CONNECTIONS}\n')
     database = os.path.join(state, "events.sqlite")
@@ -295,9 +302,7 @@ def segmented_kill_workload(nginx, www, name, kills, seed=14):
     size = os.path.getsize(source)
     with open(source, "rb") as a, open(os.path.join(out, "k.bin"), "rb") as b:
         identical = a.read() == b.read()
-    with open(log) as f:
-        f.seek(before)
-        sent = sum(int(line.split()[2]) for line in f if line.strip())
+    sent = nginx.sent_since("trickle.log", before)
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
         marks = [row[0] for row in db.execute("SELECT json_extract(data, '$.bytes') FROM events "
                                               "WHERE task = 'k' AND type = 'progressed' ORDER BY seq")]
