@@ -124,22 +124,12 @@ public enum HTTPDate {
         let hms = clock.split(separator: ":", omittingEmptySubsequences: false).map { number(String($0), digits: 2...2) }
         guard hms.count == 3, let hour = hms[0], let minute = hms[1], let second = hms[2],
               hour < 24, minute < 60, second < 61, (1...31).contains(day), year >= 1900, year <= 9999 else { return nil }
-        let days = daysFromCivil(year: year, month: Int64(month + 1), day: day)
+        let days = CivilTime.days(year: year, month: Int64(month + 1), day: day)
         return ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000
     }
 
     private static func number(_ text: String, digits: ClosedRange<Int>) -> Int64? {
         guard digits.contains(text.utf8.count) else { return nil }
         return HTTPNumbers.parseCount(text)
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-    static func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
     }
 }

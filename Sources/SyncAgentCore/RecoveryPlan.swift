@@ -86,15 +86,11 @@ public enum RecoveryPlan: Equatable, Sendable {
             "ask \(Redaction.url(url)) how far the upload got (the server confirmed \(offset) bytes), then send the rest"
         case .restartFromZero(let reason): "restart from 0: \(reason)"
         case .staysPaused(let offset): "stay paused at byte \(offset) until resumed"
-        case .waitUntil(let ms): "wait until \(Self.iso8601(ms)), then start from 0"
+        case .waitUntil(let ms): "wait until \(CivilTime.iso8601(ms: ms)), then start from 0"
         case .waitForChildren(let done, let total, let live):
             "wait for its segments (\(done) of \(total) finished)" + (live ? ", read the live playlist again" : "") + ", then publish"
         case .waitForParts(let done, let total):
             "wait for its parts (\(done) of \(total) finished), then join them into one upload (tus concatenation)"
         }
-    }
-
-    static func iso8601(_ ms: Int64) -> String {
-        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
     }
 }

@@ -504,14 +504,8 @@ private struct TOMLParser {
             offsetMinutes = sign * (hours * 60 + minutes)
         }
         guard scanner.atEnd else { return nil }
-        // Days from the civil calendar (proleptic Gregorian), no Calendar needed.
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        let days = era * 146_097 + dayOfEra - 719_468
-        let seconds = Int64(days) * 86_400 + Int64(time.hour * 3600 + time.minute * 60 + time.second) - Int64(offsetMinutes * 60)
+        let days = CivilTime.days(year: Int64(year), month: Int64(month), day: Int64(day))
+        let seconds = days * 86_400 + Int64(time.hour * 3600 + time.minute * 60 + time.second) - Int64(offsetMinutes * 60)
         return .instant(seconds * 1000 + Int64(time.milliseconds))
     }
 }

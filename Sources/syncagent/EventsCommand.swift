@@ -81,7 +81,7 @@ enum EventLine {
     // character or bidirectional override goes out raw (`Printable`).
 
     static func text(_ row: EventStore.Row) -> String {
-        let time = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(row.atMs) / 1000))
+        let time = CivilTime.iso8601(ms: row.atMs)
         return "\(row.seq)\t\(time)\t\(Printable.escaping(row.task ?? "-"))\t\(Printable.escaping(row.type))\t"
             + Printable.jsonSafe(redactedData(row))
     }

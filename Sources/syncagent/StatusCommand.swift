@@ -194,7 +194,7 @@ struct StatusCommand: ParsableCommand {
                 fflush(stdout)
                 usleep(500_000)
             } else {
-                let time = ISO8601DateFormatter().string(from: Date())
+                let time = CivilTime.iso8601(ms: Int64(Date().timeIntervalSince1970 * 1000))
                 print(([time] + screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
                 fflush(stdout)
                 sleep(1)

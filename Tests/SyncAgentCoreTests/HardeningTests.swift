@@ -53,6 +53,24 @@ struct HardeningCoreTests {
         }
     }
 
+    @Test func civilTimePrintsWhatFoundationPrintsAndRoundTrips() {
+        // Foundation is the reference; CivilTime replaced it because each
+        // formatter costs ~150 µs, which made `replay` of many waiting tasks take seconds.
+        let reference = ISO8601DateFormatter()
+        var generator = SystemRandomNumberGenerator()
+        let edges: [Int64] = [0, -1, 999, -1000, -1001, 951_782_400_000 /* 2000-02-29 */, 4_107_542_399_999 /* 2100-02-28T23:59:59.999 */,
+                              -2_208_988_800_000 /* 1900-01-01 */, 253_402_300_799_000 /* 9999-12-31T23:59:59 */]
+        let sampled = (0..<2000).map { _ in Int64.random(in: -2_208_988_800_000...253_402_300_799_000, using: &generator) }
+        for ms in edges + sampled {
+            let expected = reference.string(from: Date(timeIntervalSince1970: (Double(ms) / 1000).rounded(.down)))
+            #expect(CivilTime.iso8601(ms: ms) == expected, "\(ms)")
+        }
+        for days in stride(from: Int64(-800_000), through: 800_000, by: 37) {
+            let (year, month, day) = CivilTime.date(days: days)
+            #expect(CivilTime.days(year: year, month: month, day: day) == days, "\(days)")
+        }
+    }
+
     // MARK: - Secrets
 
     @Test func urlsLoseTheirUserinfoAndCredentialParameters() {
