@@ -190,6 +190,23 @@ public enum Snapshot {
         return state
     }
 
+    /// The ids of the snapshot's tasks, read from the list at its start
+    /// without decoding a task: a question about one id (`submit`, `pause ID`)
+    /// need not decode them all. (The checksum is not checked: a damaged
+    /// snapshot is refused whole by `decode`, which the agent and `status` use.)
+    public static func taskIDs(_ stored: UnsafeRawBufferPointer) throws -> Set<String> {
+        var input = SnapshotReader(stored)
+        let found = try input.int()
+        guard readableFormats.contains(found) else {
+            throw Malformed(description: "snapshot format \(found), this syncagent reads formats \(readableFormats.lowerBound)–\(format)")
+        }
+        _ = try input.int()
+        let count = try input.count()
+        var ids = Set<String>(minimumCapacity: count)
+        for _ in 0..<count { ids.insert(try input.string()) }
+        return ids
+    }
+
     public static func decode(_ bytes: [UInt8]) throws -> AgentState {
         try bytes.withUnsafeBytes { try decode($0) }
     }

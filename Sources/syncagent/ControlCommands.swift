@@ -24,13 +24,20 @@ struct ControlTarget: ParsableArguments {
 func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOptions) throws {
     let resolved = try global.resolve()
     if task != "*" {
-        let logged = (try? EventStore(readingFrom: resolved.paths.eventLog).replay())?[task]
+        // The task alone is looked up, not the whole log folded (a second per command on a long log).
+        let store = try? EventStore(readingFrom: resolved.paths.eventLog)
+        let record = (try? store?.lookingUpTasks { try $0.record(of: task) }) ?? .unknown
         // Said now rather than only in the log: forgetting never touches a live transfer.
-        if action == .forget, let logged, !logged.phase.isEnded {
-            throw fail("task \(task) is \(logged.phase.rawValue); only an ended task can be forgotten (cancel it first)")
+        // (A task compacted long ago has ended; the fold says so for certain.)
+        let phase: TaskPhase? = switch record {
+        case .unknown: nil
+        case .whole(let own): own
+        case .compacted: action == .forget ? (try? store?.replay())?[task]?.phase : nil
         }
-        let known = logged != nil
-        if !known && !pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) {
+        if action == .forget, let phase, !phase.isEnded {
+            throw fail("task \(task) is \(phase.rawValue); only an ended task can be forgotten (cancel it first)")
+        }
+        if record == .unknown && !pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) {
             throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")
         }
     }
@@ -121,4 +128,13 @@ func pendingJobIDs(inbox: String, downloadDir: String) -> Set<String> {
         ids.insert(id)
     }
     return ids
+}
+
+/// Ids of the jobs `submit` wrote that still wait in the inbox, read from
+/// their names (`submit-ID-…`, see `InboxWriter`): no file is opened.
+func submittedJobIDs(inbox: String) -> Set<String> {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []
+    return Set(names.compactMap { name in
+        InboxWriter.prefix(ofName: name).flatMap { $0.hasPrefix("submit-") ? String($0.dropFirst("submit-".count)) : nil }
+    })
 }

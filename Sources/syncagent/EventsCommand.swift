@@ -34,13 +34,10 @@ struct EventsCommand: ParsableCommand {
             FileHandle.standardError.write(Data("syncagent: events up to seq \(pruned) of ended tasks were compacted (syncagent compact); the snapshot keeps their state\n".utf8))
         }
         if let task, !follow {
-            guard let known = try store.replay()[task] else {
-                // As `status --task` says it (with --follow the task may be about to appear).
-                throw fail("no task has the id \"\(task)\"")
-            }
-            var created = false
-            try store.forEach(after: known.createdSeq - 1, through: known.createdSeq, task: task) { _ in created = true }
-            if !created {
+            let record = try store.lookingUpTasks { try $0.record(of: task) }
+            // As `status --task` says it (with --follow the task may be about to appear).
+            if record == .unknown { throw fail("no task has the id \"\(task)\"") }
+            if record == .compacted {
                 FileHandle.standardError.write(Data("syncagent: events of task \(task) up to seq \(pruned) were compacted (syncagent compact); its state is kept\n".utf8))
             }
         }

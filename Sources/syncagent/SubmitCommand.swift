@@ -158,22 +158,40 @@ struct SubmitCommand: ParsableCommand {
         }
         defer { close(inboxLock) }
         // Every job is checked before any is written: a typo in line 40 leaves no half-submitted list.
-        var taken = pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
-        let logged = (try? EventStore(readingFrom: resolved.paths.eventLog).replay()) ?? AgentState()
+        // Ids are checked one at a time through the log's index, not by folding
+        // the whole log. Jobs waiting in the inbox are all read only when an id
+        // is chosen; a random one is checked against the ids in submit's own
+        // file names (another job naming the same six random characters is as
+        // unlikely as it gets, and the agent would refuse it by name).
+        let chosenIDs = id != nil || entries.contains { $0.options.contains { $0.key == "id" } }
+        var taken = chosenIDs ? pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
+                              : submittedJobIDs(inbox: resolved.paths.inbox)
         let parser = JobParser(downloadDir: resolved.paths.downloadDir)
         var jobs: [(id: String, text: String)] = []
-        for entry in entries {
-            let job = try jobText(for: entry, taken: { taken.contains($0) || logged[$0] != nil })
-            do {
-                _ = try parser.parse(Array(job.text.utf8))
-            } catch let error as KeyError {
-                // A key set on an option line is named by that line, not the URL's.
-                let optionLine = entry.options.last { $0.key == error.key }?.line
-                throw fail((optionLine.map { entry.origin.replacingOccurrences(of: "line \(entry.line):", with: "line \($0):") }
-                            ?? entry.origin) + error.description)
+        func prepareJobs(_ inLog: (String) -> Bool) throws {
+            for entry in entries {
+                let job = try jobText(for: entry, taken: { taken.contains($0) || inLog($0) })
+                do {
+                    _ = try parser.parse(Array(job.text.utf8))
+                } catch let error as KeyError {
+                    // A key set on an option line is named by that line, not the URL's.
+                    let optionLine = entry.options.last { $0.key == error.key }?.line
+                    throw fail((optionLine.map { entry.origin.replacingOccurrences(of: "line \(entry.line):", with: "line \($0):") }
+                                ?? entry.origin) + error.description)
+                }
+                taken.insert(job.id)
+                jobs.append(job)
             }
-            taken.insert(job.id)
-            jobs.append(job)
+        }
+        var checked = false
+        do {
+            try EventStore(readingFrom: resolved.paths.eventLog).lookingUpTasks { lookup in
+                checked = true
+                try prepareJobs { (try? lookup.knows($0)) ?? false }
+            }
+        } catch where !checked {
+            // A log that cannot be read holds no id we could check against.
+            try prepareJobs { _ in false }
         }
         do {
             _ = try InboxWriter(inbox: resolved.paths.inbox).write(jobs.map { ($0.text, "submit-\($0.id)") })

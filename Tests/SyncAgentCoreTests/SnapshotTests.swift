@@ -23,6 +23,8 @@ struct SnapshotTests {
         let nowMs = events.last!.atMs
         #expect(restored.recoveryPlans(nowMs: nowMs) == whole.recoveryPlans(nowMs: nowMs))
         #expect(Notices.drainedBatches(in: restored) == Notices.drainedBatches(in: whole))
+        // The id list alone, read for a lookup of one id, names the same tasks.
+        #expect(try bytes.withUnsafeBytes { try Snapshot.taskIDs($0) } == Set(atCut.tasks.map(\.id)))
     }
 
     @Test func theRandomLogsReachEveryPartOfTheState() {

@@ -63,6 +63,50 @@ struct CompactionTests {
         #expect(throws: StoreError.self) { try reader.replay(through: prunedThrough - 1) }
     }
 
+    /// `submit` and `pause ID` look one id up instead of folding the log:
+    /// the answer must be the fold's, whether the task's events are raw,
+    /// compacted into the snapshot, or never were.
+    @Test(arguments: 1...8)
+    func aTaskLookedUpAloneIsWhatTheWholeFoldSays(seed: UInt64) throws {
+        var (events, random) = RandomLog.make(seed: seed, count: 1_200)
+        let writer = try EventStore(writingTo: path)
+        let firstPart = Int.random(in: 300...900, using: &random)
+        try writer.append(Array(events[..<firstPart]))
+        // Every task ended by then goes: some are in the snapshot only.
+        let nowMs = events[firstPart - 1].atMs + 60_000
+        _ = try Compactor.compact(eventLog: path, olderThanS: 60, nowMs: nowMs, trigger: "requested", pacing: .besideAgent)
+        try writer.append(Array(events[firstPart...]))
+
+        let reader = try EventStore(readingFrom: path)
+        let whole = try reader.replay()
+        let rawCreations = Set(try rawEvents(reader).compactMap { event -> String? in
+            if case .created = event.body { return event.task } else { return nil }
+        })
+        var compacted = 0
+        try reader.lookingUpTasks { lookup -> Void in
+            for task in whole.tasks {
+                #expect(try lookup.knows(task.id), "\(task.id)")
+                let record = try lookup.record(of: task.id)
+                if rawCreations.contains(task.id) {
+                    #expect(record == .whole(phase: task.phase), "\(task.id)")
+                } else {
+                    #expect(record == .compacted, "\(task.id)")
+                    compacted += 1
+                }
+            }
+            for unknown in ["nope", "", "a-b-c", String(repeating: "z", count: 64)] where whole[unknown] == nil {
+                #expect(try !lookup.knows(unknown), "\(unknown)")
+                #expect(try lookup.record(of: unknown) == .unknown, "\(unknown)")
+            }
+        }
+        #expect(compacted > 0, "the seed compacts some tasks")
+        // A log that is not there knows no task.
+        let absent = try EventStore(readingFrom: directory.file("absent.sqlite")).lookingUpTasks { lookup in
+            (try lookup.knows("a"), try lookup.record(of: "a"))
+        }
+        #expect(absent.0 == false && absent.1 == .unknown)
+    }
+
     /// Found in review: a compaction run again at the same seq (the first
     /// died after deleting) rewrote its snapshot as not pruned, and replays
     /// before it then folded a log with holes as if it were whole.

@@ -29,6 +29,18 @@ struct InboxWatcherTests {
         #expect(names == ["written.job", "moved.job"])
     }
 
+    /// `submit` reads the ids of its waiting jobs from their names, not their text.
+    @Test func aWrittenJobsNameGivesBackItsPrefix() throws {
+        let inbox = directory.file("inbox")
+        for prefix in ["submit-abc234", "submit-a-b-c", "pause", "submit-x.y_z"] {
+            let path = try InboxWriter(inbox: inbox).write("action = \"pause\"\ntask = \"*\"\n", prefix: prefix)
+            #expect(InboxWriter.prefix(ofName: (path as NSString).lastPathComponent) == prefix)
+        }
+        for name in ["x.job", "a-1-2.job", "submit-x-1-2-y.job", "submit-x-1-2-3.job.tmp", "-1-2-3.job"] {
+            #expect(InboxWriter.prefix(ofName: name) == (name == "-1-2-3.job" ? "" : nil), "\(name)")
+        }
+    }
+
     @Test func scanListsJobsOldestFirst() throws {
         let inbox = directory.file("inbox")
         let watcher = try InboxWatcher(directory: inbox)

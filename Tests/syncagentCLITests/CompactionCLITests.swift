@@ -71,6 +71,20 @@ struct CompactionCLITests {
         // replay --until before the compaction point names where it can start.
         let early = try harness.run(["replay", "--until", "3"])
         #expect(early.status != 0 && early.stderr.contains("compacted into a snapshot"), "\(early.stderr)")
+
+        // Commands about one task look it up alone: one compacted into the
+        // snapshot is still known by every one of them, and so is its id.
+        let compactedEvents = try harness.run(["events", "--task", "f3"])
+        #expect(compactedEvents.status == 0 && compactedEvents.stdout.isEmpty
+                && compactedEvents.stderr.contains("events of task f3 up to seq"), "\(compactedEvents.stderr)")
+        let rawEvents = try harness.run(["events", "--task", "g0"])
+        #expect(rawEvents.status == 0 && rawEvents.stderr.isEmpty && rawEvents.stdout.contains("\tg0\tcreated\t"), "\(rawEvents)")
+        let reused = try harness.run(["submit", nginx.url("f3.bin"), "--id", "f3"])
+        #expect(reused.status != 0 && reused.stderr.contains("\"f3\" is already used by a task in the log"), "\(reused.stderr)")
+        #expect(try harness.run(["forget", "f3"]).status == 0)
+        #expect(try harness.run(["forget", "g1"]).status == 0)
+        let unknown = try harness.run(["pause", "f99"])
+        #expect(unknown.status != 0 && unknown.stderr.contains("no task has the id \"f99\""), "\(unknown.stderr)")
     }
 
     @Test(arguments: ["compact-snapshot-written", "compact-deleting"])

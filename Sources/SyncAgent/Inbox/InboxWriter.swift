@@ -71,4 +71,14 @@ public struct InboxWriter {
     private func uniquePath(_ prefix: String) -> String {
         "\(inbox)/\(prefix)-\(FileSystem.nowMs)-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).job"
     }
+
+    /// The prefix a job's file name was written with (`uniquePath`), or nil
+    /// for a name not of that shape. The prefix may itself hold '-': the three
+    /// fields after it are counted from the end.
+    public static func prefix(ofName name: String) -> String? {
+        guard name.hasSuffix(".job") else { return nil }
+        let fields = name.dropLast(".job".count).split(separator: "-", omittingEmptySubsequences: false)
+        guard fields.count >= 4, fields.suffix(3).allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isNumber) }) else { return nil }
+        return fields.dropLast(3).joined(separator: "-")
+    }
 }

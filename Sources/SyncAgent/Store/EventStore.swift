@@ -330,6 +330,86 @@ public final class EventStore {
         }
     }
 
+    /// What the log knows of one task id, without folding the whole log.
+    public enum TaskRecord: Equatable {
+        /// No task has this id.
+        case unknown
+        /// Its events from its creation on are raw; `phase` is their fold's.
+        case whole(phase: TaskPhase)
+        /// It is in the log, but its creation was compacted into a snapshot: `replay` tells the rest.
+        case compacted
+    }
+
+    /// Answers questions about single task ids through the `events_by_task`
+    /// index and the newest snapshot's id list. `submit` and `pause ID` folded
+    /// the whole log for one id: a second each with 50,000 ended tasks.
+    public final class TaskLookup {
+        private let store: EventStore
+        private var snapshotIDs: Set<String>?
+
+        fileprivate init(store: EventStore) { self.store = store }
+
+        /// Whether the log names this id: a task's, or one an event names
+        /// (an id no new task should take).
+        public func knows(_ id: String) throws -> Bool {
+            try store.hasEvents(of: id) || inSnapshot(id)
+        }
+
+        /// The task's phase from its own events when they are all raw. (A
+        /// phase is changed only by the task's own events; fields that other
+        /// tasks' events change, a parent's count of finished children, are
+        /// not asked here.)
+        public func record(of id: String) throws -> TaskRecord {
+            var state = AgentState()
+            var first = true, whole = false
+            try store.forEach(task: id) { event in
+                if first, case .created = event.body { whole = true }
+                first = false
+                if whole { state.apply(event) }
+            }
+            if whole, let task = state[id] { return .whole(phase: task.phase) }
+            // Events without a creation are a compacted task's later ones, or orphans the fold ignores.
+            return try inSnapshot(id) ? .compacted : .unknown
+        }
+
+        private func inSnapshot(_ id: String) throws -> Bool {
+            if snapshotIDs == nil { snapshotIDs = try store.newestSnapshotTaskIDs() }
+            return snapshotIDs!.contains(id)
+        }
+    }
+
+    /// Runs `body` with a `TaskLookup` inside one read transaction, so a
+    /// compaction moving a task from the events into a snapshot meanwhile is
+    /// seen wholly or not at all. A log that is not there knows no task.
+    public func lookingUpTasks<T>(_ body: (TaskLookup) throws -> T) throws -> T {
+        guard db != nil, try schemaVersion() > 0 else { return try body(TaskLookup(store: self)) }
+        return try reading { try body(TaskLookup(store: self)) }
+    }
+
+    private func hasEvents(of task: String) throws -> Bool {
+        guard db != nil, try schemaVersion() > 0 else { return false }
+        let statement = try prepare("SELECT 1 FROM events WHERE task = ?1 LIMIT 1")
+        defer { sqlite3_finalize(statement) }
+        sqlite3_bind_text(statement, 1, task, -1, SQLITE_TRANSIENT)
+        let code = sqlite3_step(statement)
+        guard code == SQLITE_ROW || code == SQLITE_DONE else { throw error("cannot read events") }
+        return code == SQLITE_ROW
+    }
+
+    /// The ids of the newest readable snapshot's tasks (none without one).
+    private func newestSnapshotTaskIDs() throws -> Set<String> {
+        guard db != nil, try hasSnapshots else { return [] }
+        let statement = try prepare("SELECT seq, format, parts, bytes FROM snapshots ORDER BY seq DESC")
+        defer { sqlite3_finalize(statement) }
+        while sqlite3_step(statement) == SQLITE_ROW {
+            guard Snapshot.readableFormats.contains(sqlite3_column_int64(statement, 1)) else { continue }
+            let bytes = try snapshotBytes(seq: sqlite3_column_int64(statement, 0), parts: sqlite3_column_int64(statement, 2),
+                                          total: sqlite3_column_int64(statement, 3))
+            return try bytes.withUnsafeBytes { try Snapshot.taskIDs($0) }
+        }
+        return []
+    }
+
     /// Runs `body` inside one read transaction: every statement sees the same version of the file.
     private func reading<T>(_ body: () throws -> T) throws -> T {
         try transaction(writing: false, body)
