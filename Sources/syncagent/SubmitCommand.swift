@@ -137,6 +137,37 @@ struct SubmitCommand: ParsableCommand {
         if urls.isEmpty && inputFile == nil { throw fail("give at least one URL, or -i FILE (- for standard input)") }
     }
 
+    /// The URLs of a long `submit` line, and the line without them; nil for a
+    /// short line (the parser's own way costs nothing there) or one asking for help.
+    /// Every option is taken to have a value but the flags named here: a flag
+    /// missing from the list only leaves a URL to the parser, which then parses
+    /// the whole line itself (`SyncAgentCommand.parsed`).
+    static func urlsTakenOut(of arguments: [String]) -> (rest: [String], urls: [String])? {
+        let flags: Set<String> = ["--update"]
+        guard arguments.first == "submit", arguments.count > 64 else { return nil }
+        var rest = ["submit"], urls: [String] = []
+        var index = 1
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if argument == "--" {
+                urls += arguments[index...]
+                break
+            }
+            guard argument.hasPrefix("-"), argument != "-" else {
+                urls.append(argument)
+                continue
+            }
+            if argument == "-h" || argument == "--help" { return nil }
+            rest.append(argument)
+            if !argument.contains("="), !flags.contains(argument), index < arguments.count {
+                rest.append(arguments[index])
+                index += 1
+            }
+        }
+        return (rest, urls)
+    }
+
     func run() throws {
         try check()
         let resolved = try global.resolve()

@@ -497,6 +497,33 @@ import Glibc
         #expect(bidi.status != 0 && bidi.stderr.contains("dest"), "\(bidi.stderr)")
     }
 
+    /// Found by an adversary: 20,000 URLs on the command line took 18 s in
+    /// the argument parser. A long line is split before it is parsed: every
+    /// URL keeps its place, every option (before, between and after the
+    /// URLs, with values that look like URLs) still applies.
+    @Test func aLongSubmitLineKeepsItsURLsInOrderAndItsOptions() throws {
+        let harness = try AgentHarness()
+        let urls = (0..<2_000).map { "http://127.0.0.1:9/f\($0).bin" }
+        let line = ["submit", "--dir", "long"] + urls[..<1_000] + ["--header", "Referer: https://example.com/x", "--update"]
+            + urls[1_000...] + ["--priority=3"] + harness.globalFlags + ["--", "http://127.0.0.1:9/after-dashes.bin"]
+        let result = try harness.run(Array(line))
+        #expect(result.status == 0, "\(result.stderr)")
+        let ids = result.stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 2_001)
+        for (index, url) in (urls + ["http://127.0.0.1:9/after-dashes.bin"]).enumerated() where index % 250 == 0 || index == 2_000 {
+            let file = harness.inbox + "/" + harness.jobFiles().first { $0.contains("-\(ids[index])-") }!
+            let text = try String(contentsOfFile: file, encoding: .utf8)
+            #expect(text.contains("url = \"\(url)\"") && text.contains("dest = \"long/")
+                    && text.contains("\"Referer\" = \"https://example.com/x\"") && text.contains("overwrite = \"update\"")
+                    && text.contains("priority = 3"), "\(text)")
+        }
+        // A flag the split does not know leaves a URL to the parser, which then reads the whole line itself.
+        let help = try harness.run(["submit"] + urls[..<100] + ["--help"] + harness.globalFlags)
+        #expect(help.status == 0 && help.stdout.contains("USAGE"))
+        let bad = try harness.run(["submit"] + urls[..<100] + ["--connections", "99"] + harness.globalFlags)
+        #expect(bad.status != 0 && bad.stderr.contains("connections"), "\(bad.stderr)")
+    }
+
     @Test func hooksAreStoppedWithTheAgentRecordedAndKeptOutOfItsLog() throws {
         let records = TempDirectory()
         let marker = records.file("fds.txt")
