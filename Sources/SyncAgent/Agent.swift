@@ -1017,7 +1017,7 @@ public final class Agent {
             // One line per task for a single target; for "*", only what changed.
             if control.task != "*" || !outcome.hasPrefix("nothing to do") { outcomes.append("\(task.id): \(outcome)") }
         }
-        let words = outcomes.isEmpty ? "nothing to do: no task to \(control.action.rawValue)" : outcomes.joined(separator: "; ")
+        let words = outcomes.isEmpty ? "nothing to do: no task to \(control.action.rawValue)" : Controlled.outcome(of: outcomes)
         log.record(.controlled(Controlled(action: control.action.rawValue, target: control.task, outcome: words,
                                           file: source.file, identity: source.identity)),
                    task: control.task == "*" ? nil : control.task)

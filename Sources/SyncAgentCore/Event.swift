@@ -259,6 +259,30 @@ public struct Controlled: Codable, Equatable, Sendable {
     public init(action: String, target: String, outcome: String, file: String? = nil, identity: String? = nil) {
         self.action = action; self.target = target; self.outcome = outcome; self.file = file; self.identity = identity
     }
+
+    /// The most tasks one `outcome` names, each with what happened to it.
+    public static let outcomesNamed = 20
+
+    /// One line for what a control job did (`outcomes`: "ID: what happened",
+    /// in task order): all of them when few; when many, the first ones and
+    /// how many more, counted by what happened to them. Every task's own
+    /// event (paused, resumed, cancelled) records its part: `pause --all`
+    /// of 100,000 tasks wrote one event of 2.6 MB naming each.
+    public static func outcome(of outcomes: [String]) -> String {
+        guard outcomes.count > outcomesNamed else { return outcomes.joined(separator: "; ") }
+        // "paused at byte 123" and "paused at byte 456" are one kind: "paused at byte …".
+        var kinds: [String: Int] = [:], order: [String] = []
+        for outcome in outcomes.dropFirst(outcomesNamed) {
+            // Its words after the task id, up to the first that holds a number (an offset, an id).
+            let words = outcome.drop { $0 != ":" }.dropFirst().split(separator: " ")
+            let wording = words.prefix { !$0.contains(where: \.isNumber) }
+            let kind = wording.joined(separator: " ") + (wording.count < words.count ? " …" : "")
+            if kinds[kind] == nil { order.append(kind) }
+            kinds[kind, default: 0] += 1
+        }
+        return outcomes.prefix(outcomesNamed).joined(separator: "; ") + "; and \(outcomes.count - outcomesNamed) more: "
+            + order.map { "\($0) ×\(kinds[$0]!)" }.joined(separator: ", ")
+    }
 }
 
 /// SIGHUP: the config file was read again. `error` set: it did not parse

@@ -61,6 +61,22 @@ struct SchedulerTests {
     }
 }
 
+@Suite("What a control job did")
+struct ControlOutcomeTests {
+    @Test func fewOutcomesAreNamedEachManyAreCountedByKind() {
+        let few = (0..<Controlled.outcomesNamed).map { "t\($0): paused at byte \($0 * 10)" }
+        #expect(Controlled.outcome(of: few) == few.joined(separator: "; "))
+
+        var many = few
+        many += (0..<100_000).map { "p\($0): paused at byte \($0)" }
+        many += ["r1: runs again from byte 0", "x7: cannot run again: its segment x7-3 was cancelled; cancel the video and submit it again",
+                 "c1: cancelled", "c2: cancelled"]
+        let line = Controlled.outcome(of: many)
+        #expect(line == few.joined(separator: "; ") + "; and 100004 more: paused at byte … ×100000, runs again from byte … ×1, "
+                + "cannot run again: its segment … ×1, cancelled ×2")
+    }
+}
+
 @Suite("Batch notifications")
 struct NoticeTests {
     @Test func defaultBatchWaitsForEveryActiveTask() {
