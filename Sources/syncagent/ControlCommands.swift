@@ -16,9 +16,18 @@ struct ControlTarget: ParsableArguments {
     func check() throws {
         if all, let id { throw fail("give a task id or --all, not both (got --all and \"\(id)\")") }
         if !all && id == nil { throw fail("give a task id, or --all for every task") }
+        if let id { _ = try checkedID(id, all: "--all") }
     }
 
     var task: String { all ? "*" : id! }
+}
+
+/// An id given on the command line. "*" is every task in a control job
+/// (SPEC §4.3), but never as an argument: an unquoted `cancel *` in an
+/// empty folder would reach here as "*" and cancel everything.
+func checkedID(_ id: String, all: String) throws -> String {
+    guard id != "*" else { throw fail("\"*\" is not a task id\(all.isEmpty ? "" : "; \(all) acts on every task")") }
+    return id
 }
 
 func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOptions) throws {
@@ -37,8 +46,14 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
         if action == .forget, let phase, !phase.isEnded {
             throw fail("task \(task) is \(phase.rawValue); only an ended task can be forgotten (cancel it first)")
         }
-        if record == .unknown && !pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) {
-            throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")
+        if record == .unknown {
+            guard pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) else {
+                throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")
+            }
+            // A job not yet taken becomes a queued task: not one that has ended.
+            if action == .forget {
+                throw fail("task \(task) is waiting in \(resolved.paths.inbox); only an ended task can be forgotten (cancel it first)")
+            }
         }
     }
     let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n"
@@ -93,7 +108,7 @@ struct CancelCommand: ParsableCommand {
         discussion: "Example:\n  syncagent cancel debian-13")
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The task id.", completion: TaskIDCompletion.kind) var id: String
-    func run() throws { try sendControl(.cancel, task: id, global: global) }
+    func run() throws { try sendControl(.cancel, task: try checkedID(id, all: ""), global: global) }
 }
 
 struct ForgetCommand: ParsableCommand {
@@ -108,6 +123,7 @@ struct ForgetCommand: ParsableCommand {
     func check() throws {
         if ended, let id { throw fail("give a task id or --ended, not both (got --ended and \"\(id)\")") }
         if !ended && id == nil { throw fail("give a task id, or --ended for every ended task") }
+        if let id { _ = try checkedID(id, all: "--ended") }
     }
 
     func run() throws {
@@ -123,7 +139,10 @@ func pendingJobIDs(inbox: String, downloadDir: String) -> Set<String> {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []
     var ids = Set<String>()
     for name in names where InboxRules.isJobFileName(name) {
-        guard let data = FileManager.default.contents(atPath: inbox + "/" + name),
+        // Only what the agent would take: it refuses a symbolic link, a FIFO or a device.
+        var info = stat()
+        guard lstat(inbox + "/" + name, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+              let data = FileManager.default.contents(atPath: inbox + "/" + name),
               case .transfer(let id?, _)? = try? parser.parse([UInt8](data)) else { continue }
         ids.insert(id)
     }

@@ -33,12 +33,16 @@ struct EventsCommand: ParsableCommand {
         if task == nil, pruned > 0 {
             FileHandle.standardError.write(Data("syncagent: events up to seq \(pruned) of ended tasks were compacted (syncagent compact); the snapshot keeps their state\n".utf8))
         }
-        if let task, !follow {
+        if let task {
             let record = try store.lookingUpTasks { try $0.record(of: task) }
-            // As `status --task` says it (with --follow the task may be about to appear).
-            if record == .unknown { throw fail("no task has the id \"\(task)\"") }
+            // As `status --task` says it; with --follow the task may be about to appear, so it is waited for, and said so.
+            if record == .unknown {
+                if !follow { throw fail("no task has the id \"\(task)\"") }
+                FileHandle.standardError.write(Data("syncagent: no task has the id \"\(task)\" yet; waiting for its events\n".utf8))
+            }
             if record == .compacted {
-                FileHandle.standardError.write(Data("syncagent: events of task \(task) up to seq \(pruned) were compacted (syncagent compact); its state is kept\n".utf8))
+                // Which compaction dropped them the log does not keep: only that one did.
+                FileHandle.standardError.write(Data("syncagent: the first events of task \(task) were compacted (syncagent compact); its state is kept\n".utf8))
             }
         }
         repeat {

@@ -318,7 +318,7 @@ struct SubmitCommand: ParsableCommand {
         }
         let taskID = keys["id"] ?? IDRules.random(isTaken: taken)
         if keys["id"] != nil, taken(taskID) {
-            throw fail("\(entry.origin)key \"id\": \"\(taskID)\" is already used by a task in the log or a job waiting in the inbox")
+            throw fail("\(entry.origin)key \"id\": \"\(taskID)\" is already used by a task in the log, a job waiting in the inbox, or an earlier URL of this submit")
         }
         keys["id"] = taskID
         // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).

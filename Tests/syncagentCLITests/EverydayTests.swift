@@ -497,6 +497,41 @@ import Glibc
         #expect(bidi.status != 0 && bidi.stderr.contains("dest"), "\(bidi.stderr)")
     }
 
+    /// Found by an adversary, each: "*" given as an id acted on every task;
+    /// forgetting a job still in the inbox was accepted (the agent then
+    /// refused it); a symlinked job the agent refuses held its id against
+    /// submit; `events --task --follow` of an unknown id waited in silence;
+    /// an id repeated within one list was blamed on the log.
+    @Test func idsOnTheCommandLineAreWhatTheAgentWouldSay() throws {
+        let harness = try AgentHarness()
+        for (command, hint) in [(["cancel", "*"], ""), (["pause", "*"], "--all"), (["resume", "*"], "--all"), (["forget", "*"], "--ended")] {
+            let result = try harness.run(command)
+            #expect(result.status != 0 && result.stderr.contains("\"*\" is not a task id") && (hint.isEmpty || result.stderr.contains(hint)), "\(command): \(result.stderr)")
+        }
+        #expect(harness.jobFiles().isEmpty)
+
+        #expect(try harness.run(["submit", "http://127.0.0.1:9/a", "--id", "waiting"]).status == 0)
+        let forget = try harness.run(["forget", "waiting"])
+        #expect(forget.status != 0 && forget.stderr.contains("task waiting is waiting in"), "\(forget.stderr)")
+        #expect(try harness.run(["pause", "waiting"]).status == 0, "a job waiting in the inbox can be paused")
+
+        let elsewhere = harness.directory.file("elsewhere.job")
+        try "url = \"http://127.0.0.1:9/b\"\nid = \"linked\"\n".write(toFile: elsewhere, atomically: true, encoding: .utf8)
+        #expect(symlink(elsewhere, harness.inbox + "/linked.job") == 0)
+        #expect(try harness.run(["submit", "http://127.0.0.1:9/b", "--id", "linked"]).status == 0, "the agent would refuse the link")
+
+        let list = harness.directory.file("twice.txt")
+        try "http://127.0.0.1:9/c\n  id=twice\nhttp://127.0.0.1:9/d\n  id=twice\n".write(toFile: list, atomically: true, encoding: .utf8)
+        let twice = try harness.run(["submit", "-i", list])
+        #expect(twice.status != 0 && twice.stderr.contains("an earlier URL of this submit"), "\(twice.stderr)")
+
+        let follow = try ChildProcess(syncagentBinary, ["events", "--task", "nosuch", "--follow"] + harness.globalFlags,
+                                      environment: harness.environment, outputIn: harness.directory.path)
+        #expect(eventually(within: 10) { follow.stderr.contains("no task has the id \"nosuch\" yet; waiting for its events") }, "\(follow.stderr)")
+        follow.signal(SIGTERM)
+        follow.wait(seconds: 10)
+    }
+
     /// Found by an adversary: 20,000 URLs on the command line took 18 s in
     /// the argument parser. A long line is split before it is parsed: every
     /// URL keeps its place, every option (before, between and after the
