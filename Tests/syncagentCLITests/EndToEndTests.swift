@@ -160,6 +160,13 @@ struct EndToEndTests {
         #expect(task?["error"] as? String == "server answered 404 Not Found for \(nginx.url("gone.bin"))")
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/gone.bin"))
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/gone.bin.part"))
+
+        // A task that never reaches its server has nothing to claim: no 0-byte progress per attempt
+        // (an adversary saw 40,000 failing tasks write 40,000 of them).
+        try harness.drop("closed.job", "url = \"http://127.0.0.1:\(freePort())/x.bin\"\nid = \"closed\"\nretries = 1\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        let closed = try harness.events().filter { $0.task == "closed" }.map(\.type)
+        #expect(closed.contains("failed") && !closed.contains("progressed"), "\(closed)")
     }
 }
 
