@@ -282,6 +282,32 @@ struct AdversaryFindingsTests {
         #expect(!error.unicodeScalars.contains { dangerous.contains($0.value) } && error.contains("bad\\x1B]0;T\\x07.job"))
     }
 
+    /// A job rejected again and again under one name (a cron job with a
+    /// typo) probed rejected/ from NAME.job each time: every rejection cost
+    /// more than the one before. The agent goes on from the last number it
+    /// gave; a number the user freed meanwhile is not probed again.
+    @Test func aJobRejectedAgainAndAgainTakesTheNextNumber() throws {
+        let harness = try AgentHarness()
+        let agent = try harness.startAgent()
+        let rejected = harness.inbox + "/rejected"
+        for round in 0..<12 {
+            try harness.drop("bad.job", "colour = \"red\"\n")
+            let name = round == 0 ? "bad.job" : "bad.\(round).job"
+            #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: "\(rejected)/\(name).error") }, "\(name)")
+            if round == 5 { #expect(unlink("\(rejected)/bad.3.job") == 0 && unlink("\(rejected)/bad.3.job.error") == 0) }
+        }
+        try harness.drop("bad.job", "colour = \"red\"\n")
+        #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: "\(rejected)/bad.12.job.error") })
+        #expect(!FileManager.default.fileExists(atPath: "\(rejected)/bad.3.job"))
+        let errors = try FileManager.default.contentsOfDirectory(atPath: rejected).filter { $0.hasSuffix(".error") }
+        #expect(errors.count == 12)
+        for error in errors {
+            #expect(try String(contentsOfFile: "\(rejected)/\(error)", encoding: .utf8).contains("colour"), "\(error)")
+        }
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
     @Test func aSymlinkedRejectedFolderIsNeverFollowed() throws {
         let harness = try AgentHarness()
         let outside = harness.directory.file("outside")

@@ -294,6 +294,11 @@ final class Intake {
 
     /// Rejected jobs whose `rejected` event is maybe not yet committed, with where they go.
     private var rejectedAwaitingCommit: [(takenPath: String, target: String, name: String)] = []
+    /// Where the search for a free `rejected/` name of a much-rejected job
+    /// resumes: probing from 0 each time made a job rejected again and again
+    /// under one name (a cron job with a typo) cost more with every rejection.
+    /// A number freed later is skipped, never reused wrongly; bounded in size.
+    private var nextRejectionNumber: [String: Int] = [:]
 
     var hasTakenFiles: Bool { !takenAwaitingCommit.isEmpty || !rejectedAwaitingCommit.isEmpty }
 
@@ -375,9 +380,13 @@ final class Intake {
             return nil
         }
         let base = Self.prefix(of: name, bytes: 200, marked: true)
-        var number = 0
+        var number = nextRejectionNumber[base] ?? 0
         func target() -> String { rejectedDirectory + "/" + Destinations.candidate(base, number: number) }
         while FileSystem.exists(target()) || rejectedAwaitingCommit.contains(where: { $0.target == target() }) { number += 1 }
+        if number > 0 {
+            if nextRejectionNumber.count >= 4096 { nextRejectionNumber.removeAll() }
+            nextRejectionNumber[base] = number + 1
+        }
         return target()
     }
 
