@@ -37,8 +37,14 @@ struct EventsCommand: ParsableCommand {
             let record = try store.lookingUpTasks { try $0.record(of: task) }
             // As `status --task` says it; with --follow the task may be about to appear, so it is waited for, and said so.
             if record == .unknown {
-                if !follow { throw fail("no task has the id \"\(task)\"") }
-                FileHandle.standardError.write(Data("syncagent: no task has the id \"\(task)\" yet; waiting for its events\n".utf8))
+                // A job still in the inbox is known to pause and cancel: not "no task", only no events yet.
+                let paths = try global.resolve().paths
+                let waiting = pendingJobIDs(inbox: paths.inbox, downloadDir: paths.downloadDir).contains(task)
+                if !follow && !waiting { throw fail("no task has the id \"\(task)\"") }
+                let words = waiting ? "task \(task) is a job waiting in \(paths.inbox); it has no events yet"
+                                    : "no task has the id \"\(task)\" yet; waiting for its events"
+                FileHandle.standardError.write(Data("syncagent: \(words)\n".utf8))
+                if !follow { return }
             }
             if record == .compacted {
                 // Which compaction dropped them the log does not keep: only that one did.

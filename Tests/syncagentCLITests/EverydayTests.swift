@@ -514,6 +514,8 @@ import Glibc
         let forget = try harness.run(["forget", "waiting"])
         #expect(forget.status != 0 && forget.stderr.contains("task waiting is waiting in"), "\(forget.stderr)")
         #expect(try harness.run(["pause", "waiting"]).status == 0, "a job waiting in the inbox can be paused")
+        let noEvents = try harness.run(["events", "--task", "waiting"])
+        #expect(noEvents.status == 0 && noEvents.stdout.isEmpty && noEvents.stderr.contains("task waiting is a job waiting in"), "\(noEvents.stderr)")
 
         let elsewhere = harness.directory.file("elsewhere.job")
         try "url = \"http://127.0.0.1:9/b\"\nid = \"linked\"\n".write(toFile: elsewhere, atomically: true, encoding: .utf8)
