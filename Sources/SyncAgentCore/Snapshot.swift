@@ -100,6 +100,18 @@ public enum Snapshot {
         return hash
     }
 
+    /// The error for a snapshot of a format this build does not read.
+    public static func unreadable(format found: Int64) -> Malformed {
+        Malformed(description: "snapshot format \(found), this syncagent reads formats \(readableFormats.lowerBound)–\(format)")
+    }
+
+    /// Reads the format a snapshot starts with into `input`, refusing one this build does not read.
+    private static func readFormat(_ input: inout SnapshotReader) throws {
+        let found = try input.int()
+        guard readableFormats.contains(found) else { throw unreadable(format: found) }
+        input.format = found
+    }
+
     /// The state `encode` wrote. Throws on a snapshot of another format or
     /// one cut short; never returns a partial state.
     public static func decode(_ stored: UnsafeRawBufferPointer) throws -> AgentState {
@@ -107,11 +119,7 @@ public enum Snapshot {
         let bytes = UnsafeRawBufferPointer(rebasing: stored[..<(stored.count - 8)])
         let sum = stored[(stored.count - 8)...].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         var input = SnapshotReader(bytes)
-        let found = try input.int()
-        input.format = found
-        guard readableFormats.contains(found) else {
-            throw Malformed(description: "snapshot format \(found), this syncagent reads formats \(readableFormats.lowerBound)–\(format)")
-        }
+        try readFormat(&input)
         guard checksum(bytes) == sum else { throw Malformed(description: "snapshot damaged: its checksum does not match") }
         var state = AgentState()
         state.lastSeq = try input.int()
@@ -196,10 +204,7 @@ public enum Snapshot {
     /// snapshot is refused whole by `decode`, which the agent and `status` use.)
     public static func taskIDs(_ stored: UnsafeRawBufferPointer) throws -> Set<String> {
         var input = SnapshotReader(stored)
-        let found = try input.int()
-        guard readableFormats.contains(found) else {
-            throw Malformed(description: "snapshot format \(found), this syncagent reads formats \(readableFormats.lowerBound)–\(format)")
-        }
+        try readFormat(&input)
         _ = try input.int()
         let count = try input.count()
         var ids = Set<String>(minimumCapacity: count)

@@ -446,10 +446,7 @@ public final class EventStore {
             let seq = sqlite3_column_int64(statement, 0)
             let format = sqlite3_column_int64(statement, 1)
             do {
-                guard Snapshot.readableFormats.contains(format) else {
-                    throw Snapshot.Malformed(description: "snapshot format \(format), this syncagent reads formats "
-                                             + "\(Snapshot.readableFormats.lowerBound)–\(Snapshot.format)")
-                }
+                guard Snapshot.readableFormats.contains(format) else { throw Snapshot.unreadable(format: format) }
                 let bytes = try snapshotBytes(seq: seq, parts: sqlite3_column_int64(statement, 2), total: sqlite3_column_int64(statement, 3))
                 let state = try bytes.withUnsafeBytes { try Snapshot.decode($0) }
                 guard state.lastSeq == seq else { throw Snapshot.Malformed(description: "it covers seq \(state.lastSeq), not \(seq)") }
