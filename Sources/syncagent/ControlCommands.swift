@@ -16,7 +16,7 @@ struct ControlTarget: ParsableArguments {
     func check() throws {
         if all, let id { throw fail("give a task id or --all, not both (got --all and \"\(id)\")") }
         if !all && id == nil { throw fail("give a task id, or --all for every task") }
-        if let id { _ = try checkedID(id, all: "--all") }
+        if let id { try refuseStar(id, everyTask: "--all") }
     }
 
     var task: String { all ? "*" : id! }
@@ -25,9 +25,8 @@ struct ControlTarget: ParsableArguments {
 /// An id given on the command line. "*" is every task in a control job
 /// (SPEC §4.3), but never as an argument: an unquoted `cancel *` in an
 /// empty folder would reach here as "*" and cancel everything.
-func checkedID(_ id: String, all: String) throws -> String {
-    guard id != "*" else { throw fail("\"*\" is not a task id\(all.isEmpty ? "" : "; \(all) acts on every task")") }
-    return id
+func refuseStar(_ id: String, everyTask flag: String?) throws {
+    guard id != "*" else { throw fail("\"*\" is not a task id" + (flag.map { "; \($0) acts on every task" } ?? "")) }
 }
 
 func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOptions) throws {
@@ -108,7 +107,10 @@ struct CancelCommand: ParsableCommand {
         discussion: "Example:\n  syncagent cancel debian-13")
     @OptionGroup var global: GlobalOptions
     @Argument(help: "The task id.", completion: TaskIDCompletion.kind) var id: String
-    func run() throws { try sendControl(.cancel, task: try checkedID(id, all: ""), global: global) }
+    func run() throws {
+        try refuseStar(id, everyTask: nil)
+        try sendControl(.cancel, task: id, global: global)
+    }
 }
 
 struct ForgetCommand: ParsableCommand {
@@ -123,7 +125,7 @@ struct ForgetCommand: ParsableCommand {
     func check() throws {
         if ended, let id { throw fail("give a task id or --ended, not both (got --ended and \"\(id)\")") }
         if !ended && id == nil { throw fail("give a task id, or --ended for every ended task") }
-        if let id { _ = try checkedID(id, all: "--ended") }
+        if let id { try refuseStar(id, everyTask: "--ended") }
     }
 
     func run() throws {

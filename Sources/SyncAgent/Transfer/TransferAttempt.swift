@@ -681,7 +681,7 @@ final class TransferAttempt {
     /// nothing and says why.
     @discardableResult
     func flush() -> AttemptOutcome? {
-        guard fd >= 0, hasNewsForTheLog else { return nil }
+        guard fd >= 0, isNews(upTo: written) else { return nil }
         while fdatasync(fd) != 0 {
             if errno != EINTR { return localFailure("flush", errno) }
         }
@@ -710,12 +710,13 @@ final class TransferAttempt {
     /// Whether a complete response still has to be made durable and published.
     var keepsBody: Bool { fd >= 0 || makePartial != nil }
 
-    private var hasValidators: Bool { etag != nil || lastModified != nil }
-
-    /// Bytes past the durable offset, or validators the log has not seen.
-    /// (An attempt that failed to connect has neither: 40,000 of them wrote
-    /// 40,000 `progressed` events of 0 bytes, each after an fdatasync.)
-    private var hasNewsForTheLog: Bool { written > durable || (!validatorsLogged && hasValidators) }
+    /// Whether claiming up to `offset` tells the log something: bytes past
+    /// the durable offset, or validators it has not seen. (An attempt that
+    /// failed to connect has neither: 40,000 of them wrote 40,000 `progressed`
+    /// events of 0 bytes, each after an fdatasync.)
+    private func isNews(upTo offset: Int64) -> Bool {
+        offset > durable || (!validatorsLogged && (etag != nil || lastModified != nil))
+    }
 
     /// After the DataSyncer flushed this file: claim every byte written.
     func claimSynced() {
@@ -725,7 +726,7 @@ final class TransferAttempt {
     /// A progress sync returned: bytes before `offset` are durable.
     func claim(upTo offset: Int64) {
         syncPending = false
-        guard offset > durable || (!validatorsLogged && hasValidators), offset <= written else { return }
+        guard isNews(upTo: offset), offset <= written else { return }
         durable = offset
         lastFlushMs = FileSystem.monotonicMs
         var progress = Progressed(bytes: durable, total: total)
