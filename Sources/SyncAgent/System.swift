@@ -69,10 +69,11 @@ enum FileSystem {
     /// Opens `path` (relative to `directory`) without blocking, and only as a
     /// regular file: opening a FIFO where the agent expects a file would
     /// otherwise wait, with the whole loop and stop signals, for a process
-    /// to open the other end. Returns the descriptor and the file's size.
+    /// to open the other end. Returns the descriptor, the file's size and its
+    /// permission bits.
     /// - Parameter shown: the file as errors name it.
     static func openRegular(_ path: String, at directory: Int32 = AT_FDCWD, _ flags: Int32, mode: mode_t = 0,
-                            shown: String) throws -> (descriptor: Int32, size: Int64) {
+                            shown: String) throws -> (descriptor: Int32, size: Int64, permissions: mode_t) {
         let descriptor = openat(directory, path, flags | O_CLOEXEC | O_NONBLOCK, mode)
         if descriptor < 0 {
             // ENXIO: a FIFO with no reader (or a socket) refused a writer.
@@ -90,7 +91,7 @@ enum FileSystem {
             close(descriptor)
             throw SystemError(operation: "\(shown) is not a regular file", errno: EINVAL)
         }
-        return (descriptor, Int64(info.st_size))
+        return (descriptor, Int64(info.st_size), info.st_mode & 0o7777)
     }
 
     /// The path with every symbolic link resolved, or nil if it cannot be (absent, unreadable).

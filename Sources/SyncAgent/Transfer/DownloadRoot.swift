@@ -42,7 +42,7 @@ final class DownloadRoot {
 
     /// The directory holding `file`, opened beneath the root (created, with
     /// its parents, when `create`), and the file's own name in it.
-    func parent(of file: String, create: Bool) throws -> (directory: Int32, name: String) {
+    private func parent(of file: String, create: Bool) throws -> (directory: Int32, name: String) {
         // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
         let parts = try relative(file).utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
         guard let name = parts.last else { throw SystemError(operation: "\(file) names no file", errno: EINVAL) }
@@ -83,8 +83,13 @@ final class DownloadRoot {
         error == ELOOP || error == EXDEV ? "(a symbolic link inside download_dir is never followed)" : ""
     }
 
+    /// Runs `body` with the directory holding `file` and the file's name in
+    /// it. A file directly in the root gets the root's own descriptor (not a
+    /// `dup` of it to close again: each small download asks this six times).
     @discardableResult
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
+        let relative = try relative(file)
+        if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(fd, relative) }
         let (directory, name) = try parent(of: file, create: create)
         defer { close(directory) }
         return try body(directory, name)
@@ -134,12 +139,16 @@ final class DownloadRoot {
     /// - Parameter mode: 0600 for what must not be readable by others (an HLS key).
     func openPartial(_ file: String, truncatingTo offset: Int64, mode: mode_t = 0o644) throws -> Int32 {
         try withParent(of: file, create: true) { directory, name in
-            let descriptor = try Self.openRegular(directory, name, O_WRONLY | O_CREAT, mode: mode, shown: file)
+            let opened = try FileSystem.openRegular(name, at: directory, O_WRONLY | O_CREAT | O_NOFOLLOW, mode: mode, shown: file)
+            let descriptor = opened.descriptor
+            // Each call only where it changes something: most part files are
+            // new, of the mode asked for, and written from byte 0.
             do {
-                // The file may exist already (its lock created it): the mode is set either way.
-                try syscall("chmod \(file)") { fchmod(descriptor, mode) }
-                try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) }
-                try syscall("seek \(file) to \(offset)") { lseek(descriptor, off_t(offset), SEEK_SET) }
+                // The file may exist already (its lock created it, under the umask).
+                if opened.permissions != mode { try syscall("chmod \(file)") { fchmod(descriptor, mode) } }
+                if opened.size != offset { try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) } }
+                // A new descriptor starts at 0; sequential writers (HLS) go on from `offset`.
+                if offset != 0 { try syscall("seek \(file) to \(offset)") { lseek(descriptor, off_t(offset), SEEK_SET) } }
             } catch {
                 close(descriptor)
                 throw error
@@ -232,6 +241,11 @@ final class DownloadRoot {
         try withParent(of: file) { directory, _ in
             try syscall("sync the directory of \(file)") { fsync(directory) }
         }
+    }
+
+    /// Makes the folders above `file` that are missing, so a rename to it can happen.
+    func makeParent(of file: String) throws {
+        try withParent(of: file, create: true) { _, _ in }
     }
 
     /// Makes `folder` (and its parents) beneath the root.

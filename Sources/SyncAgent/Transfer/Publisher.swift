@@ -50,7 +50,7 @@ enum Publisher {
         }
         // The rename must be able to happen before `finished` vouches for it.
         do {
-            close(try root.parent(of: dest, create: true).directory)
+            try root.makeParent(of: dest)
         } catch {
             return .failed(reason: "cannot publish \(dest): \(error)", code: "dest_unreachable")
         }

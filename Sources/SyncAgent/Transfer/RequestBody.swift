@@ -24,7 +24,7 @@ final class RequestBody {
     /// - Parameter slice: only these bytes of the file (nil: all of it).
     init(path: String, slice: ByteSpan? = nil) throws {
         // A FIFO named as body_file must not hold the loop until someone writes to it.
-        let (file, fileSize) = try FileSystem.openRegular(path, O_RDONLY, shown: "body_file \(path)")
+        let (file, fileSize, _) = try FileSystem.openRegular(path, O_RDONLY, shown: "body_file \(path)")
         if let slice, slice.end > fileSize {
             close(file)
             throw SystemError(operation: "body_file \(path) has \(fileSize) bytes, fewer than the upload needs (\(slice.end))",
