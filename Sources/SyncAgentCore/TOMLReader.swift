@@ -153,8 +153,12 @@ struct TOMLReader {
     }
 
     func headers(_ key: String) throws -> [Header] {
-        try stringTable(key, nameIsValid: Header.isToken,
-                               nameRule: "is not a valid HTTP header name").map { Header(name: $0.name, value: $0.value) }
+        let pairs = try stringTable(key, nameIsValid: Header.isToken, nameRule: "is not a valid HTTP header name")
+        if let framing = pairs.first(where: { Header.isFraming($0.name) }) {
+            throw KeyError(key: "\(key).\(framing.name)",
+                           "is set by the agent (from the body and the connection); a value of its own would cut or split the request")
+        }
+        return pairs.map { Header(name: $0.name, value: $0.value) }
     }
 
     /// `[form]`: names go into a quoted `Content-Disposition` parameter.

@@ -48,6 +48,17 @@ public struct Header: Codable, Equatable, Sendable {
     private static let tokenCharacters = CharacterSet(
         charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
+    /// Headers that say where a message ends or how the connection is used
+    /// (RFC 9112 §6, RFC 9110 §7.6.1). Sent from a job, `Content-Length: 0`
+    /// before a body would make the body a second request to the server.
+    public static func isFraming(_ name: String) -> Bool {
+        framingNames.contains(name.lowercased())
+    }
+
+    private static let framingNames: Set<String> = [
+        "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade",
+    ]
+
     /// An RFC 9110 token: what header names and methods are made of.
     public static func isToken(_ text: String) -> Bool {
         !text.isEmpty && text.unicodeScalars.allSatisfy { tokenCharacters.contains($0) }

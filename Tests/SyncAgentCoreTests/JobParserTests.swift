@@ -108,6 +108,13 @@ struct JobParserTests {
         ("url = \"http://h/x\"\nkind = \"data\"\nsha256 = \"\(String(repeating: "a", count: 64))\"", #"key "sha256" applies only to a job that saves a file (a download, or a data job with dest)"#),
         ("url = \"http://h/x\"\nmethod = \"POST\"", #"key "method" applies to upload and data jobs only, not to a download"#),
         ("url = \"http://h/x\"\n[headers]\n\"Bad Name\" = \"v\"", #"key "headers.Bad Name" is not a valid HTTP header name"#),
+        // Framing from a job: `Content-Length: 0` before a body would send the body as a second request.
+        ("url = \"http://h/x\"\nkind = \"data\"\nmethod = \"POST\"\nbody_file = \"/a\"\n[headers]\nContent-Length = \"0\"",
+         #"key "headers.Content-Length" is set by the agent (from the body and the connection); a value of its own would cut or split the request"#),
+        ("url = \"http://h/x\"\n[headers]\ntransfer-ENCODING = \"chunked\"",
+         #"key "headers.transfer-ENCODING" is set by the agent (from the body and the connection); a value of its own would cut or split the request"#),
+        ("url = \"http://h/x\"\n[headers]\nConnection = \"close\"",
+         #"key "headers.Connection" is set by the agent (from the body and the connection); a value of its own would cut or split the request"#),
     ])
     func badValue(_ text: String, _ expected: String) {
         #expect(rejection(text) == expected)
@@ -260,5 +267,6 @@ struct AgentConfigTests {
         #expect(config.maxSpeed == 1_048_576)
         #expect(config.downloadDir == "/tmp/d")
         #expect(config.headers == [Header(name: "X-A", value: "b")])
+        #expect(throws: (any Error).self) { try AgentConfig.parse("download_dir = \"/tmp/d\"\n[headers]\nContent-Length = \"10\"") }
     }
 }
