@@ -36,10 +36,11 @@ public struct Header: Codable, Equatable, Sendable {
     /// Values of these headers are credentials: never printed.
     public var isSecret: Bool { Redaction.isSecretName(name) }
 
-    /// `Name: value`, or `Name: <redacted>` for credentials.
+    /// `Name: value`, or `Name: <redacted>` for credentials; control
+    /// characters escaped (a server's header must not clear the terminal).
     public var printable: String {
         let shown = redacted
-        return "\(shown.name): \(shown.value)"
+        return Printable.escaping("\(shown.name): \(shown.value)")
     }
 
     /// Itself, or with the value replaced by `<redacted>` for credentials.

@@ -8,6 +8,15 @@ import Testing
 struct HardeningCoreTests {
     // MARK: - Numbers a server sends
 
+    /// `status --task` prints a response's headers: a server's escape
+    /// sequence (clear screen, window title) reaches no terminal raw.
+    @Test func aHeaderIsPrintedWithItsControlCharactersEscaped() {
+        #expect(Header(name: "X-Bad", value: "\u{1B}[2J zz").printable == "X-Bad: \\x1B[2J zz")
+        #expect(Header(name: "ETag", value: "\"\u{1B}]0;pwned\u{07}\"").printable == "ETag: \"\\x1B]0;pwned\\x07\"")
+        #expect(Header(name: "X-Api-Key", value: "\u{1B}secret").printable == "X-Api-Key: <redacted>")
+        #expect(Header(name: "Content-Type", value: "text/plain").printable == "Content-Type: text/plain")
+    }
+
     @Test func countsRejectSignsOverflowAndJunk() {
         #expect(HTTPNumbers.parseCount("0") == 0)
         #expect(HTTPNumbers.parseCount("123456789012345678") == 123_456_789_012_345_678)
