@@ -28,8 +28,10 @@ parameters, so one server covers every case:
   content_length=N  send this Content-Length (absurd ones too), then the body as it is
   header=NAME:VALUE add a hostile header (repeatable); a NAME of a header the server
                     sends anyway (Content-Range, ETag …) replaces it
-  redirect_to=URL   answer 302 with Location: URL
-  forbid_header=NAME  answer 400 if the request carries that header (a leaked credential)
+  redirect_to=URL   answer 302 with Location: URL (to a request with a body:
+                    only with fail_status=3xx, which sets the status)
+  forbid_header=NAME  answer 400 if the request carries that header (a leaked credential),
+                    with or without a body
   not_http=1        answer with a status line that is not HTTP/1.x or 2 (HTTP/1.2)
   limit_concurrent=N  answer 503 to a GET while N other GETs (of any path) are being answered
   no_accept_ranges=1  send no Accept-Ranges header (Range is still honoured)
@@ -1124,6 +1126,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         status = None
         if "fail_status" in query and self.within("fail_times") and self.number >= int(query.get("fail_from", 1)):
             status = int(query["fail_status"])
+        elif self.command != "GET" and "forbid_header" in query and self.headers.get(query["forbid_header"]) is not None:
+            status = 400
         elif "require_cookie" in query and \
                 f"{query['require_cookie']}=s3cr3t-{query['require_cookie']}" not in (self.headers.get("Cookie") or ""):
             status = 401
@@ -1139,6 +1143,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
             left -= len(chunk)
         body = f"failure {status} on purpose\n".encode()
         self.send_response(status)
+        if status in (301, 302, 303, 307, 308) and "redirect_to" in query:
+            self.send_header("Location", query["redirect_to"])
         if "retry_after" in query:
             self.send_header("Retry-After", query["retry_after"])
         self.send_header("Content-Length", str(len(body)))

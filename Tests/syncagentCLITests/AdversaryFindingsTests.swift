@@ -203,6 +203,44 @@ struct AdversaryFindingsTests {
         #expect((task["current_url"] as? String)?.hasPrefix("http://localhost:") == true)
     }
 
+    /// curl takes a POST's credential headers (all but Authorization and
+    /// Cookie) through any redirect. The agent follows a 307 itself, body
+    /// and all, without them; a 302 (which would make the POST a GET) is
+    /// the data task's answer, not followed.
+    @Test func credentialsOfARequestWithABodyNeverFollowARedirectToAnotherHost() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.json")
+        try Data(#"{"q": "cats"}"#.utf8).write(to: URL(fileURLWithPath: body))
+        let elsewhere = "http://localhost:\(server.port)/api/search?forbid_header=X-Api-Key"
+        let encoded = elsewhere.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        for (id, status) in [("kept", 307), ("changed", 302)] {
+            let hop = server.url("api/hop-\(id)", "fail_status=\(status)&fail_times=1&redirect_to=\(encoded)")
+            try harness.drop("\(id).job", """
+                id = "\(id)"
+                kind = "data"
+                method = "POST"
+                url = "\(hop)"
+                body_file = "\(body)"
+                [headers]
+                X-Api-Key = "KEY-1234"
+                Content-Type = "application/json"
+                """)
+        }
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(1500))")
+        let tasks = try harness.tasksByID()
+        #expect(tasks["kept"]?["status"] as? Int == 200)
+        #expect(tasks["kept"]?["redirects"] as? Int == 1)
+        #expect(tasks["changed"]?["status"] as? Int == 302)
+        #expect(tasks["changed"]?["redirects"] as? Int == 0)
+        // Only the 307's second request reached the other host, with the whole body and no key.
+        let received = server.received.filter { ($0["path"] as? String) == "/api/search" }
+        #expect(received.count == 1)
+        #expect(received.first?["method"] as? String == "POST")
+        #expect(received.first?["size"] as? Int == 13)
+    }
+
     @Test func contentLengthsCurlWouldMisreadAreRefused() throws {
         let harness = try AgentHarness(config: "retries = 1\n")
         let server = try FaultServer(in: harness.directory)

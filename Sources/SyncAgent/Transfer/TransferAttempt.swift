@@ -126,6 +126,8 @@ final class TransferAttempt {
     private var contentLength: Int64??
     /// Redirects are followed by the agent, not curl (see `.redirect`).
     private let followsRedirectsItself: Bool
+    /// The 3xx answers the agent follows itself, when it does.
+    private let hopStatuses: Set<Int>
     /// Credentials go only to this URL's host.
     private let origin: String
     private var retryAfterMs: Int64?
@@ -186,8 +188,12 @@ final class TransferAttempt {
         behaviour = protocolRequest == nil ? task.spec.behaviour : .protocolRequest
         speedCapOfJob = task.spec.maxSpeed
         speedCapOfConfig = settings.maxSpeed
-        followsRedirectsItself = behaviour.canFollowRedirectsItself
-            && (settings.headers + task.spec.headers).contains { $0.isSecret }
+        // A request with a body is followed only where the hop keeps its
+        // method and body (307, 308); curl would send the body's credentials
+        // on through any hop, and the agent cannot make the GET a 301–303 asks for.
+        let sendsCredentials = (settings.headers + task.spec.headers).contains { $0.isSecret }
+        followsRedirectsItself = sendsCredentials && (behaviour.canFollowRedirectsItself || protocolRequest == nil)
+        hopStatuses = behaviour.canFollowRedirectsItself || task.spec.effectiveMethod == "GET" ? [301, 302, 303, 307, 308] : [307, 308]
         self.requestSync = requestSync
         serial = Self.makeSerial()
         taskID = task.id
@@ -636,7 +642,7 @@ final class TransferAttempt {
 
     /// With curl not following: a 3xx with a Location is a hop for the agent.
     private func redirectToFollow() -> AttemptOutcome? {
-        guard followsRedirectsItself, [301, 302, 303, 307, 308].contains(status) else { return nil }
+        guard followsRedirectsItself, hopStatuses.contains(status) else { return nil }
         var target: UnsafePointer<CChar>?
         sa_easy_getinfo_string(easy, CURLINFO_REDIRECT_URL, &target)
         guard let target else { return nil }
