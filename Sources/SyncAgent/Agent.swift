@@ -95,6 +95,10 @@ public final class Agent {
     private var compactionRequested: Int64?
     /// Set once the loop has ended: the last commits start no compaction.
     private var stopping = false
+    /// The event log as opened (device, inode), and when it is next looked
+    /// for at its path (monotonic ms). See `checkLogIsStillThere`.
+    private var logIdentity: (device: UInt64, inode: UInt64)?
+    private var nextLogCheckMs: Int64 = 0
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -129,6 +133,7 @@ public final class Agent {
         runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         defer { log.store.close() }
+        logIdentity = try FileSystem.identity(of: paths.eventLog)
         snapshotSeq = try log.store.newestSnapshotSeq()
         let longLog = Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq)
         if longLog {
@@ -167,6 +172,10 @@ public final class Agent {
         defer { intake.endBacklog() }
 
         while stopSignal == nil {
+            if FileSystem.monotonicMs >= nextLogCheckMs {
+                try checkLogIsStillThere()
+                nextLogCheckMs = FileSystem.monotonicMs + Self.logCheckIntervalMs
+            }
             // Tasks start once the backlog is all taken, in priority order across all of it.
             if needsScheduling, !intake.isTakingBacklog {
                 needsScheduling = false
@@ -346,6 +355,8 @@ public final class Agent {
         let tookJobs = intake?.hasTakenFiles ?? false
         try log.commit()
         lastCommitMs = FileSystem.monotonicMs
+        // Before a taken job's file goes: the events that vouch for it must be in a log someone reads.
+        if tookJobs { try checkLogIsStillThere() }
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
@@ -364,6 +375,30 @@ public final class Agent {
         for folder in cleanupsAfterCommit { removeWorkFolder(folder) }
         cleanupsAfterCommit.removeAll()
         startCompactionIfDue()
+    }
+
+    /// Every 2 s, and before a taken job's file is removed.
+    private static let logCheckIntervalMs: Int64 = 2000
+
+    /// The log deleted or replaced under the running agent (its state
+    /// directory removed or moved): SQLite would go on writing the file it
+    /// has open, which no `status` and no next start reads, and the state
+    /// directory's lock would go with it, letting a second agent start.
+    struct LogGone: Error, CustomStringConvertible {
+        var path: String
+        var inbox: String
+        var description: String {
+            "the event log \(path) was deleted or replaced while the agent ran (was the state directory removed or moved?); "
+                + "stopped so no job is recorded where nothing reads it. Jobs taken since wait in \(inbox)/.taken/ "
+                + "and are taken again when an agent starts"
+        }
+    }
+
+    private func checkLogIsStillThere() throws {
+        guard let logIdentity, let now = try? FileSystem.identity(of: paths.eventLog),
+              now.device == logIdentity.device, now.inode == logIdentity.inode else {
+            throw LogGone(path: paths.eventLog, inbox: paths.inbox)
+        }
     }
 
     /// A requested compaction, or the agent's own once the log has grown far

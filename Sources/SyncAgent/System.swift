@@ -101,6 +101,13 @@ enum FileSystem {
         return String(cString: resolved)
     }
 
+    /// The device and inode `path` names now (following symlinks).
+    static func identity(of path: String) throws -> (device: UInt64, inode: UInt64) {
+        var info = stat()
+        try syscall("stat \(path)") { stat(path, &info) }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
+    }
+
     static func exists(_ path: String) -> Bool {
         var info = stat()
         return lstat(path, &info) == 0

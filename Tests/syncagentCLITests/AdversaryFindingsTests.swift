@@ -203,6 +203,25 @@ struct AdversaryFindingsTests {
         #expect((task["current_url"] as? String)?.hasPrefix("http://localhost:") == true)
     }
 
+    /// A state directory deleted under the running agent took the log with
+    /// it: the agent went on taking jobs into a file nothing reads, deleting
+    /// each job file, and a second agent could start beside it.
+    @Test func aStateDirectoryDeletedUnderTheAgentStopsItAndLosesNoJob() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("late.bin", size: 4000)
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
+        try FileManager.default.removeItem(atPath: harness.stateDir)
+        try harness.drop("late.job", "id = \"late\"\nurl = \"\(server.url("late.bin"))\"\n")
+        #expect(agent.wait(seconds: 30) == 1)
+        #expect(agent.stderr.contains("was deleted or replaced while the agent ran"), "\(agent.stderr.suffix(1500))")
+        // The job waits (in the inbox, or taken but not yet recorded in a log anyone reads): the next agent runs it.
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(try harness.tasksByID()["late"]?["state"] as? String == "finished")
+        #expect(contents(harness.downloads + "/late.bin") == data)
+    }
+
     /// curl takes a POST's credential headers (all but Authorization and
     /// Cookie) through any redirect. The agent follows a 307 itself, body
     /// and all, without them; a 302 (which would make the POST a GET) is
