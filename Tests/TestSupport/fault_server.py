@@ -30,6 +30,7 @@ parameters, so one server covers every case:
                     sends anyway (Content-Range, ETag …) replaces it
   redirect_to=URL   answer 302 with Location: URL (to a request with a body:
                     only with fail_status=3xx, which sets the status)
+  answer_after=N    to a request with a body: answer 200 after reading N bytes of it, and close
   forbid_header=NAME  answer 400 if the request carries that header (a leaked credential),
                     with or without a body
   not_http=1        answer with a status line that is not HTTP/1.x or 2 (HTTP/1.2)
@@ -1177,6 +1178,16 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         digest = hashlib.sha256()
         kept = bytearray()
         got = 0
+        if "answer_after" in self.query:
+            # A final answer before the body is all read, then the connection closed.
+            self.rfile.read(min(length, int(self.query["answer_after"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            self.record(200, None, 0)
+            return
         while got < length:
             chunk = self.rfile.read(min(256 * 1024, length - got))
             if not chunk:

@@ -93,6 +93,17 @@ struct BodyIdentity: Equatable {
         var info = stat()
         guard stat(path, &info) == 0 else { throw SystemError(operation: "stat \(path)", errno: errno) }
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw SystemError(operation: "\(path) is not a regular file", errno: EINVAL) }
+        self.init(info)
+    }
+
+    /// The open file behind `descriptor` as it is now (whatever its path names meanwhile).
+    init(descriptor: Int32, shown path: String) throws {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw SystemError(operation: "stat \(path)", errno: errno) }
+        self.init(info)
+    }
+
+    private init(_ info: stat) {
         size = Int64(info.st_size)
         modifiedNs = info.st_mtim.nanoseconds
         changedNs = info.st_ctim.nanoseconds

@@ -34,7 +34,20 @@ final class RequestBody {
         fd = file
         start = slice?.start ?? 0
         size = slice?.length ?? fileSize
+        do {
+            opened = try BodyIdentity(descriptor: file, shown: path)
+        } catch {
+            close(file)
+            throw error
+        }
     }
+
+    /// The file as it was opened: written to while being sent, it would
+    /// reach the server as a mix of two versions.
+    private let opened: BodyIdentity
+
+    /// The file was written to (or grew, or shrank) since the attempt opened it.
+    var changedSinceOpened: Bool { (try? BodyIdentity(descriptor: fd, shown: path)) != opened }
 
     deinit { close(fd) }
 

@@ -640,6 +640,25 @@ final class TransferAttempt {
         return nil
     }
 
+    /// A request body that did not reach the server whole and as one
+    /// version of the file: written to while it was sent (the server holds
+    /// a mix), or answered before all of it was sent. Sent again. (A chunk
+    /// of a resumable upload is checked by its protocol instead.)
+    private func bodyNotSentWhole() -> AttemptOutcome? {
+        guard let body, protocolRequest == nil else { return nil }
+        if body.changedSinceOpened {
+            return .transient(reason: "body_file \(body.path) was modified while it was being sent", retryAfterMs: nil,
+                              restartFromZero: false)
+        }
+        // (After a redirect curl followed, the answer is to another request, perhaps a GET.)
+        var redirects = 0
+        if body.position < body.size, sa_easy_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &redirects) == CURLE_OK, redirects == 0 {
+            return .transient(reason: "the server answered \(status) after \(body.position) of the \(body.size) bytes of body_file "
+                                  + "\(body.path); the rest was never sent", retryAfterMs: nil, restartFromZero: false)
+        }
+        return nil
+    }
+
     /// With curl not following: a 3xx with a Location is a hop for the agent.
     private func redirectToFollow() -> AttemptOutcome? {
         guard followsRedirectsItself, hopStatuses.contains(status) else { return nil }
@@ -776,6 +795,7 @@ final class TransferAttempt {
             if status == 304, ifChanged != nil { return .notModified(etag: etag) }
             if let hop = redirectToFollow() { return hop }
             if !isSuccess(status) { return httpFailure() }
+            if let incomplete = bodyNotSentWhole() { return incomplete }
             if !bodyStarted, let refusal = acceptResponse() { return refusal }
             // An empty body is a file too: made now, empty.
             if let failure = openPartialIfDue() { return failure }
