@@ -201,6 +201,9 @@ public enum UploadAnswer: Equatable, Sendable {
     case checksumMismatch
     /// An answer that cannot be followed: the task fails with this reason.
     case refused(reason: String, code: String)
+    /// The server cannot answer now (423 Locked while a dropped request
+    /// still holds the upload, 408, 429, 5xx): the attempt is tried again later.
+    case tryLater(reason: String)
 }
 
 public enum UploadAnswers {
@@ -262,6 +265,8 @@ public enum UploadAnswers {
 
     static func refusal(_ status: Int, _ doing: String) -> UploadAnswer {
         switch status {
+        case 408, 423, 429, 500...:
+            .tryLater(reason: "the server answered \(status) when \(doing)")
         case 413: .refused(reason: "the file is larger than the server accepts (413) when \(doing)", code: "too_large")
         case 412: .refused(reason: "the server does not speak this protocol version (412) when \(doing)", code: "upload_refused")
         default: .refused(reason: "the server answered \(status) when \(doing)", code: "http_\(status)")

@@ -132,6 +132,16 @@ struct ResumableUploadCoreTests {
             Issue.record("an unreadable offset must not be believed")
         }
 
+        // 423 Locked: a tus server's answer while the PATCH that broke off still holds the upload. Asked again later.
+        #expect(UploadAnswers.offset(status: 423, headers: [], size: 100) == .tryLater(reason: "the server answered 423 when asking how far the upload got"))
+        #expect(UploadAnswers.offset(status: 503, headers: [], size: 100) == .tryLater(reason: "the server answered 503 when asking how far the upload got"))
+        if case .tryLater = UploadAnswers.creation(status: 429, headers: [], informational: [], requestURL: "http://h/files") {} else {
+            Issue.record("a creation answered 429 must be tried again")
+        }
+        if case .refused = UploadAnswers.offset(status: 403, headers: [], size: 100) {} else {
+            Issue.record("a 403 is an answer, not a reason to wait")
+        }
+
         #expect(UploadAnswers.append(status: 204, headers: offset("60"), from: 40, length: 20, size: 100) == .holds(offset: 60))
         // IETF: no Upload-Offset in the answer means every byte was taken.
         #expect(UploadAnswers.append(status: 204, headers: [], from: 40, length: 20, size: 100) == .holds(offset: 60))

@@ -303,6 +303,8 @@ extension Agent {
                 return next(run, task, at: 0)
             case .refused(let reason, let code):
                 return .permanent(reason: reason, code: code)
+            case .tryLater(let reason):
+                return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
             default:
                 return outcome
             }
@@ -341,6 +343,8 @@ extension Agent {
                 return createAgain(run, task, because: reason)
             case .refused(let reason, let code):
                 return .permanent(reason: reason, code: code)
+            case .tryLater(let reason):
+                return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
             default:
                 return outcome
             }
@@ -375,6 +379,8 @@ extension Agent {
                 return createAgain(run, task, because: reason)
             case .refused(let reason, let code):
                 return .permanent(reason: reason, code: code)
+            case .tryLater(let reason):
+                return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
             case .created:
                 return outcome
             }
