@@ -95,10 +95,10 @@ public final class Agent {
     private var compactionRequested: Int64?
     /// Set once the loop has ended: the last commits start no compaction.
     private var stopping = false
-    /// The event log as opened (device, inode), and when it is next looked
-    /// for at its path (monotonic ms). See `checkLogIsStillThere`.
-    private var logIdentity: (device: UInt64, inode: UInt64)?
-    private var nextLogCheckMs: Int64 = 0
+    /// The event log, the inbox and download_dir as opened (device, inode),
+    /// and when they are next looked for at their paths (monotonic ms). See `checkHeldFilesAreStillThere`.
+    private var held: [(name: String, path: String, identity: (device: UInt64, inode: UInt64))] = []
+    private var nextHeldCheckMs: Int64 = 0
 
     /// The state the agent holds: always the fold of the log it writes.
     public var state: AgentState { log?.state ?? AgentState() }
@@ -133,7 +133,7 @@ public final class Agent {
         runStartedAtMs = FileSystem.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         defer { log.store.close() }
-        logIdentity = try FileSystem.identity(of: paths.eventLog)
+        held = [("the event log", paths.eventLog, try FileSystem.identity(of: paths.eventLog))]
         snapshotSeq = try log.store.newestSnapshotSeq()
         let longLog = Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq)
         if longLog {
@@ -148,6 +148,7 @@ public final class Agent {
         cookies = try CookieJar.make(mode: config.cookies, stateDir: paths.stateDir)
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
         root = try DownloadRoot(path: paths.downloadDir)
+        held.append(("download_dir", paths.downloadDir, try root.identity()))
         network = NetworkMonitor(logger: logger)
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
         resumeInterruptedTasks()
@@ -159,6 +160,8 @@ public final class Agent {
         startCompactionIfDue()
 
         let watcher = try InboxWatcher(directory: paths.inbox)
+        // (Looked up after the watch: a folder replaced in between is caught at the first check.)
+        held.append(("the inbox", paths.inbox, try FileSystem.identity(of: paths.inbox)))
         intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
                             exists: { [unowned self] path in self.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] control, source in self.apply(control, source: source) }
@@ -172,9 +175,9 @@ public final class Agent {
         defer { intake.endBacklog() }
 
         while stopSignal == nil {
-            if FileSystem.monotonicMs >= nextLogCheckMs {
-                try checkLogIsStillThere()
-                nextLogCheckMs = FileSystem.monotonicMs + Self.logCheckIntervalMs
+            if FileSystem.monotonicMs >= nextHeldCheckMs {
+                try checkHeldFilesAreStillThere()
+                nextHeldCheckMs = FileSystem.monotonicMs + Self.heldCheckIntervalMs
             }
             // Tasks start once the backlog is all taken, in priority order across all of it.
             if needsScheduling, !intake.isTakingBacklog {
@@ -353,10 +356,11 @@ public final class Agent {
     /// taken jobs leave the inbox, finished files take their final name.
     func commit() throws {
         let tookJobs = intake?.hasTakenFiles ?? false
+        // Before a taken job's file goes or a file is published: the events that
+        // vouch for them must go into the log someone reads, naming the folder there is.
+        if tookJobs || !renamesAfterCommit.isEmpty { try checkHeldFilesAreStillThere() }
         try log.commit()
         lastCommitMs = FileSystem.monotonicMs
-        // Before a taken job's file goes: the events that vouch for it must be in a log someone reads.
-        if tookJobs { try checkLogIsStillThere() }
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
@@ -377,27 +381,32 @@ public final class Agent {
         startCompactionIfDue()
     }
 
-    /// Every 2 s, and before a taken job's file is removed.
-    private static let logCheckIntervalMs: Int64 = 2000
+    /// Every 2 s, and before a commit that removes a taken job's file or publishes one.
+    private static let heldCheckIntervalMs: Int64 = 2000
 
-    /// The log deleted or replaced under the running agent (its state
-    /// directory removed or moved): SQLite would go on writing the file it
-    /// has open, which no `status` and no next start reads, and the state
-    /// directory's lock would go with it, letting a second agent start.
-    struct LogGone: Error, CustomStringConvertible {
+    /// A file the agent holds open deleted, moved or replaced under it. The
+    /// agent would go on with the one it has open: events written where no
+    /// `status` and no next start reads them (and the state directory's lock
+    /// gone with them, letting a second agent start), jobs dropped into a
+    /// new inbox never seen, files published into a folder moved away. It
+    /// stops instead; the next start (systemd restarts it) opens what is there.
+    struct HeldFileReplaced: Error, CustomStringConvertible {
+        var name: String
         var path: String
         var inbox: String
         var description: String {
-            "the event log \(path) was deleted or replaced while the agent ran (was the state directory removed or moved?); "
-                + "stopped so no job is recorded where nothing reads it. Jobs taken since wait in \(inbox)/.taken/ "
-                + "and are taken again when an agent starts"
+            "\(name) \(path) was deleted, moved or replaced while the agent ran; stopped so nothing is written where "
+                + "the log does not say. Start the agent again to use what is there now; jobs taken but not yet "
+                + "recorded wait in \(inbox)/.taken/ for it"
         }
     }
 
-    private func checkLogIsStillThere() throws {
-        guard let logIdentity, let now = try? FileSystem.identity(of: paths.eventLog),
-              now.device == logIdentity.device, now.inode == logIdentity.inode else {
-            throw LogGone(path: paths.eventLog, inbox: paths.inbox)
+    private func checkHeldFilesAreStillThere() throws {
+        for file in held {
+            guard let now = try? FileSystem.identity(of: file.path), now.device == file.identity.device,
+                  now.inode == file.identity.inode else {
+                throw HeldFileReplaced(name: file.name, path: file.path, inbox: paths.inbox)
+            }
         }
     }
 

@@ -215,11 +215,35 @@ struct AdversaryFindingsTests {
         try FileManager.default.removeItem(atPath: harness.stateDir)
         try harness.drop("late.job", "id = \"late\"\nurl = \"\(server.url("late.bin"))\"\n")
         #expect(agent.wait(seconds: 30) == 1)
-        #expect(agent.stderr.contains("was deleted or replaced while the agent ran"), "\(agent.stderr.suffix(1500))")
+        #expect(agent.stderr.contains("the event log \(harness.stateDir)/events.sqlite was deleted, moved or replaced while the agent ran"),
+                "\(agent.stderr.suffix(1500))")
         // The job waits (in the inbox, or taken but not yet recorded in a log anyone reads): the next agent runs it.
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
         #expect(try harness.tasksByID()["late"]?["state"] as? String == "finished")
         #expect(contents(harness.downloads + "/late.bin") == data)
+    }
+
+    /// download_dir or the inbox replaced under the running agent: it
+    /// published into the folder moved away (the log naming the new one), or
+    /// never saw a job dropped into the new inbox. It stops, and the next
+    /// start works in the folders now there.
+    @Test(arguments: ["downloads", "inbox"])
+    func aFolderReplacedUnderTheAgentStopsItAndTheNextStartUsesTheNewOne(_ folder: String) throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("r.bin", size: 4000)
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
+        let path = harness.directory.file(folder)
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".old")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        try harness.drop("r.job", "id = \"r\"\nurl = \"\(server.url("r.bin"))\"\n")
+        #expect(agent.wait(seconds: 30) == 1)
+        #expect(agent.stderr.contains("\(path) was deleted, moved or replaced while the agent ran"), "\(agent.stderr.suffix(1500))")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(try harness.tasksByID()["r"]?["state"] as? String == "finished")
+        #expect(contents(harness.downloads + "/r.bin") == data)
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + ".old/r.bin"))
     }
 
     /// curl takes a POST's credential headers (all but Authorization and

@@ -24,6 +24,13 @@ final class DownloadRoot {
 
     deinit { close(fd) }
 
+    /// The folder opened (device, inode), whatever its path names meanwhile.
+    func identity() throws -> (device: UInt64, inode: UInt64) {
+        var info = stat()
+        try syscall("stat download_dir \(path)") { fstat(fd, &info) }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
+    }
+
     /// `file` relative to the root, or an error if it is not beneath it
     /// (a task created under another download_dir).
     private func relative(_ file: String) throws -> String {
