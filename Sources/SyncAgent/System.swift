@@ -23,14 +23,26 @@ func syscall<T: FixedWidthInteger>(_ operation: @autoclosure () -> String, _ cal
 }
 
 enum FileSystem {
+    /// Makes `path` and the folders above it that are missing, each with
+    /// `mode` (not cut by the umask). With mkdir(2) itself: FileManager's
+    /// error leaves errno to whatever ran last, and a file in the way read
+    /// "Inappropriate ioctl for device".
     static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
-        do {
-            try FileManager.default.createDirectory(
-                atPath: path, withIntermediateDirectories: true,
-                attributes: [.posixPermissions: Int(mode)])
-        } catch {
-            throw SystemError(operation: "create directory \(path)", errno: Glibc.errno == 0 ? EIO : Glibc.errno)
+        var info = stat()
+        if stat(path, &info) == 0 {
+            guard (info.st_mode & S_IFMT) == S_IFDIR else {
+                throw SystemError(operation: "create directory \(path): something other than a folder is there", errno: ENOTDIR)
+            }
+            return
         }
+        let parent = (path as NSString).deletingLastPathComponent
+        if !parent.isEmpty, parent != path { try makeDirectory(parent, mode: mode) }
+        guard mkdir(path, mode) == 0 else {
+            // Made meanwhile by another process: fine, if a folder.
+            if errno == EEXIST, stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { return }
+            throw SystemError(operation: "create directory \(path)", errno: errno)
+        }
+        try syscall("chmod \(path)") { chmod(path, mode) }
     }
 
     /// The agent's own folder `path` (an inbox's `rejected/`, `.taken/`):

@@ -246,6 +246,20 @@ struct AdversaryFindingsTests {
         #expect(!FileManager.default.fileExists(atPath: harness.downloads + ".old/r.bin"))
     }
 
+    /// A file where the agent's folder goes was reported with whatever
+    /// errno ran last ("Inappropriate ioctl for device").
+    @Test func aFileWhereAFolderGoesIsNamedAsSuch() throws {
+        let harness = try AgentHarness()
+        for folder in [harness.stateDir, harness.downloads] {
+            try? FileManager.default.removeItem(atPath: harness.stateDir)
+            try Data("x".utf8).write(to: URL(fileURLWithPath: folder))
+            let result = try harness.run(["run", "--exit-when-idle"], seconds: 30)
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("create directory \(folder): something other than a folder is there"), "\(result.stderr)")
+            try FileManager.default.removeItem(atPath: folder)
+        }
+    }
+
     /// curl takes a POST's credential headers (all but Authorization and
     /// Cookie) through any redirect. The agent follows a 307 itself, body
     /// and all, without them; a 302 (which would make the POST a GET) is
