@@ -31,7 +31,7 @@ enum FileSystem {
         var info = stat()
         if stat(path, &info) == 0 {
             guard (info.st_mode & S_IFMT) == S_IFDIR else {
-                throw SystemError(operation: "create directory \(path): something other than a folder is there", errno: ENOTDIR)
+                throw SystemError(operation: "create directory \(path) (something other than a folder is in the way)", errno: ENOTDIR)
             }
             return
         }

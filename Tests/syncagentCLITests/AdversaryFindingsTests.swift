@@ -255,7 +255,8 @@ struct AdversaryFindingsTests {
             try Data("x".utf8).write(to: URL(fileURLWithPath: folder))
             let result = try harness.run(["run", "--exit-when-idle"], seconds: 30)
             #expect(result.status == 1)
-            #expect(result.stderr.contains("create directory \(folder): something other than a folder is there"), "\(result.stderr)")
+            #expect(result.stderr.contains("create directory \(folder) (something other than a folder is in the way): Not a directory"),
+                    "\(result.stderr)")
             try FileManager.default.removeItem(atPath: folder)
         }
     }
