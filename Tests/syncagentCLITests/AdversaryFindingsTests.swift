@@ -246,6 +246,26 @@ struct AdversaryFindingsTests {
         #expect(!FileManager.default.fileExists(atPath: harness.downloads + ".old/r.bin"))
     }
 
+    /// A job rejected while rejected/ could not be made (a file was there)
+    /// stayed in .taken/, as it should; the next start moved it to rejected/
+    /// without the `.error` that says why.
+    @Test func aJobRejectedWhileRejectedCouldNotBeMadeGetsItsErrorLater() throws {
+        let harness = try AgentHarness()
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
+        try? FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
+        try Data("in the way".utf8).write(to: URL(fileURLWithPath: harness.inbox + "/rejected"))
+        try harness.drop("bad.job", "url = \"ftp://x/y\"\n")
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "rejected" }) ?? false })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+        try FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(FileManager.default.fileExists(atPath: harness.inbox + "/rejected/bad.job"))
+        let error = try String(contentsOfFile: harness.inbox + "/rejected/bad.job.error", encoding: .utf8)
+        #expect(error.hasPrefix("bad.job: ") && error.contains("ftp"), "\(error)")
+    }
+
     /// A file where the agent's folder goes was reported with whatever
     /// errno ran last ("Inappropriate ioctl for device").
     @Test func aFileWhereAFolderGoesIsNamedAsSuch() throws {

@@ -209,7 +209,9 @@ final class Intake {
             let sentence = (error as? KeyError)?.description ?? "the job file cannot be read: \(error)"
             // Known by what lstat says: a restart between the commit and the move must not reject it twice.
             let identity = JobFile.unreadableIdentity(takenPath)
-            if let identity, log.state.rejectedSources.contains(identity) { return moveRecordedRejection(takenPath, name: name) }
+            if let identity, log.state.rejectedSources.contains(identity) {
+                return moveRecordedRejection(takenPath, name: name, identity: identity)
+            }
             reject(takenPath, name: name, sentence, identity: identity)
             return
         }
@@ -219,7 +221,9 @@ final class Intake {
             takenAwaitingCommit.append(takenPath)
             return
         }
-        if log.state.rejectedSources.contains(file.identity) { return moveRecordedRejection(takenPath, name: name) }
+        if log.state.rejectedSources.contains(file.identity) {
+            return moveRecordedRejection(takenPath, name: name, identity: file.identity)
+        }
 
         let source = JobSource(file: name, identity: file.identity)
         let job: Job
@@ -357,15 +361,20 @@ final class Intake {
         // adversary). Its `.error` is written now; a crash before the commit
         // rejects it again from `.taken/`, to the same place.
         guard let target = rejectionTarget(for: name) else { return }
+        writeErrorFile(target, name: name, shown)
+        rejectedAwaitingCommit.append((takenPath, target, name))
+        CrashPoint.rejectedRecorded.reached()
+    }
+
+    /// `NAME.error` beside a rejected job: why, in one line.
+    private func writeErrorFile(_ target: String, name: String, _ sentence: String) {
         do {
             // Read with `cat`: the job's name (any bytes but '/') goes in escaped.
-            try FileSystem.writeAtomically("\(Printable.escaping(name)): \(Printable.escaping(shown))\n", to: target + ".error")
+            try FileSystem.writeAtomically("\(Printable.escaping(name)): \(Printable.escaping(sentence))\n", to: target + ".error")
         } catch {
             // The job itself is still moved: the event holds the sentence.
             logger.error("cannot write the .error file", metadata: ["file": "\(target).error", "error": "\(error)"])
         }
-        rejectedAwaitingCommit.append((takenPath, target, name))
-        CrashPoint.rejectedRecorded.reached()
     }
 
     /// `rejected/NAME` (with `NAME.error` beside it): a shortened name where
@@ -393,8 +402,13 @@ final class Intake {
     /// Rejected and recorded, but the move to rejected/ did not happen (a
     /// crash after the commit). Its `.error` was written before the commit,
     /// at the first free number, as this is.
-    private func moveRecordedRejection(_ takenPath: String, name: String) {
-        if let target = rejectionTarget(for: name) { moveToRejected(takenPath, target: target, name: name) }
+    private func moveRecordedRejection(_ takenPath: String, name: String, identity: String) {
+        guard let target = rejectionTarget(for: name) else { return }
+        // Its `.error` (again) beside the name it gets now: when it was rejected, rejected/ may not have been there to hold one.
+        if let recorded = log.state.rejected.last(where: { $0.identity == identity }) {
+            writeErrorFile(target, name: name, recorded.error)
+        }
+        moveToRejected(takenPath, target: target, name: name)
     }
 
     /// A rejected job whose event is committed, out of `.taken/` into rejected/.
