@@ -66,7 +66,7 @@ public enum RetryDecision: Equatable, Sendable {
                               nowMs: Int64, deadlineMs: Int64, totalTimeoutS: Int, jitter: Double) -> RetryDecision {
         let totalTimeoutWords = "did not finish within total_timeout (\(totalTimeoutS) s) of its first start"
         guard attemptsUsed <= retriesAllowed else {
-            return .fail(reason: "gave up after \(attemptsUsed) attempts: \(reason)", code: "retries_exhausted")
+            return .fail(reason: "gave up after \(attemptsUsed) attempt\(attemptsUsed == 1 ? "" : "s"): \(reason)", code: "retries_exhausted")
         }
         let delay = SchedulerPolicy.retryDelayMs(attempt: attemptsUsed, retryAfterMs: retryAfterMs, jitter: jitter)
         let (wakeMs, overflow) = nowMs.addingReportingOverflow(delay)

@@ -359,6 +359,9 @@ struct HardeningCoreTests {
         #expect(RetryDecision.decide(reason: "x", attemptsUsed: 6, retriesAllowed: 5, retryAfterMs: nil, nowMs: 0,
                                      deadlineMs: .max, totalTimeoutS: 60, jitter: 0)
                 == .fail(reason: "gave up after 6 attempts: x", code: "retries_exhausted"))
+        #expect(RetryDecision.decide(reason: "x", attemptsUsed: 1, retriesAllowed: 0, retryAfterMs: nil, nowMs: 0,
+                                     deadlineMs: .max, totalTimeoutS: 60, jitter: 0)
+                == .fail(reason: "gave up after 1 attempt: x", code: "retries_exhausted"))
     }
 
     @Test func aDamagedLogCannotOverflowTheFold() {

@@ -569,8 +569,13 @@ extension Agent {
     func terminationEnded(_ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
         terminations[attempt.easy] = nil
         multi.remove(attempt.easy)
+        // In words: the outcome's own description is Swift's (`complete(bytes: 0)`).
+        let result = switch outcome {
+        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _): reason
+        default: "answered"
+        }
         logger.info("upload deleted on the server", metadata: ["task.id": "\(attempt.taskID)", "status": "\(attempt.httpStatus)",
-                                                               "outcome": "\(outcome)"])
+                                                               "result": "\(result)"])
     }
 
     /// A split upload whose parts all finished: the final concatenation request.
