@@ -664,8 +664,11 @@ final class TransferAttempt {
         guard followsRedirectsItself, hopStatuses.contains(status) else { return nil }
         var target: UnsafePointer<CChar>?
         sa_easy_getinfo_string(easy, CURLINFO_REDIRECT_URL, &target)
-        guard let target else { return nil }
-        return .redirect(to: String(cString: target), status: status)
+        if let target { return .redirect(to: String(cString: target), status: status) }
+        // curl works out no redirect URL for an upload (CURLOPT_UPLOAD): its Location, resolved here.
+        guard let location = responseHeaders.last(where: { $0.name.lowercased() == "location" })?.value,
+              let resolved = URL(string: location, relativeTo: URL(string: currentURL))?.absoluteString else { return nil }
+        return .redirect(to: resolved, status: status)
     }
 
     private func httpFailure() -> AttemptOutcome {
