@@ -395,9 +395,11 @@ public final class Agent {
         var path: String
         var inbox: String
         var description: String {
-            "\(name) \(path) was deleted, moved or replaced while the agent ran; stopped so nothing is written where "
+            // A moved inbox took its `.taken/` along: say where to look.
+            let waiting = path == inbox ? ".taken/ of the folder that was moved away (move them into the inbox)" : "\(inbox)/.taken/ for it"
+            return "\(name) \(path) was deleted, moved or replaced while the agent ran; stopped so nothing is written where "
                 + "the log does not say. Start the agent again to use what is there now; jobs taken but not yet "
-                + "recorded wait in \(inbox)/.taken/ for it"
+                + "recorded wait in " + waiting
         }
     }
 
