@@ -97,7 +97,7 @@ public final class Agent {
     private var stopping = false
     /// The event log, the inbox and download_dir as opened (device, inode),
     /// and when they are next looked for at their paths (monotonic ms). See `checkHeldFilesAreStillThere`.
-    private var held: [(name: String, path: String, identity: (device: UInt64, inode: UInt64))] = []
+    private var held: [(name: String, path: String, identity: FileIdentity)] = []
     private var nextHeldCheckMs: Int64 = 0
 
     /// The state the agent holds: always the fold of the log it writes.
@@ -405,8 +405,7 @@ public final class Agent {
 
     private func checkHeldFilesAreStillThere() throws {
         for file in held {
-            guard let now = try? FileSystem.identity(of: file.path), now.device == file.identity.device,
-                  now.inode == file.identity.inode else {
+            guard (try? FileSystem.identity(of: file.path)) == file.identity else {
                 throw HeldFileReplaced(name: file.name, path: file.path, inbox: paths.inbox)
             }
         }

@@ -22,6 +22,13 @@ func syscall<T: FixedWidthInteger>(_ operation: @autoclosure () -> String, _ cal
     }
 }
 
+/// Which file a path or a descriptor is: its device and inode.
+struct FileIdentity: Equatable {
+    var device: UInt64
+    var inode: UInt64
+    init(_ info: stat) { (device, inode) = (UInt64(info.st_dev), UInt64(info.st_ino)) }
+}
+
 enum FileSystem {
     /// Makes `path` and the folders above it that are missing, each with
     /// `mode` (not cut by the umask). With mkdir(2) itself: FileManager's
@@ -113,11 +120,11 @@ enum FileSystem {
         return String(cString: resolved)
     }
 
-    /// The device and inode `path` names now (following symlinks).
-    static func identity(of path: String) throws -> (device: UInt64, inode: UInt64) {
+    /// The file `path` names now (following symlinks).
+    static func identity(of path: String) throws -> FileIdentity {
         var info = stat()
         try syscall("stat \(path)") { stat(path, &info) }
-        return (UInt64(info.st_dev), UInt64(info.st_ino))
+        return FileIdentity(info)
     }
 
     static func exists(_ path: String) -> Bool {

@@ -25,10 +25,10 @@ final class DownloadRoot {
     deinit { close(fd) }
 
     /// The folder opened (device, inode), whatever its path names meanwhile.
-    func identity() throws -> (device: UInt64, inode: UInt64) {
+    func identity() throws -> FileIdentity {
         var info = stat()
         try syscall("stat download_dir \(path)") { fstat(fd, &info) }
-        return (UInt64(info.st_dev), UInt64(info.st_ino))
+        return FileIdentity(info)
     }
 
     /// `file` relative to the root, or an error if it is not beneath it
@@ -49,9 +49,10 @@ final class DownloadRoot {
 
     /// The directory holding `file`, opened beneath the root (created, with
     /// its parents, when `create`), and the file's own name in it.
-    private func parent(of file: String, create: Bool) throws -> (directory: Int32, name: String) {
+    /// `relative` is `file` beneath the root, as `relative(_:)` gave it.
+    private func parent(of file: String, relative: String, create: Bool) throws -> (directory: Int32, name: String) {
         // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
-        let parts = try relative(file).utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
+        let parts = relative.utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
         guard let name = parts.last else { throw SystemError(operation: "\(file) names no file", errno: EINVAL) }
         let folders = parts.dropLast()
         if folders.isEmpty {
@@ -97,7 +98,7 @@ final class DownloadRoot {
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
         let relative = try relative(file)
         if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(fd, relative) }
-        let (directory, name) = try parent(of: file, create: create)
+        let (directory, name) = try parent(of: file, relative: relative, create: create)
         defer { close(directory) }
         return try body(directory, name)
     }

@@ -666,7 +666,7 @@ final class TransferAttempt {
         sa_easy_getinfo_string(easy, CURLINFO_REDIRECT_URL, &target)
         if let target { return .redirect(to: String(cString: target), status: status) }
         // curl works out no redirect URL for an upload (CURLOPT_UPLOAD): its Location, resolved here.
-        guard let location = responseHeaders.last(where: { $0.name.lowercased() == "location" })?.value,
+        guard let location = UploadAnswers.value("location", in: responseHeaders),
               let resolved = URL(string: location, relativeTo: URL(string: currentURL))?.absoluteString else { return nil }
         return .redirect(to: resolved, status: status)
     }
