@@ -28,6 +28,7 @@ parameters, so one server covers every case:
   content_length=N  send this Content-Length (absurd ones too), then the body as it is
   header=NAME:VALUE add a hostile header (repeatable); a NAME of a header the server
                     sends anyway (Content-Range, ETag …) replaces it
+  header_bytes=N    add one header line of N bytes (X-Padding: aaa…), past what a client keeps
   redirect_to=URL   answer 302 with Location: URL (to a request with a body:
                     only with fail_status=3xx, which sets the status)
   answer_after=N    to a request with a body: answer 200 after reading N bytes of it, and close
@@ -1115,6 +1116,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         parsed = urllib.parse.parse_qs(url.query)
         self.query = {k: v[-1] for k, v in parsed.items()}
         self.extra_headers = [h.split(":", 1) for h in parsed.get("header", []) if ":" in h]
+        if "header_bytes" in self.query:
+            self.extra_headers.append(["X-Padding", "a" * max(0, int(self.query["header_bytes"]) - len("X-Padding: "))])
         self.number = next_count(url.path)
         return url
 

@@ -510,6 +510,18 @@ struct AdversaryFindingsTests {
         #expect((task["error"] as? String)?.contains("the rest was never sent") == true, "\(task["error"] ?? "")")
     }
 
+    /// A fourth adversary: a header over curl's 100 KB limit failed the task
+    /// as "Out of memory", which sent the user looking at the machine.
+    @Test func aHeaderTooLongForCurlIsNamedAsSuch() throws {
+        let harness = try AgentHarness(config: "retries = 0\n")
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("h.bin", size: 100)
+        try harness.drop("h.job", "id = \"h\"\nurl = \"\(server.url("h.bin", "header_bytes=200000"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        let error = try #require(try harness.tasksByID()["h"]?["error"] as? String)
+        #expect(error.contains("a response header from") && error.contains("is longer than curl accepts (100 KB"), "\(error)")
+    }
+
     @Test func verifyChecksTheSha256AJobGave() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

@@ -52,6 +52,10 @@ final class TransferAttempt {
     private let speedCapOfJob: Int64?
     private let speedCapOfConfig: Int64?
     let easy: UnsafeMutableRawPointer
+    /// curl's own words for a failure (CURLOPT_ERRORBUFFER): "Rejected 200000 bytes header (max is
+    /// 102400)!" where its error code alone reads "Out of memory".
+    /// (Freed after the handle: properties go after `deinit` has cleaned it up.)
+    private let curlWords = CurlErrorBuffer()
     let partPath: String?
     let requestedOffset: Int64
     /// The partial file, or -1 when the response body is not kept (or not yet made: see `makePartial`).
@@ -242,6 +246,7 @@ final class TransferAttempt {
     private func configure(task: TaskState, ifRange: String?) throws {
         try check("URL", sa_easy_setopt_string(easy, CURLOPT_URL, currentURL))
         try check("NOSIGNAL", sa_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1))
+        try check("ERRORBUFFER", sa_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, curlWords.words))
         // tus and the IETF draft never redirect an upload: a 3xx to a protocol request is refused, not followed
         // (curl would take the job's credential headers, all but Authorization and Cookie, wherever it points).
         let follows = !followsRedirectsItself && protocolRequest == nil
@@ -818,7 +823,7 @@ final class TransferAttempt {
         // The server answered with an error while we were still sending (an
         // upload refused early): its answer says more than the broken send.
         if status >= 400 { return httpFailure() }
-        let words = String(cString: curl_easy_strerror(result))
+        let words = curlWords.words.pointee != 0 ? String(cString: curlWords.words) : String(cString: curl_easy_strerror(result))
         let reason = "\(words) (\(Redaction.url(currentURL)))"
         var connectErrno = 0
         let refused = sa_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &connectErrno) == CURLE_OK && connectErrno == Int(ECONNREFUSED)
@@ -832,6 +837,10 @@ final class TransferAttempt {
             // No redirect: what came back was not HTTP (a bad status line, HTTP/0.9, stray bytes).
             return .transient(reason: "the answer from \(Redaction.url(currentURL)) is not HTTP (\(words))", retryAfterMs: nil,
                               restartFromZero: false)
+        case CURLE_OUT_OF_MEMORY where !bodyStarted:
+            // curl's header buffer stops at 100 KB and says only "Out of memory".
+            return .transient(reason: "a response header from \(Redaction.url(currentURL)) is longer than curl accepts "
+                              + "(100 KB; curl says: \(words))", retryAfterMs: nil, restartFromZero: false)
         case CURLE_URL_MALFORMAT, CURLE_TOO_MANY_REDIRECTS, CURLE_PEER_FAILED_VERIFICATION,
              CURLE_SSL_CERTPROBLEM, CURLE_SSL_CACERT_BADFILE, CURLE_FILESIZE_EXCEEDED, CURLE_LOGIN_DENIED,
              CURLE_REMOTE_ACCESS_DENIED:
@@ -840,6 +849,16 @@ final class TransferAttempt {
             return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
         }
     }
+}
+
+/// The CURL_ERROR_SIZE bytes curl writes its message for a failure into.
+private final class CurlErrorBuffer {
+    let words: UnsafeMutablePointer<CChar>
+    init() {
+        words = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        words.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+    }
+    deinit { words.deallocate() }
 }
 
 extension TransferAttempt {
