@@ -345,7 +345,7 @@ public enum URLRules {
 
     /// A port's digits as a number up to 65535, else nil. Leading zeros are
     /// allowed (RFC 3986's port is *DIGIT; curl reads 018232 as 18232).
-    static func portNumber(_ text: ArraySlice<UInt8>) -> Int? {
+    static func portNumber<Bytes: Collection<UInt8>>(_ text: Bytes) -> Int? {
         let significant = text.drop { $0 == UInt8(ascii: "0") }
         guard text.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), significant.count <= 5 else { return nil }
         let number = significant.reduce(0) { $0 * 10 + Int($1 - 0x30) }
@@ -487,44 +487,82 @@ public enum URLRules {
     /// `hostKey` of the URLs jobs nearly always have (`http[s]://host[:port]/…`,
     /// plain ASCII, no brackets or escapes), read without URLComponents, whose
     /// parse and IDNA pass cost more than the rest of a job's intake. Nil: ask URLComponents.
+    /// (Read in place from the string's bytes: every job and every replayed `created` asks.)
     static func plainHostKey(_ url: String) -> String? {
+        var url = url
+        return url.withUTF8(plainHostKey(bytes:))
+    }
+
+    private static func plainHostKey(bytes url: UnsafeBufferPointer<UInt8>) -> String? {
         func lowered(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
-        let scheme = url.utf8.prefix { $0 != UInt8(ascii: ":") }.map(lowered)
-        let secure = scheme.elementsEqual("https".utf8)
-        guard secure || scheme.elementsEqual("http".utf8) else { return nil }
-        let authority = authority(of: url)
-        var host = authority
-        if let at = host.lastIndex(of: UInt8(ascii: "@")) { host = host[(at + 1)...] }
+        func isLetter(_ byte: UInt8) -> Bool { (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) }
+        // "http://" or "https://", in any case.
+        let secure = url.count > 5 && lowered(url[4]) == UInt8(ascii: "s")
+        let colon = secure ? 5 : 4
+        guard url.count > colon + 2, lowered(url[0]) == UInt8(ascii: "h"), lowered(url[1]) == UInt8(ascii: "t"),
+              lowered(url[2]) == UInt8(ascii: "t"), lowered(url[3]) == UInt8(ascii: "p"), url[colon] == UInt8(ascii: ":"),
+              url[colon + 1] == UInt8(ascii: "/"), url[colon + 2] == UInt8(ascii: "/") else { return nil }
+        var hostStart = colon + 3, hostEnd = hostStart
+        var portColon: Int?
+        while hostEnd < url.count {
+            let byte = url[hostEnd]
+            if byte == UInt8(ascii: "/") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") { break }
+            if byte == UInt8(ascii: "@") { (hostStart, portColon) = (hostEnd + 1, nil) }
+            if byte == UInt8(ascii: ":") { portColon = hostEnd }
+            hostEnd += 1
+        }
         var port = secure ? 443 : 80
-        if let text = portText(of: authority) {
-            host = host[..<(text.startIndex - 1)]
+        if let portColon {
+            let text = url[(portColon + 1)..<hostEnd]
+            hostEnd = portColon
             if !text.isEmpty {
                 guard let number = portNumber(text) else { return nil }
                 port = number
             }
         }
+        let host = url[hostStart..<hostEnd]
         // Letters, digits, '-' and '.': anything else (IPv6, escapes, non-ASCII) is URLComponents' to read.
-        guard !host.isEmpty, host.allSatisfy({ byte in
-            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
-                || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+        guard let last = host.last, host.allSatisfy({ byte in
+            isLetter(byte) || (byte >= 0x30 && byte <= 0x39) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
         }) else { return nil }
-        let name = String(decoding: host.map(lowered), as: UTF8.self)
         // Names whose last label is a letter, and addresses written as a plain dotted quad, are
         // canonical already; other numbers and a final '.' take the canonical path.
-        guard let last = host.last, (last >= 0x61 && last <= 0x7A) || (last >= 0x41 && last <= 0x5A) || isDottedQuad(host) else {
-            return canonicalHost(name) + ":" + String(port)
+        guard isLetter(last) || isDottedQuad(host) else {
+            return canonicalHost(String(decoding: host, as: UTF8.self).lowercased()) + ":" + String(port)
         }
-        return name + ":" + String(port)
+        // "name:port", written once.
+        let digits = port >= 10_000 ? 5 : port >= 1_000 ? 4 : port >= 100 ? 3 : port >= 10 ? 2 : 1
+        return String(unsafeUninitializedCapacity: host.count + 1 + digits) { out in
+            var index = 0
+            for byte in host { out[index] = lowered(byte); index += 1 }
+            out[index] = UInt8(ascii: ":")
+            var rest = port
+            for place in stride(from: index + digits, to: index, by: -1) {
+                out[place] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            return index + 1 + digits
+        }
     }
 
     /// Four decimal numbers of 0–255 without leading zeros: an IPv4 address as inet_ntoa writes it.
-    static func isDottedQuad(_ host: ArraySlice<UInt8>) -> Bool {
-        let parts = host.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        return parts.count == 4 && parts.allSatisfy { part in
-            (1...3).contains(part.count) && part.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
-                && (part.count == 1 || part.first != UInt8(ascii: "0"))
-                && part.reduce(0) { $0 * 10 + Int($1 - 0x30) } <= 255
+    /// (One pass, nothing allocated: every job and every replayed `created` asks, and jobs for
+    /// 127.0.0.1 spent a quarter of a replay splitting their host.)
+    static func isDottedQuad<Bytes: Collection<UInt8>>(_ host: Bytes) -> Bool {
+        var dots = 0, digits = 0, value = 0
+        for byte in host {
+            if byte == UInt8(ascii: ".") {
+                guard digits > 0, dots < 3 else { return false }
+                (dots, digits, value) = (dots + 1, 0, 0)
+                continue
+            }
+            // A digit, at most three of them, none after a leading zero, 255 at most.
+            guard byte >= 0x30, byte <= 0x39, digits < 3, digits == 0 || value != 0 else { return false }
+            value = value * 10 + Int(byte - 0x30)
+            digits += 1
+            guard value <= 255 else { return false }
         }
+        return dots == 3 && digits > 0
     }
 }
 

@@ -155,6 +155,17 @@ struct HardeningCoreTests {
         #expect(URLRules.hostKey("http://[fe80::1%25lo]:8080/") != URLRules.hostKey("http://[fe80::1]:8080/"))
     }
 
+    /// The fast path's test of an address inet_ntoa would write: anything else goes the canonical way.
+    @Test func aDottedQuadIsFourPlainNumbersUpTo255() {
+        for quad in ["127.0.0.1", "0.0.0.0", "255.255.255.255", "10.20.30.40", "1.0.10.100"] {
+            #expect(URLRules.isDottedQuad(ArraySlice(quad.utf8)), "\(quad)")
+        }
+        for other in ["", ".", "1.2.3", "1.2.3.4.5", "1.2.3.", ".1.2.3", "1..2.3", "256.0.0.1", "01.2.3.4", "1.2.3.00",
+                      "1.2.3.0255", "1.2.3.a", "0x7f.0.0.1", "1.2.3.4 ", "999.1.1.1"] {
+            #expect(!URLRules.isDottedQuad(ArraySlice(other.utf8)), "\(other)")
+        }
+    }
+
     /// Found by the adversary: accepted at intake, refused by curl at the first attempt.
     @Test(arguments: [
         ("http://127.0.0.1:0/a", "has port 0"), ("http://127.0.0.1:65536/a", "has port 65536"),
