@@ -13,6 +13,8 @@ parameters, so one server covers every case:
   ignore_range_end=1  answer bytes=A-B with everything from A to the end of the file
   cap_range=N       answer a range with at most N bytes (an honest, shorter 206)
   wrong_range=1     answer a Range request with 206 from a different offset
+  early_range=N     answer a Range request with the range it asked for in Content-Range, but a body
+                    (and Content-Length) starting N bytes earlier
   no_content_range=1  answer a Range request with 206 but no Content-Range
   etag_changes=1    a new ETag on every request (If-Range never matches)
   always_416=1      answer every Range request with 416
@@ -1332,6 +1334,9 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         body_start = start
         if status == 206 and query.get("wrong_range"):
             body_start = max(0, start - 1000)
+        claimed_start = body_start
+        if status == 206 and range_header and "early_range" in query:
+            body_start = max(0, start - int(query["early_range"]))
         end = size if end is None else min(end, size)
         length = end - body_start
 
@@ -1342,7 +1347,7 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
             self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Length", str(length))
         if status == 206 and not query.get("no_content_range"):
-            self.send_header("Content-Range", f"bytes {body_start}-{end - 1}/{size}")
+            self.send_header("Content-Range", f"bytes {claimed_start}-{end - 1}/{size}")
         self.end_headers()
         if self.command == "HEAD":
             self.record(status, range_header, 0)

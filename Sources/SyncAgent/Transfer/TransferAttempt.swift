@@ -599,6 +599,12 @@ final class TransferAttempt {
                 return .transient(reason: "server sent bytes from \(first) when asked for \(sliceStart + requestedOffset)",
                                   retryAfterMs: nil, restartFromZero: true)
             }
+            // A body of another length than its range is not that range: its bytes may sit anywhere
+            // (a segment would take the first ones and publish them shifted).
+            if let length = contentLength ?? nil, let last = range.last, length != last - first + 1 {
+                return .transient(reason: "server sent \(length) bytes (Content-Length) for the \(last - first + 1) bytes "
+                                  + "\(first)–\(last) of its Content-Range (\(shownURL))", retryAfterMs: nil, restartFromZero: true)
+            }
         } else if requestedOffset > 0 {
             // A full body: the server ignored Range, or If-Range found a changed file.
             if let failure = restart(reason: changedFileWords() ?? "the server ignored Range and sent the whole file") { return failure }
