@@ -332,6 +332,15 @@ public final class Agent {
                 removePartial(task.partPath!, of: id)
                 log.record(.finished(Finished(bytes: root.size(task.spec.dest!) ?? 0, dest: task.spec.dest,
                                               metrics: attempt.metrics, skipped: reason)), task: id)
+            case .failed(let reason, "checksum_mismatch") where download != nil || attempt.requestedOffset > 0:
+                // SPEC §7: a bad checksum is final only after a full re-download. This body was put
+                // together from a resume or from several connections: fetched again whole, on one.
+                let why = reason + " in a file put together from several pieces; fetching it whole"
+                removePartial(task.partPath!, of: id)
+                if download != nil { log.record(.progressed(Progressed(bytes: 0, fallback: why)), task: id) }
+                log.record(.retrying(Retrying(attempt: task.attempts, reason: why, delayMs: 0, bytes: 0, metrics: attempt.metrics)),
+                           task: id)
+                logger.notice("task will retry", metadata: ["task.id": "\(id)", "reason": "\(why)", "delay_ms": "0"])
             case .failed(let reason, let code):
                 // A file swapped in under the agent is not its to remove.
                 fail(task, reason: reason, code: code, metrics: attempt.metrics, removingPartial: code != "part_changed")

@@ -13,6 +13,7 @@ parameters, so one server covers every case:
   ignore_range_end=1  answer bytes=A-B with everything from A to the end of the file
   cap_range=N       answer a range with at most N bytes (an honest, shorter 206)
   wrong_range=1     answer a Range request with 206 from a different offset
+  corrupt_request=K  send the body of request K of this path with every byte inverted (headers intact)
   early_range=N     answer a Range request with the range it asked for in Content-Range, but a body
                     (and Content-Length) starting N bytes earlier
   no_content_range=1  answer a Range request with 206 but no Content-Range
@@ -1371,6 +1372,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
                         chunk = chunk[: max(0, drop_after - sent)]
                     if stall_after is not None:
                         chunk = chunk[: max(0, stall_after - sent)]
+                    if "corrupt_request" in query and number == int(query["corrupt_request"]):
+                        chunk = bytes(byte ^ 0xFF for byte in chunk)
                     if chunk:
                         self.wfile.write(chunk)
                         self.wfile.flush()

@@ -43,6 +43,30 @@ struct ResumeTests {
         #expect(events.last { $0.type == "started" }?.data["offset"] as? Int == dropAt)
     }
 
+    /// SPEC §7: a bad checksum is final "after a full re-download". A fourth adversary found a
+    /// resumed file whose second piece was damaged failed at once, where fetching it whole would do.
+    @Test func aBadChecksumOfAResumedFileIsFetchedWholeBeforeItFails() throws {
+        let harness = try AgentHarness(config: "retries = 3\n")
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("f.bin", size: size)
+        let pieced = server.url("f.bin", "drop_after=\(dropAt)&drop_request=1&corrupt_request=2")
+        try harness.drop("p.job", "url = \"\(pieced)\"\nid = \"p\"\ndest = \"p.bin\"\nsha256 = \"\(sha256Hex(data))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(fileMatches(harness, data, "p.bin"))
+        #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", nil])
+        let refetch = try harness.events().last { $0.type == "retrying" }?.data["reason"] as? String
+        #expect(refetch?.hasPrefix("sha256 mismatch") == true && refetch?.hasSuffix("fetching it whole") == true, "\(refetch ?? "")")
+
+        // Fetched whole from 0 and still wrong: that is the verdict, with no retry spent on it.
+        let whole = try AgentHarness(config: "retries = 3\n")
+        let wrong = try FaultServer(in: whole.directory)
+        let served = try wrong.serve("f.bin", size: size)
+        try whole.drop("w.job", "url = \"\(wrong.url("f.bin", "corrupt_request=1"))\"\nid = \"w\"\nsha256 = \"\(sha256Hex(served))\"\n")
+        #expect(try whole.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        #expect(try whole.tasksByID()["w"]?["error_code"] as? String == "checksum_mismatch")
+        #expect(wrong.requests.count == 1)
+    }
+
     @Test func serverIgnoringRangeRestartsFromZero() throws {
         let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&ignore_range=1")
         #expect(status == 0)
