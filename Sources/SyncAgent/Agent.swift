@@ -93,6 +93,8 @@ public final class Agent {
     private var snapshotSeq: Int64 = 0
     /// `syncagent compact` asked (its cutoff in seconds); it starts at the next commit.
     private var compactionRequested: Int64?
+    /// The log's last seq when the running (or last) compaction started: its report says it.
+    private var compactionAfterSeq: Int64?
     /// Set once the loop has ended: the last commits start no compaction.
     private var stopping = false
     /// The event log, the inbox and download_dir as opened (device, inode),
@@ -437,6 +439,7 @@ public final class Agent {
     /// Said in the agent's log, so a person (or a test) sees a compaction
     /// run before its `compacted` event reports it.
     private func startCompaction(olderThanS: Int64, trigger: String) {
+        compactionAfterSeq = log.state.lastSeq
         compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: trigger)
         logger.info("compaction started", metadata: ["trigger": "\(trigger)", "older_than_s": "\(olderThanS)"])
     }
@@ -446,8 +449,9 @@ public final class Agent {
     private func compacted(_ outcomes: [BackgroundCompactor.Outcome]) {
         for outcome in outcomes {
             switch outcome.result {
-            case .success(let report):
+            case .success(var report):
                 snapshotSeq = report.snapshotSeq
+                report.afterSeq = compactionAfterSeq
                 log.record(.compacted(report))
                 // A snapshot of many live tasks can outweigh the events it covers: the
                 // file may grow when no ended task was old enough to go. Said so.
@@ -457,7 +461,9 @@ public final class Agent {
             case .failure(let error):
                 snapshotSeq = log.state.lastSeq
                 // Recorded too: `syncagent compact` waits for this answer, whichever it is.
-                log.record(.compacted(.failed("\(error)", olderThanS: outcome.olderThanS, trigger: outcome.trigger)))
+                var report = Compacted.failed("\(error)", olderThanS: outcome.olderThanS, trigger: outcome.trigger)
+                report.afterSeq = compactionAfterSeq
+                log.record(.compacted(report))
                 logger.error("cannot compact the log", metadata: ["log": "\(paths.eventLog)", "error": "\(error)"])
             }
         }

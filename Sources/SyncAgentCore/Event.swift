@@ -319,10 +319,15 @@ public struct Compacted: Codable, Equatable, Sendable {
     public var trigger: String
     /// Set when the compaction failed (the numbers are then 0): what `compact` reports.
     public var error: String?
+    /// The log's last seq when the agent started this compaction: it answers the requests
+    /// recorded up to there, not one that came while it ran (that one gets the next).
+    /// Nil in logs written before it was recorded.
+    public var afterSeq: Int64?
     public init(snapshotSeq: Int64, tasks: Int, events: Int, olderThanS: Int64, bytesBefore: Int64, bytesAfter: Int64, trigger: String,
-                error: String? = nil) {
+                error: String? = nil, afterSeq: Int64? = nil) {
         self.snapshotSeq = snapshotSeq; self.tasks = tasks; self.events = events; self.olderThanS = olderThanS
         self.bytesBefore = bytesBefore; self.bytesAfter = bytesAfter; self.trigger = trigger; self.error = error
+        self.afterSeq = afterSeq
     }
 
     public static func failed(_ error: String, olderThanS: Int64, trigger: String) -> Compacted {

@@ -135,6 +135,29 @@ struct CompactionCLITests {
         #expect(agent.wait(seconds: 10) == 0)
     }
 
+    /// Found by a fourth adversary: a second `compact` asked while the first ran printed the
+    /// first one's report (its own ran after), and that compaction deleted the first one's report.
+    @Test func eachCompactPrintsTheReportOfTheCompactionThatAnsweredIt() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        // Under the agent's own threshold (200,000 events): no compaction of its own at start.
+        try Self.generateLog(harness, events: 150_000, tasks: 15_000)
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL) }
+        #expect(eventually(within: 30) { harness.statusSaysAgentRuns })
+        let compact = ["compact"] + harness.globalFlags + ["--older-than", "0"]
+        let first = try ChildProcess(syncagentBinary, compact, environment: harness.environment, outputIn: harness.directory.path)
+        // The second is asked once the first compaction runs, not in the same breath (one compaction would answer both).
+        #expect(eventually(within: 30) { agent.stderr.contains("compaction started") })
+        let second = try ChildProcess(syncagentBinary, compact, environment: harness.environment, outputIn: harness.directory.path)
+        #expect(first.wait(seconds: 120) == 0, "\(first.stderr)")
+        #expect(second.wait(seconds: 120) == 0, "\(second.stderr)")
+        #expect(first.stdout.contains("raw events of 15000 ended task(s) dropped"), "\(first.stdout)")
+        // Queued behind the first or run after it, the second compaction found nothing left to drop.
+        #expect(second.stdout.contains("raw events of 0 ended task(s) dropped"), "\(second.stdout)")
+        // Both reports stay in the log.
+        #expect(try harness.events().filter { $0.type == "compacted" }.count == 2)
+    }
+
     /// Found by an adversary: an outside program opening the log read-write
     /// (sqlite3, a backup script) took the agent's locks away, deleted its
     /// WAL, and every event after that went to a deleted file.

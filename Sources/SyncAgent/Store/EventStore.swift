@@ -555,8 +555,11 @@ public final class EventStore {
             DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE task = ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3)
             """)
         defer { sqlite3_finalize(ofTask) }
+        // The agent's own history older than the cutoff goes too, but not the compactions' reports
+        // (a row each): `compact` waits for its report, which the next compaction must not take away.
         let ofAgent = try prepare("""
-            DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE task IS NULL AND at_ms < ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3)
+            DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE task IS NULL AND at_ms < ?1 AND seq <= ?2
+                                             AND type != 'compacted' ORDER BY seq LIMIT ?3)
             """)
         defer { sqlite3_finalize(ofAgent) }
         return try transaction {
