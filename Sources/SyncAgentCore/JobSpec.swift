@@ -293,12 +293,13 @@ public enum IDRules {
         }
     }
 
-    /// Ids appear in file names and command lines: keep them plain.
+    /// Ids appear in file names and command lines: keep them plain. (One starting with '-' would be
+    /// read as an option: `syncagent cancel --all`.)
     public static func check(_ id: String) throws {
         let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-        guard !id.isEmpty, id.count <= 64, id != "*", !id.hasPrefix("."),
+        guard !id.isEmpty, id.count <= 64, id != "*", !id.hasPrefix("."), !id.hasPrefix("-"),
               id.unicodeScalars.allSatisfy({ allowed.contains($0) }) else {
-            throw KeyError(key: "id", "must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'")
+            throw KeyError(key: "id", "must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'")
         }
     }
 }

@@ -20,7 +20,12 @@ public enum Snapshot {
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
-        public init(description: String) { self.description = description }
+        /// Written in a format this build does not read (another syncagent's), rather than damaged.
+        public var ofAnotherFormat = false
+        public init(description: String, ofAnotherFormat: Bool = false) {
+            self.description = description
+            self.ofAnotherFormat = ofAnotherFormat
+        }
     }
 
     public static func encode(_ state: AgentState) -> [UInt8] {
@@ -102,7 +107,8 @@ public enum Snapshot {
 
     /// The error for a snapshot of a format this build does not read.
     public static func unreadable(format found: Int64) -> Malformed {
-        Malformed(description: "snapshot format \(found), this syncagent reads formats \(readableFormats.lowerBound)–\(format)")
+        Malformed(description: "snapshot format \(found), this syncagent reads formats \(readableFormats.lowerBound)–\(format)",
+                  ofAnotherFormat: true)
     }
 
     /// Reads the format a snapshot starts with into `input`, refusing one this build does not read.

@@ -232,14 +232,22 @@ struct CompactionTests {
         let writer = try EventStore(writingTo: path)
         try writer.append(events)
         try writer.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: false)
-        try sql("UPDATE snapshot_parts SET data = X'7e00' WHERE seq = 400 AND part = 0")
+        try sql("UPDATE snapshots SET format = 99 WHERE seq = 400")
         // The events say what the snapshot would have: read from them.
         #expect(try EventStore(readingFrom: path).replay() == AgentState.replay(events))
         try sql("UPDATE snapshots SET pruned = 1 WHERE seq = 400")
         #expect {
             try EventStore(readingFrom: path).replay()
         } throws: { error in
-            "\(error)".contains("snapshot at seq 400") && "\(error)".contains("cannot be read")
+            "\(error)".contains("snapshot at seq 400") && "\(error)".contains("snapshot format 99")
+                && "\(error)".hasSuffix("run the syncagent that wrote it")
+        }
+        // Damage, not another format, is said so (a fourth adversary was sent to find "the syncagent that wrote it").
+        try sql("UPDATE snapshots SET format = \(Snapshot.format) WHERE seq = 400; UPDATE snapshot_parts SET data = X'7e00' WHERE seq = 400 AND part = 0")
+        #expect {
+            try EventStore(readingFrom: path).replay()
+        } throws: { error in
+            "\(error)".contains("snapshot at seq 400") && "\(error)".hasSuffix("it is damaged: only a backup of the log brings back the tasks it held")
         }
     }
 

@@ -453,8 +453,11 @@ public final class EventStore {
                 return state
             } catch {
                 guard seq > pruned else {
+                    // A format this build does not know is a newer syncagent's; a known one that fails is damage.
+                    let advice = (error as? Snapshot.Malformed)?.ofAnotherFormat == true ? "run the syncagent that wrote it"
+                        : "it is damaged: only a backup of the log brings back the tasks it held"
                     throw StoreError(message: "the snapshot at seq \(seq) of \(path) cannot be read (\(error)), "
-                                     + "and the events it replaced are gone; run the syncagent that wrote it")
+                                     + "and the events it replaced are gone; " + advice)
                 }
             }
         }
