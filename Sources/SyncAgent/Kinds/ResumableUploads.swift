@@ -287,8 +287,10 @@ extension Agent {
         case .discover:
             return discovered(run, task, status: status, headers: headers)
         case .create, .concatenate:
-            switch UploadAnswers.creation(status: status, headers: headers, informational: attempt.informationalHeaders,
-                                          requestURL: attempt.currentURL) {
+            let answer = UploadAnswers.creation(status: status, headers: headers, informational: attempt.informationalHeaders,
+                                                requestURL: attempt.currentURL)
+            if let failure = answer.failure { return failure }
+            switch answer {
             case .created(let url):
                 if let refusal = heed(limits: headers + attempt.informationalHeaders, run) { return refusal }
                 // Durable before the first byte goes: a crash from here on resumes at this URL.
@@ -301,10 +303,6 @@ extension Agent {
                 logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
                 if run.step == .concatenate { return .complete(bytes: task.total ?? run.size) }
                 return next(run, task, at: 0)
-            case .refused(let reason, let code):
-                return .permanent(reason: reason, code: code)
-            case .tryLater(let reason):
-                return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
             default:
                 return outcome
             }
@@ -319,7 +317,9 @@ extension Agent {
             guard (200..<300).contains(status) else { return outcome }
             return .complete(bytes: task.total ?? run.size)
         case .offset:
-            switch UploadAnswers.offset(status: status, headers: headers, size: run.size) {
+            let answer = UploadAnswers.offset(status: status, headers: headers, size: run.size)
+            if let failure = answer.failure { return failure }
+            switch answer {
             case .holds(let offset):
                 if let refusal = heed(limits: headers, run) { return refusal }
                 if let bound = run.believableEnd, offset > bound {
@@ -341,15 +341,13 @@ extension Agent {
                 return next(run, task, at: offset)
             case .gone(let reason):
                 return createAgain(run, task, because: reason)
-            case .refused(let reason, let code):
-                return .permanent(reason: reason, code: code)
-            case .tryLater(let reason):
-                return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
             default:
                 return outcome
             }
         case .append(let from, let length):
-            switch UploadAnswers.append(status: status, headers: headers, from: from, length: length, size: run.size) {
+            let answer = UploadAnswers.append(status: status, headers: headers, from: from, length: length, size: run.size)
+            if let failure = answer.failure { return failure }
+            switch answer {
             case .holds(let offset) where length == 0 && offset == run.size:
                 // The empty append that completed an IETF upload.
                 return bodyChanged(run, task) ?? .complete(bytes: run.size)
@@ -377,11 +375,8 @@ extension Agent {
                 }
             case .gone(let reason):
                 return createAgain(run, task, because: reason)
-            case .refused(let reason, let code):
-                return .permanent(reason: reason, code: code)
-            case .tryLater(let reason):
-                return .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
-            case .created:
+            case .created, .refused, .tryLater:
+                // (A creation's answer to an append is no answer; the other two returned above.)
                 return outcome
             }
         }
@@ -582,5 +577,16 @@ extension Agent {
     func concatenate(_ parent: TaskState) {
         guard uploads[parent.id] == nil, attemptByTask[parent.id] == nil else { return }
         startResumableUpload(parent)
+    }
+}
+
+extension UploadAnswer {
+    /// A refusal or a "try later", as the attempt's outcome; nil for an answer the upload goes on from.
+    var failure: AttemptOutcome? {
+        switch self {
+        case .refused(let reason, let code): .permanent(reason: reason, code: code)
+        case .tryLater(let reason): .transient(reason: reason, retryAfterMs: nil, restartFromZero: false)
+        default: nil
+        }
     }
 }
