@@ -68,6 +68,9 @@ public final class Agent {
     var root: DownloadRoot!
     /// The config's hooks that are running.
     private let hooks: HookRunner
+    /// "task finished" and "task failed", said once the commit has made them true: an agent
+    /// stopping before that commit (a held file replaced) must not have said them.
+    private var saidAfterCommit: [(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata)] = []
     /// Update tasks whose 304 could not be believed: their next attempt asks for the whole file.
     private var fetchWhole: Set<String> = []
     /// `max_overall_speed` was shared out (see `shareOverallSpeed`).
@@ -372,6 +375,8 @@ public final class Agent {
         if tookJobs || !renamesAfterCommit.isEmpty { try checkHeldFilesAreStillThere() }
         try log.commit()
         lastCommitMs = FileSystem.monotonicMs
+        for line in saidAfterCommit { logger.log(level: line.level, line.message, metadata: line.metadata) }
+        saidAfterCommit.removeAll()
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
@@ -993,8 +998,8 @@ public final class Agent {
         log.record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256,
                                       status: response == nil ? nil : metrics.status,
                                       responseHeaders: response, metrics: metrics, modifiedNs: modifiedNs)), task: task.id)
-        logger.info("task finished", metadata: ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
-                                                "status": "\(metrics.status)"])
+        saidAfterCommit.append((.info, "task finished", ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
+                                                         "status": "\(metrics.status)"]))
     }
 
     /// Records `failed`. `keeping` > 0: the partial file keeps that many
@@ -1010,7 +1015,7 @@ public final class Agent {
         }
         refreshAt[task.id] = nil
         log.record(.failed(Failed(reason: reason, code: code, bytes: kept, metrics: metrics)), task: task.id)
-        logger.error("task failed", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+        saidAfterCommit.append((.error, "task failed", ["task.id": "\(task.id)", "reason": "\(reason)"]))
     }
 
     func removePartial(_ part: String, of id: String) {

@@ -262,6 +262,24 @@ struct AdversaryFindingsTests {
         #expect(!FileManager.default.fileExists(atPath: harness.downloads + ".old/r.bin"))
     }
 
+    /// A third adversary: the agent said "task finished" for a download whose `finished` it recorded
+    /// but never committed, stopping first at the check of its folders. (On the build before, this
+    /// fails unless the 2 s check happens to fall in the 0.3 s the download has left.)
+    @Test func aFinishTheAgentNeverCommittedIsNeverSaid() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("slow.bin", size: 600_000)
+        let agent = try harness.startAgent()
+        #expect(pastStartUp(harness))
+        try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=1000000"))\"\n")
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["slow"]?["state"] as? String == "running" })
+        try FileManager.default.moveItem(atPath: harness.downloads, toPath: harness.downloads + ".old")
+        try FileManager.default.createDirectory(atPath: harness.downloads, withIntermediateDirectories: false)
+        #expect(agent.wait(seconds: 30) == 1)
+        #expect(try harness.tasksByID()["slow"]?["state"] as? String != "finished")
+        #expect(!agent.stderr.contains("task finished"), "\(agent.stderr.suffix(1500))")
+    }
+
     /// A job rejected while rejected/ could not be made (a file was there)
     /// stayed in .taken/, as it should; the next start moved it to rejected/
     /// without the `.error` that says why.
