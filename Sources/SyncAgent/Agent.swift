@@ -70,7 +70,7 @@ public final class Agent {
     private let hooks: HookRunner
     /// "task finished" and "task failed", said once the commit has made them true: an agent
     /// stopping before that commit (a held file replaced) must not have said them.
-    private var saidAfterCommit: [(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata)] = []
+    private var logLinesAfterCommit: [(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata)] = []
     /// Update tasks whose 304 could not be believed: their next attempt asks for the whole file.
     private var fetchWhole: Set<String> = []
     /// `max_overall_speed` was shared out (see `shareOverallSpeed`).
@@ -339,13 +339,9 @@ public final class Agent {
                                               metrics: attempt.metrics, skipped: reason)), task: id)
             case .failed(let reason, "checksum_mismatch") where download != nil || attempt.requestedOffset > 0:
                 // SPEC §7: a bad checksum is final only after a full re-download. This body was put
-                // together from a resume or from several connections: fetched again whole, on one.
-                let why = reason + " in a file put together from several pieces; fetching it whole"
-                removePartial(task.partPath!, of: id)
-                if download != nil { log.record(.progressed(Progressed(bytes: 0, fallback: why)), task: id) }
-                log.record(.retrying(Retrying(attempt: task.attempts, reason: why, delayMs: 0, bytes: 0, metrics: attempt.metrics)),
-                           task: id)
-                logger.notice("task will retry", metadata: ["task.id": "\(id)", "reason": "\(why)", "delay_ms": "0"])
+                // together from pieces (a resume, or several connections): fetched again whole, on one.
+                startOverWhole(task, because: reason + " in a file put together from pieces", metrics: attempt.metrics,
+                               oneConnection: download != nil)
             case .failed(let reason, let code):
                 // A file swapped in under the agent is not its to remove.
                 fail(task, reason: reason, code: code, metrics: attempt.metrics, removingPartial: code != "part_changed")
@@ -375,8 +371,8 @@ public final class Agent {
         if tookJobs || !renamesAfterCommit.isEmpty { try checkHeldFilesAreStillThere() }
         try log.commit()
         lastCommitMs = FileSystem.monotonicMs
-        for line in saidAfterCommit { logger.log(level: line.level, line.message, metadata: line.metadata) }
-        saidAfterCommit.removeAll()
+        for line in logLinesAfterCommit { logger.log(level: line.level, line.message, metadata: line.metadata) }
+        logLinesAfterCommit.removeAll()
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
@@ -953,19 +949,28 @@ public final class Agent {
             // Nothing was written. Believed only if it confirms what we have (RFC 9111 §4.3.4: a
             // 304 naming another ETag is about another representation) and the file answers for
             // the job's checksum (see doubtAbout304); otherwise the whole file is fetched.
-            if let part = task.partPath { removePartial(part, of: id) }
             if let doubt = doubtAbout304(task, etag: etag, sent: attempt.ifChanged?.etag) {
                 fetchWhole.insert(id)
-                log.record(.retrying(Retrying(attempt: task.attempts, reason: doubt + "; fetching the whole file", delayMs: 0,
-                                              bytes: 0, metrics: metrics)), task: id)
+                startOverWhole(task, because: doubt, metrics: metrics)
                 return
             }
+            if let part = task.partPath { removePartial(part, of: id) }
             let dest = task.spec.dest
             let onDisk = dest.flatMap(root.sizeAndModified)
             log.record(.finished(Finished(bytes: onDisk?.size ?? 0, dest: dest, metrics: metrics, modifiedNs: onDisk?.modifiedNs,
                                           unchanged: true)), task: id)
-            logger.info("task unchanged", metadata: ["task.id": "\(id)", "dest": "\(dest ?? "-")"])
+            logLinesAfterCommit.append((.info, "task unchanged", ["task.id": "\(id)", "dest": "\(dest ?? "-")"]))
         }
+    }
+
+    /// Tried again at once from byte 0, what the task has so far thrown away (no retry's delay).
+    /// - Parameter oneConnection: a segmented download's next attempt takes a single connection.
+    private func startOverWhole(_ task: TaskState, because reason: String, metrics: AttemptMetrics, oneConnection: Bool = false) {
+        let why = reason + "; fetching the whole file"
+        if let part = task.partPath { removePartial(part, of: task.id) }
+        if oneConnection { log.record(.progressed(Progressed(bytes: 0, fallback: why)), task: task.id) }
+        log.record(.retrying(Retrying(attempt: task.attempts, reason: why, delayMs: 0, bytes: 0, metrics: metrics)), task: task.id)
+        logger.notice("task will retry", metadata: ["task.id": "\(task.id)", "reason": "\(why)", "delay_ms": "0"])
     }
 
     /// A hop the attempt left to us: the same checks curl makes (http or
@@ -998,7 +1003,7 @@ public final class Agent {
         log.record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256,
                                       status: response == nil ? nil : metrics.status,
                                       responseHeaders: response, metrics: metrics, modifiedNs: modifiedNs)), task: task.id)
-        saidAfterCommit.append((.info, "task finished", ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
+        logLinesAfterCommit.append((.info, "task finished", ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
                                                          "status": "\(metrics.status)"]))
     }
 
@@ -1015,7 +1020,7 @@ public final class Agent {
         }
         refreshAt[task.id] = nil
         log.record(.failed(Failed(reason: reason, code: code, bytes: kept, metrics: metrics)), task: task.id)
-        saidAfterCommit.append((.error, "task failed", ["task.id": "\(task.id)", "reason": "\(reason)"]))
+        logLinesAfterCommit.append((.error, "task failed", ["task.id": "\(task.id)", "reason": "\(reason)"]))
     }
 
     func removePartial(_ part: String, of id: String) {

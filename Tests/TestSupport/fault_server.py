@@ -16,6 +16,7 @@ parameters, so one server covers every case:
   corrupt_request=K  send the body of request K of this path with every byte inverted (headers intact)
   early_range=N     answer a Range request with the range it asked for in Content-Range, but a body
                     (and Content-Length) starting N bytes earlier
+  range_no_length=1  answer a Range request without Content-Length (the body ends at the close)
   no_content_range=1  answer a Range request with 206 but no Content-Range
   etag_changes=1    a new ETag on every request (If-Range never matches)
   always_416=1      answer every Range request with 416
@@ -1346,7 +1347,11 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         self.send_header("Last-Modified", self.date_time_string(stat.st_mtime))
         if not query.get("no_accept_ranges"):
             self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(length))
+        if status == 206 and query.get("range_no_length"):
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(length))
         if status == 206 and not query.get("no_content_range"):
             self.send_header("Content-Range", f"bytes {claimed_start}-{end - 1}/{size}")
         self.end_headers()

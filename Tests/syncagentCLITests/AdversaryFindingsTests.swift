@@ -540,6 +540,18 @@ struct AdversaryFindingsTests {
         #expect(error.contains("a response header from") && error.contains("is longer than curl accepts (100 KB"), "\(error)")
     }
 
+    /// curl's error buffer quotes a proxy it cannot read, credentials and all ("Unsupported proxy
+    /// syntax in 'user:…@127.0.0.1:99999'"): its words are used only when they hold no userinfo.
+    @Test func curlsOwnWordsNeverCarryAProxysCredentials() throws {
+        let harness = try AgentHarness(config: "retries = 0\nproxy = \"user:s3cret@127.0.0.1:99999\"\n")
+        try harness.drop("p.job", "id = \"p\"\nurl = \"http://127.0.0.1:1/p.bin\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 4)
+        let error = try #require(try harness.tasksByID()["p"]?["error"] as? String)
+        #expect(!error.contains("s3cret") && !agent.stderr.contains("s3cret"), "\(error)")
+        #expect(!(try harness.run(["events"]).stdout.contains("s3cret")))
+    }
+
     @Test func verifyChecksTheSha256AJobGave() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

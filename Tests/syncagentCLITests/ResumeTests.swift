@@ -55,7 +55,7 @@ struct ResumeTests {
         #expect(fileMatches(harness, data, "p.bin"))
         #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", nil])
         let refetch = try harness.events().last { $0.type == "retrying" }?.data["reason"] as? String
-        #expect(refetch?.hasPrefix("sha256 mismatch") == true && refetch?.hasSuffix("fetching it whole") == true, "\(refetch ?? "")")
+        #expect(refetch?.hasPrefix("sha256 mismatch") == true && refetch?.hasSuffix("; fetching the whole file") == true, "\(refetch ?? "")")
 
         // Fetched whole from 0 and still wrong: that is the verdict, with no retry spent on it.
         let whole = try AgentHarness(config: "retries = 3\n")

@@ -154,7 +154,7 @@ struct SegmentedTests {
     /// (early_range, from a fourth adversary: a Content-Range that names the range asked for, over a
     /// body 1000 bytes longer that starts early, was written shifted and published as finished.)
     @Test func rangesAnsweredFromTheWrongByteFallBackToOneConnection() throws {
-        for fault in ["wrong_range=1", "no_content_range=1", "always_416=1", "early_range=1000"] {
+        for fault in ["wrong_range=1", "no_content_range=1", "always_416=1", "early_range=1000", "early_range=1000&range_no_length=1"] {
             let (harness, _) = try fetch(fault + "&rate=4000000", size: 4 << 20, config: "retries = 1\n", label: fault)
             let events = try harness.events()
             #expect(events.filter { $0.type == "retrying" }.count == 1, "\(fault)")
@@ -162,6 +162,22 @@ struct SegmentedTests {
                     "\(fault)")
             #expect(events.contains { $0.data["fallback"] != nil }, "\(fault)")
         }
+    }
+
+    /// SPEC §7: a bad checksum is final only after a full re-download. A file whose second
+    /// connection brought damaged bytes is fetched again whole, on one connection.
+    @Test func aBadChecksumOfASegmentedFileIsFetchedWholeOnOneConnection() throws {
+        let harness = try AgentHarness(config: "retries = 0\n")
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve(Self.served, size: 4 << 20)
+        try harness.drop("s.job", job(server.url(Self.served, "corrupt_request=2&rate=4000000"), extra: "sha256 = \"\(sha256Hex(data))\"\n"))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(contents(harness) == data)
+        let events = try harness.events()
+        #expect(events.contains { ($0.data["fallback"] as? String)?.hasPrefix("sha256 mismatch") == true })
+        // The last attempt: one plain GET of the whole file.
+        #expect(server.requests.last.map { $0.range == nil && $0.status == 200 } == true)
+        #expect(server.requests.filter { $0.status == 206 }.count >= 1)
     }
 
     /// Issue 14 review: a 416 whose `*/N` names the start of a middle range

@@ -454,10 +454,13 @@ public final class EventStore {
             } catch {
                 guard seq > pruned else {
                     // A format this build does not know is a newer syncagent's; a known one that fails is damage.
-                    let advice = (error as? Snapshot.Malformed)?.ofAnotherFormat == true ? "run the syncagent that wrote it"
-                        : "it is damaged: only a backup of the log brings back the tasks it held"
+                    let advice = switch (error as? Snapshot.Malformed)?.ofAnotherFormat {
+                    case true?: "; run the syncagent that wrote it"
+                    case false?: "; it is damaged: only a backup of the log brings back the tasks it held"
+                    case nil: ""  // SQLite's own error (I/O, busy) says what it is
+                    }
                     throw StoreError(message: "the snapshot at seq \(seq) of \(path) cannot be read (\(error)), "
-                                     + "and the events it replaced are gone; " + advice)
+                                     + "and the events it replaced are gone" + advice)
                 }
             }
         }

@@ -136,6 +136,9 @@ final class TransferAttempt {
     private let origin: String
     private var retryAfterMs: Int64?
     private var total: Int64?
+    /// A `206`'s last byte + 1 (in `written`'s terms), from its Content-Range: a body that goes
+    /// past it is not the range it names, whether or not it said its length.
+    private var answerEnd: Int64?
     private var previousValidator: String?
     /// Where the request went last (after redirects): a playlist's URIs resolve against it.
     private(set) var currentURL: String
@@ -482,6 +485,12 @@ final class TransferAttempt {
                 return 0
             }
         }
+        if let answerEnd, written + Int64(count) > answerEnd {
+            // (Checked before `stopAt`: a connection would take the first bytes and stop, content.)
+            stopReason = .transient(reason: "server sent more than the bytes its Content-Range names, up to \(answerEnd) "
+                                    + "(\(Redaction.url(currentURL)))", retryAfterMs: nil, restartFromZero: true)
+            return 0
+        }
         if let stopAt, written + Int64(count) >= stopAt, fd >= 0 {
             // This connection's range ends here (another took the rest of it).
             let wanted = Int(max(0, stopAt - written))
@@ -601,9 +610,12 @@ final class TransferAttempt {
             }
             // A body of another length than its range is not that range: its bytes may sit anywhere
             // (a segment would take the first ones and publish them shifted).
-            if let length = contentLength ?? nil, let last = range.last, length != last - first + 1 {
-                return .transient(reason: "server sent \(length) bytes (Content-Length) for the \(last - first + 1) bytes "
-                                  + "\(first)–\(last) of its Content-Range (\(shownURL))", retryAfterMs: nil, restartFromZero: true)
+            if let last = range.last {
+                if let length = contentLength ?? nil, length != last - first + 1 {
+                    return .transient(reason: "server sent \(length) bytes (Content-Length) for the \(last - first + 1) bytes "
+                                      + "\(first)–\(last) of its Content-Range (\(shownURL))", retryAfterMs: nil, restartFromZero: true)
+                }
+                answerEnd = last + 1 - sliceStart
             }
         } else if requestedOffset > 0 {
             // A full body: the server ignored Range, or If-Range found a changed file.
@@ -829,7 +841,9 @@ final class TransferAttempt {
         // The server answered with an error while we were still sending (an
         // upload refused early): its answer says more than the broken send.
         if status >= 400 { return httpFailure() }
-        let words = curlWords.words.pointee != 0 ? String(cString: curlWords.words) : String(cString: curl_easy_strerror(result))
+        // curl's own words may quote a proxy it was given, credentials and all: never any with a '@'.
+        let detail = curlWords.words.pointee != 0 ? String(cString: curlWords.words) : nil
+        let words = detail.flatMap { $0.contains("@") ? nil : Redaction.text($0) } ?? String(cString: curl_easy_strerror(result))
         let reason = "\(words) (\(Redaction.url(currentURL)))"
         var connectErrno = 0
         let refused = sa_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &connectErrno) == CURLE_OK && connectErrno == Int(ECONNREFUSED)
@@ -843,8 +857,8 @@ final class TransferAttempt {
             // No redirect: what came back was not HTTP (a bad status line, HTTP/0.9, stray bytes).
             return .transient(reason: "the answer from \(Redaction.url(currentURL)) is not HTTP (\(words))", retryAfterMs: nil,
                               restartFromZero: false)
-        case CURLE_OUT_OF_MEMORY where !bodyStarted:
-            // curl's header buffer stops at 100 KB and says only "Out of memory".
+        case CURLE_OUT_OF_MEMORY where !bodyStarted, CURLcode(rawValue: 100) where !bodyStarted:
+            // curl's header buffer stops at 100 KB: before 8.6 it says only "Out of memory", from it CURLE_TOO_LARGE (100).
             return .transient(reason: "a response header from \(Redaction.url(currentURL)) is longer than curl accepts "
                               + "(100 KB; curl says: \(words))", retryAfterMs: nil, restartFromZero: false)
         case CURLE_URL_MALFORMAT, CURLE_TOO_MANY_REDIRECTS, CURLE_PEER_FAILED_VERIFICATION,
