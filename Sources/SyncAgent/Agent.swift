@@ -20,7 +20,9 @@ public final class Agent {
     /// Where `config` came from, read again on SIGHUP.
     private let configFile: String?
     let logger: Logger
-    private let notifier: NoticePosting
+    private let notifier: BackgroundNoticePoster
+    /// Notices recorded as posted, handed to the notifier once that record is committed.
+    private var noticesAfterCommit: [Notice] = []
     var settings: TransferSettings
 
     var log: EventLog!
@@ -115,7 +117,7 @@ public final class Agent {
         self.paths = paths
         self.configFile = configFile
         self.logger = logger
-        self.notifier = DesktopNotifier(logger: logger)
+        self.notifier = BackgroundNoticePoster(DesktopNotifier(logger: logger))
         self.settings = TransferSettings(config: config)
         self.syncer = try DataSyncer()
         self.assembler = try HLSAssembler()
@@ -281,11 +283,14 @@ public final class Agent {
             for (run, ended) in hooks.stopAll(graceMs: 2000) { log.record(.hookEnded(ended), task: run.task) }
             log.record(.agentStopped(AgentStopped(reason: stopSignal == SIGINT ? "SIGINT" : "SIGTERM")))
             try commit()
+            notifier.finish(within: 1)
             logger.info("agent stopped", metadata: ["signal": "\(stopSignal)"])
             return Self.exitAllFinished
         }
         log.record(.agentStopped(AgentStopped(reason: "idle")))
         try commit()
+        // The last batch's notice is on its way: a desktop session answers in milliseconds.
+        notifier.finish(within: 5)
         let tasks = log.state.orderedTasks
         let failed = tasks.indices.count { tasks[$0].phase == .failed && (tasks[$0].endedAtMs ?? 0) >= runStartedAtMs }
         logger.info("agent idle, exiting", metadata: ["failed": "\(failed)"])
@@ -373,6 +378,8 @@ public final class Agent {
         lastCommitMs = FileSystem.monotonicMs
         for line in logLinesAfterCommit { logger.log(level: line.level, line.message, metadata: line.metadata) }
         logLinesAfterCommit.removeAll()
+        for notice in noticesAfterCommit { notifier.post(notice) }
+        noticesAfterCommit.removeAll()
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
@@ -1208,8 +1215,8 @@ public final class Agent {
 
     // MARK: - Notifications
 
-    /// `batch_finished` is committed before the notice goes out and
-    /// `notified` right after, so a restart posts each notice once.
+    /// `batch_finished` is committed, then `notified`, then the notice goes
+    /// out: a restart never posts one twice.
     private func announceDrainedBatches() throws {
         let drained = Notices.drainedBatches(in: log.state)
         let ownNotices = log.state.owedOwnNotices.sorted()
@@ -1224,8 +1231,7 @@ public final class Agent {
         for batch in drained {
             post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
         }
-        // `notified` goes to disk right away: the window in which a crash
-        // would repeat the notification stays a few microseconds wide.
+        // `notified` goes to disk, then the notices go out (see `post`).
         try commit()
     }
 
@@ -1270,9 +1276,10 @@ public final class Agent {
         }
     }
 
+    /// At most once (SPEC §6.3): `notified` is committed before the notice goes out, so a crash
+    /// in between loses it rather than repeat it, like a hook's run.
     private func post(_ notice: Notice, batch: String?, task: String?) {
-        let warning = notifier.post(notice)
-        log.record(.notified(Notified(batch: batch, summary: notice.summary, delivered: warning == nil, warning: warning)),
-                   task: task)
+        log.record(.notified(Notified(batch: batch, summary: notice.summary)), task: task)
+        noticesAfterCommit.append(notice)
     }
 }

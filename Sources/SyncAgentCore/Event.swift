@@ -434,9 +434,12 @@ public struct BatchFinished: Codable, Equatable, Sendable {
 public struct Notified: Codable, Equatable, Sendable {
     public var batch: String?
     public var summary: String
-    public var delivered: Bool
+    /// Nil: recorded as the notice was handed over, before the notification server answered, so
+    /// that no restart posts it again; the answer goes to the agent's own log. (Earlier logs
+    /// recorded it after the answer, with what it was.)
+    public var delivered: Bool?
     public var warning: String?
-    public init(batch: String?, summary: String, delivered: Bool, warning: String? = nil) {
+    public init(batch: String?, summary: String, delivered: Bool? = nil, warning: String? = nil) {
         self.batch = batch; self.summary = summary; self.delivered = delivered; self.warning = warning
     }
 }

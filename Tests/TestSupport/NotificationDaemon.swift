@@ -11,7 +11,8 @@ public final class NotificationDaemon {
     private let bus: PrivateBus
     private let mock: ChildProcess
 
-    public init(in directory: TempDirectory) throws {
+    /// - Parameter answerAfter: seconds each Notify call takes to be answered (a slow or hung server).
+    public init(in directory: TempDirectory, answerAfter: Int = 0) throws {
         callLog = directory.file("notify.log")
         bus = try PrivateBus(in: directory, named: "bus")
         var environment = ProcessInfo.processInfo.environment
@@ -28,6 +29,15 @@ public final class NotificationDaemon {
             return check?.stdout.contains("boolean true") ?? false
         }
         guard owned else { throw TestFailure("dbusmock did not come up: \(mock.stderr)") }
+        if answerAfter > 0 {
+            // Notify made again through dbusmock's own interface, sleeping before it answers.
+            let slow = try ChildProcess("/usr/bin/dbus-send", [
+                "--session", "--print-reply", "--dest=org.freedesktop.Notifications", "/org/freedesktop/Notifications",
+                "org.freedesktop.DBus.Mock.AddMethod", "string:org.freedesktop.Notifications", "string:Notify",
+                "string:susssasa{sv}i", "string:u", "string:import time; time.sleep(\(answerAfter)); ret = 1",
+            ], environment: environment, outputIn: directory.path, name: "dbus-send-slow")
+            guard slow.wait(seconds: 10) == 0 else { throw TestFailure("cannot slow dbusmock's Notify down: \(slow.stderr)") }
+        }
     }
 
     /// One entry per Notify call: the line dbusmock logged (app name, summary, body…).

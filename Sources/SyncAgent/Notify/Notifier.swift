@@ -12,6 +12,26 @@ protocol NoticePosting {
     func post(_ notice: Notice) -> String?
 }
 
+/// Posts notices one at a time on a thread of their own: a notification
+/// server that answers only at D-Bus's timeout (25 s) holds up no transfer,
+/// intake or stop. Only the notices cross threads.
+final class BackgroundNoticePoster: @unchecked Sendable {
+    private let notifier: NoticePosting
+    private let queue = DispatchQueue(label: "syncagent.notify")
+    private let group = DispatchGroup()
+
+    init(_ notifier: NoticePosting) { self.notifier = notifier }
+
+    func post(_ notice: Notice) {
+        queue.async(group: group) { [notifier] in _ = notifier.post(notice) }
+    }
+
+    /// On stop: notices still going out get `seconds`, then are given up (the log says they were posted).
+    func finish(within seconds: Double) {
+        _ = group.wait(timeout: .now() + seconds)
+    }
+}
+
 /// libnotify over the user's D-Bus session. Without a session or a
 /// notification server: one warning, and the agent goes on (SPEC §8).
 ///
