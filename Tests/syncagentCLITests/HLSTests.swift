@@ -145,6 +145,37 @@ struct HLSTests {
         #expect(nginx.requests.filter { $0.uri.hasPrefix("/hls/single/index.ts") }.allSatisfy { $0.status == 206 })
     }
 
+    /// A fifth adversary: MPEG-TS segments, then a discontinuity into fMP4 ones, joined into one
+    /// `.mp4` that began with TS bytes (ffprobe read 2 s of 4). One file cannot hold both.
+    @Test func aPlaylistMixingTSAndFMP4IsNeverJoinedIntoOneFile() throws {
+        let (harness, nginx, media) = try world()
+        let ts = try media.segments(of: "clear/index.m3u8")[0], m4s = try media.segments(of: "fmp4/index.m3u8")[0]
+        try """
+            #EXTM3U
+            #EXT-X-VERSION:7
+            #EXT-X-TARGETDURATION:3
+            #EXT-X-PLAYLIST-TYPE:VOD
+            #EXTINF:2.0,
+            hls/clear/\(ts)
+            #EXT-X-DISCONTINUITY
+            #EXT-X-MAP:URI="hls/fmp4/init.mp4"
+            #EXTINF:2.0,
+            hls/fmp4/\(m4s)
+            #EXT-X-ENDLIST
+
+            """.write(toFile: nginx.root + "/mix.m3u8", atomically: true, encoding: .utf8)
+        for output in ["file", "directory"] {
+            try harness.drop("\(output).job", "id = \"\(output)\"\nkind = \"hls\"\nurl = \"\(nginx.url("mix.m3u8"))\"\n"
+                             + "dest = \"mix-\(output)\"\noutput = \"\(output)\"\n")
+        }
+        try run(harness, expecting: 4)
+        let file = try task(harness, "file")
+        #expect(file["state"] as? String == "failed")
+        #expect((file["error"] as? String)?.contains("mixes MPEG-TS segments and fMP4 ones") == true, "\(file)")
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/mix-file.mp4"))
+        #expect(try task(harness, "directory")["state"] as? String == "finished")
+    }
+
     @Test func segmentsSurviveDropsAndServerErrors() throws {
         let media = try media()
         let harness = try AgentHarness()

@@ -36,6 +36,10 @@ enum HLSPublisher {
         case .file where Set(hls.entries.compactMap(\.mapChild)).count > 1:
             throw HLSFailure(reason: "the playlist changes its fMP4 init segment (#EXT-X-MAP) part-way: one file cannot hold "
                              + "both; use output = \"directory\"", code: "cannot_join")
+        case .file where isFMP4 && hls.entries.contains { $0.mapChild == nil }:
+            // Joined, MPEG-TS bytes and fMP4 ones make a file that is neither.
+            throw HLSFailure(reason: "the playlist mixes MPEG-TS segments and fMP4 ones (#EXT-X-MAP): one file cannot hold "
+                             + "both; use output = \"directory\"", code: "cannot_join")
         case .directory:
             let bytes = try assembleFolder(hls, at: staging, keys: keys, in: state, root: root)
             return Prepared(staging: staging, dest: try finalPath(dest, parent, in: state, root: root), bytes: bytes)
