@@ -39,6 +39,8 @@ public enum HLSPlaylist: Equatable, Sendable {
         let base: String
         var variants: [HLSVariant] = []
         var pendingVariant: HLSVariant?
+        /// The `AUDIO` groups whose renditions have a playlist (a URI) of their own.
+        var audioGroupsWithPlaylists: Set<String> = []
         var media = HLSMediaPlaylist()
         var sawMediaTag = false
         // State that applies to the next segment, or to every following one.
@@ -61,7 +63,13 @@ public enum HLSPlaylist: Equatable, Sendable {
             case "#EXT-X-STREAM-INF":
                 let attributes = HLSAttributes.parse(value)
                 pendingVariant = HLSVariant(uri: "", bandwidth: attributes["BANDWIDTH"].flatMap(HTTPNumbers.parseCount),
-                                            resolution: attributes["RESOLUTION"], codecs: attributes["CODECS"])
+                                            resolution: attributes["RESOLUTION"], codecs: attributes["CODECS"],
+                                            separateAudio: attributes["AUDIO"])
+            case "#EXT-X-MEDIA":
+                let attributes = HLSAttributes.parse(value)
+                if attributes["TYPE"] == "AUDIO", attributes["URI"] != nil, let group = attributes["GROUP-ID"] {
+                    audioGroupsWithPlaylists.insert(group)
+                }
             case "#EXTINF":
                 sawMediaTag = true
                 let parts = value.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false)
@@ -175,7 +183,14 @@ public enum HLSPlaylist: Equatable, Sendable {
         }
 
         func finish() throws -> HLSPlaylist {
-            if !variants.isEmpty { return .master(variants) }
+            if !variants.isEmpty {
+                // (An AUDIO group whose renditions all lack a URI plays from the variant's own segments.)
+                return .master(variants.map { variant in
+                    var variant = variant
+                    if let group = variant.separateAudio, !audioGroupsWithPlaylists.contains(group) { variant.separateAudio = nil }
+                    return variant
+                })
+            }
             guard sawMediaTag else { throw ParseError(message: "an HLS playlist with neither variants nor segments") }
             var result = media
             if playlistTypeVOD { result.ended = true }
@@ -193,6 +208,9 @@ public struct HLSVariant: Equatable, Sendable {
     /// `1280x720`, as written.
     public var resolution: String?
     public var codecs: String?
+    /// Its `AUDIO` group, when an `#EXT-X-MEDIA:TYPE=AUDIO` of that group has a playlist of
+    /// its own: the sound is not in the variant's segments.
+    public var separateAudio: String?
 
     /// `variant = "best" | "worst" | BANDWIDTH | "WxH"` (a job key): the
     /// highest or lowest bandwidth, the one closest to a bandwidth, or the

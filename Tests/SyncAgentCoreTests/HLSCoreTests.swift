@@ -70,6 +70,22 @@ struct HLSCoreTests {
         #expect(HLSVariant.pick(variants, rule: "1920x1080") == nil)
     }
 
+    /// A fifth adversary: a variant whose sound is a rendition of its own was published silent.
+    @Test func aVariantWhoseAudioIsARenditionOfItsOwnIsMarked() throws {
+        guard case .master(let variants) = try parse("""
+            #EXTM3U
+            #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="aud",NAME="en",DEFAULT=YES,URI="a/en.m3u8"
+            #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="muxed",NAME="main",DEFAULT=YES
+            #EXT-X-STREAM-INF:BANDWIDTH=800000,AUDIO="aud"
+            v1.m3u8
+            #EXT-X-STREAM-INF:BANDWIDTH=700000,AUDIO="muxed"
+            v2.m3u8
+            #EXT-X-STREAM-INF:BANDWIDTH=600000
+            v3.m3u8
+            """, base: "https://cdn.example.com/m.m3u8") else { Issue.record("not a master"); return }
+        #expect(variants.map(\.separateAudio) == ["aud", nil, nil])
+    }
+
     @Test(arguments: [
         ("<html><body>no</body></html>", "not an HLS playlist: it starts with \"<html><body>no</body></html>\", not #EXTM3U"),
         ("#EXTM3U\n#EXTINF:abc,\na.ts", "bad #EXTINF duration \"abc\""),

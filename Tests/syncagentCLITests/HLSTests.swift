@@ -105,6 +105,25 @@ struct HLSTests {
         #expect((none["error"] as? String)?.contains("it offers 160x120, 320x240") == true)
     }
 
+    /// A fifth adversary: a variant taking its sound from `#EXT-X-MEDIA:TYPE=AUDIO,URI=…` (the usual
+    /// CMAF layout) was published as a silent video, `finished`. Refused with the reason instead.
+    @Test func aVariantWhoseAudioIsARenditionOfItsOwnIsRefusedNotPublishedSilent() throws {
+        let (harness, nginx, _) = try world()
+        try """
+            #EXTM3U
+            #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="aud",NAME="en",DEFAULT=YES,URI="hls/lo/index.m3u8"
+            #EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=320x240,CODECS="avc1.42e00d,mp4a.40.2",AUDIO="aud"
+            hls/hi/index.m3u8
+
+            """.write(toFile: nginx.root + "/cmaf.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("c.job", "id = \"c\"\nkind = \"hls\"\nurl = \"\(nginx.url("cmaf.m3u8"))\"\ndest = \"c\"\n")
+        try run(harness, expecting: 4)
+        let refused = try task(harness, "c")
+        #expect(refused["error_code"] as? String == "separate_audio")
+        #expect((refused["error"] as? String)?.contains("GROUP-ID=\"aud\"") == true, "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/c"))
+    }
+
     @Test func aes128SegmentsAreDecryptedAndTheKeyNeverShows() throws {
         let (harness, nginx, media) = try world()
         try harness.drop("enc.job", "id = \"enc\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/enc/index.m3u8"))\"\ndest = \"enc\"\n")

@@ -30,6 +30,14 @@ extension Agent {
                      code: "no_variant", metrics: attempt.metrics)
                 return
             }
+            // Its sound in a playlist of its own (a CMAF layout): the video alone would be published
+            // as the whole. Said, not done, until alternate renditions are fetched too.
+            if let group = variant.separateAudio {
+                fail(task, reason: "the chosen variant of \(Redaction.url(url)) takes its audio from a rendition of its own "
+                     + "(#EXT-X-MEDIA TYPE=AUDIO, GROUP-ID=\"\(Printable.escaping(group))\"), which syncagent does not fetch: "
+                     + "the video would be silent", code: "separate_audio", metrics: attempt.metrics)
+                return
+            }
             // A master that leads to masters forever is refused like a redirect loop.
             guard task.redirects < settings.maxRedirects else {
                 fail(task, reason: "more than \(settings.maxRedirects) master playlists in a row from \(Redaction.url(url))",
