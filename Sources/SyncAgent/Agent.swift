@@ -96,10 +96,11 @@ public final class Agent {
     private let compactor: BackgroundCompactor
     /// The seq the newest snapshot covers: the agent compacts by itself once the log grows far past it.
     private var snapshotSeq: Int64 = 0
-    /// `syncagent compact` asked (its cutoff in seconds); it starts at the next commit.
-    private var compactionRequested: Int64?
-    /// The log's last seq when the running (or last) compaction started: its report says it.
-    private var compactionAfterSeq: Int64?
+    /// What `syncagent compact` asked and no compaction has started on yet: a cutoff in seconds,
+    /// and the request files that asked for it. One compaction each, in order, from the next commit.
+    private var compactionRequests: [(olderThanS: Int64, files: [String])] = []
+    /// The request files the running compaction answers (none: the agent's own): its report names them.
+    private var compactionAnswers: [String] = []
     /// Set once the loop has ended: the last commits start no compaction.
     private var stopping = false
     /// The event log, the inbox and download_dir as opened (device, inode),
@@ -435,10 +436,12 @@ public final class Agent {
     /// nothing would record its outcome.
     private func startCompactionIfDue() {
         if !compactor.busy, !stopping {
-            if let olderThanS = compactionRequested {
-                compactionRequested = nil
-                startCompaction(olderThanS: olderThanS, trigger: "requested")
+            if !compactionRequests.isEmpty {
+                let request = compactionRequests.removeFirst()
+                compactionAnswers = request.files
+                startCompaction(olderThanS: request.olderThanS, trigger: "requested")
             } else if Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq) {
+                compactionAnswers = []
                 startCompaction(olderThanS: config.keepEndedS, trigger: "log_size")
             }
         }
@@ -447,7 +450,6 @@ public final class Agent {
     /// Said in the agent's log, so a person (or a test) sees a compaction
     /// run before its `compacted` event reports it.
     private func startCompaction(olderThanS: Int64, trigger: String) {
-        compactionAfterSeq = log.state.lastSeq
         compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: trigger)
         logger.info("compaction started", metadata: ["trigger": "\(trigger)", "older_than_s": "\(olderThanS)"])
     }
@@ -459,7 +461,7 @@ public final class Agent {
             switch outcome.result {
             case .success(var report):
                 snapshotSeq = report.snapshotSeq
-                report.afterSeq = compactionAfterSeq
+                report.requestedBy = compactionAnswers.isEmpty ? nil : compactionAnswers
                 log.record(.compacted(report))
                 // A snapshot of many live tasks can outweigh the events it covers: the
                 // file may grow when no ended task was old enough to go. Said so.
@@ -470,7 +472,7 @@ public final class Agent {
                 snapshotSeq = log.state.lastSeq
                 // Recorded too: `syncagent compact` waits for this answer, whichever it is.
                 var report = Compacted.failed("\(error)", olderThanS: outcome.olderThanS, trigger: outcome.trigger)
-                report.afterSeq = compactionAfterSeq
+                report.requestedBy = compactionAnswers.isEmpty ? nil : compactionAnswers
                 log.record(.compacted(report))
                 logger.error("cannot compact the log", metadata: ["log": "\(paths.eventLog)", "error": "\(error)"])
             }
@@ -482,7 +484,7 @@ public final class Agent {
         // (A cancelled upload's DELETE is waited for too: the server should hear of it.)
         guard !needsScheduling, log.state.activeCount == 0, attempts.isEmpty, terminations.isEmpty, awaitingSync.isEmpty,
               intake.isIdle, !compactor.busy,
-              compactionRequested == nil,
+              compactionRequests.isEmpty,
               log.state.owedNotices.isEmpty, hooks.running.isEmpty, log.state.owedTaskHooks.isEmpty,
               log.state.owedBatchHooks.isEmpty else { return false }
         // Waiting for the network is work this agent will resume (within total_timeout).
@@ -1076,7 +1078,12 @@ public final class Agent {
             // Started at the next commit, or once the running one ends: every request gets its report.
             let outcome = compactor.busy ? "compaction queued after the running one (ended tasks older than \(olderThanS) s)"
                 : "compaction started (ended tasks older than \(olderThanS) s)"
-            compactionRequested = olderThanS
+            // Requests for one cutoff share a compaction; another cutoff gets its own, after.
+            if let same = compactionRequests.firstIndex(where: { $0.olderThanS == olderThanS }) {
+                compactionRequests[same].files.append(source.file)
+            } else {
+                compactionRequests.append((olderThanS, [source.file]))
+            }
             log.record(.controlled(Controlled(action: control.action.rawValue, target: "*", outcome: outcome,
                                               file: source.file, identity: source.identity)))
             return nil

@@ -319,15 +319,14 @@ public struct Compacted: Codable, Equatable, Sendable {
     public var trigger: String
     /// Set when the compaction failed (the numbers are then 0): what `compact` reports.
     public var error: String?
-    /// The log's last seq when the agent started this compaction: it answers the requests
-    /// recorded up to there, not one that came while it ran (that one gets the next).
-    /// Nil in logs written before it was recorded.
-    public var afterSeq: Int64?
+    /// The `compact` requests (their job files' names) this compaction answered: each
+    /// `syncagent compact` waits for the report that names its own. Nil for the agent's own.
+    public var requestedBy: [String]?
     public init(snapshotSeq: Int64, tasks: Int, events: Int, olderThanS: Int64, bytesBefore: Int64, bytesAfter: Int64, trigger: String,
-                error: String? = nil, afterSeq: Int64? = nil) {
+                error: String? = nil, requestedBy: [String]? = nil) {
         self.snapshotSeq = snapshotSeq; self.tasks = tasks; self.events = events; self.olderThanS = olderThanS
         self.bytesBefore = bytesBefore; self.bytesAfter = bytesAfter; self.trigger = trigger; self.error = error
-        self.afterSeq = afterSeq
+        self.requestedBy = requestedBy
     }
 
     public static func failed(_ error: String, olderThanS: Int64, trigger: String) -> Compacted {

@@ -313,10 +313,10 @@ extension AgentStopped {
 extension Compacted {
     init(reading reader: inout JSONReader) throws {
         var snapshotSeq: Int64?, tasks: Int64?, events: Int64?, olderThanS: Int64?, bytesBefore: Int64?, bytesAfter: Int64?
-        var trigger: String?, error: String?, afterSeq: Int64?
+        var trigger: String?, error: String?, requestedBy: [String]?
         try reader.readObject { key, value in
             switch key {
-            case "after_seq": afterSeq = try value.readOptional { try $0.readInt() }
+            case "requested_by": requestedBy = try value.readOptional { try $0.readArray { try $0.readString() } }
             case "error": error = try value.readOptional { try $0.readString() }
             case "snapshot_seq": snapshotSeq = try value.readInt()
             case "tasks": tasks = try value.readInt()
@@ -331,7 +331,7 @@ extension Compacted {
         self.init(snapshotSeq: try required(snapshotSeq, "snapshot_seq"), tasks: Int(try required(tasks, "tasks")),
                   events: Int(try required(events, "events")), olderThanS: try required(olderThanS, "older_than_s"),
                   bytesBefore: try required(bytesBefore, "bytes_before"), bytesAfter: try required(bytesAfter, "bytes_after"),
-                  trigger: try required(trigger, "trigger"), error: error, afterSeq: afterSeq)
+                  trigger: try required(trigger, "trigger"), error: error, requestedBy: requestedBy)
     }
 }
 

@@ -63,15 +63,13 @@ struct CompactCommand: ParsableCommand {
         }
         print("compaction requested from the running agent: \(file)")
         let deadline = Date().addingTimeInterval(Self.waitForAgentS)
+        let name = (file as NSString).lastPathComponent
         while Date() < deadline {
-            // Ours is the first compaction the agent started after this request came: one that was
-            // already running started at or before `since`, and answers another request.
+            // The report that names this request: one running when it came, or one for another
+            // cutoff asked at the same time, answers others.
             var report: Compacted?
             try? EventStore(readingFrom: paths.eventLog).forEach(after: since) { event in
-                if case .compacted(let found) = event.body, found.trigger == "requested", report == nil,
-                   (found.afterSeq ?? found.snapshotSeq) > since {
-                    report = found
-                }
+                if case .compacted(let found) = event.body, found.requestedBy?.contains(name) == true { report = found }
             }
             if let report {
                 if let error = report.error { throw fail("the agent could not compact \(paths.eventLog): \(error)") }

@@ -156,6 +156,18 @@ struct CompactionCLITests {
         #expect(second.stdout.contains("raw events of 0 ended task(s) dropped"), "\(second.stdout)")
         // Both reports stay in the log.
         #expect(try harness.events().filter { $0.type == "compacted" }.count == 2)
+
+        // A fifth adversary: two asked at once with different cutoffs got one compaction (the
+        // second cutoff's) and one report between them. Each cutoff now gets its own.
+        let now = try ChildProcess(syncagentBinary, compact, environment: harness.environment, outputIn: harness.directory.path)
+        let hour = try ChildProcess(syncagentBinary, ["compact"] + harness.globalFlags + ["--older-than", "1h"],
+                                    environment: harness.environment, outputIn: harness.directory.path)
+        #expect(now.wait(seconds: 120) == 0 && hour.wait(seconds: 120) == 0, "\(now.stderr) \(hour.stderr)")
+        let reports = try harness.events().filter { $0.type == "compacted" }.compactMap { $0.data["requested_by"] as? [String] }
+        #expect(reports.count == 4 && Set(reports.flatMap { $0 }).count == 4, "\(reports)")
+        let printed = [now.stdout, hour.stdout].map { $0.split(separator: "\n").last.map(String.init) ?? "" }
+        #expect(printed[0].hasPrefix("compacted: snapshot at seq") && printed[1].hasPrefix("compacted: snapshot at seq")
+                && printed[0] != printed[1], "\(printed)")
     }
 
     /// Found by an adversary: an outside program opening the log read-write
