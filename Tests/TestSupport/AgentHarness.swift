@@ -69,6 +69,16 @@ public final class AgentHarness {
         ((try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []).filter { $0.hasSuffix(".job") }.sorted()
     }
 
+    /// Waits (10 s at most) until the agent has opened its log, download_dir and inbox and made
+    /// its own folders: `.taken/` is made last. (`status` says it runs as soon as it holds the
+    /// lock, before any of that; a test that changes those folders must wait for this.)
+    public func pastStartUp() -> Bool {
+        eventually(within: 10) {
+            var isFolder: ObjCBool = false
+            return FileManager.default.fileExists(atPath: self.inbox + "/.taken", isDirectory: &isFolder) && isFolder.boolValue
+        }
+    }
+
     /// Whether `status` says an agent runs on this state dir (it has taken its lock).
     public var statusSaysAgentRuns: Bool {
         (try? run(["status"]).stdout.hasPrefix("agent: running")) ?? false

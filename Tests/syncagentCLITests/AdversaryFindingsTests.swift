@@ -11,15 +11,6 @@ import Glibc
 struct AdversaryFindingsTests {
     func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
-    /// The agent has opened its log, download_dir and inbox and made its own
-    /// folders: `.taken/` is made last. (`status` says it runs as soon as it
-    /// holds the lock, before any of that.)
-    func pastStartUp(_ harness: AgentHarness) -> Bool {
-        eventually(within: 10) {
-            var isFolder: ObjCBool = false
-            return FileManager.default.fileExists(atPath: harness.inbox + "/.taken", isDirectory: &isFolder) && isFolder.boolValue
-        }
-    }
 
     @Test func aPartialFileNoTaskOwnsIsNeverTruncated() throws {
         let harness = try AgentHarness()
@@ -227,7 +218,7 @@ struct AdversaryFindingsTests {
         let server = try FaultServer(in: harness.directory)
         let data = try server.serve("late.bin", size: 4000)
         let agent = try harness.startAgent()
-        #expect(pastStartUp(harness))
+        #expect(harness.pastStartUp())
         try FileManager.default.removeItem(atPath: harness.stateDir)
         try harness.drop("late.job", "id = \"late\"\nurl = \"\(server.url("late.bin"))\"\n")
         #expect(agent.wait(seconds: 30) == 1)
@@ -249,7 +240,7 @@ struct AdversaryFindingsTests {
         let server = try FaultServer(in: harness.directory)
         let data = try server.serve("r.bin", size: 4000)
         let agent = try harness.startAgent()
-        #expect(pastStartUp(harness))
+        #expect(harness.pastStartUp())
         let path = harness.directory.file(folder)
         try FileManager.default.moveItem(atPath: path, toPath: path + ".old")
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
@@ -270,7 +261,7 @@ struct AdversaryFindingsTests {
         let server = try FaultServer(in: harness.directory)
         try server.serve("slow.bin", size: 600_000)
         let agent = try harness.startAgent()
-        #expect(pastStartUp(harness))
+        #expect(harness.pastStartUp())
         try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=1000000"))\"\n")
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["slow"]?["state"] as? String == "running" })
         try FileManager.default.moveItem(atPath: harness.downloads, toPath: harness.downloads + ".old")
@@ -287,7 +278,7 @@ struct AdversaryFindingsTests {
         let harness = try AgentHarness()
         let agent = try harness.startAgent()
         // (A file in rejected/'s way during start-up stops the agent.)
-        #expect(pastStartUp(harness))
+        #expect(harness.pastStartUp())
         try? FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
         try Data("in the way".utf8).write(to: URL(fileURLWithPath: harness.inbox + "/rejected"))
         try harness.drop("bad.job", "url = \"ftp://x/y\"\n")
