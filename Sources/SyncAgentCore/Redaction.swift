@@ -49,13 +49,19 @@ public enum Redaction {
         return out
     }
 
-    /// `a=1&token=2` → `a=1&token=<redacted>`.
+    /// `a=1&token=2` → `a=1&token=<redacted>`; a URL with userinfo as a value
+    /// (`?next=http://bob:pw@h/`) loses it too, escaped or not.
     private static func redactPairs(_ text: Substring) -> String {
         text.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
             guard let equals = pair.firstIndex(of: "=") else { return String(pair) }
             let name = String(pair[..<equals])
             let decoded = name.removingPercentEncoding ?? name
-            return isSecretName(decoded) ? name + "=" + placeholder : String(pair)
+            if isSecretName(decoded) { return name + "=" + placeholder }
+            let value = String(pair[pair.index(after: equals)...])
+            let decodedValue = value.removingPercentEncoding ?? value
+            guard decodedValue.contains("://"), decodedValue.contains("@") else { return String(pair) }
+            // Written plainly, it stays readable with its userinfo hidden; escaped, it goes whole.
+            return name + "=" + (decodedValue == value ? url(value) : placeholder)
         }.joined(separator: "&")
     }
 

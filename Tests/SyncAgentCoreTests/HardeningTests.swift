@@ -95,6 +95,12 @@ struct HardeningCoreTests {
             #expect(Redaction.url(plain) == plain)
         }
         #expect(Redaction.url("http://h/p@q/f?key=1") == "http://h/p@q/f?key=<redacted>")
+        // A fifth adversary: a URL with credentials inside a parameter's value kept them.
+        #expect(Redaction.url("http://h/login?redirect_to=http://bob:pw2@other/x&page=2")
+                == "http://h/login?redirect_to=http://<redacted>@other/x&page=2")
+        #expect(Redaction.url("http://h/login?next=http%3A%2F%2Fbob%3Apw2%40other%2F&page=2")
+                == "http://h/login?next=<redacted>&page=2")
+        #expect(Redaction.url("http://h/go?to=http://other/x") == "http://h/go?to=http://other/x")
         #expect(Redaction.text("server answered 404 Not Found for http://u:p@h/x?token=t (retrying)")
                 == "server answered 404 Not Found for http://<redacted>@h/x?token=<redacted> (retrying)")
     }
