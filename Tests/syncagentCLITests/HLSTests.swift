@@ -152,7 +152,12 @@ struct HLSTests {
                          + "dest = \"fmp4file\"\noutput = \"file\"\n")
         try harness.drop("single.job", "id = \"single\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/single/index.m3u8"))\"\n"
                          + "dest = \"single\"\noutput = \"file\"\n")
+        // A dest with the format's extension names the file (a fifth adversary got given.ts.ts).
+        try harness.drop("given.job", "id = \"given\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/single/index.m3u8"))\"\n"
+                         + "dest = \"given.ts\"\noutput = \"file\"\n")
         try run(harness)
+        #expect(contents(harness.downloads + "/given.ts") == contents(media.path("single/index.ts")))
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/given.ts.ts"))
         #expect(contents(harness.downloads + "/fmp4/init.mp4") == contents(media.path("fmp4/init.mp4")))
         let local = try String(contentsOfFile: harness.downloads + "/fmp4/index.m3u8", encoding: .utf8)
         #expect(local.contains("#EXT-X-MAP:URI=\"init.mp4\""))

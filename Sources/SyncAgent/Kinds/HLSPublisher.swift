@@ -45,7 +45,10 @@ enum HLSPublisher {
             return Prepared(staging: staging, dest: try finalPath(dest, parent, in: state, root: root), bytes: bytes)
         case .file:
             let bytes = try concatenate(hls, into: staging, keys: keys, in: state, root: root)
-            return Prepared(staging: staging, dest: try finalPath(dest + (isFMP4 ? ".mp4" : ".ts"), parent, in: state, root: root),
+            // `dest = "talk.ts"` names the file, not its stem: the extension is the format's, once.
+            let lowered = dest.lowercased()
+            let stem = lowered.hasSuffix(".ts") ? String(dest.dropLast(3)) : lowered.hasSuffix(".mp4") ? String(dest.dropLast(4)) : dest
+            return Prepared(staging: staging, dest: try finalPath(stem + (isFMP4 ? ".mp4" : ".ts"), parent, in: state, root: root),
                             bytes: bytes)
         }
     }
