@@ -549,9 +549,7 @@ public final class Agent {
             log.record(.resumed(Resumed(bytes: offset, reason: reason)), task: task.id)
             logger.info("task resumed", metadata: ["task.id": "\(task.id)", "offset": "\(offset)"])
         }
-        for (_, batch) in log.state.owedNotices.sorted(by: { $0.key < $1.key }) {
-            post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
-        }
+        for (_, batch) in log.state.owedNotices.sorted(by: { $0.key < $1.key }) { announce(batch) }
     }
 
     private func completePublication(of task: TaskState, part: String) {
@@ -1235,9 +1233,7 @@ public final class Agent {
         for batch in drained { log.record(.batchFinished(batch)) }
         try commit()
         if !drained.isEmpty { CrashPoint.batchFinishedCommitted.reached() }
-        for batch in drained {
-            post(Notices.notice(for: batch, in: log.state), batch: batch.batch, task: nil)
-        }
+        for batch in drained { announce(batch) }
         // `notified` goes to disk, then the notices go out (see `post`).
         try commit()
     }
@@ -1281,6 +1277,18 @@ public final class Agent {
             // A slot is free: the next owed run can start.
             needsScheduling = true
         }
+    }
+
+    /// A batch's notice, or, for a batch of `notify = "none"` tasks alone (there for
+    /// `on_batch_end`), a `notified` that says none was wanted.
+    private func announce(_ batch: BatchFinished) {
+        let notice = Notices.notice(for: batch, in: log.state)
+        guard Notices.wantsNotice(batch, in: log.state) else {
+            log.record(.notified(Notified(batch: batch.batch, summary: notice.summary, delivered: false,
+                                          warning: "not shown: its tasks have notify = \"none\"")))
+            return
+        }
+        post(notice, batch: batch.batch, task: nil)
     }
 
     /// At most once (SPEC §6.3): `notified` is committed before the notice goes out, so a crash

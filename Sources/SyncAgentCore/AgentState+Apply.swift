@@ -192,7 +192,11 @@ extension AgentState {
             runningByHost[task.hostKey, default: 0] += 1
         }
         let endsCounted = new == .finished || new == .failed
-        if endsCounted, task.spec.notify != .none, !(old == .finished || old == .failed) {
+        // A batch is what a notice or `on_batch_end` is about: a task with `notify = "none"` is in
+        // it only for the hook (the agent then shows no notice for a batch of such tasks alone).
+        // A child never is: its parent stands for it.
+        let inBatch = task.spec.notify != .none || (task.spec.parent == nil && armedHooks.contains(.batchEnd))
+        if endsCounted, inBatch, !(old == .finished || old == .failed) {
             endedSinceNotice[key, default: []].append(id)
         }
         if endsCounted, task.owesOwnNotice { owedOwnNotices.insert(id) }

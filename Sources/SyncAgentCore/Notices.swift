@@ -35,6 +35,12 @@ public enum Notices {
         return drained
     }
 
+    /// Whether a drained batch is shown: some task of it wants a notice (the
+    /// others are in it for `on_batch_end`). Asked of the ids a batch lists.
+    public static func wantsNotice(_ batch: BatchFinished, in state: AgentState) -> Bool {
+        (batch.finished + batch.failed).contains { state.tasks[$0]?.spec.notify != NotifyMode.none }
+    }
+
     /// Names of files are listed when there are few enough to read at a glance.
     static let namesListedUpTo = 5
 

@@ -231,6 +231,29 @@ import Glibc
 
     // MARK: - Hooks
 
+    /// A fifth adversary: with `notify = "none"` (a headless machine's setting) no batch was ever
+    /// made, so `on_batch_end` never ran. The batch is made for the hook; no notice is shown.
+    @Test func aBatchEndHookRunsWithNotificationsOff() throws {
+        let records = TempDirectory()
+        let record = records.file("ran.txt")
+        let harness = try AgentHarness(config: """
+            notify = "none"
+            on_batch_end = ["/bin/sh", "-c", "echo \\"batch $SYNCAGENT_FINISHED $SYNCAGENT_FAILED\\" >> '\(record)'"]
+            """)
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+        let nginx = try Nginx(in: harness.directory)
+        for index in 0..<3 {
+            try nginx.serve("q\(index).bin", size: 1000)
+            try harness.drop("q\(index).job", "url = \"\(nginx.url("q\(index).bin"))\"\n")
+        }
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(eventually(within: 10) { (try? String(contentsOfFile: record, encoding: .utf8)) == "batch 3 0\n" })
+        #expect(daemon.notifyCalls.isEmpty, "\(daemon.notifyCalls)")
+        let notified = try harness.events().filter { $0.type == "notified" }
+        #expect(notified.count == 1 && notified.first?.data["delivered"] as? Bool == false)
+    }
+
     /// 16 downloads, the agent killed with SIGKILL midway and started again:
     /// the hook has run exactly once for each task, with its id, state and dest.
     @Test func aTaskEndHookRunsOncePerTaskAcrossKill9() throws {
