@@ -101,6 +101,7 @@ public final class Agent {
     private var compactionRequests: [(olderThanS: Int64, files: [String])] = []
     /// The request files the running compaction answers (none: the agent's own): its report names them.
     private var compactionAnswers: [String] = []
+    private var compactionRequestedBy: [String]? { compactionAnswers.isEmpty ? nil : compactionAnswers }
     /// Set once the loop has ended: the last commits start no compaction.
     private var stopping = false
     /// The event log, the inbox and download_dir as opened (device, inode),
@@ -161,6 +162,8 @@ public final class Agent {
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
         resumeInterruptedTasks()
         try log.commit()
+        // (Not `commit()`: a compaction left unfinished must start before any other.)
+        announceCommitted()
         // A long log is compacted at once, not at the first commit of new work (an idle agent may make none).
         if let olderThanS = unfinishedCompaction {
             startCompaction(olderThanS: olderThanS, trigger: longLog ? "log_size" : "interrupted")
@@ -377,10 +380,7 @@ public final class Agent {
         if tookJobs || !renamesAfterCommit.isEmpty { try checkHeldFilesAreStillThere() }
         try log.commit()
         lastCommitMs = FileSystem.monotonicMs
-        for line in logLinesAfterCommit { logger.log(level: line.level, line.message, metadata: line.metadata) }
-        logLinesAfterCommit.removeAll()
-        for notice in noticesAfterCommit { notifier.post(notice) }
-        noticesAfterCommit.removeAll()
+        announceCommitted()
         if tookJobs { CrashPoint.intakeCommitted.reached() }
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
@@ -399,6 +399,14 @@ public final class Agent {
         for folder in cleanupsAfterCommit { removeWorkFolder(folder) }
         cleanupsAfterCommit.removeAll()
         startCompactionIfDue()
+    }
+
+    /// What a commit has made true, said: the log lines of ends, and the notices recorded as posted.
+    private func announceCommitted() {
+        for line in logLinesAfterCommit { logger.log(level: line.level, line.message, metadata: line.metadata) }
+        logLinesAfterCommit.removeAll()
+        for notice in noticesAfterCommit { notifier.post(notice) }
+        noticesAfterCommit.removeAll()
     }
 
     /// Every 2 s, and before a commit that removes a taken job's file or publishes one.
@@ -461,7 +469,7 @@ public final class Agent {
             switch outcome.result {
             case .success(var report):
                 snapshotSeq = report.snapshotSeq
-                report.requestedBy = compactionAnswers.isEmpty ? nil : compactionAnswers
+                report.requestedBy = compactionRequestedBy
                 log.record(.compacted(report))
                 // A snapshot of many live tasks can outweigh the events it covers: the
                 // file may grow when no ended task was old enough to go. Said so.
@@ -472,7 +480,7 @@ public final class Agent {
                 snapshotSeq = log.state.lastSeq
                 // Recorded too: `syncagent compact` waits for this answer, whichever it is.
                 var report = Compacted.failed("\(error)", olderThanS: outcome.olderThanS, trigger: outcome.trigger)
-                report.requestedBy = compactionAnswers.isEmpty ? nil : compactionAnswers
+                report.requestedBy = compactionRequestedBy
                 log.record(.compacted(report))
                 logger.error("cannot compact the log", metadata: ["log": "\(paths.eventLog)", "error": "\(error)"])
             }

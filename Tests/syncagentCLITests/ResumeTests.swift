@@ -292,6 +292,13 @@ struct CrashWindowTests {
         #expect(daemon.notifyCalls.isEmpty)
 
         harness.extraEnvironment = [:]
+        // An agent that goes on running posts it at start-up, not at its next commit (which an idle
+        // agent may never make): the notices of start-up's commit once waited there.
+        let running = try harness.startAgent()
+        defer { running.signal(SIGKILL) }
+        #expect(eventually(within: 10) { daemon.notifyCalls.count == 1 })
+        running.signal(SIGTERM)
+        #expect(running.wait(seconds: 10) == 0)
         for _ in 0..<2 {
             let agent = try harness.startAgent(exitWhenIdle: true)
             #expect(agent.wait(seconds: 30) == 0)
