@@ -1290,13 +1290,12 @@ public final class Agent {
     /// A batch's notice, or, for a batch of `notify = "none"` tasks alone (there for
     /// `on_batch_end`), a `notified` that says none was wanted.
     private func announce(_ batch: BatchFinished) {
-        let notice = Notices.notice(for: batch, in: log.state)
-        guard Notices.wantsNotice(batch, in: log.state) else {
-            log.record(.notified(Notified(batch: batch.batch, summary: notice.summary, delivered: false,
-                                          warning: "not shown: its tasks have notify = \"none\"")))
+        guard let shown = Notices.noticed(batch, in: log.state) else {
+            log.record(.notified(Notified(batch: batch.batch, summary: Notices.notice(for: batch, in: log.state).summary,
+                                          delivered: false, warning: "not shown: its tasks have notify = \"none\"")))
             return
         }
-        post(notice, batch: batch.batch, task: nil)
+        post(Notices.notice(for: shown, in: log.state), batch: batch.batch, task: nil)
     }
 
     /// At most once (SPEC §6.3): `notified` is committed before the notice goes out, so a crash

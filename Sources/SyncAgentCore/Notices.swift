@@ -35,10 +35,28 @@ public enum Notices {
         return drained
     }
 
-    /// Whether a drained batch is shown: some task of it wants a notice (the
-    /// others are in it for `on_batch_end`). Asked of the ids a batch lists.
-    public static func wantsNotice(_ batch: BatchFinished, in state: AgentState) -> Bool {
-        (batch.finished + batch.failed).contains { state.tasks[$0]?.spec.notify != NotifyMode.none }
+    /// The part of a drained batch its notice is about: the tasks that want
+    /// one. With `on_batch_end` armed a batch also holds `notify = "none"`
+    /// tasks (the hook is told of them all); the notice then reads as it would
+    /// without the hook. Nil: none of its tasks wants a notice.
+    public static func noticed(_ batch: BatchFinished, in state: AgentState) -> BatchFinished? {
+        // An id the state does not know is kept: it cannot be shown to have asked for silence.
+        func wanted(_ id: String) -> Bool { state.tasks[id]?.spec.notify != NotifyMode.none }
+        let finished = batch.finished.filter(wanted), failed = batch.failed.filter(wanted)
+        let leftOut = batch.finished.count - finished.count + batch.failed.count - failed.count
+        guard leftOut > 0 else { return batch }
+        var shown = batch
+        shown.finished = finished
+        shown.failed = failed
+        // Past `listedUpTo` the ids are not listed, nor then known to want a notice or not:
+        // those are counted as wanting one.
+        shown.finishedCount = batch.finishedTotal - (batch.finished.count - finished.count)
+        shown.failedCount = batch.failedTotal - (batch.failed.count - failed.count)
+        if let unchanged = batch.unchangedCount {
+            let unchangedLeftOut = batch.finished.filter { !wanted($0) && state.tasks[$0]?.unchanged == true }.count
+            shown.unchangedCount = unchanged - unchangedLeftOut
+        }
+        return shown.finishedTotal + shown.failedTotal > 0 ? shown : nil
     }
 
     /// Names of files are listed when there are few enough to read at a glance.

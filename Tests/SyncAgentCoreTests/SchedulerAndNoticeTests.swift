@@ -107,6 +107,30 @@ struct NoticeTests {
         #expect(Notices.drainedBatches(in: log.state).isEmpty)
     }
 
+    /// With `on_batch_end` armed, `notify = "none"` tasks join their batch for
+    /// the hook; its notice named and counted them ("3 transfers finished" for 1 wanted).
+    @Test func aBatchEndHookDoesNotPutQuietTasksInTheNotice() throws {
+        var log = LogBuilder()
+        _ = log.add(.agentStarted(AgentStarted(pid: 1, version: "t", hooks: ["batch_end"])))
+        log.create("loud")
+        log.create("quiet1", notify: .none)
+        log.create("quiet2", notify: .none)
+        for id in ["loud", "quiet1", "quiet2"] { log.runToEnd(id) }
+        let drained = try #require(Notices.drainedBatches(in: log.state).first)
+        #expect(drained.finishedTotal == 3)
+        let shown = try #require(Notices.noticed(drained, in: log.state))
+        #expect(shown.finished == ["loud"] && shown.finishedTotal == 1)
+        let notice = Notices.notice(for: shown, in: log.state)
+        #expect(notice.summary == "1 transfer finished" && notice.body == "✓ loud.bin")
+
+        // Past the listed ids, the quiet ones listed are taken off the counts.
+        var cut = BatchFinished(batch: nil, finished: ["quiet1", "loud", "quiet2"], failed: [], unchanged: 0)
+        cut.finishedCount = 150
+        #expect(Notices.noticed(cut, in: log.state)?.finishedTotal == 148)
+        // A batch of quiet tasks alone shows nothing.
+        #expect(Notices.noticed(BatchFinished(batch: nil, finished: ["quiet1", "quiet2"], failed: []), in: log.state) == nil)
+    }
+
     @Test func summaryWords() {
         var log = LogBuilder()
         for index in 0..<20 { log.create("t\(index)") }

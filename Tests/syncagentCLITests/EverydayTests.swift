@@ -254,6 +254,30 @@ import Glibc
         #expect(notified.count == 1 && notified.first?.data["delivered"] as? Bool == false)
     }
 
+    /// The hook is told of every task; the notice, of those that want one. Before, arming
+    /// `on_batch_end` put the quiet tasks in the notice too ("3 transfers finished").
+    @Test func aBatchEndHookLeavesQuietTasksOutOfTheNotice() throws {
+        let records = TempDirectory()
+        let record = records.file("ran.txt")
+        let harness = try AgentHarness(config: """
+            notify = "none"
+            on_batch_end = ["/bin/sh", "-c", "echo \\"batch $SYNCAGENT_FINISHED $SYNCAGENT_FAILED\\" >> '\(record)'"]
+            """)
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+        let nginx = try Nginx(in: harness.directory)
+        for index in 0..<3 {
+            try nginx.serve("q\(index).bin", size: 1000)
+            try harness.drop("q\(index).job", "url = \"\(nginx.url("q\(index).bin"))\"\n" + (index == 1 ? "notify = \"batch\"\n" : ""))
+        }
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(eventually(within: 10) { (try? String(contentsOfFile: record, encoding: .utf8)) == "batch 3 0\n" })
+        #expect(eventually(within: 10) { daemon.notifyCalls.count == 1 }, "\(daemon.notifyCalls)")
+        let call = try String(contentsOfFile: daemon.callLog, encoding: .utf8)
+        #expect(call.contains("1 transfer finished") && call.contains("✓ q1.bin"), "\(call)")
+        #expect(!call.contains("q0.bin") && !call.contains("q2.bin"), "\(call)")
+    }
+
     /// 16 downloads, the agent killed with SIGKILL midway and started again:
     /// the hook has run exactly once for each task, with its id, state and dest.
     @Test func aTaskEndHookRunsOncePerTaskAcrossKill9() throws {
