@@ -658,16 +658,8 @@ public final class Agent {
             needsScheduling = true
             return
         }
-        if let dest = task.spec.dest, root.exists(dest), task.spec.overwrite == .skip || task.spec.overwrite == .fail {
-            if task.spec.overwrite == .skip {
-                let size = root.size(dest) ?? 0
-                log.record(.finished(Finished(bytes: size, dest: dest, skipped: "skipped: \(dest) already exists")), task: task.id)
-            } else {
-                fail(task, reason: "\(dest) already exists (overwrite = \"fail\")", code: "dest_exists")
-            }
-            needsScheduling = true
-            return
-        }
+        // (A video joined into one file is named once its playlist tells its format: see `expand`.)
+        if let dest = task.spec.dest, !HLSPublisher.joinsIntoOneFile(task.spec), endedByExistingDest(task, dest) { return }
         if deadlineMs(of: task) <= FileSystem.nowMs {
             fail(task, reason: totalTimeoutWords, code: "total_timeout", keeping: task.bytes)
             needsScheduling = true
@@ -693,6 +685,20 @@ public final class Agent {
             return
         }
         beginAttempt(task, offset: offset, ifRange: ifRange, ifChanged: ifChanged, recordingStart: true)
+    }
+
+    /// `overwrite = "skip"` or `"fail"`, and `path` exists: the task ends
+    /// without a transfer (true), skipped or failed.
+    func endedByExistingDest(_ task: TaskState, _ path: String) -> Bool {
+        guard task.spec.overwrite == .skip || task.spec.overwrite == .fail, root.exists(path) else { return false }
+        if task.spec.overwrite == .skip {
+            log.record(.finished(Finished(bytes: root.size(path) ?? 0, dest: path, skipped: "skipped: \(path) already exists")),
+                       task: task.id)
+        } else {
+            fail(task, reason: "\(path) already exists (overwrite = \"fail\")", code: "dest_exists")
+        }
+        needsScheduling = true
+        return true
     }
 
     /// An HLS key is a secret on disk too: readable by its owner only.

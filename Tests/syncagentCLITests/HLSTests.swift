@@ -169,6 +169,35 @@ struct HLSTests {
         #expect(nginx.requests.filter { $0.uri.hasPrefix("/hls/single/index.ts") }.allSatisfy { $0.status == 206 })
     }
 
+    /// `overwrite = "skip"` and `"fail"` with the joined file already there end the task once
+    /// the playlist names its format, before any segment is fetched. Before, every segment was
+    /// downloaded and then thrown away; and a file named like the bare `dest` was taken for the video.
+    @Test func aJoinedVideoThatExistsIsSkippedOrFailedBeforeItsSegmentsAreFetched() throws {
+        let (harness, nginx, _) = try world()
+        let downloads = harness.downloads
+        try FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
+        for name in ["kept.ts", "other.mp4", "bare"] { try Data("mine \(name)".utf8).write(to: URL(fileURLWithPath: downloads + "/" + name)) }
+        try harness.drop("skip.job", "id = \"skip\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\n"
+                         + "dest = \"kept\"\noutput = \"file\"\noverwrite = \"skip\"\n")
+        try harness.drop("fail.job", "id = \"fail\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/fmp4/index.m3u8"))\"\n"
+                         + "dest = \"other\"\noutput = \"file\"\noverwrite = \"fail\"\n")
+        // "bare" is not the video's name: bare.ts is.
+        try harness.drop("bare.job", "id = \"bare\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\n"
+                         + "dest = \"bare\"\noutput = \"file\"\noverwrite = \"skip\"\n")
+        try run(harness, expecting: 4)
+        let skipped = try task(harness, "skip")
+        #expect(skipped["state"] as? String == "finished" && (skipped["skipped"] as? String)?.contains("kept.ts") == true, "\(skipped)")
+        let failed = try task(harness, "fail")
+        #expect(failed["state"] as? String == "failed" && (failed["error"] as? String)?.contains("other.mp4 already exists") == true,
+                "\(failed)")
+        for name in ["kept.ts", "other.mp4", "bare"] { #expect(contents(downloads + "/" + name) == Data("mine \(name)".utf8)) }
+        #expect(try task(harness, "bare")["state"] as? String == "finished")
+        #expect(abs((HLSMedia.duration(of: downloads + "/bare.ts") ?? 0) - 20) <= 0.5)
+        // Segments were fetched for "bare" only: the clear playlist's ten.
+        let segments = nginx.requests.filter { !$0.uri.hasSuffix(".m3u8") }
+        #expect(segments.count == 10 && !segments.contains { $0.uri.hasPrefix("/hls/fmp4/") }, "\(segments.map(\.uri))")
+    }
+
     /// A fifth adversary: MPEG-TS segments, then a discontinuity into fMP4 ones, joined into one
     /// `.mp4` that began with TS bytes (ffprobe read 2 s of 4). One file cannot hold both.
     @Test func aPlaylistMixingTSAndFMP4IsNeverJoinedIntoOneFile() throws {

@@ -67,6 +67,12 @@ extension Agent {
             fail(task, reason: "the playlist \(Redaction.url(url)) has no segments", code: "bad_playlist")
             return
         }
+        // The file a joined video would be published as is known now: one that exists
+        // ends a `skip` or `fail` task here, before any segment is fetched.
+        if !task.isFannedOut, HLSPublisher.joinsIntoOneFile(task.spec), let dest = task.spec.dest,
+           endedByExistingDest(task, HLSPublisher.joinedPath(dest, isFMP4: HLSPublisher.isFMP4(plan.expanded.entries))) {
+            return
+        }
         if !plan.expanded.entries.isEmpty || !task.isFannedOut || plan.expanded.ended != task.hls?.ended {
             for child in plan.children { log.record(.created(child.spec), task: child.id) }
             log.record(.expanded(plan.expanded), task: task.id)

@@ -31,7 +31,7 @@ enum HLSPublisher {
         }
         let options = parent.spec.hls ?? HLSOptions()
         let keys = try readKeys(hls.entries, in: state, root: root)
-        let isFMP4 = hls.entries.contains { $0.mapChild != nil }
+        let isFMP4 = isFMP4(hls.entries)
         switch options.output {
         case .file where Set(hls.entries.compactMap(\.mapChild)).count > 1:
             throw HLSFailure(reason: "the playlist changes its fMP4 init segment (#EXT-X-MAP) part-way: one file cannot hold "
@@ -45,12 +45,23 @@ enum HLSPublisher {
             return Prepared(staging: staging, dest: try finalPath(dest, parent, in: state, root: root), bytes: bytes)
         case .file:
             let bytes = try concatenate(hls, into: staging, keys: keys, in: state, root: root)
-            // `dest = "talk.ts"` names the file, not its stem: the extension is the format's, once.
-            let lowered = dest.lowercased()
-            let stem = lowered.hasSuffix(".ts") ? String(dest.dropLast(3)) : lowered.hasSuffix(".mp4") ? String(dest.dropLast(4)) : dest
-            return Prepared(staging: staging, dest: try finalPath(stem + (isFMP4 ? ".mp4" : ".ts"), parent, in: state, root: root),
+            return Prepared(staging: staging, dest: try finalPath(joinedPath(dest, isFMP4: isFMP4), parent, in: state, root: root),
                             bytes: bytes)
         }
+    }
+
+    /// Whether the video is published as one file, named when its format is known (`joinedPath`).
+    static func joinsIntoOneFile(_ spec: TaskSpec) -> Bool { spec.kind == .hls && spec.hls?.output == .file }
+
+    /// Whether the segments are fMP4 (and so the file an `.mp4`): the first one's init segment says.
+    static func isFMP4(_ entries: [HLSEntry]) -> Bool { entries.contains { $0.mapChild != nil } }
+
+    /// The one file a video is joined into. `dest = "talk.ts"` names the file,
+    /// not its stem: the extension is the format's, once.
+    static func joinedPath(_ dest: String, isFMP4: Bool) -> String {
+        let lowered = dest.lowercased()
+        let stem = lowered.hasSuffix(".ts") ? String(dest.dropLast(3)) : lowered.hasSuffix(".mp4") ? String(dest.dropLast(4)) : dest
+        return stem + (isFMP4 ? ".mp4" : ".ts")
     }
 
     /// `overwrite` for the finished video: rename picks a free name; a
