@@ -96,7 +96,14 @@ struct HLSTests {
                          + "dest = \"small\"\nvariant = \"160x120\"\n")
         try harness.drop("none.job", "id = \"none\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/master.m3u8"))\"\n"
                          + "dest = \"none\"\nvariant = \"1920x1080\"\n")
+        // A master of 2,000 variants made an error naming every one: a few are named now.
+        let variants = (1...2000).map { "#EXT-X-STREAM-INF:BANDWIDTH=\($0 * 1000),RESOLUTION=\($0)x\($0)\nhls/lo/index.m3u8\n" }
+        try ("#EXTM3U\n" + variants.joined()).write(toFile: nginx.root + "/many.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("many.job", "id = \"many\"\nkind = \"hls\"\nurl = \"\(nginx.url("many.m3u8"))\"\n"
+                         + "dest = \"many\"\nvariant = \"7x9\"\n")
         try run(harness, expecting: 4)
+        let many = try task(harness, "many")["error"] as? String
+        #expect(many?.contains("it offers 1x1, 2x2, 3x3, 4x4, 5x5, 6x6, 7x7, 8x8 and 1992 more)") == true, "\(many ?? "")")
         for (id, rendition) in [("best", "hi"), ("small", "lo")] {
             try expectSegments(in: "\(harness.downloads)/\(id)", of: rendition, media)
         }

@@ -11,6 +11,9 @@ import Glibc
 /// finished. The decisions are the core's (`HLSPlaylist`, `HLSFanOut`,
 /// the fold's `settledParents`); this file carries them out.
 extension Agent {
+    /// Variants an error names when none matches `variant`, at most.
+    static let variantsNamed = 8
+
     /// A playlist arrived for a parent's own attempt.
     func playlistArrived(_ task: TaskState, _ attempt: TransferAttempt) {
         let url = attempt.currentURL
@@ -25,7 +28,10 @@ extension Agent {
         case .master(let variants):
             let rule = task.spec.hls?.variant ?? "best"
             guard let variant = HLSVariant.pick(variants, rule: rule) else {
-                let offered = variants.compactMap { $0.resolution ?? $0.bandwidth.map(String.init) }.joined(separator: ", ")
+                // A few are named: a master of 2,000 variants made an error of every one.
+                let names = variants.compactMap { $0.resolution ?? $0.bandwidth.map(String.init) }
+                let offered = names.prefix(Self.variantsNamed).joined(separator: ", ")
+                    + (names.count > Self.variantsNamed ? " and \(names.count - Self.variantsNamed) more" : "")
                 fail(task, reason: "no variant of \(Redaction.url(url)) matches variant = \"\(rule)\" (it offers \(offered))",
                      code: "no_variant", metrics: attempt.metrics)
                 return
