@@ -30,6 +30,11 @@ struct ReplayCommand: ParsableCommand {
     @Flag(help: "Check every partial and finished file on disk against the log.")
     var verify = false
 
+    func validate() throws {
+        // Seqs start at 1: a negative one is no point in the log (`--until 0` is the empty state).
+        if let until, until < 0 { throw ValidationError("--until takes a seq, 0 or more; got \(until)") }
+    }
+
     func run() throws {
         let store = try openLog(global)
         let state: AgentState

@@ -164,6 +164,9 @@ struct CommandLineTests {
         #expect(past?["last_seq"] as? Int == created.seq)
         let now = try harness.replayTasks().first
         #expect(now?["plan"] as? String == "nothing: finished")
+        // No seq is negative: said so, not taken for "before a compaction".
+        let negative = try harness.run(["replay", "--until=-1"])
+        #expect(negative.status == 64 && negative.stderr.contains("--until takes a seq, 0 or more; got -1"), "\(negative.stderr)")
 
         // Found by this stop's adversary: with no sha256 in the job, a byte changed in place passed.
         // The size is the same; the modification time it was published with is not.
