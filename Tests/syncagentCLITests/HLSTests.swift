@@ -301,7 +301,14 @@ struct HLSTests {
         try harness.drop("html.job", "id = \"html\"\nkind = \"hls\"\nurl = \"\(nginx.url("page.m3u8"))\"\n")
         try harness.drop("drm.job", "id = \"drm\"\nkind = \"hls\"\nurl = \"\(nginx.url("drm.m3u8"))\"\n")
         try harness.drop("bad.job", "kind = \"hls\"\nurl = \"\(nginx.url("x.m3u8"))\"\nsha256 = \"\(String(repeating: "a", count: 64))\"\n")
+        // A byte range past the end of its file: nginx's 416 was retried, and each retry restarted from 0.
+        try "#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXT-X-BYTERANGE:1000@999999999\n#EXTINF:2,\nhls/single/index.ts\n#EXT-X-ENDLIST\n"
+            .write(toFile: nginx.root + "/past.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("past.job", "id = \"past\"\nkind = \"hls\"\nurl = \"\(nginx.url("past.m3u8"))\"\nretries = 3\n")
         try run(harness, expecting: 4)
+        let past = try task(harness, "past")
+        #expect((past["error"] as? String)?.contains("byte range starts at byte 999999999") == true, "\(past)")
+        #expect(nginx.requests.filter { $0.uri == "/hls/single/index.ts" }.count == 1)
         #expect((try task(harness, "html")["error"] as? String)?.contains("not an HLS playlist: it starts with \"<html>") == true)
         #expect((try task(harness, "drm")["error"] as? String)?.contains("METHOD=SAMPLE-AES (DRM) cannot be decrypted") == true)
         let rejected = try String(contentsOfFile: harness.inbox + "/rejected/bad.job.error", encoding: .utf8)

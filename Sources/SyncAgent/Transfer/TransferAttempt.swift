@@ -708,6 +708,12 @@ final class TransferAttempt {
             // (Not for one range of a segmented download: its bytes are not the file's end.)
             if requestedOffset > 0, size == requestedOffset, rangeEnd == nil { return .complete(bytes: requestedOffset) }
             let sizeWords = size.map { "its file has \($0) bytes" } ?? "it did not say its size"
+            // A playlist's byte range past the end of its file: no restart or retry brings it.
+            // (Its size from the answer's Content-Range: `total` is the slice's length.)
+            if let byteRange, let size = contentRange??.complete, (byteRange.offset ?? 0) + requestedOffset >= size {
+                return .permanent(reason: "the playlist's byte range starts at byte \((byteRange.offset ?? 0) + requestedOffset) of "
+                                  + "\(Redaction.url(currentURL)), whose file has \(size) bytes", code: "http_416")
+            }
             return .transient(reason: "server answered 416 for byte \(requestedOffset) and \(sizeWords)",
                               retryAfterMs: nil, restartFromZero: true)
         }
