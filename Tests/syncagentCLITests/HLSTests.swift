@@ -200,6 +200,8 @@ struct HLSTests {
         for name in ["kept.ts", "other.mp4", "bare"] { #expect(contents(downloads + "/" + name) == Data("mine \(name)".utf8)) }
         #expect(try task(harness, "bare")["state"] as? String == "finished")
         #expect(abs((HLSMedia.duration(of: downloads + "/bare.ts") ?? 0) - 20) <= 0.5)
+        // Nothing left behind: no work folder of the tasks that ended early.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: downloads).sorted() == ["bare", "bare.ts", "kept.ts", "other.mp4"])
         // Segments were fetched for "bare" only: the clear playlist's ten.
         let segments = nginx.requests.filter { !$0.uri.hasSuffix(".m3u8") }
         #expect(segments.count == 10 && !segments.contains { $0.uri.hasPrefix("/hls/fmp4/") }, "\(segments.map(\.uri))")
