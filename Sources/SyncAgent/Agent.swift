@@ -133,7 +133,8 @@ public final class Agent {
     public func run(exitWhenIdle: Bool) throws -> Int32 {
         try FileSystem.makeDirectory(paths.stateDir)
         let lock = try StateLock(path: paths.lockFile, stateDir: paths.stateDir)
-        defer { withExtendedLifetime(lock) {} }
+        let inboxLock = try InboxLock(inbox: paths.inbox, stateDir: paths.stateDir)
+        defer { withExtendedLifetime((lock, inboxLock)) {} }
         // Blocked before anything slow, so a stop signal during start-up is not lost.
         let signalFd = sa_stop_signal_fd()
         guard signalFd >= 0 else { throw SystemError(operation: "signalfd", errno: errno) }

@@ -6,8 +6,11 @@ import Glibc
 public struct AgentAlreadyRunning: Error, CustomStringConvertible {
     public var stateDir: String
     public var pid: Int32?
+    /// Set when the other agent has a state directory of its own but this inbox.
+    public var inbox: String? = nil
     public var description: String {
         let who = pid.map { "agent pid \($0)" } ?? "another agent"
+        if let inbox { return "\(who) is already watching inbox \(inbox) (with another state dir); one agent per inbox" }
         return "\(who) is already running on state dir \(stateDir); one agent per state directory"
     }
 }
@@ -59,10 +62,16 @@ final class StateLock {
         }
     }
 
+    private static func acquire(_ fd: Int32, named name: String, optional: Bool, stateDir: String, holderFile: String) throws {
+        try acquire(fd, named: name, optional: optional) {
+            AgentAlreadyRunning(stateDir: stateDir, pid: AgentLiveness.holder(readingFrom: holderFile)?.pid)
+        }
+    }
+
     /// An exclusive flock, waited for up to `probeWaitMs`. `optional`: a
     /// file system that cannot lock this descriptor (an NFS directory) is
-    /// not an error; another holder always is.
-    private static func acquire(_ fd: Int32, named name: String, optional: Bool, stateDir: String, holderFile: String) throws {
+    /// not an error; another holder always is (`held`).
+    fileprivate static func acquire(_ fd: Int32, named name: String, optional: Bool, held: () -> Error) throws {
         var waitedMs = 0
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let error = errno
@@ -71,9 +80,7 @@ final class StateLock {
                 if optional && [EBADF, ENOLCK, EOPNOTSUPP, EINVAL].contains(error) { return }
                 throw SystemError(operation: "lock \(name)", errno: error)
             }
-            guard waitedMs < probeWaitMs else {
-                throw AgentAlreadyRunning(stateDir: stateDir, pid: AgentLiveness.holder(readingFrom: holderFile)?.pid)
-            }
+            guard waitedMs < probeWaitMs else { throw held() }
             usleep(10_000)
             waitedMs += 10
         }
@@ -84,6 +91,51 @@ final class StateLock {
         _ = ftruncate(nameFile, 0)
         close(nameFile)
         close(directory)
+    }
+}
+
+/// One agent per inbox too. Two agents with state directories of their own
+/// and one inbox each took the jobs the other had moved to `.taken/` and not
+/// yet recorded: one job, two tasks, one destination. The lock is an flock on
+/// `.taken/`, the agents' own folder there (the inbox itself is what `submit`
+/// locks while it writes).
+final class InboxLock {
+    private let folder: Int32
+
+    init(inbox: String, stateDir: String) throws {
+        let taken = inbox + "/.taken"
+        try FileSystem.makeDirectory(inbox)
+        try FileSystem.makeOwnDirectory(taken)
+        let folder = try syscall("open \(taken)") { open(taken, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        do {
+            try StateLock.acquire(folder, named: taken, optional: true) {
+                AgentAlreadyRunning(stateDir: stateDir, pid: Self.flockHolder(of: folder), inbox: inbox)
+            }
+        } catch {
+            close(folder)
+            throw error
+        }
+        self.folder = folder
+    }
+
+    deinit { close(folder) }
+
+    /// The pid holding an flock on `fd`'s file, as /proc/locks tells it
+    /// ("1: FLOCK  ADVISORY  WRITE 1234 fd:00:5678 0 EOF"): the other agent
+    /// keeps no file of its own in the inbox to name itself.
+    private static func flockHolder(of fd: Int32) -> Int32? {
+        var info = stat()
+        guard fstat(fd, &info) == 0, let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return nil }
+        let device = UInt64(info.st_dev)
+        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
+        let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
+        let file = String(format: "%02x:%02x:%llu", major, minor, UInt64(info.st_ino))
+        for line in text.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count > 5, fields[1] == "FLOCK", fields[5] == file, let pid = Int32(fields[4]) else { continue }
+            return pid
+        }
+        return nil
     }
 }
 

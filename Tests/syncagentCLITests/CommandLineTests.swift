@@ -81,6 +81,26 @@ struct CommandLineTests {
         #expect(try harness.events().last?.type == "agent_stopped")
     }
 
+    /// Two agents with state dirs of their own on one inbox each took what the other had
+    /// moved to `.taken/` and not yet recorded: one job, a task in each log.
+    @Test func oneAgentPerInbox() throws {
+        let harness = try AgentHarness()
+        let other = try AgentHarness()
+        let first = try harness.startAgent()
+        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        let second = try other.run(["run", "--config", other.configFile, "--state-dir", other.stateDir, "--inbox", harness.inbox],
+                                   seconds: 30, flags: false)
+        #expect(second.status == 3)
+        #expect(second.stderr.contains("agent pid \(first.pid) is already watching inbox \(harness.inbox) (with another state dir)"),
+                "\(second.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: other.stateDir + "/events.sqlite"))
+        first.signal(SIGTERM)
+        #expect(first.wait(seconds: 5) == 0)
+        // Once it has stopped, the inbox is free for the other.
+        #expect(try other.run(["run", "--config", other.configFile, "--state-dir", other.stateDir, "--inbox", harness.inbox,
+                               "--exit-when-idle"], seconds: 30, flags: false).status == 0)
+    }
+
     /// SIGTERM pauses a running transfer at its durable offset and exits 0
     /// within 5 s; the next start resumes it with Range and finishes the file.
     @Test func sigtermPausesAndTheNextStartResumes() throws {
