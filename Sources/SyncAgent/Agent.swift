@@ -90,6 +90,9 @@ public final class Agent {
     var segmented: [String: SegmentedDownload] = [:]
     /// Resumable uploads (tus, IETF) carrying out their protocol, by task id.
     var uploads: [String: UploadRun] = [:]
+    /// How far this process sent each task's upload, kept across its attempts: a
+    /// server's later claim past it is of bytes it never received (see `UploadRun.believableEnd`).
+    var uploadReach: [String: UploadReach] = [:]
     /// `DELETE`s of cancelled uploads, by curl handle: no task waits for them.
     var terminations: [UnsafeMutableRawPointer: TransferAttempt] = [:]
     /// Compacts the log off the loop (see Compactor).
@@ -888,6 +891,8 @@ public final class Agent {
                 return
             }
             uploads[id] = nil
+            // Held across attempts, not past the upload's end.
+            if case .complete = ended { uploadReach[id] = nil }
             outcome = ended
             // What the server confirmed, as the log says it.
             durable = log.state[id]?.bytes ?? 0

@@ -83,6 +83,17 @@ public enum ResumableUpload {
     /// At most this many parts (`parallel`).
     public static let maximumParallel = 16
 
+    /// The furthest a server may truthfully say it holds of an upload this
+    /// process has sent nothing to (after a restart): the log's offset, the
+    /// confirmed chunks its throttled progress may have skipped (less than
+    /// one progress interval), and one chunk in flight. A claim past it is of
+    /// bytes never sent; one short of it cannot be told from the truth.
+    public static func believableEnd(logged: Int64, progressIntervalBytes: Int64, chunkSize: Int64?, size: Int64) -> Int64 {
+        let inFlight = max(chunkSize ?? 0, largestChunk)
+        let (end, overflow) = logged.addingReportingOverflow(progressIntervalBytes.addingReportingOverflow(inFlight).partialValue)
+        return overflow ? size : min(size, end)
+    }
+
     /// The parts of `size` bytes for `parallel` partial uploads: equal
     /// spans, the last taking the remainder; fewer when the file is small
     /// (no part under the smallest chunk).

@@ -88,9 +88,11 @@ once they pass validation (a 409/412/415 answer is not one).
                     mismatching (460, chunk discarded), as if a byte flipped on the wire
   offset_lies=1     HEAD (and GET) report Upload-Offset = length + 1000 (offset + 1000
                     while the length is unknown): a hostile server
+  head_offset=N     HEAD (and GET) report Upload-Offset = N (at most the length), whatever
+                    the upload holds: a server claiming bytes it never received
   no_104=1          IETF: never send the 104 interim response
   only_upload=K     the fault knobs above (drop_after, fail_status, stall_after,
-                    expire_after, corrupt_times, offset_lies, no_104) act only on the
+                    expire_after, corrupt_times, offset_lies, head_offset, no_104) act only on the
                     K-th upload created with exactly this query string (1-based, in
                     arrival order; a tus final concatenation is not counted)
   absolute_location=1  Location is http://HOST:PORT/... (Host header of the
@@ -231,7 +233,7 @@ MISMATCHING_OFFSET = "https://iana.org/assignments/http-problem-types#mismatchin
 INCONSISTENT_LENGTH = "https://iana.org/assignments/http-problem-types#inconsistent-upload-length"
 # Knobs that are faults: with only_upload=K they act on the K-th upload only.
 FAULT_KNOBS = ("drop_after", "fail_status", "stall_after", "expire_after", "corrupt_times",
-               "offset_lies", "no_104")
+               "offset_lies", "head_offset", "no_104")
 
 uploads = {}
 uploads_lock = threading.Lock()
@@ -763,6 +765,9 @@ class ResumableHandler:
             offset, length = upload.offset, upload.length
         if upload.knob("offset_lies", fault=True) in ("1", "true"):
             offset = (length if length is not None else offset) + 1000
+        claimed = upload.knob("head_offset", fault=True)
+        if claimed is not None:
+            offset = min(int(claimed), length) if length is not None else int(claimed)
         headers = [("Upload-Offset", str(offset)), ("Cache-Control", "no-store")]
         if length is None:
             headers.append(("Upload-Defer-Length", "1"))
@@ -994,6 +999,9 @@ class ResumableHandler:
             offset, length, complete = upload.offset, upload.length, upload.complete
         if upload.knob("offset_lies", fault=True) in ("1", "true"):
             offset = (length if length is not None else offset) + 1000
+        claimed = upload.knob("head_offset", fault=True)
+        if claimed is not None:
+            offset = min(int(claimed), length) if length is not None else int(claimed)
         headers = [("Upload-Offset", str(offset)), ("Upload-Complete", "?1" if complete else "?0"),
                    ("Upload-Limit", self.ietf_limits(upload.knobs)), ("Cache-Control", "no-store")]
         if length is not None:

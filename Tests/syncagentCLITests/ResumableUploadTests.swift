@@ -232,6 +232,41 @@ struct ResumableUploadTests {
         #expect(reasons.contains { $0.contains("claims") }, "\(reasons)")
     }
 
+    /// A seventh adversary: after a failed chunk, the retry's HEAD claimed 3,000,000 bytes of
+    /// which the server held none, and the upload was `finished`. A claim past what was sent
+    /// to it (kept across attempts) is refused as before within one attempt: a new upload.
+    @Test(arguments: ["tus", "ietf"])
+    func aClaimPastWhatWasSentIsNeverBelievedOnARetry(_ name: String) throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 4 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("\(name)/", "fail_status=500&fail_times=1&head_offset=3000000&only_upload=1"),
+                                      body: path, protocol: name, extra: "chunk_size = \"1M\""))
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let reasons = try harness.events().filter { $0.type == "upload_created" }.compactMap { $0.data["reason"] as? String }
+        #expect(reasons.contains { $0.contains("claims 3000000 bytes") }, "\(reasons)")
+    }
+
+    /// After a kill -9 the log bounds the claim: its offset, less than a progress interval
+    /// of chunks it skipped, and one chunk in flight (64 MiB when auto-sized).
+    @Test func aClaimPastWhatTheLogAllowsIsNeverBelievedAfterAKill() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let size = 80 << 20
+        let (path, data) = try bodyFile(harness, size: size)
+        try harness.drop("u.job", job(server.url("tus/", "stall_after=1000&stall=60&head_offset=80000000&only_upload=1"), body: path))
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { server.requests.contains { $0.method == "PATCH" && $0.status == 0 } }, "\(server.requests)")
+        agent.signal(SIGKILL)
+        _ = agent.wait(seconds: 10)
+        try run(harness)
+        #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
+        let reasons = try harness.events().filter { $0.type == "upload_created" }.compactMap { $0.data["reason"] as? String }
+        #expect(reasons.contains { $0.contains("claims 80000000 bytes") }, "\(reasons)")
+    }
+
     @Test func cancelAsksTheServerToDeleteTheUpload() throws {
         let harness = try AgentHarness()
         let server = try FaultServer(in: harness.directory)

@@ -41,10 +41,12 @@ final class UploadRun {
     /// Answers in a row that moved nothing (checksum mismatches, confused offsets): a bound on re-sending.
     var fruitlessAnswers = 0
     static let fruitlessAnswersAllowed = 3
-    /// The furthest the server may truthfully say it got: what it said at this
-    /// run's first HEAD, or 0 for an upload this run created, then the end of
-    /// every chunk sent. A claim past it is of bytes it never received.
-    var believableEnd: Int64?
+    /// The furthest the server may truthfully say it got: 0 for an upload
+    /// this run created; for one made before, what an earlier attempt of this
+    /// process sent it, or after a restart what the log allows
+    /// (`ResumableUpload.believableEnd`); then the end of every chunk sent.
+    /// A claim past it is of bytes it never received.
+    var believableEnd: Int64 = 0
     /// Why the upload is being created again, if it is: said in its `upload_created`.
     var lostUpload: String?
     /// `body_file` as this run found it: checked before every chunk and after the last.
@@ -110,6 +112,12 @@ struct BodyIdentity: Equatable {
     }
 }
 
+/// How far one process sent a task's upload, at the upload URL it sent to.
+struct UploadReach {
+    var url: String
+    var end: Int64
+}
+
 extension Agent {
     /// Starts (or resumes) a tus or IETF upload: discovery and creation if
     /// the log holds no upload URL yet, else `HEAD` to learn the server's offset.
@@ -144,6 +152,13 @@ extension Agent {
                             extensions: task.upload?.extensions, chunkSize: options.chunkSize)
         run.body = body
         (run.loggedOffset, run.loggedAtMs) = (task.bytes, FileSystem.monotonicMs)
+        if let session = task.upload {
+            // Before, a run started with no bound and took the server's first claim as one:
+            // a retry or a restart then finished an upload the server never received.
+            run.believableEnd = uploadReach[task.id].flatMap { $0.url == session.url ? $0.end : nil }
+                ?? ResumableUpload.believableEnd(logged: task.bytes, progressIntervalBytes: settings.progressIntervalBytes,
+                                                 chunkSize: options.chunkSize, size: span.length)
+        }
         // A whole-file upload of a file changed since: a new upload of the file as it is now.
         if task.upload != nil, let changed { run.lostUpload = changed }
         uploads[task.id] = run
@@ -229,7 +244,7 @@ extension Agent {
             // No `Expect: 100-continue`: a round trip per chunk for nothing.
             headers.append(Header(name: "Expect", value: ""))
             let slice = ByteSpan(run.fileOffset + from, run.fileOffset + from + length)
-            run.believableEnd = max(run.believableEnd ?? 0, from + length)
+            believe(run, upTo: from + length, at: session.url)
             if run.uploadProtocol == .ietf {
                 headers.append(Header(name: "Content-Type", value: "application/partial-upload"))
                 headers.append(Header(name: "Upload-Complete", value: from + length == run.size ? "?1" : "?0"))
@@ -298,6 +313,7 @@ extension Agent {
                                                         reason: run.lostUpload, changedNs: run.body.changedNs)), task: task.id)
                 run.lostUpload = nil
                 run.believableEnd = 0
+                uploadReach[task.id] = UploadReach(url: url, end: 0)
                 do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: "log_error") }
                 CrashPoint.uploadCreated.reached()
                 logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
@@ -322,10 +338,10 @@ extension Agent {
             switch answer {
             case .holds(let offset):
                 if let refusal = heed(limits: headers, run) { return refusal }
-                if let bound = run.believableEnd, offset > bound {
-                    return createAgain(run, task, because: "the server claims \(offset) bytes of the upload; only \(bound) were sent to it")
+                if offset > run.believableEnd {
+                    return createAgain(run, task, because: "the server claims \(offset) bytes of the upload; "
+                                       + "at most \(run.believableEnd) were sent to it")
                 }
-                run.believableEnd = max(run.believableEnd ?? 0, offset)
                 // IETF: every byte there but the upload not complete (the last append's answer was lost):
                 // an empty append with Upload-Complete: ?1 completes it.
                 if run.uploadProtocol == .ietf, offset == run.size,
@@ -520,6 +536,12 @@ extension Agent {
         run.step = run.uploadProtocol == .tus && run.extensions == nil ? .discover : .create
         send(run)
         return nil
+    }
+
+    /// Bytes up to `end` went out to `url`: a claim up to there may be true, in this attempt and later ones.
+    private func believe(_ run: UploadRun, upTo end: Int64, at url: String) {
+        run.believableEnd = max(run.believableEnd, end)
+        uploadReach[run.taskID] = UploadReach(url: url, end: run.believableEnd)
     }
 
     /// Ends a run from outside an answer (a body that cannot be read): the attempt ends with `outcome`.
