@@ -543,6 +543,24 @@ struct AdversaryFindingsTests {
         #expect(!(try harness.run(["events"]).stdout.contains("s3cret")))
     }
 
+    /// A seventh adversary: `truncate -s 1000 big.bin.part` mid-download. The agent went on
+    /// writing at its own offset, over a hole of zeros, and published the file `finished`.
+    @Test func aPartialFileCutShortUnderTheAgentIsFetchedAgainNotPublishedWithAHole() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("big.bin", size: 3_000_000)
+        try harness.drop("big.job", "id = \"big\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        let part = harness.downloads + "/big.bin.part"
+        #expect(eventually(within: 20) { ((try? FileManager.default.attributesOfItem(atPath: part)[.size] as? Int) ?? 0) > 1_000_000 })
+        #expect(truncate(part, 1000) == 0)
+        #expect(agent.wait(seconds: 60) == 0)
+        #expect(contents(harness.downloads + "/big.bin") == data)
+        let restart = try harness.events().compactMap { $0.data["restart_reason"] as? String ?? $0.data["reason"] as? String }
+        #expect(restart.contains { $0.contains("was cut short under the agent") }, "\(restart)")
+        try expectVerifyClean(harness)
+    }
+
     @Test func verifyChecksTheSha256AJobGave() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

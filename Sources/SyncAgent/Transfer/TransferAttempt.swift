@@ -561,7 +561,22 @@ final class TransferAttempt {
     /// Writes all `count` bytes to the partial file at `written` (the
     /// connections of a segmented download share one file); false, with
     /// the disk's reason as the stop reason, if it refused.
+    /// Where this attempt's first write to the partial file went.
+    private var firstWriteAt: Int64?
+
     private func writeToPartial(_ data: UnsafeRawPointer, _ count: Int) -> Bool {
+        if let from = firstWriteAt, written > from {
+            // Cut short under us (`truncate` by someone else), the file would get a hole of zeros where
+            // vouched bytes were, and be published so: asked before every write after the first.
+            var info = stat()
+            if fstat(fd, &info) == 0, Int64(info.st_size) < written {
+                stopReason = .transient(reason: "\(partPath ?? "the partial file") was cut short under the agent: it has "
+                                        + "\(info.st_size) bytes, where \(written) were written", retryAfterMs: nil, restartFromZero: true)
+                return false
+            }
+        } else if firstWriteAt == nil {
+            firstWriteAt = written
+        }
         do {
             try FileSystem.writeAll(fd, UnsafeRawBufferPointer(start: data, count: count), at: written, to: partPath ?? "")
             return true
