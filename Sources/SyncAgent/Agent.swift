@@ -162,6 +162,11 @@ public final class Agent {
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
         root = try DownloadRoot(path: paths.downloadDir)
         held.append(("download_dir", paths.downloadDir, try root.identity()))
+        // download_dir changed since some tasks were made: they keep their destinations (a
+        // failed one may be run again). Before, each failed at its next start, its bytes reset to 0.
+        for task in log.state.orderedTasks where task.phase != .finished && task.phase != .cancelled {
+            if let dest = task.spec.dest { root.admitFormer(folderOf: dest) }
+        }
         network = NetworkMonitor(logger: logger)
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
         resumeInterruptedTasks()

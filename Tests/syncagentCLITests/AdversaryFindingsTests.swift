@@ -561,6 +561,39 @@ struct AdversaryFindingsTests {
         try expectVerifyClean(harness)
     }
 
+    /// A sixth adversary: download_dir changed (SIGHUP says it needs a restart) and the agent
+    /// restarted. Every unfinished task then failed "is not inside download_dir", its bytes reset
+    /// to 0, and with the old setting back `resume` refused its own partial file. Tasks made
+    /// before the change now finish where they were going.
+    @Test func tasksMadeBeforeDownloadDirChangedFinishWhereTheyWereGoing() throws {
+        let harness = try AgentHarness(config: "max_active = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        let big = try server.serve("big.bin", size: 3_000_000, seed: 1)
+        let small = try server.serve("small.bin", size: 5000, seed: 2)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\ndest = \"sub/big.bin\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { ((try? harness.statusTasks().first?["bytes"] as? Int) ?? 0) > 0 })
+        // Queued behind it (max_active = 1): made under the old folder, never started there.
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(server.url("small.bin"))\"\n")
+        #expect(eventually(within: 20) { (try? harness.tasksByID()["b"]) != nil })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        let paused = try #require(try harness.tasksByID()["a"]?["bytes"] as? Int)
+        #expect(paused > 0)
+
+        let moved = harness.directory.file("elsewhere")
+        try "download_dir = \"\(moved)\"\n".write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(server.url("small.bin"))\"\ndest = \"c.bin\"\n")
+        let restarted = try harness.startAgent(exitWhenIdle: true)
+        #expect(restarted.wait(seconds: 60) == 0, "\(restarted.stderr.suffix(2000))")
+        #expect(contents(harness.downloads + "/sub/big.bin") == big)
+        #expect(contents(harness.downloads + "/small.bin") == small)
+        #expect(contents(moved + "/c.bin") == small)
+        // Resumed where the log said, not from 0.
+        let starts = try harness.events().filter { $0.type == "started" && $0.task == "a" }.compactMap { $0.data["offset"] as? Int }
+        #expect(starts.last.map { $0 >= paused } == true, "\(starts)")
+    }
+
     @Test func verifyChecksTheSha256AJobGave() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

@@ -13,9 +13,15 @@ import Glibc
 /// `openat2` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS does that in one
 /// call; kernels before 5.6 get the same rule from `openat` with
 /// O_NOFOLLOW, one component at a time.
+///
+/// Tasks created under an earlier `download_dir` keep their destinations:
+/// the folders holding them are admitted (`admitFormer`) and reached the
+/// same way, beneath the folder, opened by path when asked.
 final class DownloadRoot {
     let path: String
     private let fd: Int32
+    /// Folders outside `path` holding files of tasks made before download_dir changed.
+    private var formerFolders: [String] = []
 
     init(path: String) throws {
         self.path = path
@@ -31,26 +37,57 @@ final class DownloadRoot {
         return FileIdentity(info)
     }
 
+    /// Admits the folder holding `file`, a destination of a task made under an
+    /// earlier download_dir (nothing to do for one beneath the current root).
+    func admitFormer(folderOf file: String) {
+        let folder = (file as NSString).deletingLastPathComponent
+        guard !folder.isEmpty, beneath(file) == nil, !formerFolders.contains(where: { PathRules.isSame(folder, $0) || PathRules.isInside(folder, $0) })
+        else { return }
+        formerFolders.removeAll { PathRules.isInside($0, folder) }
+        formerFolders.append(folder)
+    }
+
     /// `file` relative to the root, or an error if it is not beneath it
     /// (a task created under another download_dir).
     private func relative(_ file: String) throws -> String {
         guard let relative = beneath(file) else {
-            throw SystemError(operation: "\(file) is not inside download_dir \(path)", errno: EXDEV)
+            throw SystemError(operation: "\(file) is outside download_dir \(path) (its task was made under another)", errno: EXDEV)
         }
         return relative
     }
 
     /// `file` relative to the root, or nil: for questions, which an
     /// answer of "no" settles without building an error's message.
-    private func beneath(_ file: String) -> String? {
-        guard PathRules.isInside(file, path) else { return nil }
-        return String(decoding: file.utf8.dropFirst(path == "/" ? 1 : path.utf8.count + 1), as: UTF8.self)
+    private func beneath(_ file: String) -> String? { Self.relative(file, to: path) }
+
+    private static func relative(_ file: String, to folder: String) -> String? {
+        guard PathRules.isInside(file, folder) else { return nil }
+        return String(decoding: file.utf8.dropFirst(folder == "/" ? 1 : folder.utf8.count + 1), as: UTF8.self)
+    }
+
+    /// The former folder holding `file`, opened, and `file` relative to it.
+    private func former(_ file: String) throws -> (folder: String, descriptor: Int32, relative: String)? {
+        for folder in formerFolders {
+            guard let relative = Self.relative(file, to: folder) else { continue }
+            let descriptor = try syscall("open \(folder) (the download_dir its task was made under)") {
+                open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            }
+            return (folder, descriptor, relative)
+        }
+        return nil
     }
 
     /// The directory holding `file`, opened beneath the root (created, with
     /// its parents, when `create`), and the file's own name in it.
     /// `relative` is `file` beneath the root, as `relative(_:)` gave it.
     private func parent(of file: String, relative: String, create: Bool) throws -> (directory: Int32, name: String) {
+        try parent(of: file, relative: relative, create: create, beneath: fd, named: path)
+    }
+
+    /// As above, beneath `base` (the root, or a former folder), which is named `basePath`.
+    private func parent(of file: String, relative: String, create: Bool, beneath base: Int32,
+                        named basePath: String) throws -> (directory: Int32, name: String) {
+        let (fd, path) = (base, basePath)
         // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
         let parts = relative.utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
         guard let name = parts.last else { throw SystemError(operation: "\(file) names no file", errno: EINVAL) }
@@ -96,6 +133,12 @@ final class DownloadRoot {
     /// `dup` of it to close again: each small download asks this six times).
     @discardableResult
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
+        if beneath(file) == nil, let (folder, descriptor, relative) = try former(file) {
+            defer { close(descriptor) }
+            let (directory, name) = try parent(of: file, relative: relative, create: create, beneath: descriptor, named: folder)
+            defer { close(directory) }
+            return try body(directory, name)
+        }
         let relative = try relative(file)
         if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(fd, relative) }
         let (directory, name) = try parent(of: file, relative: relative, create: create)
@@ -184,7 +227,7 @@ final class DownloadRoot {
     /// path that is not there through any route is absent beneath the root
     /// too; only a path that is there is looked at without symlinks.
     func exists(_ file: String) -> Bool {
-        guard let relative = beneath(file) else { return false }
+        guard let relative = beneath(file) else { return status(file) != nil }
         var info = stat()
         if fstatat(fd, relative, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
         return status(file) != nil
