@@ -1227,6 +1227,15 @@ public final class Agent {
             settings = TransferSettings(config: next)
             intake.parser = jobParser()
             log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart, hooks: next.hooks)))
+            if applied.contains("max_speed") {
+                // Running transfers too: before, only the next attempts were held to it, though the log said "applied".
+                for attempt in attempts.values {
+                    attempt.speedCapOfConfig = next.maxSpeed
+                    if !attempt.limitSpeed(to: attempt.ownSpeedCap) {
+                        logger.warning("curl refused a new speed limit", metadata: ["task.id": "\(attempt.taskID)"])
+                    }
+                }
+            }
             shareOverallSpeed()
             logger.notice("config reloaded", metadata: ["file": "\(file)", "applied": "\(applied)", "need_restart": "\(needRestart)"])
             // allow_metered may now hold back, or let go, tasks the link had no say over before.

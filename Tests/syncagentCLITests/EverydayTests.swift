@@ -400,6 +400,30 @@ import Glibc
         #expect(try String(contentsOfFile: record, encoding: .utf8) == "after\n", "an end before the reload owes nothing")
     }
 
+    /// A sixth adversary: SIGHUP lowering `max_speed` was logged "applied", and the running
+    /// download went on at full speed; only later attempts were held to it.
+    @Test func sighupLoweringMaxSpeedHoldsTheRunningTransferToo() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("big.bin", size: 30_000_000)
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL); _ = agent.wait(seconds: 10) }
+        try harness.drop("big.job", "id = \"big\"\nurl = \"\(server.url("big.bin", "rate=2000000"))\"\n")
+        let part = harness.downloads + "/big.bin.part"
+        func written() -> Int { (try? FileManager.default.attributesOfItem(atPath: part)[.size] as? Int) ?? 0 }
+        #expect(eventually(within: 20) { written() > 1_000_000 })
+        let config = try String(contentsOfFile: harness.configFile, encoding: .utf8)
+        try (config + "max_speed = \"20K\"\n").write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        agent.signal(SIGHUP)
+        #expect(eventually(within: 10) { (try? harness.events().contains { $0.type == "config_reloaded" }) ?? false })
+        // What the socket and curl's buffer held comes first; then 20 KB/s. At the server's
+        // 2 MB/s, 4 s would bring 8 MB: a bound far from both.
+        Thread.sleep(forTimeInterval: 1)
+        let before = written()
+        Thread.sleep(forTimeInterval: 4)
+        #expect(written() - before < 2_000_000, "\(written() - before) bytes in 4 s")
+    }
+
     // MARK: - A shared speed cap
 
     /// Three downloads under max_overall_speed = 1M: together they can never

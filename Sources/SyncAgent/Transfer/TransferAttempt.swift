@@ -50,7 +50,8 @@ final class TransferAttempt {
     /// What this kind of transfer does with a response (see `KindBehaviour`).
     let behaviour: KindBehaviour
     private let speedCapOfJob: Int64?
-    private let speedCapOfConfig: Int64?
+    /// The config's `max_speed`: followed on SIGHUP (see `Agent.reloadConfig`).
+    var speedCapOfConfig: Int64?
     let easy: UnsafeMutableRawPointer
     /// curl's own words for a failure (CURLOPT_ERRORBUFFER): "Rejected 200000 bytes header (max is
     /// 102400)!" where its error code alone reads "Out of memory".
