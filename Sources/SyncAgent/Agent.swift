@@ -38,6 +38,9 @@ public final class Agent {
     private var runStartedAtMs: Int64 = 0
     /// `finished` is recorded with its final path; the rename waits for the commit.
     var renamesAfterCommit: [(part: String, dest: String, replacing: Bool)] = []
+    /// Finished files whose rename failed after their commit (a folder made read-only, a file
+    /// system remounted so): tried again with each check of the held files, and at the next start.
+    var unpublished: [(part: String, dest: String, replacing: Bool)] = []
     /// Locks on the partial files of tasks that may write them (see
     /// `DownloadRoot.lockPartial`), by task id; released once a task stops.
     var partLocks: [String: Int32] = [:]
@@ -197,6 +200,7 @@ public final class Agent {
         while stopSignal == nil {
             if FileSystem.monotonicMs >= nextHeldCheckMs {
                 try checkHeldFilesAreStillThere()
+                publishAgain()
                 nextHeldCheckMs = FileSystem.monotonicMs + Self.heldCheckIntervalMs
             }
             // Tasks start once the backlog is all taken, in priority order across all of it.
@@ -307,7 +311,13 @@ public final class Agent {
         let tasks = log.state.orderedTasks
         let failed = tasks.indices.count { tasks[$0].phase == .failed && (tasks[$0].endedAtMs ?? 0) >= runStartedAtMs }
         logger.info("agent idle, exiting", metadata: ["failed": "\(failed)"])
-        return failed > 0 ? Self.exitSomeFailed : Self.exitAllFinished
+        publishAgain()
+        for (part, dest, _) in unpublished {
+            // Finished in the log, not where the user looks: this run did not do all it was asked.
+            logger.error("a finished file is not in place; the next start moves it there",
+                         metadata: ["dest": "\(dest)", "part": "\(part)"])
+        }
+        return failed > 0 || !unpublished.isEmpty ? Self.exitSomeFailed : Self.exitAllFinished
     }
 
     /// What the syncer made durable: progress is claimed by the attempt that
@@ -400,8 +410,9 @@ public final class Agent {
                 // A rename is durable once its directory is synced: once per directory, not per file.
                 if synced.insert((dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: dest) }
             } catch {
-                // The log vouches for the rename: the next start completes it.
+                // The log vouches for the rename: tried again while the agent runs, and at the next start.
                 cannotPublish(part, to: dest, error)
+                if (error as? SystemError)?.errno != EEXIST { unpublished.append((part, dest, replacing)) }
             }
         }
         renamesAfterCommit.removeAll()
@@ -609,6 +620,21 @@ public final class Agent {
     /// A rename the log vouches for did not happen. Something that appeared
     /// at `dest` meanwhile, under a mode that replaces nothing, is left as
     /// it is, and so is the download beside it: each start tries again.
+    /// The renames `commit` could not make, tried again.
+    private func publishAgain() {
+        guard !unpublished.isEmpty else { return }
+        unpublished.removeAll { part, dest, replacing in
+            do {
+                try Publisher.complete(part: part, to: dest, replacing: replacing, root: root)
+                try root.syncDirectory(of: dest)
+                logger.notice("published after all", metadata: ["dest": "\(dest)"])
+                return true
+            } catch {
+                return false
+            }
+        }
+    }
+
     private func cannotPublish(_ part: String, to dest: String, _ error: Error, task: String? = nil) {
         var metadata: Logger.Metadata = ["dest": "\(dest)", "error": "\(error)"]
         if let task { metadata["task.id"] = "\(task)" }

@@ -594,6 +594,47 @@ struct AdversaryFindingsTests {
         #expect(starts.last.map { $0 >= paused } == true, "\(starts)")
     }
 
+    /// `chattr` on `folder`: "+i" makes it immutable (nothing in it is created, renamed or removed,
+    /// root or not), "-i" lets go. True when it took.
+    func chattr(_ flag: String, _ folder: String, in harness: AgentHarness) throws -> Bool {
+        let child = try ChildProcess("/usr/bin/chattr", [flag, folder], environment: [:], outputIn: harness.directory.path, name: "chattr")
+        return child.wait(seconds: 10) == 0
+    }
+
+    /// A seventh adversary: the download folder made immutable as a download ended. `finished`
+    /// was committed, the rename failed, and a running agent never tried again, nor said so in
+    /// its exit status. It tries again every 2 s, and an idle exit with one left out says 4.
+    @Test func aFinishedFileThatCouldNotBeMovedIntoPlaceIsMovedOnceItCan() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("big.bin", size: 2_000_000)
+        let folder = harness.downloads + "/sub"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { _ = try? chattr("-i", folder, in: harness) }
+        for (round, exitWhenIdle) in [(1, false), (2, true)] {
+            try harness.drop("r\(round).job", "id = \"r\(round)\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\n"
+                             + "dest = \"sub/r\(round).bin\"\n")
+            let agent = try harness.startAgent(exitWhenIdle: exitWhenIdle)
+            #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: folder + "/r\(round).bin.part") })
+            try #require(try chattr("+i", folder, in: harness), "chattr +i is not supported here")
+            #expect(eventually(within: 30) { (try? harness.tasksByID()["r\(round)"]?["state"] as? String) == "finished" })
+            #expect(!FileManager.default.fileExists(atPath: folder + "/r\(round).bin"))
+            if exitWhenIdle {
+                #expect(agent.wait(seconds: 30) == 4)
+                #expect(try chattr("-i", folder, in: harness))
+                #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+            } else {
+                Thread.sleep(forTimeInterval: 1)
+                #expect(try chattr("-i", folder, in: harness))
+                #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: folder + "/r\(round).bin") })
+                agent.signal(SIGTERM)
+                #expect(agent.wait(seconds: 10) == 0)
+            }
+            #expect(contents(folder + "/r\(round).bin") == data)
+        }
+        try expectVerifyClean(harness)
+    }
+
     @Test func verifyChecksTheSha256AJobGave() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

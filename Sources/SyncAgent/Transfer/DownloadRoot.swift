@@ -279,9 +279,10 @@ final class DownloadRoot {
                 if sa_rename_noreplace(fromDirectory, fromName, toDirectory, toName) == 0 { return }
                 let error = errno
                 guard error == EINVAL || error == ENOSYS else {
-                    throw SystemError(operation: "move \(from) to \(to), where something else now is", errno: error)
+                    throw SystemError(operation: "move \(from) to \(to)" + (error == EEXIST ? ", where something else now is" : ""),
+                                      errno: error)
                 }
-                try syscall("link \(from) as \(to), where something else now is") { linkat(fromDirectory, fromName, toDirectory, toName, 0) }
+                try syscall("link \(from) as \(to)") { linkat(fromDirectory, fromName, toDirectory, toName, 0) }
                 try syscall("remove \(from), linked as \(to)") { unlinkat(fromDirectory, fromName, 0) }
             }
         }
