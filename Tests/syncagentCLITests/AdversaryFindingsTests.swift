@@ -202,9 +202,14 @@ struct AdversaryFindingsTests {
         let elsewhere = "http://localhost:\(server.port)/c.bin?forbid_header=X-Api-Key"
         let hop = server.url("hop.bin", "redirect_to=" + elsewhere.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
         try harness.drop("c.job", "id = \"c\"\nurl = \"\(hop)\"\n[headers]\nX-Api-Key = \"KEY-1234\"\nPrivate-Token = \"PT\"\n")
+        // A seventh adversary: a 302 with a body ("failure 302 on purpose") was not followed when the
+        // agent follows redirects itself (it carries a credential): its Location was read only for uploads.
+        let withBody = server.url("body.bin", "fail_status=302&redirect_to=" + elsewhere.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
+        try harness.drop("d.job", "id = \"d\"\nurl = \"\(withBody)\"\n[headers]\nX-Api-Key = \"KEY-1234\"\n")
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 30) == 0, "\(agent.stderr.suffix(1500))")
         #expect(contents(harness.downloads + "/hop.bin") == data)
+        #expect(contents(harness.downloads + "/body.bin") == data)
         let task = try #require(try harness.tasksByID()["c"])
         #expect(task["redirects"] as? Int == 1)
         #expect((task["current_url"] as? String)?.hasPrefix("http://localhost:") == true)

@@ -76,6 +76,8 @@ final class TransferAttempt {
     private(set) var sawSetCookie = false
     /// Upload and data tasks: the final response's headers (the first 100).
     private(set) var responseHeaders: [Header] = []
+    /// A redirect's `Location`, when the agent follows redirects itself (see `redirectToFollow`).
+    private var location: String?
     /// An HLS playlist's body, kept in memory (at most `playlistLimit` bytes).
     private(set) var playlistBody: [UInt8] = []
     static let playlistLimit = 16 << 20
@@ -445,6 +447,7 @@ final class TransferAttempt {
             contentRange = nil
             contentLength = nil
             retryAfterMs = nil
+            location = nil
             responseHeaders.removeAll()
             return true
         }
@@ -466,6 +469,8 @@ final class TransferAttempt {
             contentLength = .some(HTTPNumbers.contentLength(value))
         } else if let value = header.value(ifNamed: "accept-ranges") {
             acceptsRanges = value.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" }
+        } else if followsRedirectsItself, hopStatuses.contains(status), location == nil, let value = header.value(ifNamed: "location") {
+            location = value.trimmingCharacters(in: .whitespaces)
         }
         return true
     }
@@ -704,9 +709,9 @@ final class TransferAttempt {
         var target: UnsafePointer<CChar>?
         sa_easy_getinfo_string(easy, CURLINFO_REDIRECT_URL, &target)
         if let target { return .redirect(to: String(cString: target), status: status) }
-        // curl works out no redirect URL for an upload (CURLOPT_UPLOAD): its Location, resolved here.
-        guard let location = UploadAnswers.value("location", in: responseHeaders),
-              let resolved = URL(string: location, relativeTo: URL(string: currentURL))?.absoluteString else { return nil }
+        // curl works out no redirect URL for an upload (CURLOPT_UPLOAD), nor before the transfer
+        // is done (a 3xx with a body is looked at on its first byte): its Location, resolved here.
+        guard let location, let resolved = URL(string: location, relativeTo: URL(string: currentURL))?.absoluteString else { return nil }
         return .redirect(to: resolved, status: status)
     }
 
