@@ -37,10 +37,10 @@ public final class Agent {
     /// `--exit-when-idle` exit 4.
     private var runStartedAtMs: Int64 = 0
     /// `finished` is recorded with its final path; the rename waits for the commit.
-    var renamesAfterCommit: [(part: String, dest: String, replacing: Bool)] = []
-    /// Finished files whose rename failed after their commit (a folder made read-only, a file
-    /// system remounted so): tried again with each check of the held files, and at the next start.
-    var unpublished: [(part: String, dest: String, replacing: Bool)] = []
+    var renamesAfterCommit: [Rename] = []
+    /// Finished files whose rename failed after their commit (a folder made immutable, a file
+    /// system remounted read-only): tried again with each check of the held files, and at the next start.
+    var unpublished: [Rename] = []
     /// Locks on the partial files of tasks that may write them (see
     /// `DownloadRoot.lockPartial`), by task id; released once a task stops.
     var partLocks: [String: Int32] = [:]
@@ -312,10 +312,10 @@ public final class Agent {
         let failed = tasks.indices.count { tasks[$0].phase == .failed && (tasks[$0].endedAtMs ?? 0) >= runStartedAtMs }
         logger.info("agent idle, exiting", metadata: ["failed": "\(failed)"])
         publishAgain()
-        for (part, dest, _) in unpublished {
+        for rename in unpublished {
             // Finished in the log, not where the user looks: this run did not do all it was asked.
             logger.error("a finished file is not in place; the next start moves it there",
-                         metadata: ["dest": "\(dest)", "part": "\(part)"])
+                         metadata: ["task.id": "\(rename.task)", "dest": "\(rename.dest)", "part": "\(rename.part)"])
         }
         return failed > 0 || !unpublished.isEmpty ? Self.exitSomeFailed : Self.exitAllFinished
     }
@@ -360,7 +360,7 @@ public final class Agent {
             switch Publisher.prepare(task, bytes: bytes, in: log.state, root: root) {
             case .ready(let path, let modifiedNs):
                 recordFinished(task, attempt, bytes: bytes, dest: path, modifiedNs: modifiedNs, received: download?.bytesReceived)
-                renamesAfterCommit.append((task.partPath!, path, task.spec.overwrite.replacesFiles))
+                renamesAfterCommit.append(Rename(task: id, part: task.partPath!, dest: path, replacing: task.spec.overwrite.replacesFiles))
             case .skipped(let reason):
                 removePartial(task.partPath!, of: id)
                 log.record(.finished(Finished(bytes: root.size(task.spec.dest!) ?? 0, dest: task.spec.dest,
@@ -404,21 +404,32 @@ public final class Agent {
         intake.map { $0.removeTakenFiles() }
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
         var synced = Set<String>()
-        for (part, dest, replacing) in renamesAfterCommit {
+        for rename in renamesAfterCommit {
             do {
-                try Publisher.complete(part: part, to: dest, replacing: replacing, root: root)
+                try Publisher.complete(part: rename.part, to: rename.dest, replacing: rename.replacing, root: root)
                 // A rename is durable once its directory is synced: once per directory, not per file.
-                if synced.insert((dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: dest) }
+                if synced.insert((rename.dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: rename.dest) }
             } catch {
                 // The log vouches for the rename: tried again while the agent runs, and at the next start.
-                cannotPublish(part, to: dest, error)
-                if (error as? SystemError)?.errno != EEXIST { unpublished.append((part, dest, replacing)) }
+                cannotPublish(rename.part, to: rename.dest, error)
+                if (error as? SystemError)?.errno != EEXIST { unpublished.append(rename) }
             }
         }
         renamesAfterCommit.removeAll()
-        for folder in cleanupsAfterCommit { removeWorkFolder(folder) }
+        // A video's work folder holds it until its rename is done: never removed with it inside.
+        for folder in cleanupsAfterCommit where !unpublished.contains(where: { PathRules.isInside($0.part, folder) }) {
+            removeWorkFolder(folder)
+        }
         cleanupsAfterCommit.removeAll()
         startCompactionIfDue()
+    }
+
+    /// A finished file's rename, made once `finished` is committed.
+    struct Rename {
+        var task: String
+        var part: String
+        var dest: String
+        var replacing: Bool
     }
 
     /// What a commit has made true, said: the log lines of ends, and the notices recorded as posted.
@@ -617,17 +628,25 @@ public final class Agent {
         }
     }
 
-    /// A rename the log vouches for did not happen. Something that appeared
-    /// at `dest` meanwhile, under a mode that replaces nothing, is left as
-    /// it is, and so is the download beside it: each start tries again.
-    /// The renames `commit` could not make, tried again.
+    /// The renames `commit` could not make, tried again. One whose
+    /// destination another live task now holds, or whose file is gone, is
+    /// left to the next start's recovery, which checks more than this can.
     private func publishAgain() {
         guard !unpublished.isEmpty else { return }
-        unpublished.removeAll { part, dest, replacing in
+        unpublished.removeAll { rename in
+            guard Destinations.holder(of: rename.dest, in: log.state, except: rename.task) == nil, root.exists(rename.part) else {
+                logger.warning("a finished file could not be moved into place and is no longer waiting to be",
+                               metadata: ["task.id": "\(rename.task)", "dest": "\(rename.dest)", "part": "\(rename.part)"])
+                return true
+            }
             do {
-                try Publisher.complete(part: part, to: dest, replacing: replacing, root: root)
-                try root.syncDirectory(of: dest)
-                logger.notice("published after all", metadata: ["dest": "\(dest)"])
+                try Publisher.complete(part: rename.part, to: rename.dest, replacing: rename.replacing, root: root)
+                try root.syncDirectory(of: rename.dest)
+                logger.notice("published after all", metadata: ["task.id": "\(rename.task)", "dest": "\(rename.dest)"])
+                // A video's work folder, kept while the video was inside it.
+                if let work = log.state[rename.task].flatMap(HLSFanOut.workDirectory(of:)), PathRules.isInside(rename.part, work) {
+                    removeWorkFolder(work)
+                }
                 return true
             } catch {
                 return false
@@ -635,6 +654,9 @@ public final class Agent {
         }
     }
 
+    /// A rename the log vouches for did not happen. Something that appeared
+    /// at `dest` meanwhile, under a mode that replaces nothing, is left as
+    /// it is, and so is the download beside it: each start tries again.
     private func cannotPublish(_ part: String, to dest: String, _ error: Error, task: String? = nil) {
         var metadata: Logger.Metadata = ["dest": "\(dest)", "error": "\(error)"]
         if let task { metadata["task.id"] = "\(task)" }

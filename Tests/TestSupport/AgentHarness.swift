@@ -70,12 +70,13 @@ public final class AgentHarness {
     }
 
     /// Waits (10 s at most) until the agent has opened its log, download_dir and inbox and made
-    /// its own folders: `.taken/` is made last. (`status` says it runs as soon as it holds the
-    /// lock, before any of that; a test that changes those folders must wait for this.)
+    /// its own folders: `rejected/` is made last. (`status` says it runs as soon as it holds the
+    /// lock, before any of that, and `.taken/` is made first, to be locked: a test that changes
+    /// those folders must wait for this.)
     public func pastStartUp() -> Bool {
         eventually(within: 10) {
             var isFolder: ObjCBool = false
-            return FileManager.default.fileExists(atPath: self.inbox + "/.taken", isDirectory: &isFolder) && isFolder.boolValue
+            return FileManager.default.fileExists(atPath: self.inbox + "/rejected", isDirectory: &isFolder) && isFolder.boolValue
         }
     }
 

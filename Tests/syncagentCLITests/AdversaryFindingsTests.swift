@@ -580,7 +580,9 @@ struct AdversaryFindingsTests {
         #expect(eventually(within: 20) { ((try? harness.statusTasks().first?["bytes"] as? Int) ?? 0) > 0 })
         // Queued behind it (max_active = 1): made under the old folder, never started there.
         try harness.drop("b.job", "id = \"b\"\nurl = \"\(server.url("small.bin"))\"\n")
-        #expect(eventually(within: 20) { (try? harness.tasksByID()["b"]) != nil })
+        // … and one whose folder is not made yet (the review: it was reached from that folder, then missing).
+        try harness.drop("n.job", "id = \"n\"\nurl = \"\(server.url("small.bin"))\"\ndest = \"new/deeper/n.bin\"\n")
+        #expect(eventually(within: 20) { (try? harness.tasksByID()["b"]) != nil && (try? harness.tasksByID()["n"]) != nil })
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
         let paused = try #require(try harness.tasksByID()["a"]?["bytes"] as? Int)
@@ -593,6 +595,7 @@ struct AdversaryFindingsTests {
         #expect(restarted.wait(seconds: 60) == 0, "\(restarted.stderr.suffix(2000))")
         #expect(contents(harness.downloads + "/sub/big.bin") == big)
         #expect(contents(harness.downloads + "/small.bin") == small)
+        #expect(contents(harness.downloads + "/new/deeper/n.bin") == small)
         #expect(contents(moved + "/c.bin") == small)
         // Resumed where the log said, not from 0.
         let starts = try harness.events().filter { $0.type == "started" && $0.task == "a" }.compactMap { $0.data["offset"] as? Int }
@@ -614,8 +617,10 @@ struct AdversaryFindingsTests {
         let server = try FaultServer(in: harness.directory)
         let data = try server.serve("big.bin", size: 2_000_000)
         let folder = harness.downloads + "/sub"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        defer { _ = try? chattr("-i", folder, in: harness) }
+        // Its own ext4, where chattr works whatever the file system of the test's folder (overlayfs, tmpfs).
+        guard let disk = TestMount(failingExt4At: folder, backing: harness.directory.file("backing"),
+                                   imageSize: "32M", backingSize: "40m") else { return }
+        defer { _ = try? chattr("-i", folder, in: harness); withExtendedLifetime(disk) {} }
         for (round, exitWhenIdle) in [(1, false), (2, true)] {
             try harness.drop("r\(round).job", "id = \"r\(round)\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\n"
                              + "dest = \"sub/r\(round).bin\"\n")

@@ -207,6 +207,43 @@ struct HLSTests {
         #expect(segments.count == 10 && !segments.contains { $0.uri.hasPrefix("/hls/fmp4/") }, "\(segments.map(\.uri))")
     }
 
+    /// The review of the change that tries a failed rename again: a video whose rename failed
+    /// (its folder made immutable) had its work folder, the video inside, removed after the
+    /// commit all the same. It is kept until the video is moved into place.
+    @Test func aVideoWhoseRenameFailedIsKeptAndPublishedOnceItCanBe() throws {
+        let media = try media()
+        let harness = try AgentHarness()
+        let videos = harness.downloads + "/videos"
+        guard let disk = TestMount(failingExt4At: videos, backing: harness.directory.file("backing"),
+                                   imageSize: "32M", backingSize: "40m") else { return }
+        func chattr(_ flag: String) -> Bool {
+            (try? ChildProcess("/usr/bin/chattr", [flag, videos], environment: [:], outputIn: harness.directory.path,
+                               name: "chattr").wait(seconds: 10)) == 0
+        }
+        defer { _ = chattr("-i"); withExtendedLifetime(disk) {} }
+        let server = try FaultServer(in: harness.directory)
+        // Two segments at 40 KB/s: time to make the folder immutable while they come.
+        var playlist = "#EXTM3U\n#EXT-X-TARGETDURATION:3\n#EXT-X-PLAYLIST-TYPE:VOD\n"
+        for (index, segment) in try media.segments(of: "clear/index.m3u8").prefix(2).enumerated() {
+            try FileManager.default.copyItem(atPath: media.path("clear/\(segment)"), toPath: server.root + "/s\(index).ts")
+            playlist += "#EXTINF:2.0,\ns\(index).ts?rate=40000\n"
+        }
+        try (playlist + "#EXT-X-ENDLIST\n").write(toFile: server.root + "/v.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("v.job", "id = \"v\"\nkind = \"hls\"\nurl = \"\(server.url("v.m3u8"))\"\ndest = \"videos/v\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: videos + "/v.part") })
+        try #require(chattr("+i"))
+        #expect(eventually(within: 60) { (try? harness.tasksByID()["v"]?["state"] as? String) == "finished" })
+        #expect(!FileManager.default.fileExists(atPath: videos + "/v"))
+        Thread.sleep(forTimeInterval: 1)
+        #expect(chattr("-i"))
+        #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: videos + "/v/index.m3u8") })
+        #expect(eventually(within: 10) { !FileManager.default.fileExists(atPath: videos + "/v.part") })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        #expect(abs((HLSMedia.duration(of: videos + "/v/index.m3u8") ?? 0) - 4) <= 0.5)
+    }
+
     /// A fifth adversary: MPEG-TS segments, then a discontinuity into fMP4 ones, joined into one
     /// `.mp4` that began with TS bytes (ffprobe read 2 s of 4). One file cannot hold both.
     @Test func aPlaylistMixingTSAndFMP4IsNeverJoinedIntoOneFile() throws {

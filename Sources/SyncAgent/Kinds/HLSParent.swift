@@ -212,7 +212,8 @@ extension Agent {
             do {
                 let prepared = try outcome.get()
                 log.record(.finished(Finished(bytes: prepared.bytes, dest: prepared.dest)), task: id)
-                renamesAfterCommit.append((prepared.staging, prepared.dest, parent.spec.overwrite.replacesFiles))
+                renamesAfterCommit.append(Rename(task: id, part: prepared.staging, dest: prepared.dest,
+                                                 replacing: parent.spec.overwrite.replacesFiles))
                 if let work = HLSFanOut.workDirectory(of: parent) { cleanupsAfterCommit.append(work) }
                 logger.info("video published", metadata: ["task.id": "\(id)", "dest": "\(prepared.dest)",
                                                           "segments": "\(log.state.families[id]?.total ?? 0)"])

@@ -66,15 +66,23 @@ final class DownloadRoot {
     }
 
     /// The former folder holding `file`, opened, and `file` relative to it.
+    /// A folder not made yet (a queued task's) is reached from the nearest
+    /// one above it that is there, and made beneath it like the root's.
+    /// (The folders above are opened by path: a symbolic link among them
+    /// is followed, which inside download_dir never is.)
     private func former(_ file: String) throws -> (folder: String, descriptor: Int32, relative: String)? {
-        for folder in formerFolders {
-            guard let relative = Self.relative(file, to: folder) else { continue }
-            let descriptor = try syscall("open \(folder) (the download_dir its task was made under)") {
-                open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard var folder = formerFolders.first(where: { PathRules.isInside(file, $0) }) else { return nil }
+        while true {
+            let descriptor = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if descriptor >= 0, let relative = Self.relative(file, to: folder) { return (folder, descriptor, relative) }
+            let error = errno
+            let above = (folder as NSString).deletingLastPathComponent
+            guard descriptor < 0, error == ENOENT, !above.isEmpty, above != folder else {
+                if descriptor >= 0 { close(descriptor) }
+                throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: error)
             }
-            return (folder, descriptor, relative)
+            folder = above
         }
-        return nil
     }
 
     /// The directory holding `file`, opened beneath the root (created, with
@@ -87,24 +95,23 @@ final class DownloadRoot {
     /// As above, beneath `base` (the root, or a former folder), which is named `basePath`.
     private func parent(of file: String, relative: String, create: Bool, beneath base: Int32,
                         named basePath: String) throws -> (directory: Int32, name: String) {
-        let (fd, path) = (base, basePath)
         // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
         let parts = relative.utf8.split(separator: UInt8(ascii: "/")).map { String(decoding: $0, as: UTF8.self) }
         guard let name = parts.last else { throw SystemError(operation: "\(file) names no file", errno: EINVAL) }
         let folders = parts.dropLast()
         if folders.isEmpty {
-            return (try syscall("open download_dir \(path)") { dup(fd) }, name)
+            return (try syscall("open download_dir \(basePath)") { dup(base) }, name)
         }
         let joined = folders.joined(separator: "/")
-        let direct = sa_openat_beneath(fd, joined, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
+        let direct = sa_openat_beneath(base, joined, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
         if direct >= 0 { return (direct, name) }
         let firstError = errno
         guard firstError == ENOSYS || (firstError == ENOENT && create) else {
-            throw SystemError(operation: "open \(path)/\(joined) \(Self.words(firstError))", errno: firstError)
+            throw SystemError(operation: "open \(basePath)/\(joined) \(Self.words(firstError))", errno: firstError)
         }
         // One component at a time: made if missing, never a symlink.
-        var current = try syscall("open download_dir \(path)") { dup(fd) }
-        var walked = path
+        var current = try syscall("open download_dir \(basePath)") { dup(base) }
+        var walked = basePath
         for folder in folders {
             walked += "/" + folder
             if create, mkdirat(current, folder, 0o755) != 0, errno != EEXIST {

@@ -564,12 +564,12 @@ final class TransferAttempt {
         }
     }
 
-    /// Writes all `count` bytes to the partial file at `written` (the
-    /// connections of a segmented download share one file); false, with
-    /// the disk's reason as the stop reason, if it refused.
     /// Where this attempt's first write to the partial file went.
     private var firstWriteAt: Int64?
 
+    /// Writes all `count` bytes to the partial file at `written` (the
+    /// connections of a segmented download share one file); false, with
+    /// the disk's reason as the stop reason, if it refused.
     private func writeToPartial(_ data: UnsafeRawPointer, _ count: Int) -> Bool {
         if let from = firstWriteAt, written > from {
             // Cut short under us (`truncate` by someone else), the file would get a hole of zeros where
