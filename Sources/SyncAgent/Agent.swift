@@ -167,8 +167,14 @@ public final class Agent {
         held.append(("download_dir", paths.downloadDir, try root.identity()))
         // download_dir changed since some tasks were made: they keep their destinations (a
         // failed one may be run again). Before, each failed at its next start, its bytes reset to 0.
-        for task in log.state.orderedTasks where task.phase != .finished && task.phase != .cancelled {
-            if let dest = task.spec.dest { root.admitFormer(folderOf: dest) }
+        for task in log.state.orderedTasks where task.phase != .cancelled {
+            guard let dest = task.spec.dest, !root.holds(dest) else { continue }
+            // A finished one only if its rename is still to be done (looked for only outside the root).
+            if task.phase == .finished {
+                guard let part = task.spec.behaviour.fansOut ? HLSPublisher.staging(of: task) : task.partPath,
+                      access(part, F_OK) == 0 else { continue }
+            }
+            root.admitFormer(folderOf: dest)
         }
         network = NetworkMonitor(logger: logger)
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
@@ -624,6 +630,10 @@ public final class Agent {
             return true
         } catch {
             cannotPublish(source, to: dest, error, task: task.id)
+            // Tried again while the agent runs; an idle exit says it is left.
+            if (error as? SystemError)?.errno != EEXIST {
+                unpublished.append(Rename(task: task.id, part: source, dest: dest, replacing: task.spec.overwrite.replacesFiles))
+            }
             return false
         }
     }

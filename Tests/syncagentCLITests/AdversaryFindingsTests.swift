@@ -631,7 +631,12 @@ struct AdversaryFindingsTests {
             #expect(!FileManager.default.fileExists(atPath: folder + "/r\(round).bin"))
             if exitWhenIdle {
                 #expect(agent.wait(seconds: 30) == 4)
+                // An eighth adversary: the next start, with the folder still so, said 0 …
+                #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
                 #expect(try chattr("-i", folder, in: harness))
+                // … and one with another download_dir never moved the file.
+                try "download_dir = \"\(harness.directory.file("elsewhere"))\"\n"
+                    .write(toFile: harness.configFile, atomically: true, encoding: .utf8)
                 #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
             } else {
                 Thread.sleep(forTimeInterval: 1)

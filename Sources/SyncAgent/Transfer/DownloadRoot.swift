@@ -37,6 +37,9 @@ final class DownloadRoot {
         return FileIdentity(info)
     }
 
+    /// Whether `file` lies beneath download_dir itself.
+    func holds(_ file: String) -> Bool { beneath(file) != nil }
+
     /// Admits the folder holding `file`, a destination of a task made under an
     /// earlier download_dir (nothing to do for one beneath the current root).
     func admitFormer(folderOf file: String) {
