@@ -120,6 +120,14 @@ enum FileSystem {
         return String(cString: resolved)
     }
 
+    /// The path the kernel has for an open descriptor (/proc/self/fd), nil if it cannot say.
+    static func realPath(of descriptor: Int32) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("/proc/self/fd/\(descriptor)", &buffer, buffer.count - 1)
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// The file `path` names now (following symlinks).
     static func identity(of path: String) throws -> FileIdentity {
         var info = stat()

@@ -71,12 +71,19 @@ final class DownloadRoot {
     /// The former folder holding `file`, opened, and `file` relative to it.
     /// A folder not made yet (a queued task's) is reached from the nearest
     /// one above it that is there, and made beneath it like the root's.
-    /// (The folders above are opened by path: a symbolic link among them
-    /// is followed, which inside download_dir never is.)
+    /// Opened by path, it must be the folder of that path with no symbolic
+    /// link on the way (asked of the descriptor, so nothing can change in
+    /// between): an adversary planted one in the old folder, and the task
+    /// wrote outside both download_dirs.
     private func former(_ file: String) throws -> (folder: String, descriptor: Int32, relative: String)? {
         guard var folder = formerFolders.first(where: { PathRules.isInside(file, $0) }) else { return nil }
         while true {
             let descriptor = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if descriptor >= 0, FileSystem.realPath(of: descriptor).map({ !PathRules.isSame($0, folder) }) ?? true {
+                close(descriptor)
+                throw SystemError(operation: "open \(folder) (a symbolic link on the way to a folder of a task made under an "
+                                  + "earlier download_dir is never followed)", errno: ELOOP)
+            }
             if descriptor >= 0, let relative = Self.relative(file, to: folder) { return (folder, descriptor, relative) }
             let error = errno
             let above = (folder as NSString).deletingLastPathComponent
