@@ -84,14 +84,27 @@ public enum ResumableUpload {
     public static let maximumParallel = 16
 
     /// The furthest a server may truthfully say it holds of an upload this
-    /// process has sent nothing to (after a restart): the log's offset, the
-    /// confirmed chunks its throttled progress may have skipped (less than
-    /// one progress interval), and one chunk in flight. A claim past it is of
-    /// bytes never sent; one short of it cannot be told from the truth.
-    public static func believableEnd(logged: Int64, progressIntervalBytes: Int64, chunkSize: Int64?, size: Int64) -> Int64 {
-        let inFlight = max(chunkSize ?? 0, largestChunk)
-        let (end, overflow) = logged.addingReportingOverflow(progressIntervalBytes.addingReportingOverflow(inFlight).partialValue)
-        return overflow ? size : min(size, end)
+    /// process has sent nothing to (after a restart): the log's offset (every
+    /// confirmed chunk is logged), a chunk confirmed but not yet committed,
+    /// and one in flight. A claim past it is of bytes never sent; one short
+    /// of it cannot be told from the truth. `chunkSize`: the job's fixed
+    /// size (at most 4 GiB) or the server's smallest append; nil for auto,
+    /// whose chunks grow at most `ChunkSizer.growth` times from the probe or
+    /// from the last chunk logged (`lastChunk`). Chunks under `smallestChunk`
+    /// are logged at most once per progress interval: `unlogged` more.
+    public static func believableEnd(logged: Int64, chunkSize: Int64?, lastChunk: Int64? = nil, unlogged: Int64 = 0,
+                                     size: Int64) -> Int64 {
+        let (first, second): (Int64, Int64)
+        if let chunkSize {
+            (first, second) = (chunkSize + (chunkSize < smallestChunk ? unlogged : 0), chunkSize)
+        } else {
+            let next = lastChunk.map { min(largestChunk, max(smallestChunk, $0 * ChunkSizer.growth)) } ?? probeChunk
+            (first, second) = (next, min(largestChunk, max(smallestChunk, next * ChunkSizer.growth)))
+        }
+        // (A server's min-append-size comes here too: any number, so the sum is checked.)
+        let (both, overflowed) = first.addingReportingOverflow(second)
+        let (end, overflowedAgain) = logged.addingReportingOverflow(both)
+        return overflowed || overflowedAgain ? size : min(size, end)
     }
 
     /// The parts of `size` bytes for `parallel` partial uploads: equal
@@ -119,6 +132,11 @@ public struct ChunkSizer: Equatable, Sendable {
     public var serverMinimum: Int64?
     /// Bytes per second, smoothed; nil before the first chunk.
     public private(set) var throughput: Double?
+    /// The last chunk measured: the next auto-sized one is at most `growth` times it.
+    public private(set) var lastChunk: Int64?
+    /// How much larger one auto-sized chunk may be than the one before: a
+    /// restart can then bound what was in flight from the last one logged.
+    public static let growth: Int64 = 4
 
     public init(fixed: Int64?, serverMaximum: Int64? = nil) {
         self.fixed = fixed
@@ -135,6 +153,7 @@ public struct ChunkSizer: Equatable, Sendable {
             size = Int64(min(max(wanted, Double(ResumableUpload.smallestChunk)), Double(ResumableUpload.largestChunk)))
             // Whole 64 KiB blocks: sizes that read well in status and align with the file system.
             size = max(ResumableUpload.smallestChunk, size & ~0xFFFF)
+            if let lastChunk { size = min(size, max(ResumableUpload.smallestChunk, lastChunk * Self.growth)) }
         } else {
             size = ResumableUpload.probeChunk
         }
@@ -146,6 +165,7 @@ public struct ChunkSizer: Equatable, Sendable {
     /// A chunk of `bytes` went out and was confirmed in `elapsedMs`.
     public mutating func measured(bytes: Int64, elapsedMs: Int64) {
         guard bytes > 0 else { return }
+        lastChunk = bytes
         let rate = Double(bytes) * 1000 / Double(max(1, elapsedMs))
         // A slower link is followed at once (a long chunk on a slow link is much to re-send after a
         // drop); a faster one is believed gradually, weighted towards the newest chunk.

@@ -50,12 +50,32 @@ struct ResumableUploadCoreTests {
         #expect(problem("url = \"http://h.test/a\"\nprotocol = \"tus\"") == "key \"protocol\" applies to uploads (kind = \"upload\") only")
     }
 
+    /// What a server may claim after a restart: the log's offset, then two chunks at most.
+    @Test func aClaimAfterARestartIsBoundedByTheLogAndTwoChunks() {
+        let big: Int64 = 1 << 40
+        #expect(ResumableUpload.believableEnd(logged: 0, chunkSize: 4 << 20, size: big) == 8 << 20)
+        // Auto-sized: the probe, then at most 4 times it; or 4 and 16 times the last chunk logged, up to 64 MiB each.
+        #expect(ResumableUpload.believableEnd(logged: 1 << 20, chunkSize: nil, size: big) == (1 << 20) + (1 << 20) + (4 << 20))
+        #expect(ResumableUpload.believableEnd(logged: 0, chunkSize: nil, lastChunk: 2 << 20, size: big) == (8 << 20) + (32 << 20))
+        #expect(ResumableUpload.believableEnd(logged: 0, chunkSize: nil, lastChunk: 32 << 20, size: big) == 128 << 20)
+        // Tiny fixed chunks are logged once per interval.
+        #expect(ResumableUpload.believableEnd(logged: 0, chunkSize: 1024, unlogged: 8 << 20, size: big) == (8 << 20) + 2048)
+        // Never past the upload, and a hostile min-append-size cannot overflow it.
+        #expect(ResumableUpload.believableEnd(logged: 100, chunkSize: 4 << 20, size: 1000) == 1000)
+        #expect(ResumableUpload.believableEnd(logged: 1 << 62, chunkSize: Int64.max / 2, size: big) == big)
+    }
+
     @Test func chunksProbeThenFollowTheLink() {
         var sizer = ChunkSizer(fixed: nil)
         #expect(sizer.next(remaining: 100 << 20) == ResumableUpload.probeChunk)
         #expect(sizer.next(remaining: 1000) == 1000)
-        // 1 MiB in 100 ms: 10 MiB/s, so about 30 MiB for 3 s.
+        // 1 MiB in 100 ms: 10 MiB/s, so about 30 MiB for 3 s; but at most 4 times the chunk
+        // before, so that a restart can bound what was in flight (`believableEnd`).
         sizer.measured(bytes: 1 << 20, elapsedMs: 100)
+        #expect(sizer.next(remaining: 1 << 40) == 4 << 20)
+        sizer.measured(bytes: 4 << 20, elapsedMs: 400)
+        #expect(sizer.next(remaining: 1 << 40) == 16 << 20)
+        sizer.measured(bytes: 16 << 20, elapsedMs: 1600)
         let fast = sizer.next(remaining: 1 << 40)
         #expect(fast > 25 << 20 && fast <= 31 << 20 && fast % (64 << 10) == 0)
         // The link slows down to 100 KiB/s: the next chunk is the smallest.

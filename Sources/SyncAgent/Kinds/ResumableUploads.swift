@@ -47,11 +47,13 @@ final class UploadRun {
     /// (`ResumableUpload.believableEnd`); then the end of every chunk sent.
     /// A claim past it is of bytes it never received.
     var believableEnd: Int64 = 0
+    /// Whether `believableEnd` came from the log (a restart), not from what this process sent.
+    var boundFromLog = false
     /// Why the upload is being created again, if it is: said in its `upload_created`.
     var lostUpload: String?
     /// `body_file` as this run found it: checked before every chunk and after the last.
     var body = BodyIdentity(size: 0, modifiedNs: 0, changedNs: 0)
-    /// The offset last recorded in the log, and when (monotonic ms): progress events are throttled.
+    /// The offset last recorded in the log, and when (monotonic ms): small chunks' progress is throttled.
     var loggedOffset: Int64 = 0
     var loggedAtMs: Int64 = 0
     /// New uploads this run made for a lost one: bounded, whatever progress came between.
@@ -156,8 +158,9 @@ extension Agent {
             // Before, a run started with no bound and took the server's first claim as one:
             // a retry or a restart then finished an upload the server never received.
             run.believableEnd = uploadReach[task.id].flatMap { $0.url == session.url ? $0.end : nil }
-                ?? ResumableUpload.believableEnd(logged: task.bytes, progressIntervalBytes: settings.progressIntervalBytes,
-                                                 chunkSize: options.chunkSize, size: span.length)
+                ?? ResumableUpload.believableEnd(logged: task.bytes, chunkSize: options.chunkSize, lastChunk: task.chunkSize,
+                                                 unlogged: settings.progressIntervalBytes, size: span.length)
+            run.boundFromLog = uploadReach[task.id]?.url != session.url
         }
         // A whole-file upload of a file changed since: a new upload of the file as it is now.
         if task.upload != nil, let changed { run.lostUpload = changed }
@@ -338,6 +341,11 @@ extension Agent {
             switch answer {
             case .holds(let offset):
                 if let refusal = heed(limits: headers, run) { return refusal }
+                // A server whose smallest append (IETF min-append-size) is larger than our chunks.
+                if run.boundFromLog, let minimum = run.sizer.serverMinimum {
+                    run.believableEnd = max(run.believableEnd, ResumableUpload.believableEnd(logged: task.bytes, chunkSize: minimum,
+                                                                                             size: run.size))
+                }
                 if offset > run.believableEnd {
                     return createAgain(run, task, because: "the server claims \(offset) bytes of the upload; "
                                        + "at most \(run.believableEnd) were sent to it")
@@ -370,10 +378,12 @@ extension Agent {
             case .holds(let offset) where offset > from:
                 run.fruitlessAnswers = 0
                 run.sizer.measured(bytes: offset - from, elapsedMs: FileSystem.monotonicMs - run.stepStartedMs)
-                // Throttled like a download's (SPEC §6 rule 4): what the log skips, a restart's HEAD learns.
+                // Every chunk of a usual size: it is itself the throttle (about 3 s when auto-sized), and a
+                // log that skips none bounds what a server may claim after a kill (`ResumableUpload.believableEnd`).
+                // Smaller ones (a job's own tiny chunk_size) are throttled like a download's progress.
                 let now = FileSystem.monotonicMs
-                if offset == run.size || offset - run.loggedOffset >= settings.progressIntervalBytes
-                    || now - run.loggedAtMs >= settings.progressIntervalMs {
+                if length >= ResumableUpload.smallestChunk || offset == run.size
+                    || offset - run.loggedOffset >= settings.progressIntervalBytes || now - run.loggedAtMs >= settings.progressIntervalMs {
                     log.record(.progressed(Progressed(bytes: offset, total: run.size, chunk: length)), task: task.id)
                     (run.loggedOffset, run.loggedAtMs) = (offset, now)
                 }
