@@ -244,6 +244,39 @@ struct HLSTests {
         #expect(abs((HLSMedia.duration(of: videos + "/v/index.m3u8") ?? 0) - 4) <= 0.5)
     }
 
+    /// An eighth adversary: a finished segment's file cut to half before the video was put
+    /// together was joined as it was, and the video published short, `finished`.
+    @Test func aSegmentChangedAfterItsDownloadFailsTheVideoAndResumeFetchesItAgain() throws {
+        let media = try media()
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let sources = try media.segments(of: "clear/index.m3u8").prefix(2).map { media.path("clear/\($0)") }
+        var playlist = "#EXTM3U\n#EXT-X-TARGETDURATION:3\n#EXT-X-PLAYLIST-TYPE:VOD\n"
+        for (index, source) in sources.enumerated() {
+            try FileManager.default.copyItem(atPath: source, toPath: server.root + "/s\(index).ts")
+            // The second comes slowly: time to cut the first once it is done.
+            playlist += "#EXTINF:2.0,\ns\(index).ts\(index == 1 ? "?rate=40000" : "")\n"
+        }
+        try (playlist + "#EXT-X-ENDLIST\n").write(toFile: server.root + "/v.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("v.job", "id = \"v\"\nkind = \"hls\"\nurl = \"\(server.url("v.m3u8"))\"\ndest = \"v\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        var first: [String: Any]?
+        #expect(eventually(within: 20) {
+            first = (try? harness.statusTasks())?.first { ($0["url"] as? String)?.hasSuffix("/s0.ts") == true && $0["state"] as? String == "finished" }
+            return first != nil
+        })
+        let path = try #require(first?["dest"] as? String)
+        #expect(truncate(path, 1000) == 0)
+        #expect(agent.wait(seconds: 60) == 4)
+        let failed = try task(harness, "v")
+        #expect(failed["state"] as? String == "failed" && (failed["error"] as? String)?.contains("changed since") == true, "\(failed)")
+        #expect(try harness.run(["resume", "v"]).status == 0)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        for (index, source) in sources.enumerated() {
+            #expect(contents(harness.downloads + "/v/\(index).ts") == contents(source), "segment \(index)")
+        }
+    }
+
     /// A fifth adversary: MPEG-TS segments, then a discontinuity into fMP4 ones, joined into one
     /// `.mp4` that began with TS bytes (ffprobe read 2 s of 4). One file cannot hold both.
     @Test func aPlaylistMixingTSAndFMP4IsNeverJoinedIntoOneFile() throws {

@@ -105,11 +105,21 @@ enum HLSPublisher {
         return keys
     }
 
+    /// A finished child's file as its download left it. One cut short or
+    /// grown since (by another process) would be joined as it is now: the
+    /// child fails with the video, so that `resume` fetches it again.
+    private static func checkUnchanged(_ child: String, size: Int64?, in state: AgentState) throws {
+        guard let task = state[child], let size, size != task.bytes else { return }
+        throw HLSFailure(reason: "\(task.dest ?? child) has \(size) bytes, not the \(task.bytes) downloaded: it changed since",
+                         code: "segment_changed", child: child)
+    }
+
     /// A segment's bytes as a player wants them: decrypted if it has a key.
     private static func clearBytes(_ entry: HLSEntry, keys: [String: SymmetricKey], in state: AgentState,
                                    root: DownloadRoot) throws -> [UInt8] {
         guard let path = state[entry.child]?.dest else { throw HLSFailure(reason: "segment \(entry.sequence) has no file", code: "local_error") }
         let bytes = try root.read(path, limit: 1 << 30)
+        try checkUnchanged(entry.child, size: Int64(bytes.count), in: state)
         guard let keyChild = entry.keyChild, let key = keys[keyChild] else { return bytes }
         do {
             let iv = try AES._CBC.IV(ivBytes: Hex.decode(entry.iv ?? "") ?? [])
@@ -127,18 +137,19 @@ enum HLSPublisher {
         try root.makeDirectory(staging)
         let (names, inits) = HLSLocalPlaylist.names(of: hls.entries)
         var bytes: Int64 = 0
-        var moves: [(from: String, to: String)] = inits.compactMap { child, name in
-            state[child]?.dest.map { ($0, staging + "/" + name) }
+        var moves: [(child: String, from: String, to: String)] = inits.compactMap { child, name in
+            state[child]?.dest.map { (child, $0, staging + "/" + name) }
         }
         for (index, entry) in hls.entries.enumerated() {
             let target = staging + "/" + names[index]
             if entry.keyChild != nil {
                 if !root.exists(target) { try write(try clearBytes(entry, keys: keys, in: state, root: root), to: target, root: root) }
             } else if let source = state[entry.child]?.dest {
-                moves.append((source, target))
+                moves.append((entry.child, source, target))
             }
         }
         for move in moves where root.exists(move.from) || !root.exists(move.to) {
+            if root.exists(move.from) { try checkUnchanged(move.child, size: root.size(move.from), in: state) }
             try root.rename(move.from, to: move.to)
         }
         for name in names + Array(inits.values) { bytes += root.size(staging + "/" + name) ?? 0 }
@@ -159,7 +170,9 @@ enum HLSPublisher {
         for entry in hls.entries {
             if let map = entry.mapChild, map != currentInit, let path = state[map]?.dest {
                 currentInit = map
-                written += try append(try root.read(path, limit: 64 << 20), to: fd, staging)
+                let initBytes = try root.read(path, limit: 64 << 20)
+                try checkUnchanged(map, size: Int64(initBytes.count), in: state)
+                written += try append(initBytes, to: fd, staging)
             }
             written += try append(try clearBytes(entry, keys: keys, in: state, root: root), to: fd, staging)
         }
