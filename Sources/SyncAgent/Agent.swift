@@ -194,6 +194,8 @@ public final class Agent {
         intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
                             exists: { [unowned self] path in self.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] control, source in self.apply(control, source: source) }
+        // Its lock (see InboxLock): `.taken/` deleted or replaced would let a second agent take the inbox.
+        held.append(("the inbox's .taken folder", intake.takenDirectory, try FileSystem.identity(of: intake.takenDirectory)))
         // Jobs a previous agent had moved out of the inbox but not yet recorded.
         intake.takeLeftovers()
         logger.info("agent started", metadata: [

@@ -239,7 +239,7 @@ struct AdversaryFindingsTests {
     /// published into the folder moved away (the log naming the new one), or
     /// never saw a job dropped into the new inbox. It stops, and the next
     /// start works in the folders now there.
-    @Test(arguments: ["downloads", "inbox"])
+    @Test(arguments: ["downloads", "inbox", "inbox/.taken"])
     func aFolderReplacedUnderTheAgentStopsItAndTheNextStartUsesTheNewOne(_ folder: String) throws {
         let harness = try AgentHarness()
         let server = try FaultServer(in: harness.directory)
