@@ -413,15 +413,7 @@ public final class Agent {
         if !renamesAfterCommit.isEmpty { CrashPoint.finishedCommitted.reached() }
         var synced = Set<String>()
         for rename in renamesAfterCommit {
-            do {
-                try Publisher.complete(part: rename.part, to: rename.dest, replacing: rename.replacing, root: root)
-                // A rename is durable once its directory is synced: once per directory, not per file.
-                if synced.insert((rename.dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: rename.dest) }
-            } catch {
-                // The log vouches for the rename: tried again while the agent runs, and at the next start.
-                cannotPublish(rename.part, to: rename.dest, error)
-                if (error as? SystemError)?.errno != EEXIST { unpublished.append(rename) }
-            }
+            do { try publish(rename, synced: &synced) } catch { cannotPublish(rename, error) }
         }
         renamesAfterCommit.removeAll()
         // A video's work folder holds it until its rename is done: never removed with it inside.
@@ -626,18 +618,22 @@ public final class Agent {
     /// log vouches for is done now. False (and logged) if it cannot be.
     @discardableResult
     func completeRename(of task: TaskState, from source: String, to dest: String) -> Bool {
+        let rename = Rename(task: task.id, part: source, dest: dest, replacing: task.spec.overwrite.replacesFiles)
+        var synced = Set<String>()
         do {
-            try Publisher.complete(part: source, to: dest, replacing: task.spec.overwrite.replacesFiles, root: root)
-            try root.syncDirectory(of: dest)
+            try publish(rename, synced: &synced)
             return true
         } catch {
-            cannotPublish(source, to: dest, error, task: task.id)
-            // Tried again while the agent runs; an idle exit says it is left.
-            if (error as? SystemError)?.errno != EEXIST {
-                unpublished.append(Rename(task: task.id, part: source, dest: dest, replacing: task.spec.overwrite.replacesFiles))
-            }
+            cannotPublish(rename, error)
             return false
         }
+    }
+
+    /// The rename that publishes a finished file, then its directory synced: the rename is
+    /// durable once that is, and one sync serves every file published there (`synced`).
+    private func publish(_ rename: Rename, synced: inout Set<String>) throws {
+        try Publisher.complete(part: rename.part, to: rename.dest, replacing: rename.replacing, root: root)
+        if synced.insert((rename.dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: rename.dest) }
     }
 
     /// The renames `commit` could not make, tried again. One whose
@@ -651,9 +647,9 @@ public final class Agent {
                                metadata: ["task.id": "\(rename.task)", "dest": "\(rename.dest)", "part": "\(rename.part)"])
                 return true
             }
+            var synced = Set<String>()
             do {
-                try Publisher.complete(part: rename.part, to: rename.dest, replacing: rename.replacing, root: root)
-                try root.syncDirectory(of: rename.dest)
+                try publish(rename, synced: &synced)
                 logger.notice("published after all", metadata: ["task.id": "\(rename.task)", "dest": "\(rename.dest)"])
                 // A video's work folder, kept while the video was inside it.
                 if let work = log.state[rename.task].flatMap(HLSFanOut.workDirectory(of:)), PathRules.isInside(rename.part, work) {
@@ -668,16 +664,17 @@ public final class Agent {
 
     /// A rename the log vouches for did not happen. Something that appeared
     /// at `dest` meanwhile, under a mode that replaces nothing, is left as
-    /// it is, and so is the download beside it: each start tries again.
-    private func cannotPublish(_ part: String, to dest: String, _ error: Error, task: String? = nil) {
-        var metadata: Logger.Metadata = ["dest": "\(dest)", "error": "\(error)"]
-        if let task { metadata["task.id"] = "\(task)" }
+    /// it is, and so is the download beside it: each start tries again. Any
+    /// other refusal (a folder made immutable, a read-only remount) is tried
+    /// again while the agent runs (`publishAgain`), and an idle exit says it is left.
+    private func cannotPublish(_ rename: Rename, _ error: Error) {
+        let metadata: Logger.Metadata = ["task.id": "\(rename.task)", "dest": "\(rename.dest)", "error": "\(error)"]
         if let error = error as? SystemError, error.errno == EEXIST {
-            metadata["part"] = "\(part)"
             logger.error("something appeared where a finished task publishes; it is left alone, the download stays beside it",
-                         metadata: metadata)
+                         metadata: metadata.merging(["part": "\(rename.part)"]) { $1 })
         } else {
             logger.error("cannot publish", metadata: metadata)
+            unpublished.append(rename)
         }
     }
 
@@ -880,9 +877,10 @@ public final class Agent {
     }
 
     /// Gives each running transfer its share of `max_overall_speed`, again
-    /// whenever one starts or stops (and on SIGHUP).
-    func shareOverallSpeed() {
-        guard config.maxOverallSpeed != nil || sharingSpeed || !segmented.isEmpty else { return }
+    /// whenever one starts or stops (and on SIGHUP). `capsChanged`: their own
+    /// caps changed (SIGHUP's `max_speed`), so each is set even with nothing shared.
+    func shareOverallSpeed(capsChanged: Bool = false) {
+        guard capsChanged || config.maxOverallSpeed != nil || sharingSpeed || !segmented.isEmpty else { return }
         // Set once a cap was shared, so that removing it on SIGHUP gives each transfer its own cap back.
         sharingSpeed = config.maxOverallSpeed != nil || !segmented.isEmpty
         var own: [String: Int64?] = [:], connections: [String: Int64] = [:]
@@ -1287,16 +1285,11 @@ public final class Agent {
             settings = TransferSettings(config: next)
             intake.parser = jobParser()
             log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart, hooks: next.hooks)))
-            if applied.contains("max_speed") {
-                // Running transfers too: before, only the next attempts were held to it, though the log said "applied".
-                for attempt in attempts.values {
-                    attempt.speedCapOfConfig = next.maxSpeed
-                    if !attempt.limitSpeed(to: attempt.ownSpeedCap) {
-                        logger.warning("curl refused a new speed limit", metadata: ["task.id": "\(attempt.taskID)"])
-                    }
-                }
-            }
-            shareOverallSpeed()
+            // Running transfers follow max_speed too: before, only the next attempts were held to it,
+            // though the log said "applied".
+            let capsChanged = applied.contains("max_speed")
+            if capsChanged { for attempt in attempts.values { attempt.speedCapOfConfig = next.maxSpeed } }
+            shareOverallSpeed(capsChanged: capsChanged)
             logger.notice("config reloaded", metadata: ["file": "\(file)", "applied": "\(applied)", "need_restart": "\(needRestart)"])
             // allow_metered may now hold back, or let go, tasks the link had no say over before.
             if applied.contains("allow_metered") { applyNetworkPolicy() }
