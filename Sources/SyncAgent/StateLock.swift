@@ -103,7 +103,7 @@ final class InboxLock {
     private let folder: Int32
 
     init(inbox: String, stateDir: String) throws {
-        let taken = inbox + "/.taken"
+        let taken = Intake.takenDirectory(of: inbox)
         try FileSystem.makeDirectory(inbox)
         try FileSystem.makeOwnDirectory(taken)
         let folder = try syscall("open \(taken)") { open(taken, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }

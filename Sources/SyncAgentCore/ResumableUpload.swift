@@ -98,8 +98,8 @@ public enum ResumableUpload {
         if let chunkSize {
             (first, second) = (chunkSize + (chunkSize < smallestChunk ? unlogged : 0), chunkSize)
         } else {
-            let next = lastChunk.map { min(largestChunk, max(smallestChunk, $0 * ChunkSizer.growth)) } ?? probeChunk
-            (first, second) = (next, min(largestChunk, max(smallestChunk, next * ChunkSizer.growth)))
+            let next = lastChunk.map(ChunkSizer.largestAfter) ?? probeChunk
+            (first, second) = (next, ChunkSizer.largestAfter(next))
         }
         // (A server's min-append-size comes here too: any number, so the sum is checked.)
         let (both, overflowed) = first.addingReportingOverflow(second)
@@ -138,6 +138,11 @@ public struct ChunkSizer: Equatable, Sendable {
     /// restart can then bound what was in flight from the last one logged.
     public static let growth: Int64 = 4
 
+    /// The largest auto-sized chunk that may follow one of `chunk` bytes.
+    public static func largestAfter(_ chunk: Int64) -> Int64 {
+        min(ResumableUpload.largestChunk, max(ResumableUpload.smallestChunk, chunk * growth))
+    }
+
     public init(fixed: Int64?, serverMaximum: Int64? = nil) {
         self.fixed = fixed
         self.serverMaximum = serverMaximum
@@ -153,7 +158,7 @@ public struct ChunkSizer: Equatable, Sendable {
             size = Int64(min(max(wanted, Double(ResumableUpload.smallestChunk)), Double(ResumableUpload.largestChunk)))
             // Whole 64 KiB blocks: sizes that read well in status and align with the file system.
             size = max(ResumableUpload.smallestChunk, size & ~0xFFFF)
-            if let lastChunk { size = min(size, max(ResumableUpload.smallestChunk, lastChunk * Self.growth)) }
+            if let lastChunk { size = min(size, Self.largestAfter(lastChunk)) }
         } else {
             size = ResumableUpload.probeChunk
         }

@@ -39,10 +39,13 @@ final class Intake {
     /// Moves jobs into `.taken/`: the loop's, or a backlog reader's while it runs.
     private let mover: TakenMover
 
+    /// Where jobs go once taken, until their tasks are recorded: the agent's own folder in the inbox.
+    static func takenDirectory(of inbox: String) -> String { inbox + "/.taken" }
+
     init(inbox: String, parser: JobParser, log: EventLog, logger: Logger, exists: @escaping (String) -> Bool) throws {
         self.inbox = inbox
         self.rejectedDirectory = inbox + "/rejected"
-        self.takenDirectory = inbox + "/.taken"
+        self.takenDirectory = Self.takenDirectory(of: inbox)
         self.parser = parser
         self.log = log
         self.logger = logger
