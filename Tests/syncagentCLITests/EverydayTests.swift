@@ -231,9 +231,10 @@ import Glibc
 
     // MARK: - Hooks
 
-    /// A fifth adversary: with `notify = "none"` (a headless machine's setting) no batch was ever
-    /// made, so `on_batch_end` never ran. The batch is made for the hook; no notice is shown.
-    @Test func aBatchEndHookRunsWithNotificationsOff() throws {
+    /// Three downloads, q0–q2, with `notify = "none"` in the config (but for job `notifying`, which
+    /// says "batch") and an `on_batch_end` hook, run to idle: the hook has run once for all three.
+    func runThreeDownloadsWithABatchEndHook(notifying: Int?, sourceLocation: SourceLocation = #_sourceLocation)
+        throws -> (AgentHarness, NotificationDaemon) {
         let records = TempDirectory()
         let record = records.file("ran.txt")
         let harness = try AgentHarness(config: """
@@ -245,10 +246,18 @@ import Glibc
         let nginx = try Nginx(in: harness.directory)
         for index in 0..<3 {
             try nginx.serve("q\(index).bin", size: 1000)
-            try harness.drop("q\(index).job", "url = \"\(nginx.url("q\(index).bin"))\"\n")
+            try harness.drop("q\(index).job", "url = \"\(nginx.url("q\(index).bin"))\"\n" + (index == notifying ? "notify = \"batch\"\n" : ""))
         }
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(eventually(within: 10) { (try? String(contentsOfFile: record, encoding: .utf8)) == "batch 3 0\n" })
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0, sourceLocation: sourceLocation)
+        #expect(eventually(within: 10) { (try? String(contentsOfFile: record, encoding: .utf8)) == "batch 3 0\n" },
+                sourceLocation: sourceLocation)
+        return (harness, daemon)
+    }
+
+    /// A fifth adversary: with `notify = "none"` (a headless machine's setting) no batch was ever
+    /// made, so `on_batch_end` never ran. The batch is made for the hook; no notice is shown.
+    @Test func aBatchEndHookRunsWithNotificationsOff() throws {
+        let (harness, daemon) = try runThreeDownloadsWithABatchEndHook(notifying: nil)
         #expect(daemon.notifyCalls.isEmpty, "\(daemon.notifyCalls)")
         let notified = try harness.events().filter { $0.type == "notified" }
         #expect(notified.count == 1 && notified.first?.data["delivered"] as? Bool == false)
@@ -257,21 +266,9 @@ import Glibc
     /// The hook is told of every task; the notice, of those that want one. Before, arming
     /// `on_batch_end` put the quiet tasks in the notice too ("3 transfers finished").
     @Test func aBatchEndHookLeavesQuietTasksOutOfTheNotice() throws {
-        let records = TempDirectory()
-        let record = records.file("ran.txt")
-        let harness = try AgentHarness(config: """
-            notify = "none"
-            on_batch_end = ["/bin/sh", "-c", "echo \\"batch $SYNCAGENT_FINISHED $SYNCAGENT_FAILED\\" >> '\(record)'"]
-            """)
-        let daemon = try NotificationDaemon(in: harness.directory)
-        harness.busAddress = daemon.busAddress
-        let nginx = try Nginx(in: harness.directory)
-        for index in 0..<3 {
-            try nginx.serve("q\(index).bin", size: 1000)
-            try harness.drop("q\(index).job", "url = \"\(nginx.url("q\(index).bin"))\"\n" + (index == 1 ? "notify = \"batch\"\n" : ""))
-        }
-        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
-        #expect(eventually(within: 10) { (try? String(contentsOfFile: record, encoding: .utf8)) == "batch 3 0\n" })
+        let (harness, daemon) = try runThreeDownloadsWithABatchEndHook(notifying: 1)
+        // The daemon's call log lives in the harness's folder.
+        defer { withExtendedLifetime(harness) {} }
         #expect(eventually(within: 10) { daemon.notifyCalls.count == 1 }, "\(daemon.notifyCalls)")
         let call = try String(contentsOfFile: daemon.callLog, encoding: .utf8)
         #expect(call.contains("1 transfer finished") && call.contains("✓ q1.bin"), "\(call)")

@@ -41,6 +41,11 @@ struct HLSTests {
 
     func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
+    /// An HLS job: its id, playlist URL and dest, then any other keys (`output = "file"\n` …).
+    func videoJob(_ id: String, _ url: String, dest: String, _ keys: String = "") -> String {
+        "id = \"\(id)\"\nkind = \"hls\"\nurl = \"\(url)\"\ndest = \"\(dest)\"\n" + keys
+    }
+
     /// Each published `N.ts` in `folder` is byte for byte the clear segment
     /// ffmpeg made for `rendition` (its index.m3u8 lists them in order).
     func expectSegments(in folder: String, of rendition: String, _ media: HLSMedia,
@@ -154,14 +159,11 @@ struct HLSTests {
 
     @Test func fragmentedMP4AndByteRangesArePublished() throws {
         let (harness, nginx, media) = try world()
-        try harness.drop("fmp4.job", "id = \"fmp4\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/fmp4/index.m3u8"))\"\ndest = \"fmp4\"\n")
-        try harness.drop("fmp4file.job", "id = \"fmp4file\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/fmp4/index.m3u8"))\"\n"
-                         + "dest = \"fmp4file\"\noutput = \"file\"\n")
-        try harness.drop("single.job", "id = \"single\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/single/index.m3u8"))\"\n"
-                         + "dest = \"single\"\noutput = \"file\"\n")
+        try harness.drop("fmp4.job", videoJob("fmp4", nginx.url("hls/fmp4/index.m3u8"), dest: "fmp4"))
+        try harness.drop("fmp4file.job", videoJob("fmp4file", nginx.url("hls/fmp4/index.m3u8"), dest: "fmp4file", "output = \"file\"\n"))
+        try harness.drop("single.job", videoJob("single", nginx.url("hls/single/index.m3u8"), dest: "single", "output = \"file\"\n"))
         // A dest with the format's extension names the file (a fifth adversary got given.ts.ts).
-        try harness.drop("given.job", "id = \"given\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/single/index.m3u8"))\"\n"
-                         + "dest = \"given.ts\"\noutput = \"file\"\n")
+        try harness.drop("given.job", videoJob("given", nginx.url("hls/single/index.m3u8"), dest: "given.ts", "output = \"file\"\n"))
         try run(harness)
         #expect(contents(harness.downloads + "/given.ts") == contents(media.path("single/index.ts")))
         #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/given.ts.ts"))
@@ -184,13 +186,10 @@ struct HLSTests {
         let downloads = harness.downloads
         try FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
         for name in ["kept.ts", "other.mp4", "bare"] { try Data("mine \(name)".utf8).write(to: URL(fileURLWithPath: downloads + "/" + name)) }
-        try harness.drop("skip.job", "id = \"skip\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\n"
-                         + "dest = \"kept\"\noutput = \"file\"\noverwrite = \"skip\"\n")
-        try harness.drop("fail.job", "id = \"fail\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/fmp4/index.m3u8"))\"\n"
-                         + "dest = \"other\"\noutput = \"file\"\noverwrite = \"fail\"\n")
+        try harness.drop("skip.job", videoJob("skip", nginx.url("hls/clear/index.m3u8"), dest: "kept", "output = \"file\"\noverwrite = \"skip\"\n"))
+        try harness.drop("fail.job", videoJob("fail", nginx.url("hls/fmp4/index.m3u8"), dest: "other", "output = \"file\"\noverwrite = \"fail\"\n"))
         // "bare" is not the video's name: bare.ts is.
-        try harness.drop("bare.job", "id = \"bare\"\nkind = \"hls\"\nurl = \"\(nginx.url("hls/clear/index.m3u8"))\"\n"
-                         + "dest = \"bare\"\noutput = \"file\"\noverwrite = \"skip\"\n")
+        try harness.drop("bare.job", videoJob("bare", nginx.url("hls/clear/index.m3u8"), dest: "bare", "output = \"file\"\noverwrite = \"skip\"\n"))
         try run(harness, expecting: 4)
         let skipped = try task(harness, "skip")
         #expect(skipped["state"] as? String == "finished" && (skipped["skipped"] as? String)?.contains("kept.ts") == true, "\(skipped)")
