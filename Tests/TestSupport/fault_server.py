@@ -32,6 +32,7 @@ parameters, so one server covers every case:
   content_length=N  send this Content-Length (absurd ones too), then the body as it is
   header=NAME:VALUE add a hostile header (repeatable); a NAME of a header the server
                     sends anyway (Content-Range, ETag …) replaces it
+  extra_length=N    send a second Content-Length: N after the true one (a smuggler's framing)
   header_bytes=N    add one header line of N bytes (X-Padding: aaa…), past what a client keeps
   redirect_to=URL   answer 302 with Location: URL (to a request with a body:
                     only with fail_status=3xx, which sets the status)
@@ -1105,6 +1106,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         for name, value in getattr(self, "extra_headers", []):
             super().send_header(name, value)
         self.extra_headers = []
+        if "extra_length" in getattr(self, "query", {}):
+            super().send_header("Content-Length", self.query["extra_length"])
         super().end_headers()
 
     def do_HEAD(self):

@@ -83,6 +83,8 @@ struct HardeningTests {
             "length": "content_length=9223372036854775807&drop_after=5000",
             "range": "partial_from=0&header=Content-Range:bytes%200-9223372036854775806/9223372036854775807",
             "junk": "fail_status=503&retry_after=soon%2C%20maybe",
+            // Two lengths: curl framed the body by the second and published half the file.
+            "twolengths": "extra_length=50000",
         ]
         for (id, faults) in hostile.sorted(by: { $0.key < $1.key }) {
             try harness.drop("\(id).job", "id = \"\(id)\"\nurl = \"\(server.url("f.bin", faults))\"\ndest = \"\(id).bin\"\n")
@@ -100,6 +102,8 @@ struct HardeningTests {
         #expect(tasks["retry"]?["error_code"] as? String == "total_timeout")
         #expect((tasks["length"]?["error"] as? String)?.contains("unreadable Content-Length") == true)
         #expect((tasks["range"]?["error"] as? String)?.contains("nowhere (an unreadable Content-Range)") == true)
+        #expect((tasks["twolengths"]?["error"] as? String)?.contains("two different Content-Length") == true,
+                "\(tasks["twolengths"] ?? [:])")
         // The agent restarts on that log without crashing.
         let again = try harness.startAgent(exitWhenIdle: true)
         #expect(again.wait(seconds: 30) == 0)

@@ -131,6 +131,8 @@ final class TransferAttempt {
     /// `Content-Length` as sent, parsed by us (curl reads "1e5" as 1): nil
     /// if absent; `.some(nil)` if unreadable.
     private var contentLength: Int64??
+    /// `Content-Length` came twice, with different values.
+    private var conflictingLengths = false
     /// Redirects are followed by the agent, not curl (see `.redirect`).
     private let followsRedirectsItself: Bool
     /// The 3xx answers the agent follows itself, when it does.
@@ -446,6 +448,7 @@ final class TransferAttempt {
             acceptsRanges = false
             contentRange = nil
             contentLength = nil
+            conflictingLengths = false
             retryAfterMs = nil
             location = nil
             responseHeaders.removeAll()
@@ -466,7 +469,13 @@ final class TransferAttempt {
         } else if let value = header.value(ifNamed: "content-range") {
             contentRange = .some(HTTPNumbers.contentRange(value))
         } else if let value = header.value(ifNamed: "content-length") {
-            contentLength = .some(HTTPNumbers.contentLength(value))
+            let length = HTTPNumbers.contentLength(value)
+            // Two different lengths: which one frames the body is the server's secret (RFC 9112 §6.3 calls it
+            // an error), and curl kept the last, publishing half a file as whole.
+            if case .some(let earlier) = contentLength, earlier != length {
+                conflictingLengths = true
+            }
+            contentLength = .some(length)
         } else if let value = header.value(ifNamed: "accept-ranges") {
             acceptsRanges = value.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" }
         } else if followsRedirectsItself, hopStatuses.contains(status), location == nil, let value = header.value(ifNamed: "location") {
@@ -608,6 +617,10 @@ final class TransferAttempt {
             return httpFailure()
         }
         let shownURL = Redaction.url(currentURL)
+        if conflictingLengths {
+            return .transient(reason: "server sent two different Content-Length headers for \(shownURL)", retryAfterMs: nil,
+                              restartFromZero: true)
+        }
         if case .some(nil) = contentLength {
             return .transient(reason: "server sent an unreadable Content-Length for \(shownURL)", retryAfterMs: nil, restartFromZero: true)
         }
