@@ -19,6 +19,8 @@ parameters, so one server covers every case:
   range_no_length=1  answer a Range request without Content-Length (the body ends at the close)
   no_content_range=1  answer a Range request with 206 but no Content-Range
   etag_changes=1    a new ETag on every request (If-Range never matches)
+  ignore_if_range=1  answer a Range request with 206 even when If-Range names another validator
+  no_validators_206=1  send no ETag or Last-Modified with a 206
   always_416=1      answer every Range request with 416
   fail_status=C     answer status C (e.g. 503) ...
   fail_times=K      ... for the first K requests of this path (default: always)
@@ -1324,7 +1326,7 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         status = 200
         if range_header and range_header.startswith("bytes=") and not query.get("ignore_range"):
             if_range = self.headers.get("If-Range")
-            if if_range is None or if_range == etag:
+            if if_range is None or if_range == etag or query.get("ignore_if_range"):
                 first, _, last = range_header[len("bytes="):].partition("-")
                 start = int(first) if first else 0
                 if last and not query.get("ignore_range_end"):
@@ -1354,8 +1356,9 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         length = end - body_start
 
         self.send_response(status)
-        self.send_header("ETag", etag)
-        self.send_header("Last-Modified", self.date_time_string(stat.st_mtime))
+        if not (status == 206 and query.get("no_validators_206")):
+            self.send_header("ETag", etag)
+            self.send_header("Last-Modified", self.date_time_string(stat.st_mtime))
         if not query.get("no_accept_ranges"):
             self.send_header("Accept-Ranges", "bytes")
         if status == 206 and query.get("range_no_length"):

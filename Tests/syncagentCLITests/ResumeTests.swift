@@ -86,6 +86,35 @@ struct ResumeTests {
         #expect(reason?.hasPrefix("the file changed on the server (validator \"") == true)
     }
 
+    /// The tenth adversary: a server that ignores If-Range and answers a resume with `206` and
+    /// another validator, or none, had the rest of another file joined to the bytes held, and the
+    /// mix published `finished`.
+    @Test(arguments: ["etag_changes=1&ignore_if_range=1", "no_validators_206=1"])
+    func aResumeAnsweredFromAnotherFileRestartsFromZero(faults: String) throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&" + faults)
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        // (The first retry is for the dropped connection.)
+        let reason = try harness.events().filter { $0.type == "retrying" }.dropFirst().first?.data["reason"] as? String ?? ""
+        #expect(reason.hasPrefix("the file changed on the server (validator \"")
+                    || reason.hasPrefix("the server's answer to a resume carried no ETag"), "\(reason)")
+        #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", nil])
+    }
+
+    /// The tenth adversary: after a first answer of 3 MiB cut at 1 MiB, a `416` saying the file
+    /// has 1 MiB was taken as the end, and the first MiB published `finished`.
+    @Test func a416SayingAnotherSizeThanBeforeIsNotTheEnd() throws {
+        let lie = "always_416=1&header=Content-Range:bytes%20*/\(dropAt)"
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&" + lie)
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        // (The first retry is for the dropped connection.)
+        let reason = try harness.events().filter { $0.type == "retrying" }.dropFirst().first?.data["reason"] as? String ?? ""
+        #expect(reason == "server answered 416 for byte \(dropAt) saying its file has \(dropAt) bytes, where it said \(size) before: "
+                    + "the file changed", "\(reason)")
+        #expect(server.requests.map(\.status) == [200, 416, 200])
+    }
+
     @Test func wrongContentRangeIsNeverAppended() throws {
         let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&wrong_range=1")
         #expect(status == 0)

@@ -651,6 +651,12 @@ final class TransferAttempt {
                 }
                 answerEnd = last + 1 - sliceStart
             }
+            // If-Range asks the server to send the whole file if it changed; one that sends the rest
+            // of another file anyway would have it joined to the bytes we hold (SPEC §7).
+            if requestedOffset > 0 || rangeEnd != nil, let words = resumedFromAnotherFile() {
+                if rangeEnd != nil { return .rangeRefused(reason: words) }
+                return .transient(reason: words, retryAfterMs: nil, restartFromZero: true)
+            }
         } else if requestedOffset > 0 {
             // A full body: the server ignored Range, or If-Range found a changed file.
             if let failure = restart(reason: changedFileWords() ?? "the server ignored Range and sent the whole file") { return failure }
@@ -679,6 +685,24 @@ final class TransferAttempt {
     private func changedFileWords() -> String? {
         guard let validator = etag ?? lastModified, let previousValidator, validator != previousValidator else { return nil }
         return Self.changedFileWords(from: previousValidator, to: validator)
+    }
+
+    /// Why a `206` continuing our bytes may be part of another file: its
+    /// validator of the kind `If-Range` sent differs from it, or is missing.
+    private func resumedFromAnotherFile() -> String? {
+        guard let validators = validatorsToCompare else { return nil }
+        guard let now = validators.now else {
+            return "the server's answer to a resume carried no \(validators.kind) (the file had \(validators.sent)): "
+                + "it may be another file"
+        }
+        return now == validators.sent ? nil : Self.changedFileWords(from: validators.sent, to: now)
+    }
+
+    /// The validator `If-Range` sent, and this answer's of the same kind (an ETag, or a date).
+    private var validatorsToCompare: (sent: String, now: String?, kind: String)? {
+        guard let previousValidator else { return nil }
+        let isEntityTag = previousValidator.hasPrefix("\"") || previousValidator.hasPrefix("W/")
+        return (previousValidator, isEntityTag ? etag : lastModified, isEntityTag ? "ETag" : "Last-Modified")
     }
 
     /// "the file changed on the server (validator A → B)": said wherever a validator gives a change away.
@@ -738,7 +762,19 @@ final class TransferAttempt {
             // The range starts at or past the end: if what we hold is exactly
             // the server's size, the file is complete (a restart came after
             // the last byte); verification decides the rest.
-            let size = contentRange??.complete ?? total
+            let claimed = contentRange??.complete
+            let size = claimed ?? total
+            // Not complete if the server said another size before, or its validator changed: our
+            // bytes are then the start of another file, and the server's end says nothing of it.
+            if rangeEnd == nil, requestedOffset > 0, let claimed, let total, claimed != total {
+                return .transient(reason: "server answered 416 for byte \(requestedOffset) saying its file has \(claimed) bytes, "
+                                  + "where it said \(total) before: the file changed", retryAfterMs: nil, restartFromZero: true)
+            }
+            if rangeEnd == nil, requestedOffset > 0, let validators = validatorsToCompare, let now = validators.now,
+               now != validators.sent {
+                return .transient(reason: Self.changedFileWords(from: validators.sent, to: now), retryAfterMs: nil,
+                                  restartFromZero: true)
+            }
             // (Not for one range of a segmented download: its bytes are not the file's end.)
             if requestedOffset > 0, size == requestedOffset, rangeEnd == nil { return .complete(bytes: requestedOffset) }
             let sizeWords = size.map { "its file has \($0) bytes" } ?? "it did not say its size"
