@@ -187,6 +187,15 @@ struct SegmentedTests {
                       connections: 2)
     }
 
+    /// The tenth adversary: ranges answered with no length (the body ends at the close) over a
+    /// fast loopback. The download stopped with every byte on disk, and the agent waited on
+    /// nothing until it was killed. (The server holds the connection open after the body, so the
+    /// last range's connection ends only by `idle_timeout`. It must wait for the close: a body that
+    /// goes on past its range is how a shifted answer gives itself away.)
+    @Test func rangesAnsweredWithoutALengthFinish() throws {
+        _ = try fetch("range_no_length=1", size: 3_000_000, config: "retries = 2\nidle_timeout = 2\n", seconds: 40)
+    }
+
     @Test func cookiesSetOnAnyConnectionAreKept() throws {
         let (harness, _) = try fetch("set_cookie=session&rate=4000000", size: 4 << 20)
         let jar = (try? String(contentsOfFile: harness.stateDir + "/cookies.txt", encoding: .utf8)) ?? ""

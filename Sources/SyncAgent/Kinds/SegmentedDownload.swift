@@ -477,6 +477,9 @@ extension Agent {
             return nil
         case .transient(let reason, _, false) where attempt.rangeEnd != nil || download.runningCount > 1:
             guard download.connectionFailed(connection) else { return outcome }
+            // It may have failed after its last byte (a server holding the connection open after a
+            // body with no length): then nothing is left to wait for.
+            if download.isWritten { return .complete(bytes: download.total ?? attempt.written) }
             logger.notice("a connection failed; the download goes on", metadata: [
                 "task.id": "\(download.taskID)", "reason": "\(reason)", "connections": "\(download.limit)"])
             openConnections(download)
