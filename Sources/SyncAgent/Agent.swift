@@ -995,13 +995,14 @@ public final class Agent {
         case .transient(let reason, let retryAfterMs, let restartFromZero):
             // Only a download keeps what it received; anything else starts over.
             let bytes = restartFromZero || !task.spec.isResumable ? 0 : durable
+            let address = NetworkMonitor.address(of: metrics, url: task.currentURL)
             switch NetworkPolicy.verdict(failedOnTheWire: attempt.failedOnTheWire, url: task.currentURL,
-                                         reachable: network.reaches(metrics.remoteAddress),
+                                         reachable: network.reaches(address),
                                          attemptStartedMs: attempt.startedMs, routesChangedMs: network.routesChangedMs) {
             case .waitForNetwork:
                 // No retry is spent; a route to the server coming back resumes it.
                 log.record(.paused(Paused(bytes: bytes, reason: .offline, metrics: metrics)), task: id)
-                waitingAddress[id] = metrics.remoteAddress
+                waitingAddress[id] = address
                 logger.notice("task waits for the network", metadata: ["task.id": "\(id)", "reason": "\(reason)"])
                 return
             case .retryAtOnce:

@@ -70,6 +70,11 @@ public struct RouteTable: Equatable, Sendable {
     /// Some route leads out.
     public var online: Bool { !outward.isEmpty }
 
+    /// A default route leads out: any address may be reached. (A subnet
+    /// route alone, with the default route gone or not yet set by DHCP,
+    /// reaches only its neighbours.)
+    public var hasDefaultRoute: Bool { outward.contains { $0.prefixLength == 0 } }
+
     /// Whether a route covers `address` (4 or 16 bytes).
     public func reaches(_ address: [UInt8]) -> Bool {
         routes.contains { $0.destination.count == address.count && Self.covers($0, address) }

@@ -51,6 +51,8 @@ struct NetworkPolicyTests {
         #expect(!unplugged.reaches([93, 184, 216, 34]))
         #expect(unplugged.reaches([10, 0, 2, 15]))
         #expect(!unplugged.reaches([192, 168, 1, 20]))
+        // A subnet is no way to anywhere: only a default route is.
+        #expect(everyLinkUp.hasDefaultRoute && !unplugged.hasDefaultRoute)
         // Nothing but link-local and multicast routes: offline.
         let nothing = RouteTable.parse(ipv4: "", ipv6: ipv6, linkIsUp: { _ in true })
         #expect(!nothing.online)

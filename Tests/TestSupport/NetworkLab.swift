@@ -16,6 +16,9 @@ public final class NetworkLab {
     public let namespace: String
     public let hostAddress: String
     public let innerAddress: String
+    /// An address of ours on another subnet: inside, reached only through
+    /// the default route (which `setDefaultRoute` takes away and gives back).
+    public let remoteAddress: String
     private let inner: String
     private let outer: String
     private static var made = 0
@@ -29,6 +32,7 @@ public final class NetworkLab {
         let subnet = Int(getpid() % 200) + Self.made
         hostAddress = "10.213.\(subnet % 250).1"
         innerAddress = "10.213.\(subnet % 250).2"
+        remoteAddress = "10.214.\(subnet % 250).1"
         do {
             try Self.ip(["netns", "add", namespace])
         } catch {
@@ -42,6 +46,8 @@ public final class NetworkLab {
             try inside(["ip", "addr", "add", "\(innerAddress)/24", "dev", inner])
             try inside(["ip", "link", "set", inner, "up"])
             try inside(["ip", "link", "set", "lo", "up"])
+            try Self.ip(["addr", "add", "\(remoteAddress)/32", "dev", outer])
+            try inside(["ip", "route", "add", "default", "via", hostAddress])
         } catch {
             _ = try? Self.ip(["netns", "del", namespace])
             _ = try? Self.ip(["link", "del", outer])
@@ -52,6 +58,12 @@ public final class NetworkLab {
     /// The inner link down (the machine offline) or up again.
     public func setLink(up: Bool) throws {
         try inside(["ip", "link", "set", inner, up ? "up" : "down"])
+    }
+
+    /// Inside, the default route gone (link and subnet still up: DHCP not
+    /// done yet, a VPN's kill switch) or back.
+    public func setDefaultRoute(present: Bool) throws {
+        try inside(["ip", "route", present ? "add" : "del", "default", "via", hostAddress])
     }
 
     /// Our end of the pair down or up: inside, the link loses its carrier

@@ -85,6 +85,34 @@ struct NetworkTests {
         #expect(resumedFrom > 0)
     }
 
+    /// The ninth adversary: link up, address set, no default route (DHCP not done, a route
+    /// deleted). A connect then fails at once, and curl names no address: the task spent its
+    /// retries and failed, or waited and was resumed with the route still missing.
+    @Test func noDefaultRouteIsOfflineForAServerBeyondIt() throws {
+        guard let lab = try makeLab() else { return }
+        let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\nconnect_timeout = 2\n")
+        let server = try FaultServer(in: harness.directory, host: lab.remoteAddress)
+        let data = try server.serve("r.bin", size: 1 << 20)
+        try lab.setDefaultRoute(present: false)
+        try harness.drop("r.job", "id = \"r\"\nurl = \"\(server.url("r.bin"))\"\ndest = \"r.bin\"\n")
+        let agent = try startAgent(harness, in: lab, exitWhenIdle: true)
+        defer {
+            agent.signal(SIGTERM)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 30) {
+            events(harness, "paused", task: "r").contains { $0.data["reason"] as? String == "waiting_for_network" }
+        }, "\(agent.stderr.suffix(2000))")
+        // Still waiting a while later: nothing took the subnet's route for a way to the server.
+        usleep(4_000_000)
+        #expect(events(harness, "resumed", task: "r").isEmpty, "\(agent.stderr.suffix(2000))")
+        #expect(agent.isRunning)
+        try lab.setDefaultRoute(present: true)
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))")
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/r.bin") == data)
+        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
+    }
+
     /// A link that goes and comes back while a transfer runs (Wi-Fi in a
     /// lift): an attempt it breaks starts again at once and spends no retry.
     @Test func aFlappingLinkSpendsNoRetry() throws {

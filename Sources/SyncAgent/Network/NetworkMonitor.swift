@@ -104,14 +104,24 @@ final class NetworkMonitor {
         return reading
     }
 
-    /// Whether a connection to `address` (as curl reports it) could leave
-    /// this machine now: a route covers it, or it is one of the machine's
-    /// own addresses. Without an address (the name did not resolve): whether
-    /// any route leads out.
+    /// Whether a connection to `address` could leave this machine now: a
+    /// route covers it, or it is one of the machine's own addresses. Without
+    /// an address (the name did not resolve, or the connect failed before
+    /// curl chose one): whether a default route leads out.
     func reaches(_ address: String?) -> Bool {
         guard netlink >= 0 else { return true }
-        guard let address, let bytes = Self.bytes(of: address) else { return reading.online }
+        guard let address, let bytes = Self.bytes(of: address) else { return routes.hasDefaultRoute }
         return routes.reaches(bytes) || Self.localAddresses().contains(bytes)
+    }
+
+    /// The address an attempt went for: as curl reports it, else the URL's
+    /// host when that is an address (a connect that failed at once with no
+    /// route leaves curl none to report).
+    static func address(of metrics: AttemptMetrics, url: String) -> String? {
+        if let remote = metrics.remoteAddress { return remote }
+        guard let host = URLComponents(string: url)?.host else { return nil }
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return bytes(of: bare) != nil ? bare : nil
     }
 
     private func read() -> Reading {
