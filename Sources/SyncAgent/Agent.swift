@@ -1031,6 +1031,11 @@ public final class Agent {
             fail(task, reason: reason, code: code, metrics: metrics)
         case .localFailure(let reason, let code):
             fail(task, reason: reason, code: code, metrics: metrics, keeping: durable)
+        case .fallBack(let reason):
+            // Not the server failing to serve the file: the agent changing how it asks. Again at once, from 0.
+            log.record(.retrying(Retrying(attempt: task.attempts, reason: reason, delayMs: 0, bytes: 0, metrics: metrics, free: true)),
+                       task: id)
+            logger.notice("task goes on over one connection", metadata: ["task.id": "\(id)", "reason": "\(reason)"])
         case .rangeRefused(let reason):
             // Only a connection of a segmented download asks for a range of its own (handled above).
             fail(task, reason: reason, code: "range_ignored", metrics: metrics)

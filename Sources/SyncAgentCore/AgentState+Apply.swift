@@ -271,7 +271,7 @@ extension TaskState {
             }
         case .paused(let paused):
             // The attempt that found no network ends here; it is not one of the task's tries.
-            if paused.reason == .offline, phase == .running { attemptsWithoutNetwork += 1 }
+            if paused.reason == .offline, phase == .running { attemptsNotCounted += 1 }
             phase = .paused
             bytes = paused.bytes
             pauseReason = paused.reason
@@ -280,7 +280,7 @@ extension TaskState {
             if phase == .failed {
                 // Run again by the user: a fresh budget of retries and of total_timeout.
                 attemptsBeforeRerun = attempts
-                attemptsWithoutNetwork = 0
+                attemptsNotCounted = 0
                 firstStartedAtMs = nil
                 endedAtMs = nil
             }
@@ -294,6 +294,7 @@ extension TaskState {
             currentURL = redirect.to
             redirects += 1
         case .retrying(let retry):
+            if retry.free == true { attemptsNotCounted += 1 }
             phase = .queued
             bytes = retry.bytes
             error = retry.reason

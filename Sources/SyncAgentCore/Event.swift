@@ -174,9 +174,11 @@ public struct Retrying: Codable, Equatable, Sendable {
     public var delayMs: Int64
     public var bytes: Int64
     public var metrics: AttemptMetrics?
-    public init(attempt: Int, reason: String, delayMs: Int64, bytes: Int64, metrics: AttemptMetrics? = nil) {
+    /// True: the attempt ended by the agent's own choice, not a failure, and spends no retry.
+    public var free: Bool?
+    public init(attempt: Int, reason: String, delayMs: Int64, bytes: Int64, metrics: AttemptMetrics? = nil, free: Bool? = nil) {
         self.attempt = attempt; self.reason = reason; self.delayMs = delayMs; self.bytes = bytes
-        self.metrics = metrics
+        self.metrics = metrics; self.free = free
     }
 }
 

@@ -45,6 +45,7 @@ public enum EventCoding {
             return json.finish()
         case .retrying(let p):
             json.field("attempt", p.attempt); json.field("bytes", p.bytes); json.field("delay_ms", p.delayMs)
+            json.field("free", p.free)
             json.field("metrics", json: p.metrics.map(metricsJSON)); json.field("reason", p.reason)
             return json.finish()
         case .finished(let p):
@@ -351,10 +352,11 @@ extension Resumed {
 
 extension Retrying {
     init(reading reader: inout JSONReader) throws {
-        var attempt: Int64?, reason: String?, delayMs: Int64?, bytes: Int64?, metrics: AttemptMetrics?
+        var attempt: Int64?, reason: String?, delayMs: Int64?, bytes: Int64?, metrics: AttemptMetrics?, free: Bool?
         try reader.readObject { key, value in
             switch key {
             case "attempt": attempt = try value.readInt()
+            case "free": free = try value.readOptional { try $0.readBool() }
             case "reason": reason = try value.readString()
             case "delay_ms": delayMs = try value.readInt()
             case "bytes": bytes = try value.readInt()
@@ -363,7 +365,7 @@ extension Retrying {
             }
         }
         self.init(attempt: Int(try required(attempt, "attempt")), reason: try required(reason, "reason"),
-                  delayMs: try required(delayMs, "delay_ms"), bytes: try required(bytes, "bytes"), metrics: metrics)
+                  delayMs: try required(delayMs, "delay_ms"), bytes: try required(bytes, "bytes"), metrics: metrics, free: free)
     }
 }
 

@@ -294,7 +294,7 @@ private struct SnapshotWriter {
         string(task.id)
         spec(task.spec)
         string(task.hostKey)
-        int(task.bytes); int(Int64(task.attempts)); int(Int64(task.attemptsBeforeRerun)); int(Int64(task.attemptsWithoutNetwork))
+        int(task.bytes); int(Int64(task.attempts)); int(Int64(task.attemptsBeforeRerun)); int(Int64(task.attemptsNotCounted))
         int(Int64(task.redirects)); int(task.createdSeq); int(task.lastSeq); int(task.createdAtMs); int(task.updatedAtMs)
         int(task.speed)
         // The URL is written only when a redirect moved it off the spec's.
@@ -558,7 +558,7 @@ private struct SnapshotReader {
         let hostKey = try reading(&repeats.hosts, skip: { try $0.skipString() }, read: { try $0.string() })
         var task = TaskState(id: id, spec: spec, hostKey: hostKey, seq: 0, atMs: 0)
         task.bytes = try int(); task.attempts = Int(try int()); task.attemptsBeforeRerun = Int(try int())
-        task.attemptsWithoutNetwork = Int(try int())
+        task.attemptsNotCounted = Int(try int())
         task.redirects = Int(try int()); task.createdSeq = try int(); task.lastSeq = try int(); task.createdAtMs = try int()
         task.updatedAtMs = try int()
         task.speed = try int()

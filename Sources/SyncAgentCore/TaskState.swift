@@ -70,10 +70,12 @@ public struct TaskState: Equatable, Sendable {
     public var attempts: Int = 0
     /// `attempts` when the user last ran the failed task again: retries count from here.
     public var attemptsBeforeRerun: Int = 0
-    /// Attempts that met no network (the task then waited for it): they spend no retry.
-    public var attemptsWithoutNetwork: Int = 0
+    /// Attempts that spend no retry: they met no network (the task then waited
+    /// for it), or ended by the agent's own change of approach (a segmented
+    /// download going on over one connection).
+    public var attemptsNotCounted: Int = 0
     /// Attempts that count against `retries`.
-    public var attemptsUsed: Int { attempts - attemptsBeforeRerun - attemptsWithoutNetwork }
+    public var attemptsUsed: Int { attempts - attemptsBeforeRerun - attemptsNotCounted }
     public var redirects: Int = 0
     public var createdSeq: Int64
     public var lastSeq: Int64

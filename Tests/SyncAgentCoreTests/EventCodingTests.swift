@@ -33,6 +33,7 @@ struct EventCodingTests {
                            metrics: metrics)),
         .failed(Failed(reason: "server answered 404", code: "http_404", bytes: 0, metrics: metrics)),
         .retrying(Retrying(attempt: 1, reason: "503", delayMs: 2000, bytes: 5, metrics: metrics)),
+        .retrying(Retrying(attempt: 2, reason: "ranges disagree; one connection from now on", delayMs: 0, bytes: 0, free: true)),
         .paused(Paused(bytes: 7, reason: .user, metrics: AttemptMetrics())),
         .cancelled(Cancelled(bytes: 3, metrics: metrics)),
         // Issue 9: control outcomes, reloads, skips, rejections that know their file.

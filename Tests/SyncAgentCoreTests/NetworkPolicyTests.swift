@@ -82,6 +82,18 @@ struct NetworkPolicyTests {
         #expect(RecoveryPlan.plan(for: log.state["t"]!, nowMs: 1 << 50) == .startFromZero)
     }
 
+    /// A segmented download falling back to one connection is the agent's choice: no retry.
+    @Test func aFreeRetrySpendsNoRetry() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        _ = log.add(.retrying(Retrying(attempt: 1, reason: "one connection from now on", delayMs: 0, bytes: 0, free: true)), task: "t")
+        _ = log.add(.started(Started(attempt: 2, offset: 0, url: "http://h/x")), task: "t")
+        #expect(log.state["t"]!.attempts == 2 && log.state["t"]!.attemptsUsed == 1)
+        _ = log.add(.retrying(Retrying(attempt: 2, reason: "503", delayMs: 0, bytes: 0)), task: "t")
+        #expect(log.state["t"]!.attemptsUsed == 1)
+    }
+
     @Test func aMeteredLinkHoldsTasksThatMayNotUseItAndReleasesThem() {
         var log = LogBuilder()
         var held = TaskSpec(url: "http://h/held", dest: "/downloads/held.bin", allowMetered: false)

@@ -149,7 +149,8 @@ extension Agent {
             } catch {
                 refreshFailed(task, "\(error)")
             }
-        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _), .rangeRefused(let reason):
+        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _), .rangeRefused(let reason),
+             .fallBack(let reason):
             refreshFailed(task, reason)
         case .redirect(let target, _):
             refreshFailed(task, "the live playlist moved to \(Redaction.url(target))")

@@ -488,12 +488,12 @@ extension Agent {
             // A range answered from the wrong byte, from nowhere, or with 416: this server's
             // ranges cannot be trusted; one connection from 0, from now on.
             log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)
-            return .transient(reason: reason + "; one connection from now on", retryAfterMs: nil, restartFromZero: true)
+            return .fallBack(reason: reason + "; one connection from now on")
         case .rangeRefused(let reason):
             // Ranges of this server cannot be trusted to make one file (it ignores them, or its
             // validators change between requests): one connection from 0, from now on.
             log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)
-            return .transient(reason: reason + "; one connection from now on", retryAfterMs: nil, restartFromZero: true)
+            return .fallBack(reason: reason + "; one connection from now on")
         default:
             return outcome
         }

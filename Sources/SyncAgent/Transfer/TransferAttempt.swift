@@ -26,6 +26,9 @@ enum AttemptOutcome: Equatable {
     /// the server ignores `Range`, or `If-Range` found another file (the
     /// reason says which). Nothing was written.
     case rangeRefused(reason: String)
+    /// A segmented download's ranges cannot be trusted (the reason says
+    /// why): it starts again from 0 over one connection, spending no retry.
+    case fallBack(reason: String)
 }
 
 /// One request of a resumable upload's protocol, sent in place of the
