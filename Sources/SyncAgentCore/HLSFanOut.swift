@@ -69,6 +69,7 @@ public enum HLSFanOut {
             return id
         }
 
+        try checkUnchanged(playlist, taken: parent.hls?.entries ?? [], in: state)
         for segment in playlist.segments where segment.sequence > after {
             if let limitMs, mediaMs >= limitMs { limitReached = true; break }
             // Segments a live playlist dropped while we were away: the player must know of the gap.
@@ -86,6 +87,30 @@ public enum HLSFanOut {
         // Child ids name files too: the dest of "<parent>.seg7.ts" is "<work>/seg7.ts".
         return Plan(children: children, expanded: Expanded(playlist: url, targetDurationMs: playlist.targetDurationMs,
                                                          ended: playlist.ended || limitReached, entries: entries))
+    }
+
+    /// A live playlist read again must go on from the one before: the
+    /// segments it still lists are the ones taken, and it never goes back
+    /// before them (RFC 8216 §6.2.1). One that changed (an encoder restarted,
+    /// a variant switched under the same URL) would have two videos joined.
+    /// (Segments are told apart by path: one whose URL names the same file is
+    /// taken for the same segment.)
+    static func checkUnchanged(_ playlist: HLSMediaPlaylist, taken: [HLSEntry], in state: AgentState) throws {
+        guard let first = taken.first?.sequence else { return }
+        let bySequence = Dictionary(taken.map { ($0.sequence, $0.child) }, uniquingKeysWith: { old, _ in old })
+        for segment in playlist.segments where segment.sequence <= taken.last?.sequence ?? first {
+            if segment.sequence < first {
+                throw Refusal(description: "the live playlist went back to segment \(segment.sequence), before the first one taken "
+                              + "(\(first)): it is another video now", code: "playlist_changed")
+            }
+            guard let id = bySequence[segment.sequence], let child = state[id] else { continue }
+            // By path: CDNs sign segment URLs anew on every read, and move them between edge hosts.
+            if URLComponents(string: child.spec.url)?.path != URLComponents(string: segment.uri)?.path
+                || child.spec.byteRange != segment.range {
+                throw Refusal(description: "the live playlist changed segment \(segment.sequence) (\(Redaction.url(child.spec.url)) → "
+                              + "\(Redaction.url(segment.uri))): it is another video now", code: "playlist_changed")
+            }
+        }
     }
 
     private static func supportKey(_ url: String, _ range: HLSByteRange?) -> String {

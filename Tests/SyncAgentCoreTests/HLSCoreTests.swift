@@ -210,6 +210,36 @@ struct HLSCoreTests {
         #expect(later.expanded.entries.map(\.discontinuity) == [true, false])
     }
 
+    /// The tenth adversary: a live playlist read again listed other segments under the numbers
+    /// taken (a0, a1 → b0, b1, b2), and the video was published as both joined.
+    @Test func aLivePlaylistThatChangedWhatItTookIsRefused() throws {
+        var (state, parent) = parent(HLSOptions(maxDurationS: 60))
+        let first = try HLSFanOut.plan(parent: parent, playlist: media(10...11, ended: false), url: base, in: state)
+        var seq: Int64 = 3
+        for child in first.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
+        state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(first.expanded)))
+        parent = state["v"]!
+        // The same segments, signed anew on another edge host: the same video.
+        var resigned = media(10...13, ended: false)
+        for index in resigned.segments.indices {
+            resigned.segments[index].uri = resigned.segments[index].uri.replacingOccurrences(of: "cdn.", with: "edge2.cdn.") + "?token=\(index)"
+        }
+        #expect(try HLSFanOut.plan(parent: parent, playlist: resigned, url: base, in: state).expanded.entries.map(\.sequence) == [12, 13])
+        var changed = media(10...12, ended: true)
+        changed.segments[1].uri = "https://cdn.example.com/b11.ts"
+        var back = media(3...12, ended: false)
+        back.segments.removeLast(2)
+        for playlist in [changed, back] {
+            #expect(throws: HLSFanOut.Refusal.self) { try HLSFanOut.plan(parent: parent, playlist: playlist, url: base, in: state) }
+        }
+        do {
+            _ = try HLSFanOut.plan(parent: parent, playlist: changed, url: base, in: state)
+        } catch let refusal as HLSFanOut.Refusal {
+            #expect(refusal.code == "playlist_changed")
+            #expect(refusal.description.hasPrefix("the live playlist changed segment 11 (https://cdn.example.com/s11.ts → "))
+        }
+    }
+
     @Test func aLostChildSettlesItsParent() throws {
         var (state, parent) = parent()
         let plan = try HLSFanOut.plan(parent: parent, playlist: media(0...2, ended: true), url: base, in: state)
