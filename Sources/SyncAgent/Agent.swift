@@ -921,7 +921,8 @@ public final class Agent {
         }
     }
 
-    /// The loop's own timers: `idle_timeout` per attempt, `total_timeout` per task.
+    /// The loop's own timers: `idle_timeout` per attempt, `total_timeout` per
+    /// task, and the progress interval for bytes no later write will sync.
     private func abortStalledAttempts() {
         let now = FileSystem.monotonicMs
         let wallNow = FileSystem.nowMs
@@ -937,6 +938,8 @@ public final class Agent {
                 finish(attempt, .permanent(reason: "\(totalTimeoutWords) (\(url))", code: "total_timeout"))
             } else if attempt.isStalled(nowMs: now) {
                 finish(attempt, attempt.stalledOutcome())
+            } else {
+                attempt.syncIfOverdue(nowMs: now)
             }
         }
     }

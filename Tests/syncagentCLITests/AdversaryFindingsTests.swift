@@ -566,6 +566,24 @@ struct AdversaryFindingsTests {
         try expectVerifyClean(harness)
     }
 
+    /// The ninth adversary: a server sending in bursts (64 KiB, then nothing for 13 s at 5 KB/s).
+    /// A sync was asked only on a write, so the burst stayed undurable until the next one, and a
+    /// kill -9 meanwhile lost it, against SPEC §6 (never more than a progress interval fetched again).
+    @Test func bytesFromABurstyServerAreDurableWithinTheProgressInterval() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("slow.bin", size: 100_000)
+        try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=5000"))\"\n")
+        let agent = try harness.startAgent()
+        defer {
+            agent.signal(SIGKILL)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 6) {
+            ((try? harness.events()) ?? []).contains { $0.type == "progressed" && ($0.data["bytes"] as? Int ?? 0) == 65_536 }
+        }, "\(agent.stderr.suffix(2000))")
+    }
+
     /// A sixth adversary: download_dir changed (SIGHUP says it needs a restart) and the agent
     /// restarted. Every unfinished task then failed "is not inside download_dir", its bytes reset
     /// to 0, and with the old setting back `resume` refused its own partial file. Tasks made

@@ -875,6 +875,16 @@ final class TransferAttempt {
         return localFailure("flush", error)
     }
 
+    /// Bytes written a progress interval ago and not yet durable, with no
+    /// write since to ask for their sync (a slow server sends in bursts):
+    /// it starts now. Asked by the loop.
+    func syncIfOverdue(nowMs: Int64) {
+        guard !syncPending, fd >= 0, written > durable, nowMs - lastFlushMs >= settings.progressIntervalMs else { return }
+        syncPending = true
+        lastFlushMs = nowMs
+        requestSync(self, fd, written)
+    }
+
     /// `idle_timeout` (NSURLSession's timeoutIntervalForRequest): no byte for
     /// that long. Checked by the loop, because curl's low-speed check averages
     /// over several seconds and fires late.
