@@ -66,6 +66,25 @@ public enum RecoveryPlan: Equatable, Sendable {
         }
     }
 
+    /// Why a `206` to a request sent with `If-Range: sent` may continue
+    /// another file than the bytes held (nil: the same, as far as its headers
+    /// tell). An ETag must be there and the same (a `206` carries the ETag a
+    /// `200` would, RFC 9110 §15.3.7); a `Last-Modified` need not be repeated,
+    /// but one that is must be the same.
+    public static func anotherFile(ifRange sent: String, etag: String?, lastModified: String?) -> String? {
+        if sent.hasPrefix("\"") || sent.hasPrefix("W/") {
+            guard let etag else { return "the server's answer to a resume carried no ETag (the file had \(sent)): it may be another file" }
+            return etag == sent ? nil : changedFileWords(from: sent, to: etag)
+        }
+        guard let lastModified, lastModified != sent else { return nil }
+        return changedFileWords(from: sent, to: lastModified)
+    }
+
+    /// "the file changed on the server (validator A → B)": said wherever a validator gives a change away.
+    public static func changedFileWords(from old: String, to new: String) -> String {
+        "the file changed on the server (validator \(old) → \(new))"
+    }
+
     /// Weak ETags (`W/"…"`) cannot guard a byte range (RFC 9110 §13.1.5).
     public static func strongETag(_ etag: String) -> String? {
         etag.hasPrefix("W/") ? nil : etag

@@ -91,6 +91,19 @@ struct FoldTests {
         #expect(log.state.activeCount == 1)
     }
 
+    /// Which `206` may continue the bytes held (the tenth adversary, and the review of the fix).
+    @Test func aResumedAnswerMustBeOfTheFileIfRangeNamed() {
+        let date = "Tue, 24 Nov 2026 09:55:25 GMT"
+        #expect(RecoveryPlan.anotherFile(ifRange: "\"v1\"", etag: "\"v1\"", lastModified: nil) == nil)
+        #expect(RecoveryPlan.anotherFile(ifRange: "\"v1\"", etag: "\"v2\"", lastModified: date)
+                    == "the file changed on the server (validator \"v1\" → \"v2\")")
+        #expect(RecoveryPlan.anotherFile(ifRange: "\"v1\"", etag: nil, lastModified: date)?.hasPrefix("the server's answer to a resume carried no ETag") == true)
+        // A date: the 206 need not repeat it, nor is its ETag (weak, or none at first) the judge.
+        #expect(RecoveryPlan.anotherFile(ifRange: date, etag: nil, lastModified: nil) == nil)
+        #expect(RecoveryPlan.anotherFile(ifRange: date, etag: "W/\"x\"", lastModified: date) == nil)
+        #expect(RecoveryPlan.anotherFile(ifRange: date, etag: nil, lastModified: "Wed, 25 Nov 2026 09:55:25 GMT") != nil)
+    }
+
     @Test func redirectedKeepsOriginalURLAndMovesCurrent() {
         var log = LogBuilder()
         log.create("t", url: "http://a/start")

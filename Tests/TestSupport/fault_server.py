@@ -21,6 +21,7 @@ parameters, so one server covers every case:
   etag_changes=1    a new ETag on every request (If-Range never matches)
   ignore_if_range=1  answer a Range request with 206 even when If-Range names another validator
   no_validators_206=1  send no ETag or Last-Modified with a 206
+  no_etag=1         send no ETag at all (Last-Modified is the only validator)
   always_416=1      answer every Range request with 416
   fail_status=C     answer status C (e.g. 503) ...
   fail_times=K      ... for the first K requests of this path (default: always)
@@ -1357,7 +1358,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
 
         self.send_response(status)
         if not (status == 206 and query.get("no_validators_206")):
-            self.send_header("ETag", etag)
+            if not query.get("no_etag"):
+                self.send_header("ETag", etag)
             self.send_header("Last-Modified", self.date_time_string(stat.st_mtime))
         if not query.get("no_accept_ranges"):
             self.send_header("Accept-Ranges", "bytes")

@@ -101,6 +101,27 @@ struct ResumeTests {
         #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", nil])
     }
 
+    /// The review of that fix: a `206` need not repeat `Last-Modified` (RFC 9110 §15.3.7), so a
+    /// resume guarded by a date, or by a date because the ETag is weak, goes on without it.
+    @Test(arguments: ["no_etag=1&no_validators_206=1", "header=ETag:W/%22v1%22&no_validators_206=1"])
+    func aResumeGuardedByADateNeedsNoDateInThe206(faults: String) throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&" + faults)
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-"])
+    }
+
+    /// A `206` naming another size than the file had: the rest of another file.
+    @Test func aResumeFromAFileOfAnotherSizeRestartsFromZero() throws {
+        let lie = "header=Content-Range:bytes%20\(dropAt)-\(size - 1)/\(size + 1000)"
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&" + lie)
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        let reason = try harness.events().filter { $0.type == "retrying" }.dropFirst().first?.data["reason"] as? String ?? ""
+        #expect(reason == "the file on the server changed size (\(size) bytes → \(size + 1000))", "\(reason)")
+        #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", nil])
+    }
+
     /// The tenth adversary: after a first answer of 3 MiB cut at 1 MiB, a `416` saying the file
     /// has 1 MiB was taken as the end, and the first MiB published `finished`.
     @Test func a416SayingAnotherSizeThanBeforeIsNotTheEnd() throws {

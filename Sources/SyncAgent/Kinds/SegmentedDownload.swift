@@ -138,10 +138,7 @@ final class SegmentedDownload {
     func rangeAnswer(_ attempt: TransferAttempt) -> AttemptOutcome? {
         let (etag, lastModified) = attempt.responseValidators
         noteValidators(etag, lastModified)
-        // A server that ignores If-Range could answer with a range of another version.
-        if let validator, let seen = validator.hasPrefix("\"") ? etag : lastModified, seen != validator {
-            return .rangeRefused(reason: TransferAttempt.changedFileWords(from: validator, to: seen))
-        }
+        // (Its validator was checked against the download's If-Range before: `RecoveryPlan.anotherFile`.)
         if let total, attempt.resourceSize != total {
             let size = attempt.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
             return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))")
@@ -470,16 +467,15 @@ extension Agent {
             shareOverallSpeed()
         }
         switch outcome {
-        case .complete:
+        // (Also a connection that failed after its last byte, a server holding it open after a range
+        // with no length until idle_timeout: its range is done. Not one that got more than its range.)
+        case .complete, .transient(_, _, false) where attempt.stopAt.map({ attempt.written >= $0 }) == true:
             download.connectionFinished(connection)
             if download.isWritten { return .complete(bytes: download.total ?? attempt.written) }
             openConnections(download)
             return nil
         case .transient(let reason, _, false) where attempt.rangeEnd != nil || download.runningCount > 1:
             guard download.connectionFailed(connection) else { return outcome }
-            // It may have failed after its last byte (a server holding the connection open after a
-            // body with no length): then nothing is left to wait for.
-            if download.isWritten { return .complete(bytes: download.total ?? attempt.written) }
             logger.notice("a connection failed; the download goes on", metadata: [
                 "task.id": "\(download.taskID)", "reason": "\(reason)", "connections": "\(download.limit)"])
             openConnections(download)

@@ -148,6 +148,8 @@ final class TransferAttempt {
     /// past it is not the range it names, whether or not it said its length.
     private var answerEnd: Int64?
     private var previousValidator: String?
+    /// The `If-Range` this request went out with: a `206` must be of the file it names.
+    private var sentIfRange: String?
     /// Where the request went last (after redirects): a playlist's URIs resolve against it.
     private(set) var currentURL: String
     private var bodyStarted = false
@@ -160,6 +162,14 @@ final class TransferAttempt {
     /// no name, a reset, a stall) rather than with an answer: what a missing
     /// network looks like. A refused connection is a server's answer.
     private(set) var failedOnTheWire = false
+    /// It failed before a connection was tried: no address for its host
+    /// (or proxy's) name, so curl names none it went for.
+    private(set) var nameUnresolved = false
+    /// The request went to a proxy (the config's, or curl's environment):
+    /// the URL's host is not where it connected.
+    var goesThroughProxy: Bool { settings.proxy != nil || Self.proxyInEnvironment }
+    private static let proxyInEnvironment = ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
+        .contains { !(ProcessInfo.processInfo.environment[$0] ?? "").isEmpty }
 
     /// Hands a progress sync to the agent's DataSyncer: (attempt, descriptor, offset to claim when durable).
     typealias SyncRequest = (_ attempt: TransferAttempt, _ descriptor: Int32, _ offset: Int64) -> Void
@@ -305,14 +315,15 @@ final class TransferAttempt {
             // Only this slice of the resource, from where the partial file ends.
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE,
                                                      "\(start + requestedOffset)-\(start + byteRange.length - 1)"))
-            if let ifRange, requestedOffset > 0 { headers.append(Header(name: "If-Range", value: ifRange)) }
+            if requestedOffset > 0 { sentIfRange = ifRange }
         } else if let rangeEnd {
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-\(rangeEnd - 1)"))
-            if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
+            sentIfRange = ifRange
         } else if requestedOffset > 0 {
             try check("RANGE", sa_easy_setopt_string(easy, CURLOPT_RANGE, "\(requestedOffset)-"))
-            if let ifRange { headers.append(Header(name: "If-Range", value: ifRange)) }
+            sentIfRange = ifRange
         }
+        if let sentIfRange { headers.append(Header(name: "If-Range", value: sentIfRange)) }
         if let ifChanged {
             if let etag = ifChanged.etag { headers.append(Header(name: "If-None-Match", value: etag)) }
             if let lastModified = ifChanged.lastModified { headers.append(Header(name: "If-Modified-Since", value: lastModified)) }
@@ -656,9 +667,14 @@ final class TransferAttempt {
             }
             // If-Range asks the server to send the whole file if it changed; one that sends the rest
             // of another file anyway would have it joined to the bytes we hold (SPEC §7).
-            if requestedOffset > 0 || rangeEnd != nil, let words = resumedFromAnotherFile() {
+            if let sentIfRange, let words = RecoveryPlan.anotherFile(ifRange: sentIfRange, etag: etag, lastModified: lastModified) {
                 if rangeEnd != nil { return .rangeRefused(reason: words) }
                 return .transient(reason: words, retryAfterMs: nil, restartFromZero: true)
+            }
+            // Nor may a resume go on in a file of another size.
+            if rangeEnd == nil, byteRange == nil, requestedOffset > 0, let known = total, let size = range.complete, size != known {
+                return .transient(reason: "the file on the server changed size (\(known) bytes → \(size))", retryAfterMs: nil,
+                                  restartFromZero: true)
             }
         } else if requestedOffset > 0 {
             // A full body: the server ignored Range, or If-Range found a changed file.
@@ -687,30 +703,7 @@ final class TransferAttempt {
     /// Why a full answer came to a ranged request, if its validator says the file changed.
     private func changedFileWords() -> String? {
         guard let validator = etag ?? lastModified, let previousValidator, validator != previousValidator else { return nil }
-        return Self.changedFileWords(from: previousValidator, to: validator)
-    }
-
-    /// Why a `206` continuing our bytes may be part of another file: its
-    /// validator of the kind `If-Range` sent differs from it, or is missing.
-    private func resumedFromAnotherFile() -> String? {
-        guard let validators = validatorsToCompare else { return nil }
-        guard let now = validators.now else {
-            return "the server's answer to a resume carried no \(validators.kind) (the file had \(validators.sent)): "
-                + "it may be another file"
-        }
-        return now == validators.sent ? nil : Self.changedFileWords(from: validators.sent, to: now)
-    }
-
-    /// The validator `If-Range` sent, and this answer's of the same kind (an ETag, or a date).
-    private var validatorsToCompare: (sent: String, now: String?, kind: String)? {
-        guard let previousValidator else { return nil }
-        let isEntityTag = previousValidator.hasPrefix("\"") || previousValidator.hasPrefix("W/")
-        return (previousValidator, isEntityTag ? etag : lastModified, isEntityTag ? "ETag" : "Last-Modified")
-    }
-
-    /// "the file changed on the server (validator A → B)": said wherever a validator gives a change away.
-    static func changedFileWords(from old: String, to new: String) -> String {
-        "the file changed on the server (validator \(old) → \(new))"
+        return RecoveryPlan.changedFileWords(from: previousValidator, to: validator)
     }
 
     /// The offset goes back to 0: truncate and say why, in the log.
@@ -767,16 +760,12 @@ final class TransferAttempt {
             // the last byte); verification decides the rest.
             let claimed = contentRange??.complete
             let size = claimed ?? total
-            // Not complete if the server said another size before, or its validator changed: our
-            // bytes are then the start of another file, and the server's end says nothing of it.
-            if rangeEnd == nil, requestedOffset > 0, let claimed, let total, claimed != total {
+            // Not complete if the server said another size before: our bytes are then the start of
+            // another file, and its end says nothing of them. (Not its validators: a 416's may be its
+            // error page's.) A byte-range child's `total` is its slice, not the file.
+            if rangeEnd == nil, byteRange == nil, requestedOffset > 0, let claimed, let total, claimed != total {
                 return .transient(reason: "server answered 416 for byte \(requestedOffset) saying its file has \(claimed) bytes, "
                                   + "where it said \(total) before: the file changed", retryAfterMs: nil, restartFromZero: true)
-            }
-            if rangeEnd == nil, requestedOffset > 0, let validators = validatorsToCompare, let now = validators.now,
-               now != validators.sent {
-                return .transient(reason: Self.changedFileWords(from: validators.sent, to: now), retryAfterMs: nil,
-                                  restartFromZero: true)
             }
             // (Not for one range of a segmented download: its bytes are not the file's end.)
             if requestedOffset > 0, size == requestedOffset, rangeEnd == nil { return .complete(bytes: requestedOffset) }
@@ -936,6 +925,7 @@ final class TransferAttempt {
         let reason = "\(words) (\(Redaction.url(currentURL)))"
         var connectErrno = 0
         let refused = sa_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &connectErrno) == CURLE_OK && connectErrno == Int(ECONNREFUSED)
+        nameUnresolved = result == CURLE_COULDNT_RESOLVE_HOST || result == CURLE_COULDNT_RESOLVE_PROXY
         failedOnTheWire = !refused && (status == 0 || result == CURLE_RECV_ERROR || result == CURLE_SEND_ERROR
             || result == CURLE_OPERATION_TIMEDOUT || result == CURLE_PARTIAL_FILE)
         switch result {
