@@ -197,8 +197,12 @@ struct SegmentedTests {
     /// nothing until it was killed. (The server holds the connection open after the body, so the
     /// last range's connection ends only by `idle_timeout`. It must wait for the close: a body that
     /// goes on past its range is how a shifted answer gives itself away.)
+    /// With more of them than a download replaces failed connections (eight an attempt; the review
+    /// of the first fix), and no retry to spend.
     @Test func rangesAnsweredWithoutALengthFinish() throws {
-        _ = try fetch("range_no_length=1", size: 3_000_000, config: "retries = 2\nidle_timeout = 2\n", seconds: 40)
+        _ = try fetch("range_no_length=1", size: 3_000_000, config: "retries = 0\nidle_timeout = 2\n", seconds: 40)
+        _ = try fetch("range_no_length=1", size: 16 << 20, connections: 16, config: "retries = 0\nidle_timeout = 1\nmax_per_host = 16\n",
+                      seconds: 40)
     }
 
     @Test func cookiesSetOnAnyConnectionAreKept() throws {
