@@ -86,9 +86,10 @@ public final class Agent {
     var warnedMeteredUnknown = false
     /// When tasks waiting for the network are looked at again (monotonic ms).
     var nextNetworkCheckMs: Int64 = 0
-    /// The server address each task waiting for the network could not reach (none: its name did not resolve,
-    /// or it waits since before this agent started).
-    var waitingAddress: [String: String] = [:]
+    /// What each task waiting for the network could not reach: its server's address, or none (its name did
+    /// not resolve, or its connect failed before curl chose an address). No entry: it waits since before
+    /// this agent started.
+    var waitingFor: [String: (address: String?, nameUnresolved: Bool)] = [:]
     /// Downloads running over several connections, by task id.
     var segmented: [String: SegmentedDownload] = [:]
     /// Resumable uploads (tus, IETF) carrying out their protocol, by task id.
@@ -998,14 +999,15 @@ public final class Agent {
         case .transient(let reason, let retryAfterMs, let restartFromZero):
             // Only a download keeps what it received; anything else starts over.
             let bytes = restartFromZero || !task.spec.isResumable ? 0 : durable
-            let address = NetworkMonitor.address(of: metrics, url: task.currentURL)
+            let address = NetworkPolicy.connectAddress(reported: metrics.remoteAddress, url: task.currentURL,
+                                                       viaProxy: attempt.goesThroughProxy)
             switch NetworkPolicy.verdict(failedOnTheWire: attempt.failedOnTheWire, url: task.currentURL,
-                                         reachable: network.reaches(address),
+                                         reachable: network.reaches(address, nameUnresolved: attempt.nameUnresolved),
                                          attemptStartedMs: attempt.startedMs, routesChangedMs: network.routesChangedMs) {
             case .waitForNetwork:
                 // No retry is spent; a route to the server coming back resumes it.
                 log.record(.paused(Paused(bytes: bytes, reason: .offline, metrics: metrics)), task: id)
-                waitingAddress[id] = address
+                waitingFor[id] = (address, attempt.nameUnresolved)
                 logger.notice("task waits for the network", metadata: ["task.id": "\(id)", "reason": "\(reason)"])
                 return
             case .retryAtOnce:

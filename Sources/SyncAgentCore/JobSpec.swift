@@ -401,6 +401,11 @@ public enum URLRules {
         return safe.isEmpty || safe == "." || safe == ".." || safe.contains("\0") ? "video" : String(safe.prefix(200))
     }
 
+    /// The URL's host, lowercased, an IPv6 address without its brackets.
+    public static func host(of url: String) -> String? {
+        URLComponents(string: url)?.host.map { $0.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]")) }
+    }
+
     /// `host:port` with the scheme's default port: what `max_per_host` counts.
     public static func hostKey(_ url: String) -> String {
         if let plain = plainHostKey(url) { return plain }

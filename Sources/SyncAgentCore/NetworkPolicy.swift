@@ -32,13 +32,30 @@ public enum NetworkPolicy {
         return routesChangedMs >= attemptStartedMs - settlingMs ? .waitForNetwork : .retry
     }
 
+    /// The address an attempt went for: as curl reports it, else the URL's
+    /// host when that is an address and no proxy stands between (a connect
+    /// that failed at once for want of a route leaves curl none to report).
+    public static func connectAddress(reported: String?, url: String, viaProxy: Bool) -> String? {
+        if let reported { return reported }
+        guard !viaProxy, let host = URLRules.host(of: url), addressBytes(host) != nil else { return nil }
+        return host
+    }
+
+    /// 4 or 16 bytes of a numeric address; nil for a name.
+    public static func addressBytes(_ address: String) -> [UInt8]? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, address, &v4) == 1 { return withUnsafeBytes(of: v4) { Array($0) } }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, address, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
+        return nil
+    }
+
     /// How long after a change of routes a failure on the wire is still put down to it.
     public static let settlingMs: Int64 = 3000
 
     /// `localhost`, 127.0.0.0/8 or ::1.
     public static func isLoopback(_ url: String) -> Bool {
-        guard let host = URLComponents(string: url)?.host?.lowercased() else { return false }
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        guard let bare = URLRules.host(of: url) else { return false }
         return bare == "localhost" || bare.hasSuffix(".localhost") || bare.hasPrefix("127.") || bare == "::1"
     }
 

@@ -72,8 +72,8 @@ public struct RouteTable: Equatable, Sendable {
 
     /// A default route leads out: any address may be reached. (A subnet
     /// route alone, with the default route gone or not yet set by DHCP,
-    /// reaches only its neighbours.)
-    public var hasDefaultRoute: Bool { outward.contains { $0.prefixLength == 0 } }
+    /// reaches only its neighbours.) A VPN's `0/1` and `128/1` pair counts.
+    public var hasDefaultRoute: Bool { outward.contains { $0.prefixLength <= 1 } }
 
     /// Whether a route covers `address` (4 or 16 bytes).
     public func reaches(_ address: [UInt8]) -> Bool {

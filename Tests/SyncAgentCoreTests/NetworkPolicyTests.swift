@@ -51,8 +51,12 @@ struct NetworkPolicyTests {
         #expect(!unplugged.reaches([93, 184, 216, 34]))
         #expect(unplugged.reaches([10, 0, 2, 15]))
         #expect(!unplugged.reaches([192, 168, 1, 20]))
-        // A subnet is no way to anywhere: only a default route is.
+        // A subnet is no way to anywhere: only a default route is (or a VPN's 0/1 and 128/1).
         #expect(everyLinkUp.hasDefaultRoute && !unplugged.hasDefaultRoute)
+        let vpn = RouteTable.parse(ipv4: ipv4.replacingOccurrences(of: "eth0\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000",
+                                                                   with: "tun0\t00000000\t00000000\t0001\t0\t0\t0\t00000080"),
+                                   ipv6: "", linkIsUp: { _ in true })
+        #expect(vpn.hasDefaultRoute)
         // Nothing but link-local and multicast routes: offline.
         let nothing = RouteTable.parse(ipv4: "", ipv6: ipv6, linkIsUp: { _ in true })
         #expect(!nothing.online)
@@ -80,6 +84,16 @@ struct NetworkPolicyTests {
         #expect(RecoveryPlan.plan(for: log.state["t"]!, nowMs: 1 << 50) == .startFromZero)
         _ = log.add(.paused(Paused(bytes: 0, reason: .metered)), task: "t")
         #expect(RecoveryPlan.plan(for: log.state["t"]!, nowMs: 1 << 50) == .startFromZero)
+    }
+
+    /// The address a failed connect is judged by: curl's, else a literal host with no proxy between.
+    @Test func theAddressAFailedConnectWentFor() {
+        #expect(NetworkPolicy.connectAddress(reported: "10.0.0.9", url: "http://h/x", viaProxy: false) == "10.0.0.9")
+        #expect(NetworkPolicy.connectAddress(reported: nil, url: "http://10.214.3.1:8080/x", viaProxy: false) == "10.214.3.1")
+        #expect(NetworkPolicy.connectAddress(reported: nil, url: "http://[2001:DB8::1]/x", viaProxy: false) == "2001:db8::1")
+        #expect(NetworkPolicy.connectAddress(reported: nil, url: "http://10.214.3.1/x", viaProxy: true) == nil)
+        #expect(NetworkPolicy.connectAddress(reported: nil, url: "https://example.com/x", viaProxy: false) == nil)
+        #expect(NetworkPolicy.addressBytes("2001:db8::1")?.count == 16 && NetworkPolicy.addressBytes("example.com") == nil)
     }
 
     /// A segmented download falling back to one connection is the agent's choice: no retry.

@@ -106,22 +106,13 @@ final class NetworkMonitor {
 
     /// Whether a connection to `address` could leave this machine now: a
     /// route covers it, or it is one of the machine's own addresses. Without
-    /// an address (the name did not resolve, or the connect failed before
-    /// curl chose one): whether a default route leads out.
-    func reaches(_ address: String?) -> Bool {
+    /// an address: for a name that did not resolve, whether any route leads
+    /// out (its name server may be a neighbour); for a connect that failed
+    /// before curl chose an address, whether a default route does.
+    func reaches(_ address: String?, nameUnresolved: Bool = true) -> Bool {
         guard netlink >= 0 else { return true }
-        guard let address, let bytes = Self.bytes(of: address) else { return routes.hasDefaultRoute }
+        guard let address, let bytes = NetworkPolicy.addressBytes(address) else { return nameUnresolved ? reading.online : routes.hasDefaultRoute }
         return routes.reaches(bytes) || Self.localAddresses().contains(bytes)
-    }
-
-    /// The address an attempt went for: as curl reports it, else the URL's
-    /// host when that is an address (a connect that failed at once with no
-    /// route leaves curl none to report).
-    static func address(of metrics: AttemptMetrics, url: String) -> String? {
-        if let remote = metrics.remoteAddress { return remote }
-        guard let host = URLComponents(string: url)?.host else { return nil }
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return bytes(of: bare) != nil ? bare : nil
     }
 
     private func read() -> Reading {
@@ -149,15 +140,6 @@ final class NetworkMonitor {
         else { return true }
         let word = state.trimmingCharacters(in: .whitespacesAndNewlines)
         return word == "up" || word == "unknown"
-    }
-
-    /// 4 or 16 bytes of a numeric address.
-    static func bytes(of address: String) -> [UInt8]? {
-        var v4 = in_addr()
-        if inet_pton(AF_INET, address, &v4) == 1 { return withUnsafeBytes(of: v4) { Array($0) } }
-        var v6 = in6_addr()
-        if inet_pton(AF_INET6, address, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
-        return nil
     }
 
     /// This machine's own addresses (a server on one of them is not across the network).
@@ -206,12 +188,13 @@ extension Agent {
             }
         }
         let resumable = NetworkPolicy.resumable(in: log.state, reachable: { [unowned self] task in
-            // Without an address (no name, or waiting since before this agent started): any route out will do.
-            network.reaches(waitingAddress[task.id])
+            // Waiting since before this agent started: any route out will do.
+            let waiting = waitingFor[task.id]
+            return network.reaches(waiting?.address, nameUnresolved: waiting?.nameUnresolved ?? true)
         }, metered: now.metered, configDefault: config.allowMetered)
         for task in resumable {
             let words = task.pauseReason == .offline ? "the network is back" : "the link is no longer metered"
-            waitingAddress[task.id] = nil
+            waitingFor[task.id] = nil
             log.record(.resumed(Resumed(bytes: task.bytes, reason: words)), task: task.id)
         }
         needsScheduling = true
@@ -228,7 +211,7 @@ extension Agent {
         let waiting = log.state.orderedTasks.filter { $0.phase == .paused && $0.pauseReason == .offline }
         guard !waiting.isEmpty else { return }
         for task in waiting where deadlineMs(of: task) <= FileSystem.nowMs {
-            waitingAddress[task.id] = nil
+            waitingFor[task.id] = nil
             fail(task, reason: totalTimeoutWords + " (waiting for the network)", code: "total_timeout", keeping: task.bytes)
         }
         // Routes a missed event brought back count too.
