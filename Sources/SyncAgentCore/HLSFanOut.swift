@@ -8,6 +8,8 @@ public enum HLSFanOut {
     public struct Plan: Equatable, Sendable {
         public var children: [Child]
         public var expanded: Expanded
+        /// Set when a live playlist read again is no longer the one taken: why it ends here.
+        public var endedBecause: String?
     }
 
     public struct Child: Equatable, Sendable {
@@ -69,7 +71,11 @@ public enum HLSFanOut {
             return id
         }
 
-        try checkUnchanged(playlist, taken: parent.hls?.entries ?? [], in: state)
+        if let change = changeSinceTaken(playlist, taken: parent.hls?.entries ?? [], in: state) {
+            // What was taken is one video; the playlist's new segments belong to another.
+            return Plan(children: [], expanded: Expanded(playlist: url, targetDurationMs: playlist.targetDurationMs, ended: true,
+                                                         entries: []), endedBecause: change)
+        }
         for segment in playlist.segments where segment.sequence > after {
             if let limitMs, mediaMs >= limitMs { limitReached = true; break }
             // Segments a live playlist dropped while we were away: the player must know of the gap.
@@ -89,28 +95,28 @@ public enum HLSFanOut {
                                                          ended: playlist.ended || limitReached, entries: entries))
     }
 
-    /// A live playlist read again must go on from the one before: the
-    /// segments it still lists are the ones taken, and it never goes back
+    /// Why a live playlist read again is not the one taken, if it is not: it
+    /// must list the segments taken under the same numbers, and never go back
     /// before them (RFC 8216 §6.2.1). One that changed (an encoder restarted,
-    /// a variant switched under the same URL) would have two videos joined.
-    /// (Segments are told apart by path: one whose URL names the same file is
-    /// taken for the same segment.)
-    static func checkUnchanged(_ playlist: HLSMediaPlaylist, taken: [HLSEntry], in state: AgentState) throws {
-        guard let first = taken.first?.sequence else { return }
+    /// a variant switched under its URL) would have two videos joined.
+    /// Segments are told apart by file name and byte range: CDNs sign segment
+    /// URLs anew on every read, in the query or the path, and move them
+    /// between edge hosts.
+    static func changeSinceTaken(_ playlist: HLSMediaPlaylist, taken: [HLSEntry], in state: AgentState) -> String? {
+        guard let first = taken.first?.sequence, let last = taken.last?.sequence else { return nil }
         let bySequence = Dictionary(taken.map { ($0.sequence, $0.child) }, uniquingKeysWith: { old, _ in old })
-        for segment in playlist.segments where segment.sequence <= taken.last?.sequence ?? first {
+        func fileName(_ url: String) -> Substring? { URLComponents(string: url)?.path.split(separator: "/").last }
+        for segment in playlist.segments where segment.sequence <= last {
             if segment.sequence < first {
-                throw Refusal(description: "the live playlist went back to segment \(segment.sequence), before the first one taken "
-                              + "(\(first)): it is another video now", code: "playlist_changed")
+                return "the live playlist went back to segment \(segment.sequence), before the first one taken (\(first))"
             }
             guard let id = bySequence[segment.sequence], let child = state[id] else { continue }
-            // By path: CDNs sign segment URLs anew on every read, and move them between edge hosts.
-            if URLComponents(string: child.spec.url)?.path != URLComponents(string: segment.uri)?.path
-                || child.spec.byteRange != segment.range {
-                throw Refusal(description: "the live playlist changed segment \(segment.sequence) (\(Redaction.url(child.spec.url)) → "
-                              + "\(Redaction.url(segment.uri))): it is another video now", code: "playlist_changed")
+            if fileName(child.spec.url) != fileName(segment.uri) || child.spec.byteRange != segment.range {
+                return "the live playlist changed segment \(segment.sequence) (\(Redaction.url(child.spec.url)) → "
+                    + "\(Redaction.url(segment.uri)))"
             }
         }
+        return nil
     }
 
     private static func supportKey(_ url: String, _ range: HLSByteRange?) -> String {

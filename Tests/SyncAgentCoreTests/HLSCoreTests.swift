@@ -211,33 +211,34 @@ struct HLSCoreTests {
     }
 
     /// The tenth adversary: a live playlist read again listed other segments under the numbers
-    /// taken (a0, a1 → b0, b1, b2), and the video was published as both joined.
-    @Test func aLivePlaylistThatChangedWhatItTookIsRefused() throws {
+    /// taken (a0, a1 → b0, b1, b2), and the video was published as both joined. It now ends
+    /// with what was taken (the review: failing threw away a capture good up to the change).
+    @Test func aLivePlaylistThatChangedWhatItTookEndsTheCaptureThere() throws {
         var (state, parent) = parent(HLSOptions(maxDurationS: 60))
         let first = try HLSFanOut.plan(parent: parent, playlist: media(10...11, ended: false), url: base, in: state)
         var seq: Int64 = 3
         for child in first.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
         state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(first.expanded)))
         parent = state["v"]!
-        // The same segments, signed anew on another edge host: the same video.
+        // The same segments, signed anew in the query and the path, on another edge host: the same video.
         var resigned = media(10...13, ended: false)
         for index in resigned.segments.indices {
-            resigned.segments[index].uri = resigned.segments[index].uri.replacingOccurrences(of: "cdn.", with: "edge2.cdn.") + "?token=\(index)"
+            resigned.segments[index].uri = resigned.segments[index].uri.replacingOccurrences(of: "cdn.example.com/", with: "edge2.cdn.example.com/tok\(index)/")
+                + "?token=\(index)"
         }
-        #expect(try HLSFanOut.plan(parent: parent, playlist: resigned, url: base, in: state).expanded.entries.map(\.sequence) == [12, 13])
+        let again = try HLSFanOut.plan(parent: parent, playlist: resigned, url: base, in: state)
+        #expect(again.expanded.entries.map(\.sequence) == [12, 13] && again.endedBecause == nil)
         var changed = media(10...12, ended: true)
         changed.segments[1].uri = "https://cdn.example.com/b11.ts"
         var back = media(3...12, ended: false)
         back.segments.removeLast(2)
         for playlist in [changed, back] {
-            #expect(throws: HLSFanOut.Refusal.self) { try HLSFanOut.plan(parent: parent, playlist: playlist, url: base, in: state) }
+            let plan = try HLSFanOut.plan(parent: parent, playlist: playlist, url: base, in: state)
+            #expect(plan.children.isEmpty && plan.expanded.entries.isEmpty && plan.expanded.ended)
+            #expect(plan.endedBecause != nil)
         }
-        do {
-            _ = try HLSFanOut.plan(parent: parent, playlist: changed, url: base, in: state)
-        } catch let refusal as HLSFanOut.Refusal {
-            #expect(refusal.code == "playlist_changed")
-            #expect(refusal.description.hasPrefix("the live playlist changed segment 11 (https://cdn.example.com/s11.ts → "))
-        }
+        #expect(try HLSFanOut.plan(parent: parent, playlist: changed, url: base, in: state).endedBecause
+                    == "the live playlist changed segment 11 (https://cdn.example.com/s11.ts → https://cdn.example.com/b11.ts)")
     }
 
     @Test func aLostChildSettlesItsParent() throws {

@@ -79,6 +79,10 @@ extension Agent {
            endedByExistingDest(task, HLSPublisher.joinedPath(dest, isFMP4: HLSPublisher.isFMP4(plan.expanded.entries))) {
             return
         }
+        if let change = plan.endedBecause {
+            logger.notice("live playlist is another video now; publishing what was taken before the change",
+                          metadata: ["task.id": "\(task.id)", "reason": "\(change)"])
+        }
         if !plan.expanded.entries.isEmpty || !task.isFannedOut || plan.expanded.ended != task.hls?.ended {
             for child in plan.children { log.record(.created(child.spec), task: child.id) }
             log.record(.expanded(plan.expanded), task: task.id)
