@@ -75,11 +75,13 @@ def timed(command, env=None, cwd=None):
 
 # Deleting many files makes the next file creations slow for whoever comes
 # next: ext4 without a journal (this machine's root) skips every inode freed
-# in the last 30 s (`recently_deleted`) when it picks one for a new file.
-# Deleting the last round's 2,000 files before a tool's run made curl's 2,000
-# creations take 1.9 s of kernel time instead of 0.2 s. So folders of many
-# files are moved aside, and deleted between workloads, with time to age.
-TRASH_AGE_S = 31
+# in the last 60 s (`recently_deleted`, RECENTCY_MIN; 300 s more while the
+# inode table block is dirty, so the disk is synced first) when it picks one
+# for a new file. Deleting the last round's 2,000 files before a tool's run
+# made curl's 2,000 creations take 1.9 s of kernel time instead of 0.2 s. So
+# folders of many files are moved aside, and deleted between workloads, with
+# time to age.
+TRASH_AGE_S = 61
 MANY_FILES = 100
 
 
@@ -293,7 +295,7 @@ def update_workload(nginx, files, rounds):
         checks.append(run_syncagent_jobs(again, out, "syncagent-update", keep_state=True)[0])
         sent += nginx.sent_since("sync.log", before)
         print(f"  update: round {round_index + 1}: download {downloads[-1]:.3f} s, unchanged {checks[-1]:.3f} s", flush=True)
-    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    fresh(os.path.join(WORK, "out"))
     return statistics.median(downloads), statistics.median(checks), sent
 
 
@@ -361,7 +363,7 @@ def transfer_workload(title, urls, expected_sizes, rounds, tools=None):
                     sys.exit(f"{name}: {dest} missing or wrong size after {title}")
             results[name].append((wall, rss))
             print(f"  {title}: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
-    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    fresh(os.path.join(WORK, "out"))
     return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
 
 
@@ -440,7 +442,7 @@ def durability_floor(source, suffix, rounds):
     for _ in range(rounds):
         out = settled_output(aged=True)
         walls.append(timed(["python3", "-c", DURABILITY_FLOOR, source, out, str(CONCURRENCY), suffix])[0])
-    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    fresh(os.path.join(WORK, "out"))
     return statistics.median(walls)
 
 
@@ -455,7 +457,7 @@ def hls_workload(url, rounds):
                 sys.exit(f"{name}: {target} missing after the HLS workload")
             results[name].append((wall, rss))
             print(f"  HLS: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
-    shutil.rmtree(os.path.join(WORK, "out"), ignore_errors=True)
+    fresh(os.path.join(WORK, "out"))
     return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
 
 
