@@ -114,6 +114,14 @@ struct HLSCoreTests {
         return (state, state["v"]!)
     }
 
+    /// A plan's children and `expanded` folded into `state`, as the agent logs them: the parent after.
+    func taken(_ plan: HLSFanOut.Plan, into state: inout AgentState) -> TaskState {
+        var seq = state.lastSeq
+        for child in plan.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
+        state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(plan.expanded)))
+        return state["v"]!
+    }
+
     func media(_ sequences: ClosedRange<Int64>, ended: Bool, keyed: Bool = false) -> HLSMediaPlaylist {
         var media = HLSMediaPlaylist()
         media.targetDurationMs = 2000
@@ -142,10 +150,7 @@ struct HLSCoreTests {
         var (live, capped) = self.parent(HLSOptions(maxDurationS: 5))
         let first = try HLSFanOut.plan(parent: capped, playlist: media(0...1, ended: false), url: base, in: live)
         #expect(first.expanded.entries.count == 2 && !first.expanded.ended)
-        var seq: Int64 = 3
-        for child in first.children { seq += 1; live.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
-        live.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(first.expanded)))
-        capped = live["v"]!
+        capped = taken(first, into: &live)
         // Read again: only segments not taken yet, up to max_duration (5 s: three 2-second segments).
         let second = try HLSFanOut.plan(parent: capped, playlist: media(0...6, ended: false), url: base, in: live)
         #expect(second.expanded.entries.map(\.sequence) == [2])
@@ -202,10 +207,7 @@ struct HLSCoreTests {
     @Test func segmentsALivePlaylistDroppedAreMarkedAsAGap() throws {
         var (state, parent) = parent(HLSOptions(maxDurationS: 60))
         let first = try HLSFanOut.plan(parent: parent, playlist: media(0...1, ended: false), url: base, in: state)
-        var seq: Int64 = 3
-        for child in first.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
-        state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(first.expanded)))
-        parent = state["v"]!
+        parent = taken(first, into: &state)
         let later = try HLSFanOut.plan(parent: parent, playlist: media(5...6, ended: false), url: base, in: state)
         #expect(later.expanded.entries.map(\.discontinuity) == [true, false])
     }
@@ -216,10 +218,7 @@ struct HLSCoreTests {
     @Test func aLivePlaylistThatChangedWhatItTookEndsTheCaptureThere() throws {
         var (state, parent) = parent(HLSOptions(maxDurationS: 60))
         let first = try HLSFanOut.plan(parent: parent, playlist: media(10...11, ended: false), url: base, in: state)
-        var seq: Int64 = 3
-        for child in first.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
-        state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(first.expanded)))
-        parent = state["v"]!
+        parent = taken(first, into: &state)
         // The same segments, signed anew in the query and the path, on another edge host: the same video.
         var resigned = media(10...13, ended: false)
         for index in resigned.segments.indices {

@@ -90,27 +90,36 @@ struct NetworkTests {
     /// retries and failed, or waited and was resumed with the route still missing.
     @Test func noDefaultRouteIsOfflineForAServerBeyondIt() throws {
         guard let lab = try makeLab() else { return }
+        // Still waiting a while later: nothing took the subnet's route for a way to the server.
+        try expectAJobWaitsOfflineThenFinishes(lab, server: lab.remoteAddress, waitingFor: 4) { try lab.setDefaultRoute(present: $0) }
+    }
+
+    /// A job dropped while `network(false)` holds the machine offline waits (its agent told to exit
+    /// when idle still runs `waitingFor` seconds later, the task not resumed), then finishes with
+    /// `network(true)`, spending no retry.
+    func expectAJobWaitsOfflineThenFinishes(_ lab: NetworkLab, server host: String, waitingFor seconds: UInt32,
+                                            network: (Bool) throws -> Void,
+                                            sourceLocation: SourceLocation = #_sourceLocation) throws {
         let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\nconnect_timeout = 2\n")
-        let server = try FaultServer(in: harness.directory, host: lab.remoteAddress)
-        let data = try server.serve("r.bin", size: 1 << 20)
-        try lab.setDefaultRoute(present: false)
-        try harness.drop("r.job", "id = \"r\"\nurl = \"\(server.url("r.bin"))\"\ndest = \"r.bin\"\n")
+        let server = try FaultServer(in: harness.directory, host: host)
+        let data = try server.serve("w.bin", size: 1 << 20)
+        try network(false)
+        try harness.drop("w.job", "id = \"w\"\nurl = \"\(server.url("w.bin"))\"\ndest = \"w.bin\"\n")
         let agent = try startAgent(harness, in: lab, exitWhenIdle: true)
         defer {
             agent.signal(SIGTERM)
             _ = agent.wait(seconds: 10)
         }
         #expect(eventually(within: 30) {
-            events(harness, "paused", task: "r").contains { $0.data["reason"] as? String == "waiting_for_network" }
-        }, "\(agent.stderr.suffix(2000))")
-        // Still waiting a while later: nothing took the subnet's route for a way to the server.
-        usleep(4_000_000)
-        #expect(events(harness, "resumed", task: "r").isEmpty, "\(agent.stderr.suffix(2000))")
-        #expect(agent.isRunning)
-        try lab.setDefaultRoute(present: true)
-        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))")
-        #expect(FileManager.default.contents(atPath: harness.downloads + "/r.bin") == data)
-        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
+            events(harness, "paused", task: "w").contains { $0.data["reason"] as? String == "waiting_for_network" }
+        }, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        usleep(seconds * 1_000_000)
+        #expect(events(harness, "resumed", task: "w").isEmpty, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        #expect(agent.isRunning, "an agent told to exit when idle still waits for the network", sourceLocation: sourceLocation)
+        try network(true)
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        #expect(FileManager.default.contents(atPath: harness.downloads + "/w.bin") == data, sourceLocation: sourceLocation)
+        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" }, sourceLocation: sourceLocation)
     }
 
     /// A link that goes and comes back while a transfer runs (Wi-Fi in a
@@ -166,25 +175,7 @@ struct NetworkTests {
     /// rather than leaving it behind.
     @Test func noCarrierIsOfflineAndExitWhenIdleWaitsForTheNetwork() throws {
         guard let lab = try makeLab() else { return }
-        let harness = try AgentHarness(config: "retries = 0\nidle_timeout = 2\nconnect_timeout = 2\n")
-        let server = try FaultServer(in: harness.directory, host: lab.hostAddress)
-        let data = try server.serve("c.bin", size: 1 << 20)
-        try lab.setCarrier(up: false)
-        try harness.drop("c.job", "id = \"c\"\nurl = \"\(server.url("c.bin"))\"\ndest = \"c.bin\"\n")
-        let agent = try startAgent(harness, in: lab, exitWhenIdle: true)
-        defer {
-            agent.signal(SIGTERM)
-            _ = agent.wait(seconds: 10)
-        }
-        #expect(eventually(within: 30) {
-            events(harness, "paused", task: "c").contains { $0.data["reason"] as? String == "waiting_for_network" }
-        }, "\(agent.stderr.suffix(2000))")
-        usleep(1_000_000)
-        #expect(agent.isRunning, "an agent told to exit when idle still waits for the network")
-        try lab.setCarrier(up: true)
-        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))")
-        #expect(FileManager.default.contents(atPath: harness.downloads + "/c.bin") == data)
-        #expect(!(try harness.events()).contains { $0.type == "retrying" || $0.type == "failed" })
+        try expectAJobWaitsOfflineThenFinishes(lab, server: lab.hostAddress, waitingFor: 1) { try lab.setCarrier(up: $0) }
     }
 
     @Test func aReloadThatAllowsMeteredLinksLetsWaitingTasksGo() throws {

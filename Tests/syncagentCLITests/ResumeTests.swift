@@ -23,6 +23,11 @@ struct ResumeTests {
         return (harness, server, data, status)
     }
 
+    /// Why the attempt after the dropped first one was not taken (the first retry is for the drop).
+    func reasonOfTheRetryAfterTheDrop(_ harness: AgentHarness) throws -> String {
+        try harness.events().filter { $0.type == "retrying" }.dropFirst().first?.data["reason"] as? String ?? ""
+    }
+
     func fileMatches(_ harness: AgentHarness, _ data: Data, _ name: String = "f.bin") -> Bool {
         FileManager.default.contents(atPath: "\(harness.downloads)/\(name)") == data
     }
@@ -94,8 +99,7 @@ struct ResumeTests {
         let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&" + faults)
         #expect(status == 0)
         #expect(fileMatches(harness, data))
-        // (The first retry is for the dropped connection.)
-        let reason = try harness.events().filter { $0.type == "retrying" }.dropFirst().first?.data["reason"] as? String ?? ""
+        let reason = try reasonOfTheRetryAfterTheDrop(harness)
         #expect(reason.hasPrefix("the file changed on the server (validator \"")
                     || reason.hasPrefix("the server's answer to a resume carried no ETag"), "\(reason)")
         #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", nil])
@@ -117,7 +121,7 @@ struct ResumeTests {
         let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&" + lie)
         #expect(status == 0)
         #expect(fileMatches(harness, data))
-        let reason = try harness.events().filter { $0.type == "retrying" }.dropFirst().first?.data["reason"] as? String ?? ""
+        let reason = try reasonOfTheRetryAfterTheDrop(harness)
         #expect(reason == "the file on the server changed size (\(size) bytes → \(size + 1000))", "\(reason)")
         #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", nil])
     }
@@ -129,8 +133,7 @@ struct ResumeTests {
         let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&" + lie)
         #expect(status == 0)
         #expect(fileMatches(harness, data))
-        // (The first retry is for the dropped connection.)
-        let reason = try harness.events().filter { $0.type == "retrying" }.dropFirst().first?.data["reason"] as? String ?? ""
+        let reason = try reasonOfTheRetryAfterTheDrop(harness)
         #expect(reason == "server answered 416 for byte \(dropAt) saying its file has \(dropAt) bytes, where it said \(size) before: "
                     + "the file changed", "\(reason)")
         #expect(server.requests.map(\.status) == [200, 416, 200])
