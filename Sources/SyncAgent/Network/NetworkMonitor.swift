@@ -109,7 +109,7 @@ final class NetworkMonitor {
     /// an address: for a name that did not resolve, whether any route leads
     /// out (its name server may be a neighbour); for a connect that failed
     /// before curl chose an address, whether a default route does.
-    func reaches(_ address: String?, nameUnresolved: Bool = true) -> Bool {
+    func reaches(_ address: String?, nameUnresolved: Bool) -> Bool {
         guard netlink >= 0 else { return true }
         guard let address, let bytes = NetworkPolicy.addressBytes(address) else { return nameUnresolved ? reading.online : routes.hasDefaultRoute }
         return routes.reaches(bytes) || Self.localAddresses().contains(bytes)
