@@ -20,7 +20,8 @@ struct OutOfLine<Fields: OutOfLineFields>: Equatable, Sendable {
     private(set) var box: Box?
 
     init() {}
-    init(_ fields: Fields) { self.fields = fields }
+    /// The fields themselves go in the box, not a copy: one is made for every task of a snapshot.
+    init(_ fields: consuming Fields) { box = fields == Fields() ? nil : Box(fields) }
 
     var fields: Fields {
         get { box?.fields ?? Fields() }

@@ -156,10 +156,11 @@ public struct TaskState: Equatable, Sendable {
     /// With the host key already known (a snapshot stores it: parsing 100,000 URLs again costs more than reading them).
     init(id: String, spec: TaskSpec, hostKey: String, seq: Int64, atMs: Int64) {
         self.id = id
-        self.specBox = SpecBox(spec)
         self.currentURL = spec.url
         self.hostKey = hostKey
         self.notBeforeMs = spec.notBeforeMs
+        // Last: the box takes the spec itself, not a copy (a copy retains its every string).
+        self.specBox = SpecBox(consume spec)
         self.createdSeq = seq
         self.lastSeq = seq
         self.createdAtMs = atMs
@@ -278,19 +279,24 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
 
     public subscript(id: String) -> TaskState? { positions[id].map { self[$0] } }
     public func index(forKey id: String) -> Int? { positions[id] }
-    public var keys: LazyMapSequence<TaskList, String> { lazy.map(\.id) }
+    /// The ids in creation order, each read in place (not through a copy of its task).
+    public var keys: LazyMapSequence<Range<Int>, String> { indices.lazy.map { self[$0].id } }
 
     /// Adds a task whose id is new; false (and nothing added) if the id is taken.
     @discardableResult
-    mutating func append(_ task: TaskState) -> Bool {
-        guard positions[task.id] == nil else { return false }
-        positions[task.id] = count
+    mutating func append(_ task: consuming TaskState) -> Bool {
+        // One hash of the id, not two: a start-up adds every task of its snapshot.
+        let id = task.id
+        if let taken = positions.updateValue(count, forKey: id) {
+            positions[id] = taken
+            return false
+        }
         if count & Self.chunkMask == 0 {
             var chunk: [TaskState] = []
             chunk.reserveCapacity(Self.chunkMask + 1)
             chunks.append(chunk)
         }
-        chunks[chunks.count - 1].append(task)
+        chunks[chunks.count - 1].append(consume task)
         count += 1
         return true
     }
