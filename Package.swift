@@ -16,10 +16,11 @@ let package = Package(
     targets: [
         // Pure: events, the fold, job parsing, scheduling and recovery decisions. No I/O.
         .target(name: "SyncAgentCore", dependencies: [.product(name: "DequeModule", package: "swift-collections")]),
-        // C edge: typed wrappers for libcurl's variadic functions.
+        // C edge: libcurl, opened by the first transfer (not linked: every command would load it),
+        // and typed wrappers for its variadic functions.
         .target(
             name: "CCurlShims",
-            linkerSettings: [.linkedLibrary("curl")]
+            linkerSettings: [.linkedLibrary("dl")]
         ),
         // C edge: the one Linux system call Glibc does not wrap (openat2).
         .target(name: "CLinuxShims"),

@@ -27,7 +27,7 @@ public final class Agent {
 
     var log: EventLog!
     private var intake: Intake!
-    let multi = CurlMulti()
+    let multi: CurlMulti
     /// In-flight attempts by their curl easy handle.
     var attempts: [UnsafeMutableRawPointer: TransferAttempt] = [:]
     var attemptByTask: [String: UnsafeMutableRawPointer] = [:]
@@ -128,6 +128,7 @@ public final class Agent {
         self.logger = logger
         self.notifier = BackgroundNoticePoster(DesktopNotifier(logger: logger))
         self.settings = TransferSettings(config: config)
+        self.multi = try CurlMulti()
         self.syncer = try DataSyncer()
         self.assembler = try HLSAssembler()
         self.preparer = try PartialPreparer()

@@ -8,6 +8,48 @@ import Glibc
 /// Issue 13: the everyday surface — is the agent alive, status that scales,
 /// submit like wget/aria2c, forget, hooks, a shared speed cap, errors.
 @Suite(.serialized) struct EverydayTests {
+    // MARK: - Reading the log without libcurl
+
+    /// libcurl is opened by the agent, not linked: a command that only
+    /// reads the log starts without it (and its 30 libraries). Here it is
+    /// made unloadable (an empty file mounted over it, in a mount namespace
+    /// of this run): `status` and `submit` still work, and `run` stops at
+    /// once saying what is missing, before it takes a job.
+    @Test func commandsThatReadTheLogRunWithoutLibcurlAndTheAgentSaysItIsMissing() throws {
+        let harness = try AgentHarness()
+        try harness.drop("a.job", "id = \"a\"\nurl = \"http://127.0.0.1:9/a.bin\"\nretries = 0\n")
+        func withoutLibcurl(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+            let script = """
+                library=$(ldconfig -p | awk '/libcurl[.]so[.]4 / { print $NF; exit }')
+                [ -n "$library" ] || { echo "no libcurl.so.4 known to ldconfig" >&2; exit 97; }
+                mount --bind /dev/null "$(readlink -f "$library")" || exit 98
+                exec "$@"
+                """
+            let child = try ChildProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh",
+                                                              syncagentBinary] + [arguments[0]] + harness.globalFlags + arguments.dropFirst(),
+                                         environment: harness.environment, outputIn: harness.directory.path)
+            guard let status = child.wait(seconds: 30) else { throw TestFailure("syncagent \(arguments) still running after 30 s") }
+            return (status, child.stdout, child.stderr)
+        }
+        let status = try withoutLibcurl(["status"])
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.hasPrefix("agent: not running\n"), "\(status.stdout)")
+        let submitted = try withoutLibcurl(["submit", "--id", "b", "--retries", "0", "http://127.0.0.1:9/b.bin"])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+
+        let agent = try withoutLibcurl(["run", "--exit-when-idle"])
+        #expect(agent.status != 0)
+        #expect(agent.stderr.contains("cannot load libcurl.so.4 (install libcurl4)"), "\(agent.stderr)")
+        #expect(harness.jobFiles().count == 2 && harness.jobFiles().contains("a.job"),
+                "no job is taken by an agent that cannot transfer: \(harness.jobFiles())")
+
+        // With libcurl back, the same jobs are taken and tried (port 9 refuses them).
+        let restored = try harness.run(["run", "--exit-when-idle"], seconds: 60)
+        #expect(harness.jobFiles().isEmpty, "\(restored.stderr)")
+        #expect(try harness.tasksByID()["a"]?["state"] as? String == "failed")
+        #expect(try harness.tasksByID()["b"]?["state"] as? String == "failed")
+    }
+
     // MARK: - Liveness
 
     @Test func statusTellsWhetherTheAgentRunsBeforeAndAfterKill9() throws {

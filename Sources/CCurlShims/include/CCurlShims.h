@@ -4,6 +4,40 @@
 #include <curl/curl.h>
 #include <signal.h>
 
+/* The soname libcurl is opened by (see shims.c). */
+#define SA_CURL_LIBRARY "libcurl.so.4"
+
+/* Opens libcurl once; NULL, or why it cannot be used. Every sa_curl_ call
+ * below opens it too, and stops the process if it cannot. */
+const char *sa_curl_load(void);
+
+/* libcurl's functions the agent uses, through the library opened above:
+ * each is the curl_ function of the same name. */
+CURLcode sa_curl_global_init(long flags);
+CURL *sa_curl_easy_init(void);
+void sa_curl_easy_cleanup(CURL *easy);
+const char *sa_curl_easy_strerror(CURLcode code);
+curl_mime *sa_curl_mime_init(CURL *easy);
+void sa_curl_mime_free(curl_mime *mime);
+curl_mimepart *sa_curl_mime_addpart(curl_mime *mime);
+CURLcode sa_curl_mime_name(curl_mimepart *part, const char *name);
+CURLcode sa_curl_mime_filename(curl_mimepart *part, const char *name);
+CURLcode sa_curl_mime_type(curl_mimepart *part, const char *type);
+CURLcode sa_curl_mime_data(curl_mimepart *part, const char *data, size_t size);
+CURLcode sa_curl_mime_data_cb(curl_mimepart *part, curl_off_t size, curl_read_callback read, curl_seek_callback seek,
+                              curl_free_callback free, void *context);
+CURLM *sa_curl_multi_init(void);
+CURLMcode sa_curl_multi_cleanup(CURLM *multi);
+CURLMcode sa_curl_multi_add_handle(CURLM *multi, CURL *easy);
+CURLMcode sa_curl_multi_remove_handle(CURLM *multi, CURL *easy);
+CURLMcode sa_curl_multi_perform(CURLM *multi, int *running);
+CURLMcode sa_curl_multi_poll(CURLM *multi, struct curl_waitfd extra[], unsigned int count, int timeout_ms, int *ready);
+CURLMsg *sa_curl_multi_info_read(CURLM *multi, int *left);
+CURLSH *sa_curl_share_init(void);
+CURLSHcode sa_curl_share_cleanup(CURLSH *share);
+struct curl_slist *sa_curl_slist_append(struct curl_slist *list, const char *line);
+void sa_curl_slist_free_all(struct curl_slist *list);
+
 /*
  * Swift cannot call C variadic functions, and curl_easy_setopt,
  * curl_easy_getinfo and curl_multi_setopt are variadic. Each wrapper below

@@ -28,7 +28,7 @@ final class CookieJar {
 
     private init(file: String?) throws {
         _ = CurlMulti.globalInit
-        guard let share = curl_share_init(), let handle = curl_easy_init() else {
+        guard let share = sa_curl_share_init(), let handle = sa_curl_easy_init() else {
             throw SystemError(operation: "curl_share_init", errno: ENOMEM)
         }
         self.share = share
@@ -43,8 +43,8 @@ final class CookieJar {
     }
 
     deinit {
-        curl_easy_cleanup(handle)
-        curl_share_cleanup(share)
+        sa_curl_easy_cleanup(handle)
+        sa_curl_share_cleanup(share)
     }
 
     /// Gives `easy` the shared cookies (and turns its cookie engine on).
@@ -66,7 +66,7 @@ final class CookieJar {
             if let data = entry.pointee.data { text += String(cString: data) + "\n" }
             line = entry.pointee.next
         }
-        curl_slist_free_all(list?.assumingMemoryBound(to: curl_slist.self))
+        sa_curl_slist_free_all(list?.assumingMemoryBound(to: curl_slist.self))
         try FileSystem.writeAtomically(text, to: file, mode: 0o600)
     }
 }

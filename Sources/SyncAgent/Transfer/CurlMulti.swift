@@ -5,28 +5,34 @@ import Foundation
 /// and are driven from the agent's single event loop.
 final class CurlMulti {
     private let multi: UnsafeMutableRawPointer
-    static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+    static let globalInit: Void = { sa_curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    init() {
-        _ = Self.globalInit
-        multi = curl_multi_init()
+    /// Why libcurl cannot be used, said before the agent takes any job.
+    struct Unavailable: Error, CustomStringConvertible {
+        var description: String
     }
 
-    deinit { curl_multi_cleanup(multi) }
+    init() throws {
+        if let error = sa_curl_load() { throw Unavailable(description: String(cString: error)) }
+        _ = Self.globalInit
+        multi = sa_curl_multi_init()
+    }
+
+    deinit { sa_curl_multi_cleanup(multi) }
 
     func add(_ easy: UnsafeMutableRawPointer) {
-        curl_multi_add_handle(multi, easy)
+        sa_curl_multi_add_handle(multi, easy)
     }
 
     func remove(_ easy: UnsafeMutableRawPointer) {
-        curl_multi_remove_handle(multi, easy)
+        sa_curl_multi_remove_handle(multi, easy)
     }
 
     /// Moves every transfer forward as far as it can go without blocking;
     /// data and header callbacks run inside this call.
     func perform() {
         var running: Int32 = 0
-        curl_multi_perform(multi, &running)
+        sa_curl_multi_perform(multi, &running)
     }
 
     /// Sleeps until a socket or one of `extraFds` is ready, or the timeout.
@@ -35,7 +41,7 @@ final class CurlMulti {
         var waits = extraFds.map { curl_waitfd(fd: $0, events: Int16(CURL_WAIT_POLLIN), revents: 0) }
         var ready: Int32 = 0
         waits.withUnsafeMutableBufferPointer { buffer in
-            _ = curl_multi_poll(multi, buffer.baseAddress, UInt32(buffer.count), timeoutMs, &ready)
+            _ = sa_curl_multi_poll(multi, buffer.baseAddress, UInt32(buffer.count), timeoutMs, &ready)
         }
         return Set(waits.filter { $0.revents != 0 }.map(\.fd))
     }
@@ -44,7 +50,7 @@ final class CurlMulti {
     func completed() -> [(easy: UnsafeMutableRawPointer, result: CURLcode)] {
         var done: [(UnsafeMutableRawPointer, CURLcode)] = []
         var left: Int32 = 0
-        while let message = curl_multi_info_read(multi, &left) {
+        while let message = sa_curl_multi_info_read(multi, &left) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
             done.append((easy, sa_msg_result(message)))
         }

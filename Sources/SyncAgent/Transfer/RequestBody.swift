@@ -129,16 +129,16 @@ final class RequestBody {
 
     /// Adds the file as the multipart part `field`, streamed the same way.
     func attach(to part: OpaquePointer, field: String) throws {
-        try Self.check(curl_mime_name(part, field))
-        try Self.check(curl_mime_filename(part, (path as NSString).lastPathComponent))
-        try Self.check(curl_mime_type(part, "application/octet-stream"))
-        try Self.check(curl_mime_data_cb(part, curl_off_t(size), Self.readCallback, Self.seekCallback, nil,
+        try Self.check(sa_curl_mime_name(part, field))
+        try Self.check(sa_curl_mime_filename(part, (path as NSString).lastPathComponent))
+        try Self.check(sa_curl_mime_type(part, "application/octet-stream"))
+        try Self.check(sa_curl_mime_data_cb(part, curl_off_t(size), Self.readCallback, Self.seekCallback, nil,
                                          Unmanaged.passUnretained(self).toOpaque()))
     }
 
     private static func check(_ code: CURLcode) throws {
         guard code == CURLE_OK else {
-            throw TransferAttempt.SetupError(what: "cannot attach the request body: \(String(cString: curl_easy_strerror(code)))")
+            throw TransferAttempt.SetupError(what: "cannot attach the request body: \(String(cString: sa_curl_easy_strerror(code)))")
         }
     }
 

@@ -247,7 +247,7 @@ final class TransferAttempt {
             if partFile >= 0 { close(partFile) }
             throw error
         }
-        guard let handle = curl_easy_init() else {
+        guard let handle = sa_curl_easy_init() else {
             if fd >= 0 { close(fd) }
             throw SystemError(operation: "curl_easy_init", errno: ENOMEM)
         }
@@ -258,9 +258,9 @@ final class TransferAttempt {
     }
 
     deinit {
-        curl_easy_cleanup(easy)
-        curl_mime_free(mime)
-        curl_slist_free_all(headerList)
+        sa_curl_easy_cleanup(easy)
+        sa_curl_mime_free(mime)
+        sa_curl_slist_free_all(headerList)
         if fd >= 0 { close(fd) }
     }
 
@@ -334,7 +334,7 @@ final class TransferAttempt {
             guard !header.value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
                 throw SetupError(what: "header \(header.name) has a line break in its value")
             }
-            guard let appended = curl_slist_append(headerList, "\(header.name): \(header.value)") else {
+            guard let appended = sa_curl_slist_append(headerList, "\(header.name): \(header.value)") else {
                 throw SetupError(what: "out of memory for the request headers")
             }
             headerList = appended
@@ -363,7 +363,7 @@ final class TransferAttempt {
 
     private func check(_ option: String, _ code: CURLcode) throws {
         guard code == CURLE_OK else {
-            throw SetupError(what: "curl refused option CURLOPT_\(option): \(String(cString: curl_easy_strerror(code)))")
+            throw SetupError(what: "curl refused option CURLOPT_\(option): \(String(cString: sa_curl_easy_strerror(code)))")
         }
     }
 
@@ -375,14 +375,14 @@ final class TransferAttempt {
         let hasHeader = { (name: String) in explicitHeaders.contains { $0.name.lowercased() == name } }
         body?.onRead = { [unowned self] position in self.sent(upTo: position) }
         if let field = spec.formField, let body {
-            guard let form = curl_mime_init(easy) else { throw SetupError(what: "out of memory for the form") }
+            guard let form = sa_curl_mime_init(easy) else { throw SetupError(what: "out of memory for the form") }
             mime = form
             for extra in spec.form {
-                let part = curl_mime_addpart(form)
-                try check("MIME name", curl_mime_name(part, extra.name))
-                try check("MIME data", curl_mime_data(part, extra.value, -1))  // -1: CURL_ZERO_TERMINATED
+                let part = sa_curl_mime_addpart(form)
+                try check("MIME name", sa_curl_mime_name(part, extra.name))
+                try check("MIME data", sa_curl_mime_data(part, extra.value, -1))  // -1: CURL_ZERO_TERMINATED
             }
-            guard let filePart = curl_mime_addpart(form) else { throw SetupError(what: "out of memory for the form") }
+            guard let filePart = sa_curl_mime_addpart(form) else { throw SetupError(what: "out of memory for the form") }
             try body.attach(to: filePart, field: field)
             try check("MIMEPOST", sa_easy_setopt_pointer(easy, CURLOPT_MIMEPOST, UnsafeMutableRawPointer(form)))
             if method != "POST" { try check("CUSTOMREQUEST", sa_easy_setopt_string(easy, CURLOPT_CUSTOMREQUEST, method)) }
@@ -921,7 +921,7 @@ final class TransferAttempt {
         if status >= 400 { return httpFailure() }
         // curl's own words may quote a proxy it was given, credentials and all: never any with a '@'.
         let detail = curlWords.words.pointee != 0 ? String(cString: curlWords.words) : nil
-        let words = detail.flatMap { $0.contains("@") ? nil : Redaction.text($0) } ?? String(cString: curl_easy_strerror(result))
+        let words = detail.flatMap { $0.contains("@") ? nil : Redaction.text($0) } ?? String(cString: sa_curl_easy_strerror(result))
         let reason = "\(words) (\(Redaction.url(currentURL)))"
         var connectErrno = 0
         let refused = sa_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &connectErrno) == CURLE_OK && connectErrno == Int(ECONNREFUSED)
