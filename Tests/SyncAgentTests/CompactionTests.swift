@@ -183,6 +183,23 @@ struct CompactionTests {
         #expect(try EventStore(readingFrom: path).replay() == state)
     }
 
+    /// Found by review: the snapshot's memory is made (and its pages
+    /// populated) before its parts are read, so a damaged size in its row
+    /// must be refused first, not turned into gigabytes.
+    @Test func aSnapshotRowClaimingGigabytesIsRefusedWithoutTakingThem() throws {
+        let events = RandomLog.make(seed: 5, count: 500).events
+        let store = try EventStore(writingTo: path)
+        try store.append(events)
+        try store.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: true)
+        try sql("UPDATE snapshots SET bytes = \(4 << 30)")
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let peakBefore = usage.ru_maxrss
+        #expect { try EventStore(readingFrom: path).replay() } throws: { "\($0)".contains("bytes, not 1 of 4294967296") }
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        #expect(usage.ru_maxrss - peakBefore < 512 << 10, "peak RSS grew by \(usage.ru_maxrss - peakBefore) KiB")
+    }
+
     /// Found by an adversary: a reader held open during a compaction let the
     /// WAL grow to the size of what was deleted, and it stayed that size for
     /// as long as the agent ran.

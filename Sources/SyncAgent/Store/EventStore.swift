@@ -469,6 +469,22 @@ public final class EventStore {
     /// The snapshot's parts, joined; every part present, in order, adding up to `total`.
     private func snapshotBytes(seq: Int64, parts: Int64, total: Int64) throws -> SnapshotBuffer {
         guard total >= 0, total <= Int64(Int32.max) * 64 else { throw Snapshot.Malformed(description: "a size of \(total) bytes") }
+        // The memory is made before a byte is read: a damaged row's size must not make
+        // it (say 100 GB). The parts and their sizes are asked first, without reading them.
+        let sizes = try prepare("SELECT part, length(data) FROM snapshot_parts WHERE seq = ?1 ORDER BY part")
+        defer { sqlite3_finalize(sizes) }
+        sqlite3_bind_int64(sizes, 1, seq)
+        var (found, stored): (Int64, Int64) = (0, 0)
+        while true {
+            let code = sqlite3_step(sizes)
+            if code == SQLITE_DONE { break }
+            guard code == SQLITE_ROW else { throw error("cannot read the snapshot at seq \(seq)") }
+            guard sqlite3_column_int64(sizes, 0) == found else { throw Snapshot.Malformed(description: "part \(found) is missing") }
+            (found, stored) = (found + 1, stored + sqlite3_column_int64(sizes, 1))
+        }
+        guard found == parts, stored == total else {
+            throw Snapshot.Malformed(description: "\(found) parts of \(stored) bytes, not \(parts) of \(total)")
+        }
         let statement = try prepare("SELECT part, data FROM snapshot_parts WHERE seq = ?1 ORDER BY part")
         defer { sqlite3_finalize(statement) }
         sqlite3_bind_int64(statement, 1, seq)
@@ -678,6 +694,7 @@ let SQLITE_TRANSIENT = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 /// A snapshot's bytes, in memory mapped with its pages made at once
 /// (MAP_POPULATE): faulted in page by page, the 5 MB of a 10,000-task
 /// snapshot were a fifth of `status`'s page faults, each dear in a VM.
+/// (Its size is checked against the parts' before: see `snapshotBytes`.)
 final class SnapshotBuffer {
     let start: UnsafeMutableRawPointer
     let count: Int
