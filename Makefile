@@ -4,7 +4,8 @@
 # and make install [PREFIX=~/.local] [DESTDIR=…] / make uninstall (below).
 SHELL := /bin/bash
 
-# libnotify-dev brings libnotify4, which the agent dlopens at its first notification.
+# libnotify-dev brings libnotify4, which the agent dlopens at its first notification;
+# libcurl4-openssl-dev brings libcurl4, which it dlopens as it starts (see README, Installing).
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4);
 # ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.

@@ -16,7 +16,7 @@ let package = Package(
     targets: [
         // Pure: events, the fold, job parsing, scheduling and recovery decisions. No I/O.
         .target(name: "SyncAgentCore", dependencies: [.product(name: "DequeModule", package: "swift-collections")]),
-        // C edge: libcurl, opened by the first transfer (not linked: every command would load it),
+        // C edge: libcurl, opened as the agent starts (not linked: every command would load it),
         // and typed wrappers for its variadic functions.
         .target(
             name: "CCurlShims",

@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 /*
- * libcurl is opened when the first transfer needs it, not linked: as a
+ * libcurl is opened by the agent as it starts (CurlMulti), not linked: as a
  * dependency of the binary, it and the libraries it needs (TLS, Kerberos,
  * LDAP, SSH, IDN: 30 of them) were loaded and relocated by every command,
- * 6.8 ms of a `status` that otherwise takes 45. Only `run` transfers.
+ * 6.8 ms of a `status` that otherwise takes 45. Only `run` transfers. So
+ * this shim holds more than wrappers of variadic functions: the table of
+ * libcurl's functions, and one wrapper for each.
  */
 #define SA_CURL_FUNCTIONS(X) \
     X(curl_global_init) X(curl_easy_init) X(curl_easy_cleanup) X(curl_easy_setopt) X(curl_easy_getinfo) \
@@ -30,12 +32,14 @@ static char sa_curl_error[512];
 static void sa_curl_open(void) {
     void *library = dlopen(SA_CURL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (library == NULL) {
-        snprintf(sa_curl_error, sizeof sa_curl_error, "cannot load %s (install libcurl4): %s", SA_CURL_LIBRARY, dlerror());
+        const char *why = dlerror();
+        snprintf(sa_curl_error, sizeof sa_curl_error, "cannot load %s (install libcurl4): %s", SA_CURL_LIBRARY, why ? why : "?");
         return;
     }
 #define SA_CURL_FIND(name) \
     if ((p_##name = (__typeof__(&name))dlsym(library, #name)) == NULL) { \
-        snprintf(sa_curl_error, sizeof sa_curl_error, "%s has no %s: %s", SA_CURL_LIBRARY, #name, dlerror()); \
+        const char *why = dlerror(); \
+        snprintf(sa_curl_error, sizeof sa_curl_error, "%s has no %s: %s", SA_CURL_LIBRARY, #name, why ? why : "?"); \
         return; \
     }
     SA_CURL_FUNCTIONS(SA_CURL_FIND)
@@ -46,8 +50,9 @@ const char *sa_curl_load(void) {
     return sa_curl_error[0] != 0 ? sa_curl_error : NULL;
 }
 
-/* The agent loads libcurl before its loop (sa_curl_load) and stops with the
- * error if it cannot; a call that finds it missing can only stop here. */
+/* Precondition of every sa_curl_ call: the agent made its CurlMulti, which
+ * loads libcurl or stops the agent with the reason, before any transfer.
+ * A call that still finds it missing has no way to report an error, and stops here. */
 static void sa_curl_need(void) {
     const char *error = sa_curl_load();
     if (error != NULL) {

@@ -17,10 +17,16 @@ import Glibc
     /// once saying what is missing, before it takes a job.
     @Test func commandsThatReadTheLogRunWithoutLibcurlAndTheAgentSaysItIsMissing() throws {
         let harness = try AgentHarness()
+        let probe = try ChildProcess("/usr/bin/unshare", ["--mount", "/bin/true"], environment: harness.environment,
+                                     outputIn: harness.directory.path)
+        guard probe.wait(seconds: 10) == 0 else {
+            print("skipped: no mount namespace can be made here (it needs root): \(probe.stderr)")
+            return
+        }
         try harness.drop("a.job", "id = \"a\"\nurl = \"http://127.0.0.1:9/a.bin\"\nretries = 0\n")
         func withoutLibcurl(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
             let script = """
-                library=$(ldconfig -p | awk '/libcurl[.]so[.]4 / { print $NF; exit }')
+                library=$(/sbin/ldconfig -p | awk '/libcurl[.]so[.]4 / { print $NF; exit }')
                 [ -n "$library" ] || { echo "no libcurl.so.4 known to ldconfig" >&2; exit 97; }
                 mount --bind /dev/null "$(readlink -f "$library")" || exit 98
                 exec "$@"

@@ -5,7 +5,7 @@ import Foundation
 /// and are driven from the agent's single event loop.
 final class CurlMulti {
     private let multi: UnsafeMutableRawPointer
-    static let globalInit: Void = { sa_curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+    static let globalInit: CURLcode = sa_curl_global_init(Int(CURL_GLOBAL_DEFAULT))
 
     /// Why libcurl cannot be used, said before the agent takes any job.
     struct Unavailable: Error, CustomStringConvertible {
@@ -14,8 +14,10 @@ final class CurlMulti {
 
     init() throws {
         if let error = sa_curl_load() { throw Unavailable(description: String(cString: error)) }
-        _ = Self.globalInit
-        multi = sa_curl_multi_init()
+        guard Self.globalInit == CURLE_OK, let multi = sa_curl_multi_init() else {
+            throw Unavailable(description: "libcurl would not start: \(String(cString: sa_curl_easy_strerror(Self.globalInit)))")
+        }
+        self.multi = multi
     }
 
     deinit { sa_curl_multi_cleanup(multi) }
