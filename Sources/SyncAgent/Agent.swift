@@ -169,11 +169,13 @@ public final class Agent {
         held.append(("download_dir", paths.downloadDir, try root.identity()))
         // download_dir changed since some tasks were made: they keep their destinations (a
         // failed one may be run again). Before, each failed at its next start, its bytes reset to 0.
-        for task in log.state.orderedTasks where task.phase != .cancelled {
-            guard let dest = task.spec.dest, !root.holds(dest) else { continue }
+        let recorded = log.state.orderedTasks
+        for index in recorded.indices where recorded[index].phase != .cancelled {
+            // Read in place: most tasks of a long log ended long ago.
+            guard let dest = recorded[index].spec.dest, !root.holds(dest) else { continue }
             // A finished one only if its rename is still to be done (looked for only outside the root).
-            if task.phase == .finished {
-                guard let part = task.spec.behaviour.fansOut ? HLSPublisher.staging(of: task) : task.partPath,
+            if recorded[index].phase == .finished {
+                guard let part = recorded[index].spec.behaviour.fansOut ? HLSPublisher.staging(of: recorded[index]) : recorded[index].partPath,
                       access(part, F_OK) == 0 else { continue }
             }
             root.admitFormer(folderOf: dest)

@@ -243,10 +243,17 @@ final class DownloadRoot {
     /// Cheap where it matters (every rename decision at intake asks): a
     /// path that is not there through any route is absent beneath the root
     /// too; only a path that is there is looked at without symlinks.
+    /// (A start asks it of every finished task's partial file: one outside
+    /// the root, a former download_dir's, is absent by its path far more
+    /// often than not, and opening its folders each time cost 6,000
+    /// instructions a task.)
     func exists(_ file: String) -> Bool {
-        guard let relative = beneath(file) else { return status(file) != nil }
         var info = stat()
-        if fstatat(fd, relative, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
+        if let relative = beneath(file) {
+            if fstatat(fd, relative, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
+        } else if fstatat(AT_FDCWD, file, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT {
+            return false
+        }
         return status(file) != nil
     }
 
