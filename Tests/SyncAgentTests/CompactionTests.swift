@@ -187,10 +187,7 @@ struct CompactionTests {
     /// populated) before its parts are read, so a damaged size in its row
     /// must be refused first, not turned into gigabytes.
     @Test func aSnapshotRowClaimingGigabytesIsRefusedWithoutTakingThem() throws {
-        let events = RandomLog.make(seed: 5, count: 500).events
-        let store = try EventStore(writingTo: path)
-        try store.append(events)
-        try store.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: true)
+        try logWithSnapshot(seed: 5, count: 500, pruned: true)
         try sql("UPDATE snapshots SET bytes = \(4 << 30)")
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
@@ -245,10 +242,7 @@ struct CompactionTests {
     }
 
     @Test func aSnapshotOfAnotherFormatIsSkippedWhileTheEventsRemainAndRefusedOnceTheyAreGone() throws {
-        let events = RandomLog.make(seed: 9, count: 400).events
-        let writer = try EventStore(writingTo: path)
-        try writer.append(events)
-        try writer.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: false)
+        let events = try logWithSnapshot(seed: 9, count: 400, pruned: false)
         try sql("UPDATE snapshots SET format = 99 WHERE seq = 400")
         // The events say what the snapshot would have: read from them.
         #expect(try EventStore(readingFrom: path).replay() == AgentState.replay(events))
@@ -292,6 +286,16 @@ struct CompactionTests {
         let hex = bytes.map { String(format: "%02x", $0) }.joined()
         try sql("UPDATE snapshot_parts SET data = X'\(hex)' WHERE seq = 3; UPDATE snapshots SET format = 2 WHERE seq = 3; DELETE FROM events")
         #expect(try EventStore(readingFrom: path).replay() == state)
+    }
+
+    /// A random log at `path` and its snapshot at its last event.
+    @discardableResult
+    func logWithSnapshot(seed: UInt64, count: Int, pruned: Bool) throws -> [Event] {
+        let events = RandomLog.make(seed: seed, count: count).events
+        let writer = try EventStore(writingTo: path)
+        try writer.append(events)
+        try writer.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: pruned)
+        return events
     }
 
     /// A busy day: every task created, started, progressed 20 times, finished.

@@ -249,11 +249,8 @@ final class DownloadRoot {
     /// instructions a task.)
     func exists(_ file: String) -> Bool {
         var info = stat()
-        if let relative = beneath(file) {
-            if fstatat(fd, relative, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
-        } else if fstatat(AT_FDCWD, file, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT {
-            return false
-        }
+        let (folder, name) = beneath(file).map { (fd, $0) } ?? (AT_FDCWD, file)
+        if fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
         return status(file) != nil
     }
 
