@@ -324,7 +324,8 @@ import Glibc
     }
 
     /// 16 downloads, the agent killed with SIGKILL midway and started again:
-    /// the hook has run exactly once for each task, with its id, state and dest.
+    /// the hook has run once for each task, with its id, state and dest, but for
+    /// a run the kill caught between its commit and its spawn, which is lost.
     @Test func aTaskEndHookRunsOncePerTaskAcrossKill9() throws {
         let records = TempDirectory()
         let record = records.file("ran.txt")
@@ -348,14 +349,26 @@ import Glibc
 
         let lines = try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n").map(String.init)
         let taskLines = lines.filter { !$0.hasPrefix("batch ") }
-        #expect(taskLines.count == 16, "\(lines)")
-        for index in 0..<16 {
-            #expect(taskLines.filter { $0.hasPrefix("h\(index) ") } == ["h\(index) finished \(harness.downloads)/h\(index).bin"])
-        }
-        #expect(lines.filter { $0.hasPrefix("batch ") } == ["batch 16 0"])
         let events = try harness.events()
-        let started = events.filter { $0.type == "hook_started" && $0.task != nil }.compactMap(\.task)
-        #expect(started.count == 16 && Set(started).count == 16, "each task's hook started once: \(started)")
+        let started = events.filter { $0.type == "hook_started" && $0.task != nil }
+        #expect(started.count == 16 && Set(started.compactMap(\.task)).count == 16, "each task's hook started once: \(started.map(\.task))")
+        // At most once (SPEC §6.3): a run the killed agent had committed but not yet
+        // spawned (the kill can land inside that commit's fsync) is lost, never repeated.
+        // Only such a run may be missing; every other ran exactly once.
+        let secondStart = events.last { $0.type == "agent_started" }?.seq ?? 0
+        let endedRuns = Set(events.filter { $0.type == "hook_ended" }.compactMap(\.task))
+        let mayBeLost = Set(started.filter { $0.seq < secondStart && !endedRuns.contains($0.task!) }.compactMap(\.task))
+        for index in 0..<16 {
+            let ran = taskLines.filter { $0.hasPrefix("h\(index) ") }
+            let once = ["h\(index) finished \(harness.downloads)/h\(index).bin"]
+            if mayBeLost.contains("h\(index)") {
+                #expect(ran.isEmpty || ran == once, "\(lines)")
+            } else {
+                #expect(ran == once, "\(lines)")
+            }
+        }
+        #expect(taskLines.count >= 16 - mayBeLost.count && mayBeLost.count <= 4, "\(lines)")
+        #expect(lines.filter { $0.hasPrefix("batch ") } == ["batch 16 0"])
         // Hooks running when the agent was killed end unrecorded; the others ended well.
         #expect(events.filter { $0.type == "hook_ended" }.allSatisfy { $0.data["exit_status"] as? Int == 0 })
     }
