@@ -14,9 +14,10 @@ import Foundation
 public enum Snapshot {
     /// Raised with every change to the layout below. A snapshot of a format
     /// this build does not read is never half-read: it is refused whole.
-    public static let format = 3
-    /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them).
-    public static let readableFormats: ClosedRange<Int64> = 2...3
+    public static let format = 4
+    /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them);
+    /// before 4, no task or index carried its length, so `status` could pass over none.
+    public static let readableFormats: ClosedRange<Int64> = 2...4
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
@@ -28,17 +29,27 @@ public enum Snapshot {
         }
     }
 
-    public static func encode(_ state: AgentState) -> [UInt8] {
-        var out = SnapshotWriter()
+    /// - Parameter format: this build's, or 3 (without lengths or task
+    ///   headers), for tests that a log compacted before an upgrade is read.
+    public static func encode(_ state: AgentState, format: Int = format) -> [UInt8] {
+        precondition(format == 3 || format == Self.format, "snapshot format \(format) is not written")
+        var out = SnapshotWriter(lengthPrefixed: format >= 4)
         out.int(Int64(format))
         out.int(state.lastSeq)
         // The ids in creation order, then the tasks in that order. (The list
         // repeats the tasks' ids: formats 1 and 2 kept an order apart from the tasks.)
-        out.strings(Array(state.tasks.keys))
+        // What `status` passes over — a task it would not list, an index it
+        // does not show — carries its length in front (`lengthPrefixed`).
+        out.lengthPrefixed { $0.strings(Array(state.tasks.keys)) }
         out.int(Int64(state.tasks.count))
-        for task in state.tasks { out.task(task) }
-        out.strings(state.takenSources.sorted())
-        out.strings(state.rejectedSources.sorted())
+        for task in state.tasks {
+            out.lengthPrefixed { out in
+                if out.lengthPrefixes { out.header(of: task, in: state) }
+                out.task(task)
+            }
+        }
+        out.lengthPrefixed { $0.strings(state.takenSources.sorted()) }
+        out.lengthPrefixed { $0.strings(state.rejectedSources.sorted()) }
         out.int(Int64(state.rejected.count))
         for rejection in state.rejected { out.string(EventCoding.data(of: .rejected(rejection))) }
         out.int(Int64(state.endedSinceNotice.count))
@@ -47,10 +58,12 @@ public enum Snapshot {
         for (key, batch) in state.owedNotices.sorted(by: { $0.key < $1.key }) {
             out.optionalString(key.name); out.string(EventCoding.data(of: .batchFinished(batch)))
         }
-        out.int(Int64(state.runQueue.entries.count))
-        for entry in state.runQueue.entries {
-            out.int(Int64(entry.priority)); out.int(entry.seq); out.string(entry.id); out.string(entry.hostKey)
-            out.optionalInt(entry.notBeforeMs)
+        out.lengthPrefixed { out in
+            out.int(Int64(state.runQueue.entries.count))
+            for entry in state.runQueue.entries {
+                out.int(Int64(entry.priority)); out.int(entry.seq); out.string(entry.id); out.string(entry.hostKey)
+                out.optionalInt(entry.notBeforeMs)
+            }
         }
         out.int(Int64(state.runningCount))
         out.counts(state.runningByHost)
@@ -58,8 +71,10 @@ public enum Snapshot {
         out.int(Int64(state.activeByBatch.count))
         for (key, count) in state.activeByBatch.sorted(by: { $0.key < $1.key }) { out.optionalString(key.name); out.int(Int64(count)) }
         out.int(Int64(state.activeCount))
-        out.int(Int64(state.reservedPaths.count))
-        for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) { out.string(path); out.string(id) }
+        out.lengthPrefixed { out in
+            out.int(Int64(state.reservedPaths.count))
+            for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) { out.string(path); out.string(id) }
+        }
         out.int(Int64(state.children.count))
         for (parent, ids) in state.children.sorted(by: { $0.key < $1.key }) { out.string(parent); out.strings(ids) }
         out.int(Int64(state.families.count))
@@ -69,10 +84,12 @@ public enum Snapshot {
         }
         out.strings(state.settledParents.sorted())
         out.optionalInt(state.runningAgentPid.map(Int64.init))
-        out.int(Int64(state.published.count))
-        for (path, file) in state.published.sorted(by: { $0.key < $1.key }) {
-            out.string(path); out.string(file.task); out.string(file.url); out.optionalString(file.sha256)
-            out.optionalString(file.etag); out.optionalString(file.lastModified); out.int(file.size); out.optionalInt(file.modifiedNs)
+        out.lengthPrefixed { out in
+            out.int(Int64(state.published.count))
+            for (path, file) in state.published.sorted(by: { $0.key < $1.key }) {
+                out.string(path); out.string(file.task); out.string(file.url); out.optionalString(file.sha256)
+                out.optionalString(file.etag); out.optionalString(file.lastModified); out.int(file.size); out.optionalInt(file.modifiedNs)
+            }
         }
         out.strings(state.armedHooks.map(\.rawValue).sorted())
         out.strings(state.owedTaskHooks.sorted())
@@ -118,33 +135,89 @@ public enum Snapshot {
         input.format = found
     }
 
+    /// What `status`'s table leaves out, for a snapshot read for it to pass
+    /// over unread (format 4 on): with 100,000 tasks queued or ended long
+    /// ago, reading them all was most of a `status`. What is passed over is
+    /// counted (`PassedOver`); a fold of the events after the snapshot
+    /// never meets a task it lacks, since every task they name is read.
+    public struct TableReading: Sendable {
+        /// The tasks the events after the snapshot name: read, whatever they are.
+        public var named: Set<String>
+        /// Of the queued tasks never started (no parent, no children), the
+        /// first this many in order are read; the rest only counted.
+        public var queuedListed: Int
+        /// Top-level tasks that ended before this are counted as hidden,
+        /// unread; nil reads them.
+        public var hiddenEndedBeforeMs: Int64?
+
+        public init(named: Set<String>, queuedListed: Int, hiddenEndedBeforeMs: Int64?) {
+            self.named = named
+            self.queuedListed = queuedListed
+            self.hiddenEndedBeforeMs = hiddenEndedBeforeMs
+        }
+    }
+
+    /// The tasks a `TableReading` passed over, counted.
+    public struct PassedOver: Equatable, Sendable {
+        /// Queued tasks never started, past the ones read.
+        public var queued = 0
+        /// Ended tasks hidden for their age, per phase.
+        public var hidden: [TaskPhase: Int] = [:]
+        public init() {}
+    }
+
     /// The state `encode` wrote. Throws on a snapshot of another format or
     /// one cut short; never returns a partial state.
     public static func decode(_ stored: UnsafeRawBufferPointer) throws -> AgentState {
+        try decode(stored, forTable: nil).state
+    }
+
+    /// With a `TableReading`, the state lacks the tasks it passed over and
+    /// the indexes `status` does not show (the run queue, reserved paths,
+    /// taken sources, published files); a snapshot before format 4 is read whole.
+    public static func decode(_ stored: UnsafeRawBufferPointer,
+                              forTable table: TableReading?) throws -> (state: AgentState, passedOver: PassedOver) {
         guard stored.count >= 8 else { throw Malformed(description: "snapshot damaged: \(stored.count) bytes") }
         let bytes = UnsafeRawBufferPointer(rebasing: stored[..<(stored.count - 8)])
         let sum = stored[(stored.count - 8)...].reversed().reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         var input = SnapshotReader(bytes)
         try readFormat(&input)
         guard checksum(bytes) == sum else { throw Malformed(description: "snapshot damaged: its checksum does not match") }
+        let lengthPrefixed = input.format >= 4
+        let table = lengthPrefixed ? table : nil
         var state = AgentState()
+        var passedOver = PassedOver()
         state.lastSeq = try input.int()
         // The ids are kept as where they lie: each is checked against its task's own, never made a string.
-        let order = try (0..<(try input.count())).map { _ in try input.span() }
+        var order: [Range<Int>]?
+        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+            order = try (0..<(try input.count())).map { _ in try input.span() }
+        }
         let taskCount = try input.count()
-        guard order.count == taskCount else { throw input.malformed("task order (\(order.count) ids for \(taskCount) tasks)") }
-        state.tasks.reserveCapacity(taskCount)
+        if let order, order.count != taskCount { throw input.malformed("task order (\(order.count) ids for \(taskCount) tasks)") }
+        state.tasks.reserveCapacity(table == nil ? taskCount : 0)
         var repeats = SnapshotReader.Repeats()
-        for id in order {
+        var passing: TablePass?
+        if let table { passing = try TablePass(table, tasks: taskCount, at: input) }
+        for position in 0..<taskCount {
+            let end = lengthPrefixed ? try input.lengthPrefix() : nil
+            if lengthPrefixed {
+                let header = try input.header()
+                if let end, try passing?.passesOver(header, at: input, counting: &passedOver) == true {
+                    input.offset = end
+                    continue
+                }
+            }
             let task = try input.task(&repeats)
             let taskID = task.id
             // Consumed: the list takes the task without a copy (one per task was 4% of a `status`).
-            guard input.holds(taskID, at: id), state.tasks.append(consume task) else {
+            guard order.map({ input.holds(taskID, at: $0[position]) }) ?? true, state.tasks.append(consume task) else {
                 throw input.malformed("task \(taskID) out of order or twice")
             }
+            if let end, input.offset != end { throw input.malformed("task \(taskID) to end at byte \(end)") }
         }
-        state.takenSources = Set(try input.strings())
-        state.rejectedSources = Set(try input.strings())
+        try input.section(lengthPrefixed, passedOver: table != nil) { input in state.takenSources = Set(try input.strings()) }
+        try input.section(lengthPrefixed, passedOver: table != nil) { input in state.rejectedSources = Set(try input.strings()) }
         for _ in 0..<(try input.count()) {
             guard case .rejected(let rejection) = try input.event("rejected") else { throw input.malformed("rejection") }
             state.rejected.append(rejection)
@@ -154,16 +227,20 @@ public enum Snapshot {
             let key = BatchKey(try input.optionalString())
             state.owedNotices[key] = try input.batch()
         }
-        for _ in 0..<(try input.count()) {
-            state.runQueue.append(RunQueue.Entry(priority: Int(try input.int()), seq: try input.int(), id: try input.string(),
-                                                 hostKey: try input.string(), notBeforeMs: try input.optionalInt()))
+        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+            for _ in 0..<(try input.count()) {
+                state.runQueue.append(RunQueue.Entry(priority: Int(try input.int()), seq: try input.int(), id: try input.string(),
+                                                     hostKey: try input.string(), notBeforeMs: try input.optionalInt()))
+            }
         }
         state.runningCount = Int(try input.int())
         state.runningByHost = try input.counts()
         state.owedOwnNotices = Set(try input.strings())
         for _ in 0..<(try input.count()) { state.activeByBatch[BatchKey(try input.optionalString())] = Int(try input.int()) }
         state.activeCount = Int(try input.int())
-        for _ in 0..<(try input.count()) { state.reservedPaths[try input.string()] = try input.string() }
+        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+            for _ in 0..<(try input.count()) { state.reservedPaths[try input.string()] = try input.string() }
+        }
         for _ in 0..<(try input.count()) { state.children[try input.string()] = try input.strings() }
         for _ in 0..<(try input.count()) {
             let parent = try input.string()
@@ -174,23 +251,25 @@ public enum Snapshot {
         }
         state.settledParents = Set(try input.strings())
         state.runningAgentPid = try input.optionalInt().map { Int32(truncatingIfNeeded: $0) }
-        let publishedCount = try input.count()
-        state.published.reserveCapacity(publishedCount)
-        for _ in 0..<publishedCount {
-            // A record mostly repeats its task's dest and URL: read after the
-            // task's id (which follows the path), they are the task's strings.
-            let pathStart = input.offset
-            try input.skipString()
-            let id = try input.string()
-            let afterID = input.offset
-            let task = state.tasks.index(forKey: id)
-            input.offset = pathStart
-            let path = try input.string(sharing: task.flatMap { state.tasks[$0].dest })
-            input.offset = afterID
-            state.published[path] = PublishedFile(task: id, url: try input.string(sharing: task.map { state.tasks[$0].spec.url }),
-                                                  sha256: try input.optionalString(), etag: try input.optionalString(),
-                                                  lastModified: try input.optionalString(), size: try input.int(),
-                                                  modifiedNs: try input.optionalInt())
+        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+            let publishedCount = try input.count()
+            state.published.reserveCapacity(publishedCount)
+            for _ in 0..<publishedCount {
+                // A record mostly repeats its task's dest and URL: read after the
+                // task's id (which follows the path), they are the task's strings.
+                let pathStart = input.offset
+                try input.skipString()
+                let id = try input.string()
+                let afterID = input.offset
+                let task = state.tasks.index(forKey: id)
+                input.offset = pathStart
+                let path = try input.string(sharing: task.flatMap { state.tasks[$0].dest })
+                input.offset = afterID
+                state.published[path] = PublishedFile(task: id, url: try input.string(sharing: task.map { state.tasks[$0].spec.url }),
+                                                      sha256: try input.optionalString(), etag: try input.optionalString(),
+                                                      lastModified: try input.optionalString(), size: try input.int(),
+                                                      modifiedNs: try input.optionalInt())
+            }
         }
         state.armedHooks = Set(try input.strings().map { name in
             guard let hook = HookKind(rawValue: name) else { throw input.malformed("hook \(name)") }
@@ -203,7 +282,7 @@ public enum Snapshot {
         }
         for _ in 0..<(try input.count()) { state.orphanEvents.append(try input.int()) }
         guard input.atEnd else { throw input.malformed("end of snapshot") }
-        return state
+        return (state, passedOver)
     }
 
     /// The ids of the snapshot's tasks, read from the list at its start
@@ -214,6 +293,7 @@ public enum Snapshot {
         var input = SnapshotReader(stored)
         try readFormat(&input)
         _ = try input.int()
+        if input.format >= 4 { _ = try input.lengthPrefix() }
         let count = try input.count()
         var ids = Set<String>(minimumCapacity: count)
         for _ in 0..<count { ids.insert(try input.string()) }
@@ -227,8 +307,13 @@ public enum Snapshot {
 
 private struct SnapshotWriter {
     var bytes: [UInt8] = []
+    /// Format 4 on: records and sections carry their lengths, tasks their headers.
+    let lengthPrefixes: Bool
 
-    init() { bytes.reserveCapacity(1 << 16) }
+    init(lengthPrefixed: Bool) {
+        lengthPrefixes = lengthPrefixed
+        bytes.reserveCapacity(1 << 16)
+    }
 
     /// Zig-zag varint: small numbers of either sign take one byte.
     mutating func int(_ value: Int64) {
@@ -245,6 +330,31 @@ private struct SnapshotWriter {
     }
 
     mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+
+    /// Writes `body`'s bytes after their length (8 bytes, little-endian,
+    /// filled in once known), so a reader may pass over them unread.
+    mutating func lengthPrefixed(_ body: (inout SnapshotWriter) -> Void) {
+        guard lengthPrefixes else { return body(&self) }
+        let mark = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: 8))
+        body(&self)
+        let length = UInt64(bytes.count - mark - 8)
+        for index in 0..<8 { bytes[mark + index] = UInt8(truncatingIfNeeded: length >> (8 * index)) }
+    }
+
+    /// What `status` decides on before reading a task (`TaskHeader`).
+    mutating func header(of task: TaskState, in state: AgentState) {
+        bytes.append(UInt8(TaskPhase.allCases.firstIndex(of: task.phase)!))
+        var flags: UInt8 = task.forgotten ? TaskHeader.forgotten : 0
+        if state.children[task.id] != nil { flags |= TaskHeader.hasChildren }
+        if task.phase == .queued, task.parentID == nil, state.children[task.id] == nil, task.attempts == 0, task.bytes == 0,
+           task.total == nil, task.firstStartedAtMs == nil {
+            flags |= TaskHeader.untouched
+        }
+        bytes.append(flags)
+        optionalInt(task.endedAtMs)
+        optionalString(task.parentID)
+    }
 
     mutating func string(_ value: String) {
         var value = value
@@ -329,6 +439,78 @@ private struct SnapshotWriter {
         }
         optionalString(details.upload?.url); optionalString(details.upload?.extensions?.joined(separator: ","))
         optionalInt(details.chunkSize); optionalInt(details.splitInto.map(Int64.init)); optionalInt(details.bodyChangedNs)
+    }
+}
+
+/// What a format-4 snapshot says of a task in front of it: enough for
+/// `status` to pass over one its table would not list.
+struct TaskHeader {
+    static let forgotten: UInt8 = 1
+    /// Queued, never started, no parent and no children: it shows nothing but its place in the queue.
+    static let untouched: UInt8 = 2
+    static let hasChildren: UInt8 = 4
+    /// The phases by the number written for them.
+    static let phases = TaskPhase.allCases
+
+    var phase: TaskPhase
+    var flags: UInt8
+    var endedAtMs: Int64?
+    var parent: String?
+
+    func has(_ flag: UInt8) -> Bool { flags & flag != 0 }
+}
+
+/// Decides, task by task, what a `TableReading` passes over.
+private struct TablePass {
+    let reading: Snapshot.TableReading
+    /// The named tasks, and the parents of named children (a child shows on its parent's row).
+    private var mustRead: Set<String>
+    /// Parents passed over: their children are passed over too.
+    private var passedParents: Set<String> = []
+    private var queuedRead = 0
+
+    /// `input` stands at the first task record: the records are scanned
+    /// once for the parents of named tasks, when any are named.
+    init(_ reading: Snapshot.TableReading, tasks: Int, at input: SnapshotReader) throws {
+        self.reading = reading
+        mustRead = reading.named
+        guard !reading.named.isEmpty else { return }
+        var scan = input
+        for _ in 0..<tasks {
+            let end = try scan.lengthPrefix()
+            let header = try scan.header()
+            if let parent = header.parent, reading.named.contains(try scan.string()) { mustRead.insert(parent) }
+            scan.offset = end
+        }
+    }
+
+    /// Whether to pass over the task whose record `input` stands in (after
+    /// its header); counts it if the table would have.
+    mutating func passesOver(_ header: TaskHeader, at input: SnapshotReader,
+                             counting passed: inout Snapshot.PassedOver) throws -> Bool {
+        // The id comes first in the record; made a string only when it must be compared or kept.
+        func id() throws -> String {
+            var peek = input
+            return try peek.string()
+        }
+        if !mustRead.isEmpty, mustRead.contains(try id()) { return false }
+        let passes: Bool
+        if header.has(TaskHeader.forgotten) {
+            passes = true  // never listed nor counted
+        } else if let parent = header.parent {
+            passes = passedParents.contains(parent)  // counted on its parent's row, or not at all
+        } else if header.phase.isEnded, let before = reading.hiddenEndedBeforeMs, let ended = header.endedAtMs, ended < before {
+            passed.hidden[header.phase, default: 0] += 1
+            passes = true
+        } else if header.has(TaskHeader.untouched), queuedRead >= reading.queuedListed {
+            passed.queued += 1
+            passes = true
+        } else {
+            if header.has(TaskHeader.untouched) { queuedRead += 1 }
+            passes = false
+        }
+        if passes, header.has(TaskHeader.hasChildren) { passedParents.insert(try id()) }
+        return passes
     }
 }
 
@@ -436,6 +618,34 @@ private struct SnapshotReader {
     mutating func optionalString() throws -> String? { try flag() ? try string() : nil }
 
     mutating func skipString() throws { _ = try span() }
+
+    /// The end of the record or section that follows its 8-byte length (format 4 on).
+    mutating func lengthPrefix() throws -> Int {
+        guard bytes.count - offset >= 8 else { throw malformed("a length") }
+        let length = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        offset += 8
+        guard length <= UInt64(bytes.count - offset) else { throw malformed("a length within the snapshot") }
+        return offset + Int(length)
+    }
+
+    /// Reads a section with `body`, or passes over it; with `lengthPrefixed`
+    /// its length must be what `body` read.
+    mutating func section(_ lengthPrefixed: Bool, passedOver: Bool, _ body: (inout SnapshotReader) throws -> Void) throws {
+        guard lengthPrefixed else { return try body(&self) }
+        let end = try lengthPrefix()
+        if passedOver {
+            offset = end
+            return
+        }
+        try body(&self)
+        guard offset == end else { throw malformed("a section to end at byte \(end)") }
+    }
+
+    mutating func header() throws -> TaskHeader {
+        let phase = Int(try byte())
+        guard phase < TaskHeader.phases.count else { throw malformed("a task's phase") }
+        return TaskHeader(phase: TaskHeader.phases[phase], flags: try byte(), endedAtMs: try optionalInt(), parent: try optionalString())
+    }
 
     /// Where the next string lies, skipped.
     mutating func span() throws -> Range<Int> {

@@ -6,14 +6,29 @@ public enum StatusView {
     /// Ended tasks older than this leave the human view unless `--all`.
     public static let endedShownForMs: Int64 = 86_400_000
 
+    /// The human table lists this many queued tasks, and counts the rest:
+    /// 100,000 rows waiting their turn say no more than their number.
+    public static let queuedListed = 50
+
+    public struct Selection: Sendable {
+        public var tasks: [TaskState] = []
+        /// Ended tasks older than a day, not listed.
+        public var hidden = 0
+        /// Queued tasks past the first `queuedListed`: not listed, but in the summary all the same.
+        public var notListed = Summary()
+    }
+
     /// The tasks to list, without forgotten ones, in the given phases if
-    /// any, and without ended tasks older than a day unless `all`. `hidden`
-    /// counts the last. A table leaves out children (a video's segments are
-    /// summed up on its row); JSON lists them with their `parent`.
+    /// any, without ended tasks older than a day unless `all`, and with the
+    /// first `queuedListed` queued tasks if given. A table leaves out
+    /// children (a video's segments are summed up on its row); JSON lists
+    /// them with their `parent`. `passedOver` counts the tasks a snapshot
+    /// read for the table did not read (`Snapshot.TableReading`).
     public static func select(_ state: AgentState, phases: Set<TaskPhase>?, all: Bool, children: Bool = false,
-                              nowMs: Int64) -> (tasks: [TaskState], hidden: Int) {
-        var tasks: [TaskState] = []
-        var hidden = 0
+                              queuedListed: Int? = nil, passedOver: Snapshot.PassedOver = Snapshot.PassedOver(),
+                              nowMs: Int64) -> Selection {
+        var selection = Selection()
+        var queued = 0
         // Each task is looked at in place and copied only when listed: a copy
         // retains its every string, for each of 10,000 tasks a day old.
         let list = state.orderedTasks
@@ -22,12 +37,25 @@ public enum StatusView {
             let phase = list[index].phase
             if let phases, !phases.contains(phase) { continue }
             if !all, phase.isEnded, let ended = list[index].endedAtMs, nowMs - ended > endedShownForMs {
-                hidden += 1
+                selection.hidden += 1
                 continue
             }
-            tasks.append(list[index])
+            if phase == .queued, let queuedListed {
+                queued += 1
+                if queued > queuedListed {
+                    selection.notListed.count(list[index], in: state, agentRunning: true)
+                    continue
+                }
+            }
+            selection.tasks.append(list[index])
         }
-        return (tasks, hidden)
+        for (phase, count) in passedOver.hidden where phases?.contains(phase) ?? true { selection.hidden += count }
+        if passedOver.queued > 0, phases?.contains(.queued) ?? true {
+            // Never started: no bytes yet, and no size known.
+            selection.notListed.counts[.queued, default: 0] += passedOver.queued
+            selection.notListed.sizeUnknown = true
+        }
+        return selection
     }
 
     /// Seconds left at the current speed; nil when not running, the size is
@@ -51,6 +79,8 @@ public enum StatusView {
         /// Some running or queued task's size is not known yet: the ETA is a lower bound.
         public var sizeUnknown = false
         public var hidden = 0
+        /// Queued tasks counted here but not listed (`queuedListed`).
+        public var notListed = 0
         /// Left `running` by an agent that is gone (counted here, not in `counts`).
         public var interrupted = 0
         /// Finished tasks a 304 left as they were (`overwrite = "update"`), also in `counts`.
@@ -78,9 +108,41 @@ public enum StatusView {
             parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
             if speed > 0 { parts.append(ByteCount.format(speed) + "/s") }
             if let eta = etaSeconds { parts.append("ETA " + (sizeUnknown ? "≥ " : "") + StatusView.duration(eta)) }
+            if notListed > 0 { parts.append("\(notListed) more not listed (--all)") }
             if hidden > 0 { parts.append("\(hidden) ended over a day ago not shown (--all)") }
             return parts.joined(separator: " · ")
         }
+
+        /// Adds one task's phase, speed and bytes left.
+        mutating func count(_ task: TaskState, in state: AgentState, agentRunning: Bool) {
+            if task.phase == .running && !agentRunning {
+                interrupted += 1
+                return
+            }
+            counts[task.phase, default: 0] += 1
+            if task.unchanged { unchanged += 1 }
+            if task.phase == .finished, task.skipReason != nil { skipped += 1 }
+            guard task.phase.isActive else { return }
+            let figures = state.figures(of: task)
+            speed = StatusView.saturatingSum(speed, figures.speed)
+            if let total = figures.total {
+                bytesLeft = StatusView.saturatingSum(bytesLeft, max(0, total &- figures.bytes))
+            } else {
+                sizeUnknown = true
+            }
+        }
+    }
+
+    /// The summary of a selection: its tasks, and those it counted without listing.
+    public static func summary(of selection: Selection, in state: AgentState, agentRunning: Bool = true) -> Summary {
+        var summary = summary(of: selection.tasks, in: state, hidden: selection.hidden, agentRunning: agentRunning)
+        let more = selection.notListed
+        summary.notListed = more.counts.values.reduce(0, +)
+        for (phase, count) in more.counts { summary.counts[phase, default: 0] += count }
+        summary.speed = saturatingSum(summary.speed, more.speed)
+        summary.bytesLeft = saturatingSum(summary.bytesLeft, more.bytesLeft)
+        summary.sizeUnknown = summary.sizeUnknown || more.sizeUnknown
+        return summary
     }
 
     /// - Parameter agentRunning: false: running tasks were left so by an
@@ -88,27 +150,11 @@ public enum StatusView {
     public static func summary(of tasks: some Sequence<TaskState>, in state: AgentState, hidden: Int, agentRunning: Bool = true) -> Summary {
         var summary = Summary()
         summary.hidden = hidden
-        for task in tasks {
-            if task.phase == .running && !agentRunning {
-                summary.interrupted += 1
-                continue
-            }
-            summary.counts[task.phase, default: 0] += 1
-            if task.unchanged { summary.unchanged += 1 }
-            if task.phase == .finished, task.skipReason != nil { summary.skipped += 1 }
-            guard task.phase.isActive else { continue }
-            let figures = state.figures(of: task)
-            summary.speed = saturatingSum(summary.speed, figures.speed)
-            if let total = figures.total {
-                summary.bytesLeft = saturatingSum(summary.bytesLeft, max(0, total &- figures.bytes))
-            } else {
-                summary.sizeUnknown = true
-            }
-        }
+        for task in tasks { summary.count(task, in: state, agentRunning: agentRunning) }
         return summary
     }
 
-    private static func saturatingSum(_ a: Int64, _ b: Int64) -> Int64 {
+    fileprivate static func saturatingSum(_ a: Int64, _ b: Int64) -> Int64 {
         let (sum, overflow) = a.addingReportingOverflow(b)
         return overflow ? .max : sum
     }

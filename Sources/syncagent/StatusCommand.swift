@@ -10,7 +10,8 @@ struct StatusCommand: ParsableCommand {
         discussion: """
             The first line says whether an agent runs on the state directory. Tasks a
             dead agent left running read "interrupted": the next start resumes them.
-            Ended tasks older than a day are not listed unless --all; --json lists them.
+            Ended tasks older than a day, and queued tasks past the first \(StatusView.queuedListed), are not
+            listed unless --all (the summary line counts them); --json lists them.
 
             Example:
               syncagent status
@@ -35,7 +36,7 @@ struct StatusCommand: ParsableCommand {
                                valueName: "state"))
     var states: [String] = []
 
-    @Flag(help: "Also list tasks that ended more than a day ago.")
+    @Flag(help: "Also list tasks that ended more than a day ago, and every queued task (not only the first \(StatusView.queuedListed)).")
     var all = false
 
     /// Checked in `run`, not `validate`: `--help` must not print an error first.
@@ -70,13 +71,19 @@ struct StatusCommand: ParsableCommand {
         if watch { try watchLoop(resolved.paths) }
         let store = try openLog(global)
         let agent = AgentLiveness.probe(stateDir: resolved.paths.stateDir)
-        let state = try store.replay()
         if let id = task {
-            try show(id, of: store, in: state, agent: agent)
+            try show(id, of: store, in: try store.replay(), agent: agent)
             return
         }
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        // The table, unless --all, lists part of the queue and no old ended task: what it
+        // would not list is passed over in the snapshot, unread. JSON lists everything.
+        let window = !json && !all
+        let (state, passedOver) = window
+            ? try store.replayForTable(queuedListed: StatusView.queuedListed, hiddenEndedBeforeMs: nowMs - StatusView.endedShownForMs)
+            : (try store.replay(), Snapshot.PassedOver())
         let selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all || json, children: json,
-                                          nowMs: Int64(Date().timeIntervalSince1970 * 1000))
+                                          queuedListed: window ? StatusView.queuedListed : nil, passedOver: passedOver, nowMs: nowMs)
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
             // Streamed: a report is made and printed per task, never the whole document in memory.
@@ -94,9 +101,9 @@ struct StatusCommand: ParsableCommand {
 
     /// The agent line, the table, the summary line; on a terminal, every
     /// line fitted to its width and the whole to its height.
-    private func screen(_ state: AgentState, _ selection: (tasks: [TaskState], hidden: Int), _ agent: AgentLiveness,
+    private func screen(_ state: AgentState, _ selection: StatusView.Selection, _ agent: AgentLiveness,
                         style: TaskTable.Style, height: Int? = nil) -> [String] {
-        let summary = StatusView.summary(of: selection.tasks, in: state, hidden: selection.hidden, agentRunning: agent.running)
+        let summary = StatusView.summary(of: selection, in: state, agentRunning: agent.running)
         var table = selection.tasks.isEmpty ? [] : TaskTable.lines(selection.tasks, in: state, style: style)
         if let height {
             if height < 4 {

@@ -27,6 +27,65 @@ struct SnapshotTests {
         #expect(try bytes.withUnsafeBytes { try Snapshot.taskIDs($0) } == Set(atCut.tasks.map(\.id)))
     }
 
+    /// `status`'s table read from a snapshot that passes over what it would
+    /// not list (old ended tasks, the queue past its first rows) shows what
+    /// it shows from the whole fold: the same rows, figures and summary.
+    @Test(arguments: 1...60)
+    func theTableFromASnapshotPassingOverTasksIsTheWholeFoldsTable(seed: UInt64) throws {
+        var (events, random) = RandomLog.make(seed: seed, count: 400)
+        let whole = AgentState.replay(events)
+        let cut = Int.random(in: 0...events.count, using: &random)
+        let bytes = Snapshot.encode(AgentState.replay(events.prefix(cut)))
+        // Old enough to hide: tasks that ended before a random instant of the log.
+        let nowMs = events[Int.random(in: 0..<events.count, using: &random)].atMs + StatusView.endedShownForMs
+        let queuedListed = Int.random(in: 0...6, using: &random)
+        let phases: Set<TaskPhase>? = Bool.random(using: &random) ? nil
+            : Set(TaskPhase.allCases.filter { _ in Bool.random(using: &random) })
+        let reading = Snapshot.TableReading(named: Set(events[cut...].compactMap(\.task)), queuedListed: queuedListed,
+                                            hiddenEndedBeforeMs: nowMs - StatusView.endedShownForMs)
+        var (read, passedOver) = try bytes.withUnsafeBytes { try Snapshot.decode($0, forTable: reading) }
+        for event in events[cut...] { read.apply(event) }
+
+        let expected = StatusView.select(whole, phases: phases, all: false, queuedListed: queuedListed, nowMs: nowMs)
+        let shown = StatusView.select(read, phases: phases, all: false, queuedListed: queuedListed, passedOver: passedOver, nowMs: nowMs)
+        #expect(shown.tasks == expected.tasks)
+        #expect(shown.tasks.map { read.figures(of: $0) } == expected.tasks.map { whole.figures(of: $0) })
+        #expect(StatusView.summary(of: shown, in: read) == StatusView.summary(of: expected, in: whole))
+        #expect(StatusView.summary(of: shown, in: read, agentRunning: false) == StatusView.summary(of: expected, in: whole, agentRunning: false))
+    }
+
+    /// Guards the property above: the random logs make snapshots where the
+    /// table passes over queued tasks and hidden ones, and children with them.
+    @Test func theTableReadingPassesOverTasksInTheRandomLogs() throws {
+        var passed = Snapshot.PassedOver()
+        var tasksLeft = 0
+        for seed in UInt64(1)...20 {
+            let events = RandomLog.make(seed: seed, count: 400).events
+            let state = AgentState.replay(events)
+            let reading = Snapshot.TableReading(named: [], queuedListed: 1, hiddenEndedBeforeMs: events[200].atMs)
+            let read = try Snapshot.encode(state).withUnsafeBytes { try Snapshot.decode($0, forTable: reading) }
+            passed.queued += read.passedOver.queued
+            for (phase, count) in read.passedOver.hidden { passed.hidden[phase, default: 0] += count }
+            tasksLeft += state.tasks.count - read.state.tasks.count
+            #expect(read.state.runQueue.entries.isEmpty && read.state.reservedPaths.isEmpty, "indexes the table does not show are not read")
+        }
+        #expect(passed.queued > 0)
+        #expect(passed.hidden.count == 3, "finished, failed and cancelled: \(passed.hidden)")
+        #expect(tasksLeft > passed.queued + passed.hidden.values.reduce(0, +), "forgotten tasks and children are passed over uncounted")
+    }
+
+    /// A snapshot written before format 4 has no lengths to pass over by:
+    /// read for the table, it is read whole.
+    @Test func aSnapshotBeforeFormat4IsReadWholeForTheTable() throws {
+        let events = RandomLog.make(seed: 7, count: 300).events
+        let state = AgentState.replay(events)
+        let old = Snapshot.encode(state, format: 3)
+        #expect(try Snapshot.decode(old) == state)
+        let reading = Snapshot.TableReading(named: [], queuedListed: 0, hiddenEndedBeforeMs: .max)
+        let read = try old.withUnsafeBytes { try Snapshot.decode($0, forTable: reading) }
+        #expect(read.state == state && read.passedOver == Snapshot.PassedOver())
+    }
+
     @Test func theRandomLogsReachEveryPartOfTheState() {
         // Guards the property above against a generator too tame to test it:
         // every part of the state is set in some of the logs it folds.

@@ -277,14 +277,14 @@ struct CompactionTests {
         try writer.append(events)
         let state = AgentState.replay(events)
         try writer.writeSnapshot(state, nowMs: 0, pruned: true)
-        var bytes = Array(Snapshot.encode(state).dropLast(8))
+        var bytes = Array(Snapshot.encode(state, format: 3).dropLast(8))
         #expect(bytes[0] == 6, "format 3, as a zig-zag varint")
         bytes[0] = 4
         let sum = bytes.withUnsafeBytes { Snapshot.checksum($0) }
         bytes += (0..<8).map { UInt8(truncatingIfNeeded: sum >> (8 * $0)) }
         #expect(try Snapshot.decode(bytes) == state)
         let hex = bytes.map { String(format: "%02x", $0) }.joined()
-        try sql("UPDATE snapshot_parts SET data = X'\(hex)' WHERE seq = 3; UPDATE snapshots SET format = 2 WHERE seq = 3; DELETE FROM events")
+        try sql("UPDATE snapshot_parts SET data = X'\(hex)' WHERE seq = 3; UPDATE snapshots SET format = 2, bytes = \(bytes.count) WHERE seq = 3; DELETE FROM events")
         #expect(try EventStore(readingFrom: path).replay() == state)
     }
 

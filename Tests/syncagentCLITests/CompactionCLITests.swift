@@ -43,6 +43,42 @@ struct CompactionCLITests {
         #expect(generator.wait(seconds: 120) == 0, "\(loggen): \(generator.stderr)")
     }
 
+    /// `status`'s table lists the first 50 queued tasks and counts the rest,
+    /// the same from a snapshot that passed over them as from raw events;
+    /// a passed-over task the events after the snapshot change is shown as
+    /// they left it; `--all` and `--json` list every task.
+    @Test func theTableListsTheHeadOfTheQueueAndCountsTheRestFromASnapshot() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        for index in 0..<60 {
+            try harness.drop(String(format: "q%02d.job", index),
+                             "url = \"http://127.0.0.1:9/q\(index)\"\nid = \"q\(index)\"\nnot_before = 2099-01-01T00:00:00Z\n")
+        }
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { (try? harness.events().filter { $0.type == "created" }.count) == 60 })
+        func table() throws -> [String] {
+            let result = try harness.run(["status"])
+            #expect(result.status == 0, "\(result.stderr)")
+            return result.stdout.split(separator: "\n").map(String.init)
+        }
+        func rows(_ lines: [String]) -> [String] { lines.filter { $0.hasPrefix("q") }.map { String($0.prefix { $0 != " " }) } }
+        let raw = try table()
+        #expect(rows(raw) == (0..<50).map { "q\($0)" })
+        #expect(raw.last == "60 queued · 10 more not listed (--all)", "\(raw)")
+
+        // Paused after the snapshot: the table reads it from the snapshot and folds its pause.
+        #expect(try harness.run(["compact", "--older-than", "0"]).status == 0)
+        #expect(try table() == raw)
+        #expect(try harness.run(["pause", "q55"]).status == 0)
+        #expect(eventually { (try? harness.events().contains { $0.type == "paused" && $0.task == "q55" }) == true })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+        let afterPause = try table()
+        #expect(rows(afterPause) == (0..<50).map { "q\($0)" } + ["q55"])
+        #expect(afterPause.last == "59 queued, 1 paused · 9 more not listed (--all)", "\(afterPause)")
+        #expect(rows(try harness.run(["status", "--all"]).stdout.split(separator: "\n").map(String.init)).count == 60)
+        #expect(try harness.statusTasks().count == 60)
+    }
+
     @Test func compactingAloneKeepsEveryTaskAndDropsTheirEvents() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\n")
         let nginx = try Nginx(in: harness.directory)

@@ -317,6 +317,39 @@ public final class EventStore {
         return state
     }
 
+    /// `replay` for `status`'s table: the newest snapshot read with a
+    /// `TableReading` (what the table would not list is passed over and
+    /// counted), then the events after it, as `replay` folds them.
+    public func replayForTable(queuedListed: Int, hiddenEndedBeforeMs: Int64?) throws -> (state: AgentState, passedOver: Snapshot.PassedOver) {
+        guard db != nil, try schemaVersion() > 0 else { return (AgentState(), Snapshot.PassedOver()) }
+        return try reading {
+            var passedOver = Snapshot.PassedOver()
+            var state = try snapshot(atOrBefore: .max, mustCover: try prunedThrough()) { bytes, seq in
+                let reading = Snapshot.TableReading(named: try tasksNamed(after: seq), queuedListed: queuedListed,
+                                                    hiddenEndedBeforeMs: hiddenEndedBeforeMs)
+                let read = try Snapshot.decode(bytes, forTable: reading)
+                passedOver = read.passedOver
+                return read.state
+            } ?? AgentState()
+            try forEach(after: state.lastSeq) { state.apply($0) }
+            return (state, passedOver)
+        }
+    }
+
+    /// The tasks the events after `seq` name.
+    private func tasksNamed(after seq: Int64) throws -> Set<String> {
+        let statement = try prepare("SELECT DISTINCT task FROM events WHERE seq > ?1 AND task IS NOT NULL")
+        defer { sqlite3_finalize(statement) }
+        sqlite3_bind_int64(statement, 1, seq)
+        var named = Set<String>()
+        while true {
+            let code = sqlite3_step(statement)
+            if code == SQLITE_DONE { return named }
+            guard code == SQLITE_ROW, let text = sqlite3_column_text(statement, 0) else { throw error("cannot read events") }
+            named.insert(String(cString: text))
+        }
+    }
+
     /// Brings `state` (a fold of this log) up to date: the events after it,
     /// or, when a compaction has deleted some of them meanwhile, the newest
     /// snapshot and its tail. For readers that fold as the log grows (`status --watch`).
@@ -434,7 +467,9 @@ public final class EventStore {
     /// The newest snapshot at or before `last`, decoded. One the events
     /// still hold is skipped when it cannot be read (another format): the
     /// events say the same. One that replaced deleted events cannot be skipped.
-    private func snapshot(atOrBefore last: Int64, mustCover pruned: Int64) throws -> AgentState? {
+    private func snapshot(atOrBefore last: Int64, mustCover pruned: Int64,
+                          decode: (UnsafeRawBufferPointer, Int64) throws -> AgentState = { bytes, _ in try Snapshot.decode(bytes) })
+        throws -> AgentState? {
         guard try hasSnapshots else { return nil }
         let statement = try prepare("SELECT seq, format, parts, bytes FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC")
         defer { sqlite3_finalize(statement) }
@@ -448,7 +483,7 @@ public final class EventStore {
             do {
                 guard Snapshot.readableFormats.contains(format) else { throw Snapshot.unreadable(format: format) }
                 let bytes = try snapshotBytes(seq: seq, parts: sqlite3_column_int64(statement, 2), total: sqlite3_column_int64(statement, 3))
-                let state = try bytes.withUnsafeBytes { try Snapshot.decode($0) }
+                let state = try bytes.withUnsafeBytes { try decode($0, seq) }
                 guard state.lastSeq == seq else { throw Snapshot.Malformed(description: "it covers seq \(state.lastSeq), not \(seq)") }
                 return state
             } catch {
