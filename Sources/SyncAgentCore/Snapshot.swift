@@ -33,7 +33,7 @@ public enum Snapshot {
     ///   headers), for tests that a log compacted before an upgrade is read.
     public static func encode(_ state: AgentState, format: Int = format) -> [UInt8] {
         precondition(format == 3 || format == Self.format, "snapshot format \(format) is not written")
-        var out = SnapshotWriter(lengthPrefixed: format >= 4)
+        var out = SnapshotWriter(writesLengths: format >= 4)
         out.int(Int64(format))
         out.int(state.lastSeq)
         // The ids in creation order, then the tasks in that order. (The list
@@ -44,7 +44,7 @@ public enum Snapshot {
         out.int(Int64(state.tasks.count))
         for task in state.tasks {
             out.lengthPrefixed { out in
-                if out.lengthPrefixes { out.header(of: task, in: state) }
+                if out.writesLengths { out.header(of: task, in: state) }
                 out.task(task)
             }
         }
@@ -140,6 +140,10 @@ public enum Snapshot {
     /// ago, reading them all was most of a `status`. What is passed over is
     /// counted (`PassedOver`); a fold of the events after the snapshot
     /// never meets a task it lacks, since every task they name is read.
+    /// (A child created after the snapshot names its parent in the same
+    /// commit, as its parent expands: a parent is never passed over under it.)
+    /// The rules mirror `StatusView.select`'s; the state read is only for it:
+    /// its run queue and counters do not match its tasks.
     public struct TableReading: Sendable {
         /// The tasks the events after the snapshot name: read, whatever they are.
         public var named: Set<String>
@@ -173,8 +177,9 @@ public enum Snapshot {
     }
 
     /// With a `TableReading`, the state lacks the tasks it passed over and
-    /// the indexes `status` does not show (the run queue, reserved paths,
-    /// taken sources, published files); a snapshot before format 4 is read whole.
+    /// the indexes `status` does not show (the id list, the run queue,
+    /// reserved paths, taken and rejected sources, published files); a
+    /// snapshot before format 4 is read whole.
     public static func decode(_ stored: UnsafeRawBufferPointer,
                               forTable table: TableReading?) throws -> (state: AgentState, passedOver: PassedOver) {
         guard stored.count >= 8 else { throw Malformed(description: "snapshot damaged: \(stored.count) bytes") }
@@ -190,7 +195,7 @@ public enum Snapshot {
         state.lastSeq = try input.int()
         // The ids are kept as where they lie: each is checked against its task's own, never made a string.
         var order: [Range<Int>]?
-        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+        try input.section(lengthPrefixed, skip: table != nil) { input in
             order = try (0..<(try input.count())).map { _ in try input.span() }
         }
         let taskCount = try input.count()
@@ -201,23 +206,27 @@ public enum Snapshot {
         if let table { passing = try TablePass(table, tasks: taskCount, at: input) }
         for position in 0..<taskCount {
             let end = lengthPrefixed ? try input.lengthPrefix() : nil
-            if lengthPrefixed {
-                let header = try input.header()
-                if let end, try passing?.passesOver(header, at: input, counting: &passedOver) == true {
+            var header: TaskHeader?
+            if let end {
+                header = try input.header()
+                if try passing?.passesOver(header!, at: input, counting: &passedOver) == true {
+                    guard input.offset <= end else { throw input.malformed("a task header within its record") }
                     input.offset = end
                     continue
                 }
             }
             let task = try input.task(&repeats)
             let taskID = task.id
+            // A header that tells another story than its task would make `status` pass over the wrong tasks.
+            if let header, !header.describes(task) { throw input.malformed("task \(taskID)'s header to match it") }
             // Consumed: the list takes the task without a copy (one per task was 4% of a `status`).
             guard order.map({ input.holds(taskID, at: $0[position]) }) ?? true, state.tasks.append(consume task) else {
                 throw input.malformed("task \(taskID) out of order or twice")
             }
             if let end, input.offset != end { throw input.malformed("task \(taskID) to end at byte \(end)") }
         }
-        try input.section(lengthPrefixed, passedOver: table != nil) { input in state.takenSources = Set(try input.strings()) }
-        try input.section(lengthPrefixed, passedOver: table != nil) { input in state.rejectedSources = Set(try input.strings()) }
+        try input.section(lengthPrefixed, skip: table != nil) { input in state.takenSources = Set(try input.strings()) }
+        try input.section(lengthPrefixed, skip: table != nil) { input in state.rejectedSources = Set(try input.strings()) }
         for _ in 0..<(try input.count()) {
             guard case .rejected(let rejection) = try input.event("rejected") else { throw input.malformed("rejection") }
             state.rejected.append(rejection)
@@ -227,7 +236,7 @@ public enum Snapshot {
             let key = BatchKey(try input.optionalString())
             state.owedNotices[key] = try input.batch()
         }
-        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+        try input.section(lengthPrefixed, skip: table != nil) { input in
             for _ in 0..<(try input.count()) {
                 state.runQueue.append(RunQueue.Entry(priority: Int(try input.int()), seq: try input.int(), id: try input.string(),
                                                      hostKey: try input.string(), notBeforeMs: try input.optionalInt()))
@@ -238,7 +247,7 @@ public enum Snapshot {
         state.owedOwnNotices = Set(try input.strings())
         for _ in 0..<(try input.count()) { state.activeByBatch[BatchKey(try input.optionalString())] = Int(try input.int()) }
         state.activeCount = Int(try input.int())
-        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+        try input.section(lengthPrefixed, skip: table != nil) { input in
             for _ in 0..<(try input.count()) { state.reservedPaths[try input.string()] = try input.string() }
         }
         for _ in 0..<(try input.count()) { state.children[try input.string()] = try input.strings() }
@@ -251,7 +260,7 @@ public enum Snapshot {
         }
         state.settledParents = Set(try input.strings())
         state.runningAgentPid = try input.optionalInt().map { Int32(truncatingIfNeeded: $0) }
-        try input.section(lengthPrefixed, passedOver: table != nil) { input in
+        try input.section(lengthPrefixed, skip: table != nil) { input in
             let publishedCount = try input.count()
             state.published.reserveCapacity(publishedCount)
             for _ in 0..<publishedCount {
@@ -308,10 +317,10 @@ public enum Snapshot {
 private struct SnapshotWriter {
     var bytes: [UInt8] = []
     /// Format 4 on: records and sections carry their lengths, tasks their headers.
-    let lengthPrefixes: Bool
+    let writesLengths: Bool
 
-    init(lengthPrefixed: Bool) {
-        lengthPrefixes = lengthPrefixed
+    init(writesLengths: Bool) {
+        self.writesLengths = writesLengths
         bytes.reserveCapacity(1 << 16)
     }
 
@@ -334,7 +343,7 @@ private struct SnapshotWriter {
     /// Writes `body`'s bytes after their length (8 bytes, little-endian,
     /// filled in once known), so a reader may pass over them unread.
     mutating func lengthPrefixed(_ body: (inout SnapshotWriter) -> Void) {
-        guard lengthPrefixes else { return body(&self) }
+        guard writesLengths else { return body(&self) }
         let mark = bytes.count
         bytes.append(contentsOf: repeatElement(0, count: 8))
         body(&self)
@@ -344,13 +353,10 @@ private struct SnapshotWriter {
 
     /// What `status` decides on before reading a task (`TaskHeader`).
     mutating func header(of task: TaskState, in state: AgentState) {
-        bytes.append(UInt8(TaskPhase.allCases.firstIndex(of: task.phase)!))
+        bytes.append(TaskHeader.code(of: task.phase))
         var flags: UInt8 = task.forgotten ? TaskHeader.forgotten : 0
         if state.children[task.id] != nil { flags |= TaskHeader.hasChildren }
-        if task.phase == .queued, task.parentID == nil, state.children[task.id] == nil, task.attempts == 0, task.bytes == 0,
-           task.total == nil, task.firstStartedAtMs == nil {
-            flags |= TaskHeader.untouched
-        }
+        if TaskHeader.isUntouched(task), state.children[task.id] == nil { flags |= TaskHeader.untouched }
         bytes.append(flags)
         optionalInt(task.endedAtMs)
         optionalString(task.parentID)
@@ -449,8 +455,24 @@ struct TaskHeader {
     /// Queued, never started, no parent and no children: it shows nothing but its place in the queue.
     static let untouched: UInt8 = 2
     static let hasChildren: UInt8 = 4
-    /// The phases by the number written for them.
-    static let phases = TaskPhase.allCases
+    /// The phases by the number written for them: never reordered (`allCases` may be).
+    static let phases: [TaskPhase] = [.queued, .running, .paused, .finished, .failed, .cancelled]
+
+    static func code(of phase: TaskPhase) -> UInt8 { UInt8(phases.firstIndex(of: phase)!) }
+
+    /// Queued and never started, no child of another, nothing fetched: (with no
+    /// children of its own) it shows nothing but its place in the queue.
+    static func isUntouched(_ task: TaskState) -> Bool {
+        task.phase == .queued && task.parentID == nil && task.attempts == 0 && task.bytes == 0 && task.total == nil
+            && task.firstStartedAtMs == nil
+    }
+
+    /// Whether this header is the one written for `task` (`hasChildren` is
+    /// not checked here: the children index comes later).
+    func describes(_ task: TaskState) -> Bool {
+        phase == task.phase && has(Self.forgotten) == task.forgotten && endedAtMs == task.endedAtMs
+            && parent == task.parentID && has(Self.untouched) == (Self.isUntouched(task) && !has(Self.hasChildren))
+    }
 
     var phase: TaskPhase
     var flags: UInt8
@@ -630,10 +652,10 @@ private struct SnapshotReader {
 
     /// Reads a section with `body`, or passes over it; with `lengthPrefixed`
     /// its length must be what `body` read.
-    mutating func section(_ lengthPrefixed: Bool, passedOver: Bool, _ body: (inout SnapshotReader) throws -> Void) throws {
+    mutating func section(_ lengthPrefixed: Bool, skip: Bool, _ body: (inout SnapshotReader) throws -> Void) throws {
         guard lengthPrefixed else { return try body(&self) }
         let end = try lengthPrefix()
-        if passedOver {
+        if skip {
             offset = end
             return
         }
@@ -644,7 +666,9 @@ private struct SnapshotReader {
     mutating func header() throws -> TaskHeader {
         let phase = Int(try byte())
         guard phase < TaskHeader.phases.count else { throw malformed("a task's phase") }
-        return TaskHeader(phase: TaskHeader.phases[phase], flags: try byte(), endedAtMs: try optionalInt(), parent: try optionalString())
+        let flags = try byte()
+        guard flags & ~(TaskHeader.forgotten | TaskHeader.untouched | TaskHeader.hasChildren) == 0 else { throw malformed("task flags") }
+        return TaskHeader(phase: TaskHeader.phases[phase], flags: flags, endedAtMs: try optionalInt(), parent: try optionalString())
     }
 
     /// Where the next string lies, skipped.

@@ -36,7 +36,8 @@ public enum StatusView {
             if !children, let parent = list[index].parentID, state[parent] != nil { continue }
             let phase = list[index].phase
             if let phases, !phases.contains(phase) { continue }
-            if !all, phase.isEnded, let ended = list[index].endedAtMs, nowMs - ended > endedShownForMs {
+            // As `Snapshot.TableReading` decides it (a damaged `ended` near Int64.min must not overflow).
+            if !all, phase.isEnded, let ended = list[index].endedAtMs, ended < nowMs - endedShownForMs {
                 selection.hidden += 1
                 continue
             }

@@ -189,6 +189,7 @@ struct StatusCommand: ParsableCommand {
             try openLog(global).catchUp(&state)
             let agent = AgentLiveness.probe(stateDir: paths.stateDir)
             var selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all,
+                                              queuedListed: all ? nil : StatusView.queuedListed,
                                               nowMs: Int64(Date().timeIntervalSince1970 * 1000))
             selection.tasks = StatusView.forWatching(selection.tasks)
             if terminal {

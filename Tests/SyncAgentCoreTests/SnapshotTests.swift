@@ -74,6 +74,25 @@ struct SnapshotTests {
         #expect(tasksLeft > passed.queued + passed.hidden.values.reduce(0, +), "forgotten tasks and children are passed over uncounted")
     }
 
+    /// A task's header must tell its task's story: one that does not (a
+    /// writer and a reader at odds) is damage, never a table of other tasks.
+    @Test func aTaskHeaderThatDisagreesWithItsTaskIsRefused() throws {
+        var state = AgentState()
+        state.apply(Event(seq: 1, atMs: 1, task: "x1", body: .created(TaskSpec(url: "http://h.test/x1", dest: "/d/x1"))))
+        let good = Snapshot.encode(state)
+        #expect(try Snapshot.decode(good) == state)
+        // Format, last seq, the id list (its length, count, "x1"), the task count, the record's length: then the header.
+        let at = 1 + 1 + (8 + 1 + 3) + 1 + 8
+        #expect(good[at] == 0 && good[at + 1] == 2, "queued, untouched")
+        for (offset, byte) in [(at, UInt8(3)), (at + 1, UInt8(0)), (at + 1, UInt8(1)), (at + 1, UInt8(8))] {
+            var bad = Array(good.dropLast(8))
+            bad[offset] = byte
+            let sum = bad.withUnsafeBytes { Snapshot.checksum($0) }
+            bad += (0..<8).map { UInt8(truncatingIfNeeded: sum >> (8 * $0)) }
+            #expect(throws: Snapshot.Malformed.self, "byte \(offset) = \(byte)") { try Snapshot.decode(bad) }
+        }
+    }
+
     /// A snapshot written before format 4 has no lengths to pass over by:
     /// read for the table, it is read whole.
     @Test func aSnapshotBeforeFormat4IsReadWholeForTheTable() throws {

@@ -367,6 +367,7 @@ import Glibc
                 #expect(ran == once, "\(lines)")
             }
         }
+        // At most four hooks run at once: no more can be caught between commit and spawn.
         #expect(taskLines.count >= 16 - mayBeLost.count && mayBeLost.count <= 4, "\(lines)")
         #expect(lines.filter { $0.hasPrefix("batch ") } == ["batch 16 0"])
         // Hooks running when the agent was killed end unrecorded; the others ended well.

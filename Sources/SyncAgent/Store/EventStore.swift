@@ -331,6 +331,8 @@ public final class EventStore {
                 passedOver = read.passedOver
                 return read.state
             } ?? AgentState()
+            // No snapshot could be used (one read, then refused): every event is folded, nothing was passed over.
+            if state.lastSeq == 0 { passedOver = Snapshot.PassedOver() }
             try forEach(after: state.lastSeq) { state.apply($0) }
             return (state, passedOver)
         }
@@ -346,7 +348,8 @@ public final class EventStore {
             let code = sqlite3_step(statement)
             if code == SQLITE_DONE { return named }
             guard code == SQLITE_ROW, let text = sqlite3_column_text(statement, 0) else { throw error("cannot read events") }
-            named.insert(String(cString: text))
+            // By its length, as the fold reads it (not up to a NUL).
+            named.insert(String(decoding: UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, 0))), as: UTF8.self))
         }
     }
 
