@@ -33,7 +33,34 @@ public enum Snapshot {
     ///   headers), for tests that a log compacted before an upgrade is read.
     public static func encode(_ state: AgentState, format: Int = format) -> [UInt8] {
         precondition(format == 3 || format == Self.format, "snapshot format \(format) is not written")
-        var out = SnapshotWriter(writesLengths: format >= 4)
+        var out = SnapshotWriter(writesLengths: format >= 4, mode: .inMemory)
+        emit(state, format: format, into: &out)
+        var bytes = out.bytes
+        let sum = bytes.withUnsafeBytes(checksum)
+        withUnsafeBytes(of: sum.littleEndian) { bytes.append(contentsOf: $0) }
+        return bytes
+    }
+
+    /// `encode`'s bytes handed to `part` a piece of about `partBytes` at a
+    /// time, never held whole: a snapshot of 100,000 tasks is 37 MB, which
+    /// the compaction's thread held beside the state it was made from. The
+    /// state is gone over twice: once for the lengths that stand in front of
+    /// records and sections, then to write. Returns the bytes written.
+    public static func write(_ state: AgentState, partBytes: Int, to part: (UnsafeRawBufferPointer) throws -> Void) throws -> Int {
+        var sizing = SnapshotWriter(writesLengths: true, mode: .sizing)
+        emit(state, format: format, into: &sizing)
+        return try withoutActuallyEscaping(part) { part in
+            var out = SnapshotWriter(writesLengths: true, mode: .streaming(lengths: sizing.lengths, total: sizing.total,
+                                                                          partBytes: partBytes))
+            out.sink = part
+            // The writer must not outlive this call with `part` in it.
+            defer { out.sink = nil }
+            emit(state, format: format, into: &out)
+            return try out.finish()
+        }
+    }
+
+    private static func emit(_ state: AgentState, format: Int, into out: inout SnapshotWriter) {
         out.int(Int64(format))
         out.int(state.lastSeq)
         // The ids in creation order, then the tasks in that order. (The list
@@ -63,6 +90,7 @@ public enum Snapshot {
             for entry in state.runQueue.entries {
                 out.int(Int64(entry.priority)); out.int(entry.seq); out.string(entry.id); out.string(entry.hostKey)
                 out.optionalInt(entry.notBeforeMs)
+                out.flushIfFull()
             }
         }
         out.int(Int64(state.runningCount))
@@ -73,7 +101,10 @@ public enum Snapshot {
         out.int(Int64(state.activeCount))
         out.lengthPrefixed { out in
             out.int(Int64(state.reservedPaths.count))
-            for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) { out.string(path); out.string(id) }
+            for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) {
+                out.string(path); out.string(id)
+                out.flushIfFull()
+            }
         }
         out.int(Int64(state.children.count))
         for (parent, ids) in state.children.sorted(by: { $0.key < $1.key }) { out.string(parent); out.strings(ids) }
@@ -89,6 +120,7 @@ public enum Snapshot {
             for (path, file) in state.published.sorted(by: { $0.key < $1.key }) {
                 out.string(path); out.string(file.task); out.string(file.url); out.optionalString(file.sha256)
                 out.optionalString(file.etag); out.optionalString(file.lastModified); out.int(file.size); out.optionalInt(file.modifiedNs)
+                out.flushIfFull()
             }
         }
         out.strings(state.armedHooks.map(\.rawValue).sorted())
@@ -99,27 +131,41 @@ public enum Snapshot {
         }
         out.int(Int64(state.orphanEvents.count))
         for seq in state.orphanEvents { out.int(seq) }
-        var bytes = out.bytes
-        let sum = bytes.withUnsafeBytes(checksum)
-        withUnsafeBytes(of: sum.littleEndian) { bytes.append(contentsOf: $0) }
-        return bytes
     }
 
     /// A 64-bit checksum over whole words: a changed byte is found before a
     /// damaged snapshot could pass for a state (a bit flip inside a URL
     /// would otherwise read back as another URL).
     static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(bytes.count)
-        func mix(_ word: UInt64) {
+        var sum = Checksum(count: bytes.count)
+        let whole = bytes.count / 8 * 8
+        sum.add(words: UnsafeRawBufferPointer(rebasing: bytes[..<whole]))
+        return sum.finish(tail: UnsafeRawBufferPointer(rebasing: bytes[whole...]))
+    }
+
+    /// `checksum` a piece at a time, for bytes never held whole.
+    struct Checksum {
+        private var hash: UInt64
+
+        init(count: Int) { hash = 0xcbf2_9ce4_8422_2325 ^ UInt64(count) }
+
+        private mutating func mix(_ word: UInt64) {
             hash = (hash ^ word) &* 0x100_0000_01b3
             hash ^= hash >> 29
         }
-        let words = bytes.count / 8
-        for index in 0..<words { mix(bytes.loadUnaligned(fromByteOffset: index * 8, as: UInt64.self)) }
-        var tail: UInt64 = 0
-        for byte in bytes[(words * 8)...] { tail = tail << 8 | UInt64(byte) }
-        mix(tail)
-        return hash
+
+        /// Whole words only: a multiple of 8 bytes.
+        mutating func add(words bytes: UnsafeRawBufferPointer) {
+            for index in 0..<(bytes.count / 8) { mix(bytes.loadUnaligned(fromByteOffset: index * 8, as: UInt64.self)) }
+        }
+
+        /// The last bytes, fewer than 8.
+        mutating func finish(tail bytes: UnsafeRawBufferPointer) -> UInt64 {
+            var tail: UInt64 = 0
+            for byte in bytes { tail = tail << 8 | UInt64(byte) }
+            mix(tail)
+            return hash
+        }
     }
 
     /// The error for a snapshot of a format this build does not read.
@@ -315,13 +361,80 @@ public enum Snapshot {
 }
 
 private struct SnapshotWriter {
+    enum Mode {
+        /// Every byte kept in `bytes`; a length is filled in once its part is written.
+        case inMemory
+        /// Bytes counted and dropped: what is kept are the lengths, in order.
+        case sizing
+        /// Bytes handed to `sink` as they come, each length known beforehand (from `sizing`).
+        case streaming(lengths: [Int], total: Int, partBytes: Int)
+    }
+
     var bytes: [UInt8] = []
     /// Format 4 on: records and sections carry their lengths, tasks their headers.
     let writesLengths: Bool
+    let mode: Mode
+    /// Bytes no longer in `bytes`: dropped (sizing) or handed to `sink`.
+    private var flushed = 0
+    var total: Int { flushed + bytes.count }
+    /// The length-prefixed parts' lengths, in the order they are written.
+    private(set) var lengths: [Int] = []
+    private var nextLength = 0
+    var sink: ((UnsafeRawBufferPointer) throws -> Void)?
+    private var checksum: Snapshot.Checksum?
+    /// The first failure of `sink`, or of the two passes to agree: said by `finish`.
+    private var failure: Error?
 
-    init(writesLengths: Bool) {
+    init(writesLengths: Bool, mode: Mode) {
         self.writesLengths = writesLengths
+        self.mode = mode
+        if case .streaming(_, let total, _) = mode { checksum = Snapshot.Checksum(count: total) }
         bytes.reserveCapacity(1 << 16)
+    }
+
+    /// Called between fields: hands on (or drops) what is buffered once it is a part's worth.
+    mutating func flushIfFull() {
+        switch mode {
+        case .inMemory:
+            return
+        case .sizing:
+            if bytes.count >= 1 << 16 {
+                flushed += bytes.count
+                bytes.removeAll(keepingCapacity: true)
+            }
+        case .streaming(_, _, let partBytes):
+            if bytes.count >= partBytes { flush(final: false) }
+        }
+    }
+
+    /// Hands whole words to the checksum and the sink; the last call, every byte and the checksum.
+    private mutating func flush(final: Bool) {
+        let whole = final ? bytes.count : bytes.count / 8 * 8
+        guard whole > 0 || final else { return }
+        bytes.withUnsafeBytes { buffered in
+            let words = UnsafeRawBufferPointer(rebasing: buffered[..<(bytes.count / 8 * 8)])
+            checksum!.add(words: words)
+            var part = Array(buffered[..<whole])
+            if final {
+                let sum = checksum!.finish(tail: UnsafeRawBufferPointer(rebasing: buffered[words.count...]))
+                withUnsafeBytes(of: sum.littleEndian) { part.append(contentsOf: $0) }
+            }
+            guard failure == nil, let sink else { return }
+            do { try part.withUnsafeBytes { try sink($0) } } catch { failure = error }
+        }
+        flushed += whole
+        bytes.removeFirst(whole)
+    }
+
+    /// After the last field of a streaming write: the rest, with the checksum. Returns the bytes written.
+    mutating func finish() throws -> Int {
+        guard case .streaming(let lengths, let total, _) = mode else { return total }
+        if failure == nil, self.total != total || nextLength != lengths.count {
+            failure = Snapshot.Malformed(description: "snapshot not written: its two passes came to \(total) and \(self.total) bytes")
+        }
+        flush(final: true)
+        if let failure { throw failure }
+        return total + 8
     }
 
     /// Zig-zag varint: small numbers of either sign take one byte.
@@ -344,11 +457,29 @@ private struct SnapshotWriter {
     /// filled in once known), so a reader may pass over them unread.
     mutating func lengthPrefixed(_ body: (inout SnapshotWriter) -> Void) {
         guard writesLengths else { return body(&self) }
-        let mark = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: 8))
-        body(&self)
-        let length = UInt64(bytes.count - mark - 8)
-        for index in 0..<8 { bytes[mark + index] = UInt8(truncatingIfNeeded: length >> (8 * index)) }
+        switch mode {
+        case .inMemory:
+            let mark = bytes.count
+            bytes.append(contentsOf: repeatElement(0, count: 8))
+            body(&self)
+            let length = UInt64(bytes.count - mark - 8)
+            for index in 0..<8 { bytes[mark + index] = UInt8(truncatingIfNeeded: length >> (8 * index)) }
+        case .sizing:
+            bytes.append(contentsOf: repeatElement(0, count: 8))
+            let start = total
+            body(&self)
+            lengths.append(total - start)
+        case .streaming(let lengths, _, _):
+            let length = nextLength < lengths.count ? lengths[nextLength] : -1
+            nextLength += 1
+            withUnsafeBytes(of: UInt64(truncatingIfNeeded: length).littleEndian) { bytes.append(contentsOf: $0) }
+            let start = total
+            body(&self)
+            if total - start != length, failure == nil {
+                failure = Snapshot.Malformed(description: "snapshot not written: a part came to \(total - start) bytes, not \(length)")
+            }
+        }
+        flushIfFull()
     }
 
     /// What `status` decides on before reading a task (`TaskHeader`).
@@ -376,7 +507,10 @@ private struct SnapshotWriter {
 
     mutating func strings(_ values: [String]) {
         int(Int64(values.count))
-        for value in values { string(value) }
+        for value in values {
+            string(value)
+            flushIfFull()
+        }
     }
 
     mutating func counts(_ values: [String: Int]) {

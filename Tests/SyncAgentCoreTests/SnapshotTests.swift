@@ -74,6 +74,33 @@ struct SnapshotTests {
         #expect(tasksLeft > passed.queued + passed.hidden.values.reduce(0, +), "forgotten tasks and children are passed over uncounted")
     }
 
+    /// A snapshot written a part at a time, never held whole, is the bytes
+    /// `encode` makes, however small the parts (the lengths in front of its
+    /// records come from a first pass; the checksum is summed part by part).
+    @Test(arguments: [UInt64(3), 11, 29])
+    func aSnapshotWrittenInPartsIsTheSnapshotMadeWhole(seed: UInt64) throws {
+        let events = RandomLog.make(seed: seed, count: 400).events
+        let state = AgentState.replay(events)
+        let whole = Snapshot.encode(state)
+        for partBytes in [1, 8, 13, 4096, 1 << 20] {
+            var parts: [[UInt8]] = []
+            let written = try Snapshot.write(state, partBytes: partBytes) { parts.append(Array($0)) }
+            #expect(written == whole.count && parts.joined().elementsEqual(whole), "parts of \(partBytes) bytes")
+            #expect(parts.allSatisfy { !$0.isEmpty })
+            if partBytes >= whole.count { #expect(parts.count == 1) }
+        }
+        // A part that cannot be stored stops the write with its error.
+        struct Full: Error {}
+        var calls = 0
+        #expect(throws: Full.self) {
+            try Snapshot.write(state, partBytes: 64) { _ in
+                calls += 1
+                throw Full()
+            }
+        }
+        #expect(calls == 1, "no part is written after one failed")
+    }
+
     /// A task's header must tell its task's story: one that does not (a
     /// writer and a reader at odds) is damage, never a table of other tasks.
     @Test func aTaskHeaderThatDisagreesWithItsTaskIsRefused() throws {

@@ -571,28 +571,25 @@ public final class EventStore {
             try execute("DELETE FROM snapshots WHERE seq = \(seq)")
             try execute("DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots)")
         }
-        let bytes = Snapshot.encode(state)
         let insert = try prepare("INSERT INTO snapshot_parts(seq, part, data) VALUES (?1, ?2, ?3)")
         defer { sqlite3_finalize(insert) }
         var parts: Int64 = 0
-        try bytes.withUnsafeBytes { all in
-            for start in stride(from: 0, to: max(all.count, 1), by: partBytes) {
-                let piece = UnsafeRawBufferPointer(rebasing: all[start..<min(start + partBytes, all.count)])
-                try transaction {
-                    sqlite3_reset(insert)
-                    // Bound in place (no copy): stepped before `piece` goes.
-                    let bound = [sqlite3_bind_int64(insert, 1, seq), sqlite3_bind_int64(insert, 2, parts),
-                                 sqlite3_bind_blob(insert, 3, piece.baseAddress ?? UnsafeRawPointer(all.baseAddress), Int32(piece.count), nil)]
-                    guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind a snapshot part") }
-                    guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(seq)") }
-                }
-                parts += 1
+        // Written as it is made, a part per transaction: never the whole snapshot in memory.
+        let bytes = try Snapshot.write(state, partBytes: partBytes) { piece in
+            try transaction {
+                sqlite3_reset(insert)
+                // Bound in place (no copy): stepped before `piece` goes. (A part is never empty.)
+                let bound = [sqlite3_bind_int64(insert, 1, seq), sqlite3_bind_int64(insert, 2, parts),
+                             sqlite3_bind_blob(insert, 3, piece.baseAddress, Int32(piece.count), nil)]
+                guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind a snapshot part") }
+                guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(seq)") }
             }
+            parts += 1
         }
         try transaction {
             try execute("""
                 INSERT INTO snapshots(seq, format, at_ms, pruned, done, older_than_s, parts, bytes)
-                  VALUES (\(seq), \(Snapshot.format), \(nowMs), \(pruned ? 1 : 0), 0, \(olderThanS), \(parts), \(bytes.count))
+                  VALUES (\(seq), \(Snapshot.format), \(nowMs), \(pruned ? 1 : 0), 0, \(olderThanS), \(parts), \(bytes))
                 """)
             try execute("""
                 DELETE FROM snapshots WHERE seq < \(seq)
