@@ -36,6 +36,8 @@ public final class Agent {
     /// When this run began: a task that ended failed since then makes
     /// `--exit-when-idle` exit 4.
     private var runStartedAtMs: Int64 = 0
+    /// The log's last seq when this run began: an intake is what came after it.
+    private var runStartedAtSeq: Int64 = 0
     /// `finished` is recorded with its final path; the rename waits for the commit.
     var renamesAfterCommit: [Rename] = []
     /// Finished files whose rename failed after their commit (a folder made immutable, a file
@@ -153,6 +155,7 @@ public final class Agent {
         defer { log.store.close() }
         held = [("the event log", paths.eventLog, try FileSystem.identity(of: paths.eventLog))]
         snapshotSeq = try log.store.newestSnapshotSeq()
+        runStartedAtSeq = log.state.lastSeq
         let longLog = Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq)
         if longLog {
             // A long log with no recent snapshot: the state just folded is stored
@@ -230,6 +233,9 @@ public final class Agent {
             // however many events the wake-ups in between recorded.
             if log.hasPending, FileSystem.monotonicMs - lastCommitMs >= Self.commitIntervalMs {
                 try commit()
+            } else if !log.hasPending {
+                // An intake's last commit came while it was still going: its snapshot is due once it is over.
+                startCompactionIfDue()
             }
 
             if exitWhenIdle && isIdle(watcher) { break }
@@ -486,14 +492,19 @@ public final class Agent {
             } else if Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq) {
                 compactionAnswers = []
                 startCompaction(olderThanS: config.keepEndedS, trigger: "log_size")
+            } else if let intake, intake.isIdle, !log.hasPending,
+                      Compaction.tasksCreated(in: log.state, after: max(snapshotSeq, runStartedAtSeq)) >= Compaction.tasksBeforeIntakeSnapshot {
+                // Just committed, nothing recorded since: the state is the fold of the file, and is stored as it is.
+                compactionAnswers = []
+                startCompaction(olderThanS: config.keepEndedS, trigger: "intake", given: log.state)
             }
         }
     }
 
     /// Said in the agent's log, so a person (or a test) sees a compaction
     /// run before its `compacted` event reports it.
-    private func startCompaction(olderThanS: Int64, trigger: String) {
-        compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: trigger)
+    private func startCompaction(olderThanS: Int64, trigger: String, given: AgentState? = nil) {
+        compactor.start(eventLog: paths.eventLog, olderThanS: olderThanS, trigger: trigger, given: given)
         logger.info("compaction started", metadata: ["trigger": "\(trigger)", "older_than_s": "\(olderThanS)"])
     }
 

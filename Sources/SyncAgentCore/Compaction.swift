@@ -34,6 +34,24 @@ public enum Compaction {
     public static func isDue(lastSeq: Int64, snapshotSeq: Int64) -> Bool {
         lastSeq - snapshotSeq >= eventsBetweenSnapshots
     }
+
+    /// After an intake this large (tasks this run created since the newest
+    /// snapshot), once it is over, the agent snapshots its own state: `status` then reads
+    /// that, passing over the queue it does not list (0.04 s for 100,000
+    /// queued tasks), rather than fold each task's `created` event (0.3 s).
+    public static let tasksBeforeIntakeSnapshot = 10_000
+
+    /// How many tasks were created after `snapshotSeq`: the newest ones, as
+    /// tasks are in the order they were created.
+    public static func tasksCreated(in state: AgentState, after snapshotSeq: Int64) -> Int {
+        let tasks = state.orderedTasks
+        var low = tasks.startIndex, high = tasks.endIndex
+        while low < high {
+            let middle = low + (high - low) / 2
+            if tasks[middle].createdSeq <= snapshotSeq { low = middle + 1 } else { high = middle }
+        }
+        return tasks.endIndex - low
+    }
 }
 
 /// `"7d"`, `"12h"`, `"30m"`, `"45s"`, `"0"` or a whole number of seconds.

@@ -316,8 +316,9 @@ public struct Compacted: Codable, Equatable, Sendable {
     /// Size of the log (with its write-ahead log) before and after.
     public var bytesBefore: Int64
     public var bytesAfter: Int64
-    /// `requested` (syncagent compact), `log_size` (the agent by itself), or
-    /// `interrupted` (finishing one a crash or a stop cut short).
+    /// `requested` (syncagent compact), `log_size` (the agent by itself),
+    /// `intake` (the agent, after taking many jobs), or `interrupted`
+    /// (finishing one a crash or a stop cut short).
     public var trigger: String
     /// Set when the compaction failed (the numbers are then 0): what `compact` reports.
     public var error: String?

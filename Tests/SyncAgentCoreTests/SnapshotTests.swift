@@ -188,6 +188,20 @@ struct SnapshotTests {
         }
     }
 
+    /// The tasks an intake created since a snapshot are counted from the
+    /// end of the task list, whatever the seq (before the first task, between
+    /// two, after the last).
+    @Test func tasksCreatedAfterASeqAreCountedFromTheEnd() {
+        let events = RandomLog.make(seed: 2, count: 400).events
+        let state = AgentState.replay(events)
+        let created = state.orderedTasks.map(\.createdSeq)
+        #expect(created == created.sorted() && created.count > 10)
+        for seq in [0, created[0] - 1, created[0], created[5], created[5] + 1, created.last!, created.last! + 1, Int64.max] {
+            #expect(Compaction.tasksCreated(in: state, after: seq) == created.filter { $0 > seq }.count, "after \(seq)")
+        }
+        #expect(Compaction.tasksCreated(in: AgentState(), after: 0) == 0)
+    }
+
     @Test func prunableTasksAreEndedLongAgoAndOweNothing() {
         for seed in UInt64(1)...20 {
             let events = RandomLog.make(seed: seed, count: 500).events

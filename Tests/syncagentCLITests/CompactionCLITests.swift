@@ -79,6 +79,59 @@ struct CompactionCLITests {
         #expect(try harness.statusTasks().count == 60)
     }
 
+    /// 10,000 jobs taken in one intake: once it is over, the agent stores its
+    /// own state as a snapshot (trigger "intake"), without folding the log
+    /// again. That state is the fold of the file: `replay` from the snapshot
+    /// and from the raw events alone (a copy with its snapshot removed) agree,
+    /// also when the agent was killed the moment the snapshot was written.
+    @Test(arguments: [nil, "compact-snapshot-written"])
+    func aLargeIntakeIsSnapshotOnceOverAndTheSnapshotIsTheFoldOfTheLog(crashPoint: String?) throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        for index in 0..<10_000 {
+            try harness.write(String(format: "q%05d.job", index),
+                              "url = \"http://127.0.0.1:9/q\(index)\"\nid = \"q\(index)\"\nnot_before = 2099-01-01T00:00:00Z\n")
+        }
+        harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = crashPoint
+        var agent = try harness.startAgent()
+        if crashPoint != nil {
+            #expect(agent.wait(seconds: 180) == 137, "killed at its crash point: \(agent.stderr.suffix(500))")
+            harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
+            agent = try harness.startAgent()
+            #expect(eventually(within: 30) { harness.statusSaysAgentRuns })
+        }
+        func intakeSnapshot() -> AgentHarness.LoggedEvent? {
+            (try? harness.events())?.first { $0.type == "compacted" && $0.data["error"] == nil }
+        }
+        #expect(eventually(within: 180) { intakeSnapshot() != nil })
+        let report = try #require(intakeSnapshot())
+        let events = try harness.events()
+        let lastCreated = try #require(events.last { $0.type == "created" })
+        #expect(events.filter { $0.type == "created" }.count == 10_000)
+        #expect(report.data["snapshot_seq"] as? Int ?? 0 >= lastCreated.seq, "\(report.data)")
+        // Killed, its next start finishes the compaction it left ("interrupted"); else the intake's own.
+        #expect(report.data["trigger"] as? String == (crashPoint == nil ? "intake" : "interrupted"), "\(report.data)")
+        #expect(events.filter { $0.type == "compacted" }.count == 1, "one snapshot for one intake")
+        let table = try harness.run(["status"]).stdout
+        #expect(table.contains("10000 queued · 9950 more not listed (--all)"), "\(table.suffix(200))")
+        agent.signal(SIGKILL)
+        _ = agent.wait(seconds: 10)
+
+        let fromSnapshot = try Self.replayed(harness)
+        let copy = try AgentHarness(config: "notify = \"none\"\n")
+        try FileManager.default.createDirectory(atPath: copy.stateDir, withIntermediateDirectories: true)
+        for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: harness.stateDir + "/events.sqlite" + suffix) {
+            try FileManager.default.copyItem(atPath: harness.stateDir + "/events.sqlite" + suffix, toPath: copy.stateDir + "/events.sqlite" + suffix)
+        }
+        let removal = try ChildProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            db.execute("DELETE FROM snapshots"); db.execute("DELETE FROM snapshot_parts"); db.commit()
+            """, copy.stateDir + "/events.sqlite"], environment: copy.environment, outputIn: copy.directory.path)
+        #expect(removal.wait(seconds: 30) == 0, "\(removal.stderr)")
+        #expect(try Self.replayed(copy) == fromSnapshot)
+        #expect(try copy.replayTasks().count == 10_000)
+    }
+
     @Test func compactingAloneKeepsEveryTaskAndDropsTheirEvents() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\n")
         let nginx = try Nginx(in: harness.directory)

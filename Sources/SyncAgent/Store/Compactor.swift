@@ -28,19 +28,17 @@ public enum Compactor {
     }
 
     /// `stopRequested` is asked between steps: the agent stopping cuts a compaction short, safely.
+    /// - Parameter given: the agent's own fold, taken right after a commit
+    ///   (nothing recorded since), handed over by this call: stored as it is,
+    ///   not folded again (a second fold of 100,000 queued tasks would double
+    ///   the agent's memory), and let go once stored.
     public static func compact(eventLog path: String, olderThanS: Int64, nowMs: Int64, trigger: String,
-                               pacing: Pacing, stopRequested: () -> Bool = { false }) throws -> Compacted {
+                               pacing: Pacing, given: (() -> AgentState?)? = nil, stopRequested: () -> Bool = { false }) throws -> Compacted {
         let store = try EventStore(writingTo: path)
         let bytesBefore = try store.databaseBytes()
-        let state: AgentState
-        do {
-            state = try withoutActuallyEscaping(stopRequested) { try store.replay(stopWhen: $0) }
-        } catch is EventStore.ReplayStopped {
-            throw CompactionCutShort(snapshotSeq: nil, events: 0)
-        }
         let cutoffMs = olderThanS >= nowMs / 1000 ? Int64.min : nowMs - olderThanS * 1000
-        let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
-        try store.writeSnapshot(state, nowMs: nowMs, olderThanS: olderThanS)
+        let (snapshotSeq, prunable) = try snapshot(into: store, given: given, nowMs: nowMs, olderThanS: olderThanS, cutoffMs: cutoffMs,
+                                                   stopRequested: stopRequested)
         CrashPoint.compactSnapshotWritten.reached()
 
         // Many tasks' events per transaction, each transaction short; beside
@@ -49,7 +47,7 @@ public enum Compactor {
         var deleted = 0
         var tasksPruned = Set<String>()
         while !stopRequested() {
-            let step = try store.deleteEvents(tasks: &remaining, through: state.lastSeq, beforeMs: cutoffMs,
+            let step = try store.deleteEvents(tasks: &remaining, through: snapshotSeq, beforeMs: cutoffMs,
                                               limit: pacing.rowsPerTransaction)
             deleted += step.rows
             tasksPruned.formUnion(step.tasks)
@@ -66,11 +64,35 @@ public enum Compactor {
             // A log from before snapshots existed: rewritten once, it shrinks by itself from then on.
             try store.rewriteToShrink()
         }
-        if !stopRequested() { try store.markCompactionDone(state.lastSeq) }
+        if !stopRequested() { try store.markCompactionDone(snapshotSeq) }
         if !pacing.besideAgent { try store.checkpoint() }
-        if stopRequested() { throw CompactionCutShort(snapshotSeq: state.lastSeq, events: deleted) }
-        return Compacted(snapshotSeq: state.lastSeq, tasks: tasksPruned.count, events: deleted, olderThanS: olderThanS,
+        if stopRequested() { throw CompactionCutShort(snapshotSeq: snapshotSeq, events: deleted) }
+        return Compacted(snapshotSeq: snapshotSeq, tasks: tasksPruned.count, events: deleted, olderThanS: olderThanS,
                          bytesBefore: bytesBefore, bytesAfter: try store.databaseBytes(), trigger: trigger)
+    }
+
+    /// Stores the fold (the given one, or the log folded again) as a
+    /// snapshot, and returns what the pruning needs of it: the fold itself is
+    /// let go on return, not held while events are deleted.
+    private static func snapshot(into store: EventStore, given: (() -> AgentState?)?, nowMs: Int64, olderThanS: Int64, cutoffMs: Int64,
+                                 stopRequested: () -> Bool) throws -> (seq: Int64, prunable: [String]) {
+        let state: AgentState
+        if let given, let lent = given() {
+            // A fold past what the file holds would be a snapshot of events that may never be written.
+            guard lent.lastSeq <= store.lastSeq else {
+                throw StoreError(message: "the state to snapshot covers seq \(lent.lastSeq), but \(store.path) holds events up to \(store.lastSeq)")
+            }
+            state = lent
+        } else {
+            do {
+                state = try withoutActuallyEscaping(stopRequested) { try store.replay(stopWhen: $0) }
+            } catch is EventStore.ReplayStopped {
+                throw CompactionCutShort(snapshotSeq: nil, events: 0)
+            }
+        }
+        let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
+        try store.writeSnapshot(state, nowMs: nowMs, olderThanS: olderThanS)
+        return (state.lastSeq, prunable)
     }
 
 }
@@ -108,15 +130,18 @@ final class BackgroundCompactor {
         if !busy { finished.close() }
     }
 
-    /// The compaction folds the committed log itself, on its own connection:
-    /// only a path crosses threads, and the loop never has to copy its state
-    /// (a copy shared with this thread would be duplicated at the loop's next event).
-    func start(eventLog: String, olderThanS: Int64, trigger: String) {
+    /// The compaction folds the committed log itself, on its own connection,
+    /// or, given the loop's state (`given`), stores that: shared, not copied.
+    /// The loop's next change to a part of it then copies that part (a chunk
+    /// of tasks, an index), once; folding again would have made all of it twice.
+    func start(eventLog: String, olderThanS: Int64, trigger: String, given: AgentState? = nil) {
         busy = true
-        queue.async { [finished, stopping] in
+        let lent = given.map(LentState.init)
+        queue.async { [finished, stopping, lent] in
             finished.post((trigger, olderThanS, Result {
                 try Compactor.compact(eventLog: eventLog, olderThanS: olderThanS, nowMs: FileSystem.nowMs,
-                                      trigger: trigger, pacing: .besideAgent, stopRequested: { stopping.isSet })
+                                      trigger: trigger, pacing: .besideAgent, given: lent.map { lent in { lent.take() } },
+                                      stopRequested: { stopping.isSet })
             }))
         }
     }
@@ -133,6 +158,19 @@ final class BackgroundCompactor {
         let done = finished.drain()
         if !done.isEmpty { busy = false }
         return done
+    }
+}
+
+/// The loop's state lent to the compaction's thread: taken once, so that
+/// once stored no one holds it but the loop (whose changes then copy nothing).
+private final class LentState: @unchecked Sendable {
+    private let lock = NSLock()
+    private var state: AgentState?
+    init(_ state: AgentState) { self.state = state }
+    func take() -> AgentState? {
+        lock.lock(); defer { lock.unlock() }
+        defer { state = nil }
+        return state
     }
 }
 
