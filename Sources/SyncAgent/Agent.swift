@@ -492,9 +492,10 @@ public final class Agent {
             } else if Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq) {
                 compactionAnswers = []
                 startCompaction(olderThanS: config.keepEndedS, trigger: "log_size")
-            } else if let intake, intake.isIdle, !log.hasPending,
+            } else if let intake, intake.isIdle, !log.hasPending, !needsScheduling,
                       Compaction.tasksCreated(in: log.state, after: max(snapshotSeq, runStartedAtSeq)) >= Compaction.tasksBeforeIntakeSnapshot {
                 // Just committed, nothing recorded since: the state is the fold of the file, and is stored as it is.
+                // (Not while a scheduling pass is due: tasks starting would copy the indexes it shares at once.)
                 compactionAnswers = []
                 startCompaction(olderThanS: config.keepEndedS, trigger: "intake", given: log.state)
             }

@@ -36,7 +36,9 @@ public enum Compaction {
     }
 
     /// After an intake this large (tasks this run created since the newest
-    /// snapshot), once it is over, the agent snapshots its own state: `status` then reads
+    /// snapshot, however many intakes and video segments made them; a run
+    /// killed first counts none of its own), once it is over, the agent
+    /// snapshots its own state: `status` then reads
     /// that, passing over the queue it does not list (0.04 s for 100,000
     /// queued tasks), rather than fold each task's `created` event (0.3 s).
     public static let tasksBeforeIntakeSnapshot = 10_000

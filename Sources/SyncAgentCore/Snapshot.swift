@@ -90,7 +90,6 @@ public enum Snapshot {
             for entry in state.runQueue.entries {
                 out.int(Int64(entry.priority)); out.int(entry.seq); out.string(entry.id); out.string(entry.hostKey)
                 out.optionalInt(entry.notBeforeMs)
-                out.flushIfFull()
             }
         }
         out.int(Int64(state.runningCount))
@@ -101,10 +100,7 @@ public enum Snapshot {
         out.int(Int64(state.activeCount))
         out.lengthPrefixed { out in
             out.int(Int64(state.reservedPaths.count))
-            for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) {
-                out.string(path); out.string(id)
-                out.flushIfFull()
-            }
+            for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) { out.string(path); out.string(id) }
         }
         out.int(Int64(state.children.count))
         for (parent, ids) in state.children.sorted(by: { $0.key < $1.key }) { out.string(parent); out.strings(ids) }
@@ -120,7 +116,6 @@ public enum Snapshot {
             for (path, file) in state.published.sorted(by: { $0.key < $1.key }) {
                 out.string(path); out.string(file.task); out.string(file.url); out.optionalString(file.sha256)
                 out.optionalString(file.etag); out.optionalString(file.lastModified); out.int(file.size); out.optionalInt(file.modifiedNs)
-                out.flushIfFull()
             }
         }
         out.strings(state.armedHooks.map(\.rawValue).sorted())
@@ -392,7 +387,8 @@ private struct SnapshotWriter {
         bytes.reserveCapacity(1 << 16)
     }
 
-    /// Called between fields: hands on (or drops) what is buffered once it is a part's worth.
+    /// Called after each string (what makes a snapshot large) and each
+    /// record: hands on (or drops) what is buffered once it is a part's worth.
     mutating func flushIfFull() {
         switch mode {
         case .inMemory:
@@ -430,7 +426,8 @@ private struct SnapshotWriter {
     mutating func finish() throws -> Int {
         guard case .streaming(let lengths, let total, _) = mode else { return total }
         if failure == nil, self.total != total || nextLength != lengths.count {
-            failure = Snapshot.Malformed(description: "snapshot not written: its two passes came to \(total) and \(self.total) bytes")
+            failure = Snapshot.Malformed(description: "snapshot not written: its two passes came to \(total) and \(self.total) bytes, "
+                                         + "\(lengths.count) and \(nextLength) lengths")
         }
         flush(final: true)
         if let failure { throw failure }
@@ -466,9 +463,12 @@ private struct SnapshotWriter {
             for index in 0..<8 { bytes[mark + index] = UInt8(truncatingIfNeeded: length >> (8 * index)) }
         case .sizing:
             bytes.append(contentsOf: repeatElement(0, count: 8))
+            // Its slot taken before its body's: the writing pass reads them in the order they stand.
+            let slot = lengths.count
+            lengths.append(0)
             let start = total
             body(&self)
-            lengths.append(total - start)
+            lengths[slot] = total - start
         case .streaming(let lengths, _, _):
             let length = nextLength < lengths.count ? lengths[nextLength] : -1
             nextLength += 1
@@ -499,6 +499,7 @@ private struct SnapshotWriter {
             int(Int64(utf8.count))
             bytes.append(contentsOf: utf8)
         }
+        flushIfFull()
     }
 
     mutating func optionalString(_ value: String?) {
@@ -507,10 +508,7 @@ private struct SnapshotWriter {
 
     mutating func strings(_ values: [String]) {
         int(Int64(values.count))
-        for value in values {
-            string(value)
-            flushIfFull()
-        }
+        for value in values { string(value) }
     }
 
     mutating func counts(_ values: [String: Int]) {

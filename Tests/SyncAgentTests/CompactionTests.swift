@@ -187,6 +187,44 @@ struct CompactionTests {
         #expect(try EventStore(readingFrom: path).replay() == state)
     }
 
+    /// The agent's own fold, handed over, is stored as it is (every index
+    /// with it) and pruned like a fold of the log; one that covers events the
+    /// file does not hold is refused, and no snapshot is written of it.
+    @Test func aGivenFoldIsStoredWholeAndOneAheadOfTheLogIsRefused() throws {
+        let events = RandomLog.make(seed: 9, count: 1_500).events
+        let store = try EventStore(writingTo: path)
+        try store.append(events)
+        let state = AgentState.replay(events)
+        var ahead = state
+        ahead.apply(Event(seq: state.lastSeq + 1, atMs: events.last!.atMs, task: "late", body: .created(TaskSpec(url: "http://h.test/late", dest: "/d/late"))))
+        #expect { try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: events.last!.atMs, trigger: "intake", pacing: .alone,
+                                        given: { ahead }) } throws: { "\($0)".contains("holds events up to \(state.lastSeq)") }
+        #expect(try sqlValue("SELECT count(*) FROM snapshots") == "0")
+
+        let report = try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: events.last!.atMs + 1, trigger: "intake",
+                                           pacing: .alone, given: { state })
+        #expect(report.snapshotSeq == state.lastSeq && report.events > 0)
+        #expect(try EventStore(readingFrom: path).replay() == state)
+    }
+
+    /// A stop asked while a snapshot is written cuts it short between
+    /// parts: no row names it, and the next snapshot removes its parts.
+    @Test func aSnapshotCutShortByAStopLeavesNoSnapshot() throws {
+        let events = RandomLog.make(seed: 6, count: 1_000).events
+        let store = try EventStore(writingTo: path)
+        try store.append(events)
+        let state = AgentState.replay(events)
+        var asked = 0
+        #expect(throws: CompactionCutShort.self) {
+            try store.writeSnapshot(state, nowMs: 0, partBytes: 1_000, stopRequested: { asked += 1; return asked > 3 })
+        }
+        #expect(try sqlValue("SELECT count(*) FROM snapshots") == "0")
+        #expect(try sqlValue("SELECT count(*) FROM snapshot_parts") == "3")
+        try store.writeSnapshot(state, nowMs: 0)
+        #expect(try sqlValue("SELECT count(*) FROM snapshot_parts") == "1")
+        #expect(try EventStore(readingFrom: path).replay() == state)
+    }
+
     /// Found by review: the snapshot's memory is made (and its pages
     /// populated) before its parts are read, so a damaged size in its row
     /// must be refused first, not turned into gigabytes.

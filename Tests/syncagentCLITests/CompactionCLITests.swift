@@ -103,6 +103,8 @@ struct CompactionCLITests {
             (try? harness.events())?.first { $0.type == "compacted" && $0.data["error"] == nil }
         }
         #expect(eventually(within: 180) { intakeSnapshot() != nil })
+        // Given time to make a second, the agent makes none: one intake, one snapshot.
+        usleep(2_000_000)
         let report = try #require(intakeSnapshot())
         let events = try harness.events()
         let lastCreated = try #require(events.last { $0.type == "created" })

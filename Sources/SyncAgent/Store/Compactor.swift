@@ -91,7 +91,7 @@ public enum Compactor {
             }
         }
         let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
-        try store.writeSnapshot(state, nowMs: nowMs, olderThanS: olderThanS)
+        try store.writeSnapshot(state, nowMs: nowMs, olderThanS: olderThanS, stopRequested: stopRequested)
         return (state.lastSeq, prunable)
     }
 
@@ -132,8 +132,10 @@ final class BackgroundCompactor {
 
     /// The compaction folds the committed log itself, on its own connection,
     /// or, given the loop's state (`given`), stores that: shared, not copied.
-    /// The loop's next change to a part of it then copies that part (a chunk
-    /// of tasks, an index), once; folding again would have made all of it twice.
+    /// Until it is stored, the loop's first change to a part of it copies
+    /// that part, once: a chunk of 1,024 tasks, or a whole index (the run
+    /// queue, the id, destination or source index: some MB each with 100,000
+    /// tasks). Folding again would have made all of it twice.
     func start(eventLog: String, olderThanS: Int64, trigger: String, given: AgentState? = nil) {
         busy = true
         let lent = given.map(LentState.init)

@@ -556,8 +556,10 @@ public final class EventStore {
     /// parts of `partBytes`, each in its own transaction, and a last small one
     /// adds the row that makes them a snapshot. A crash before it leaves
     /// parts no row names, removed by the next call.
+    /// `stopRequested` is asked between parts: the agent stopping cuts a
+    /// snapshot short (its parts, with no row, go at the next one).
     public func writeSnapshot(_ state: AgentState, nowMs: Int64, olderThanS: Int64 = 0, pruned: Bool = false,
-                              partBytes: Int = 256 << 10) throws {
+                              partBytes: Int = 256 << 10, stopRequested: () -> Bool = { false }) throws {
         let seq = state.lastSeq
         // The fold at a seq is the fold at that seq: one already stored in this format is kept (a new compaction is starting on it).
         let stored = try scalar("SELECT count(*) FROM snapshots WHERE seq = \(seq) AND format = \(Snapshot.format)") > 0
@@ -576,11 +578,12 @@ public final class EventStore {
         var parts: Int64 = 0
         // Written as it is made, a part per transaction: never the whole snapshot in memory.
         let bytes = try Snapshot.write(state, partBytes: partBytes) { piece in
+            if stopRequested() { throw CompactionCutShort(snapshotSeq: nil, events: 0) }
             try transaction {
                 sqlite3_reset(insert)
                 // Bound in place (no copy): stepped before `piece` goes. (A part is never empty.)
                 let bound = [sqlite3_bind_int64(insert, 1, seq), sqlite3_bind_int64(insert, 2, parts),
-                             sqlite3_bind_blob(insert, 3, piece.baseAddress, Int32(piece.count), nil)]
+                             sqlite3_bind_blob64(insert, 3, piece.baseAddress, sqlite3_uint64(piece.count), nil)]
                 guard bound.allSatisfy({ $0 == SQLITE_OK }) else { throw error("cannot bind a snapshot part") }
                 guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(seq)") }
             }
