@@ -156,6 +156,9 @@ public final class Agent {
         held = [("the event log", paths.eventLog, try FileSystem.identity(of: paths.eventLog))]
         snapshotSeq = try log.store.newestSnapshotSeq()
         runStartedAtSeq = log.state.lastSeq
+        // A snapshot the last run was killed while writing: its parts, with no row, go now, not at the next snapshot.
+        let unnamedParts = try log.store.removeUnnamedSnapshotParts()
+        if unnamedParts > 0 { logger.info("removed the parts of a snapshot cut short", metadata: ["parts": "\(unnamedParts)"]) }
         let longLog = Compaction.isDue(lastSeq: log.state.lastSeq, snapshotSeq: snapshotSeq)
         if longLog {
             // A long log with no recent snapshot: the state just folded is stored

@@ -225,6 +225,19 @@ struct CompactionTests {
         #expect(try EventStore(readingFrom: path).replay() == state)
     }
 
+    /// Found by an adversary: a snapshot killed while its parts were written
+    /// left them until the next snapshot. The agent's start removes parts
+    /// no row names, and only those.
+    @Test func partsNoSnapshotNamesAreRemovedAndOnlyThose() throws {
+        let events = try logWithSnapshot(seed: 8, count: 300, pruned: false)
+        try sql("INSERT INTO snapshot_parts VALUES (7, 0, X'00'); INSERT INTO snapshot_parts VALUES (7, 1, X'01')")
+        let store = try EventStore(writingTo: path)
+        #expect(try store.removeUnnamedSnapshotParts() == 2)
+        #expect(try store.removeUnnamedSnapshotParts() == 0)
+        #expect(try sqlValue("SELECT count(*) FROM snapshot_parts WHERE seq = 7") == "0")
+        #expect(try EventStore(readingFrom: path).replay() == AgentState.replay(events))
+    }
+
     /// Found by review: the snapshot's memory is made (and its pages
     /// populated) before its parts are read, so a damaged size in its row
     /// must be refused first, not turned into gigabytes.

@@ -134,6 +134,27 @@ struct CompactionCLITests {
         #expect(try copy.replayTasks().count == 10_000)
     }
 
+    /// The parts of a snapshot whose writer was killed before its row are
+    /// removed when the agent starts (they were kept until the next snapshot).
+    @Test func theAgentsStartRemovesThePartsOfASnapshotCutShort() throws {
+        let harness = try AgentHarness(config: "notify = \"none\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        func python(_ sql: String) throws -> String {
+            let run = try ChildProcess("/usr/bin/python3", ["-c", """
+                import sqlite3, sys
+                db = sqlite3.connect(sys.argv[1])
+                rows = db.execute(sys.argv[2]).fetchall(); db.commit()
+                print(rows[0][0] if rows else "")
+                """, harness.stateDir + "/events.sqlite", sql], environment: harness.environment, outputIn: harness.directory.path)
+            #expect(run.wait(seconds: 30) == 0, "\(run.stderr)")
+            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        _ = try python("INSERT INTO snapshot_parts VALUES (99, 0, X'00')")
+        #expect(try python("SELECT count(*) FROM snapshot_parts") == "1")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(try python("SELECT count(*) FROM snapshot_parts") == "0")
+    }
+
     @Test func compactingAloneKeepsEveryTaskAndDropsTheirEvents() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\n")
         let nginx = try Nginx(in: harness.directory)

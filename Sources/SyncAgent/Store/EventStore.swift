@@ -670,6 +670,20 @@ public final class EventStore {
         try transaction { try execute("UPDATE snapshots SET done = 1 WHERE seq = \(seq)") }
     }
 
+    /// Removes the parts of a snapshot whose row was never written (a kill
+    /// while it was written): they name no state and only take room. Only
+    /// the agent at its start calls it, holding the lock: no snapshot is
+    /// being written then (a writer opened beside one would take its parts).
+    /// Returns how many parts went.
+    @discardableResult
+    public func removeUnnamedSnapshotParts() throws -> Int {
+        guard try hasSnapshots else { return 0 }
+        return try transaction {
+            try execute("DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots)")
+            return Int(sqlite3_changes(db))
+        }
+    }
+
     /// The cutoff of the newest snapshot's compaction when it was cut short (a crash, a stop): it has work left.
     public func unfinishedCompaction() throws -> Int64? {
         guard try hasSnapshots,
