@@ -164,10 +164,7 @@ struct CompactionTests {
     /// A snapshot goes in parts, each its own transaction, so no write holds
     /// the file long beside the agent; a crash between them leaves no snapshot.
     @Test func aSnapshotInPartsIsWholeOrAbsent() throws {
-        let events = RandomLog.make(seed: 4, count: 2_000).events
-        let store = try EventStore(writingTo: path)
-        try store.append(events)
-        let state = AgentState.replay(events)
+        let (_, store, state) = try randomLog(seed: 4, count: 2_000)
         try store.writeSnapshot(state, nowMs: 0, partBytes: 1_000)
         // Parts are cut where a field ends once 1,000 bytes are waiting, in whole words but the last.
         let whole = Snapshot.encode(state).count
@@ -191,10 +188,7 @@ struct CompactionTests {
     /// with it) and pruned like a fold of the log; one that covers events the
     /// file does not hold is refused, and no snapshot is written of it.
     @Test func aGivenFoldIsStoredWholeAndOneAheadOfTheLogIsRefused() throws {
-        let events = RandomLog.make(seed: 9, count: 1_500).events
-        let store = try EventStore(writingTo: path)
-        try store.append(events)
-        let state = AgentState.replay(events)
+        let (events, _, state) = try randomLog(seed: 9, count: 1_500)
         var ahead = state
         ahead.apply(Event(seq: state.lastSeq + 1, atMs: events.last!.atMs, task: "late", body: .created(TaskSpec(url: "http://h.test/late", dest: "/d/late"))))
         #expect { try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: events.last!.atMs, trigger: "intake", pacing: .alone,
@@ -210,10 +204,7 @@ struct CompactionTests {
     /// A stop asked while a snapshot is written cuts it short between
     /// parts: no row names it, and the next snapshot removes its parts.
     @Test func aSnapshotCutShortByAStopLeavesNoSnapshot() throws {
-        let events = RandomLog.make(seed: 6, count: 1_000).events
-        let store = try EventStore(writingTo: path)
-        try store.append(events)
-        let state = AgentState.replay(events)
+        let (_, store, state) = try randomLog(seed: 6, count: 1_000)
         var asked = 0
         #expect(throws: CompactionCutShort.self) {
             try store.writeSnapshot(state, nowMs: 0, partBytes: 1_000, stopRequested: { asked += 1; return asked > 3 })
@@ -343,14 +334,20 @@ struct CompactionTests {
         #expect(try EventStore(readingFrom: path).replay() == state)
     }
 
+    /// A random log of `count` events at `path`: its events, its writer and their fold.
+    func randomLog(seed: UInt64, count: Int) throws -> (events: [Event], store: EventStore, state: AgentState) {
+        let events = RandomLog.make(seed: seed, count: count).events
+        let store = try EventStore(writingTo: path)
+        try store.append(events)
+        return (events, store, AgentState.replay(events))
+    }
+
     /// A random log at `path` and its snapshot at its last event.
     @discardableResult
     func logWithSnapshot(seed: UInt64, count: Int, pruned: Bool) throws -> [Event] {
-        let events = RandomLog.make(seed: seed, count: count).events
-        let writer = try EventStore(writingTo: path)
-        try writer.append(events)
-        try writer.writeSnapshot(AgentState.replay(events), nowMs: 0, pruned: pruned)
-        return events
+        let log = try randomLog(seed: seed, count: count)
+        try log.store.writeSnapshot(log.state, nowMs: 0, pruned: pruned)
+        return log.events
     }
 
     /// A busy day: every task created, started, progressed 20 times, finished.
