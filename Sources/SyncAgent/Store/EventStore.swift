@@ -555,7 +555,7 @@ public final class EventStore {
     /// Beside a running agent no transaction here is long: the bytes go in
     /// parts of `partBytes`, each in its own transaction, and a last small one
     /// adds the row that makes them a snapshot. A crash before it leaves
-    /// parts no row names, removed by the next call.
+    /// parts no row names, removed by the next call or the agent's next start.
     /// `stopRequested` is asked between parts: the agent stopping cuts a
     /// snapshot short (its parts, with no row, go at the next one).
     public func writeSnapshot(_ state: AgentState, nowMs: Int64, olderThanS: Int64 = 0, pruned: Bool = false,
@@ -571,7 +571,7 @@ public final class EventStore {
         }
         try transaction {
             try execute("DELETE FROM snapshots WHERE seq = \(seq)")
-            try execute("DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots)")
+            try execute(Self.unnamedPartsDeletion)
         }
         let insert = try prepare("INSERT INTO snapshot_parts(seq, part, data) VALUES (?1, ?2, ?3)")
         defer { sqlite3_finalize(insert) }
@@ -597,7 +597,7 @@ public final class EventStore {
             try execute("""
                 DELETE FROM snapshots WHERE seq < \(seq)
                   AND seq <> (SELECT COALESCE(MAX(seq), 0) FROM snapshots WHERE pruned = 1);
-                DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots);
+                \(Self.unnamedPartsDeletion);
                 """)
         }
     }
@@ -670,6 +670,9 @@ public final class EventStore {
         try transaction { try execute("UPDATE snapshots SET done = 1 WHERE seq = \(seq)") }
     }
 
+    /// Parts no snapshot row names: a snapshot being replaced, or one whose writer was killed.
+    private static let unnamedPartsDeletion = "DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots)"
+
     /// Removes the parts of a snapshot whose row was never written (a kill
     /// while it was written): they name no state and only take room. Only
     /// the agent at its start calls it, holding the lock: no snapshot is
@@ -679,7 +682,7 @@ public final class EventStore {
     public func removeUnnamedSnapshotParts() throws -> Int {
         guard try hasSnapshots else { return 0 }
         return try transaction {
-            try execute("DELETE FROM snapshot_parts WHERE seq NOT IN (SELECT seq FROM snapshots)")
+            try execute(Self.unnamedPartsDeletion)
             return Int(sqlite3_changes(db))
         }
     }
