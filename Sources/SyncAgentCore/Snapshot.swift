@@ -249,12 +249,13 @@ public enum Snapshot {
             let end = lengthPrefixed ? try input.lengthPrefix() : nil
             var header: TaskHeader?
             if let end {
-                header = try input.header()
-                if try passing?.passesOver(header!, at: input, counting: &passedOver) == true {
+                let read = try input.header()
+                if try passing?.passesOver(read, at: input, counting: &passedOver) == true {
                     guard input.offset <= end else { throw input.malformed("a task header within its record") }
                     input.offset = end
                     continue
                 }
+                header = read
             }
             let task = try input.task(&repeats)
             let taskID = task.id
