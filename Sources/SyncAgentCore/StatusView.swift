@@ -6,6 +6,10 @@ public enum StatusView {
     /// Ended tasks older than this leave the human view unless `--all`.
     public static let endedShownForMs: Int64 = 86_400_000
 
+    /// Ended tasks that ended before this leave the human view unless `--all`
+    /// (`select`, and `Snapshot.TableReading` for what it passes over).
+    public static func hiddenEndedBeforeMs(nowMs: Int64) -> Int64 { nowMs - endedShownForMs }
+
     /// The human table lists this many queued tasks, and counts the rest:
     /// 100,000 rows waiting their turn say no more than their number.
     public static let queuedListed = 50
@@ -29,6 +33,7 @@ public enum StatusView {
                               nowMs: Int64) -> Selection {
         var selection = Selection()
         var queued = 0
+        let hiddenBefore = hiddenEndedBeforeMs(nowMs: nowMs)
         // Each task is looked at in place and copied only when listed: a copy
         // retains its every string, for each of 10,000 tasks a day old.
         let list = state.orderedTasks
@@ -36,8 +41,8 @@ public enum StatusView {
             if !children, let parent = list[index].parentID, state[parent] != nil { continue }
             let phase = list[index].phase
             if let phases, !phases.contains(phase) { continue }
-            // As `Snapshot.TableReading` decides it (a damaged `ended` near Int64.min must not overflow).
-            if !all, phase.isEnded, let ended = list[index].endedAtMs, ended < nowMs - endedShownForMs {
+            // Compared, not subtracted from now: a damaged `ended` near Int64.min must not overflow.
+            if !all, phase.isEnded, let ended = list[index].endedAtMs, ended < hiddenBefore {
                 selection.hidden += 1
                 continue
             }

@@ -80,7 +80,7 @@ struct StatusCommand: ParsableCommand {
         // would not list is passed over in the snapshot, unread. JSON lists everything.
         let window = !json && !all
         let (state, passedOver) = window
-            ? try store.replayForTable(queuedListed: StatusView.queuedListed, hiddenEndedBeforeMs: nowMs - StatusView.endedShownForMs)
+            ? try store.replayForTable(queuedListed: StatusView.queuedListed, hiddenEndedBeforeMs: StatusView.hiddenEndedBeforeMs(nowMs: nowMs))
             : (try store.replay(), Snapshot.PassedOver())
         let selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all || json, children: json,
                                           queuedListed: window ? StatusView.queuedListed : nil, passedOver: passedOver, nowMs: nowMs)

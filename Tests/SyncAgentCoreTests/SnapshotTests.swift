@@ -42,7 +42,7 @@ struct SnapshotTests {
         let phases: Set<TaskPhase>? = Bool.random(using: &random) ? nil
             : Set(TaskPhase.allCases.filter { _ in Bool.random(using: &random) })
         let reading = Snapshot.TableReading(named: Set(events[cut...].compactMap(\.task)), queuedListed: queuedListed,
-                                            hiddenEndedBeforeMs: nowMs - StatusView.endedShownForMs)
+                                            hiddenEndedBeforeMs: StatusView.hiddenEndedBeforeMs(nowMs: nowMs))
         var (read, passedOver) = try bytes.withUnsafeBytes { try Snapshot.decode($0, forTable: reading) }
         for event in events[cut...] { read.apply(event) }
 
