@@ -217,6 +217,15 @@ struct SnapshotTests {
                 #expect(prunable.contains(root))
                 for child in state.children[root] ?? [] { #expect(prunable.contains(child)) }
             }
+            // And every family whose every task is old goes.
+            func isOld(_ task: TaskState) -> Bool {
+                task.phase.isEnded && task.endedAtMs! <= cutoff
+                    && !state.owedOwnNotices.contains(task.id) && !state.owedTaskHooks.contains(task.id)
+            }
+            for task in state.orderedTasks where task.parentID == nil {
+                let family = [task] + (state.children[task.id] ?? []).map { state[$0]! }
+                #expect(prunable.contains(task.id) == family.allSatisfy(isOld), "\(task.id)")
+            }
             #expect(Compaction.prunableTasks(in: state, endedBeforeMs: .min).isEmpty)
         }
     }
