@@ -173,13 +173,13 @@ extension AgentState {
         }
         if old == .queued { runQueue.remove(priority: task.spec.priority, seq: task.createdSeq) }
         if old == .queued && new == .queued {
-            runQueue.insert(RunQueue.Entry(priority: task.spec.priority, seq: task.createdSeq, id: id,
-                                           hostKey: task.hostKey, notBeforeMs: task.notBeforeMs))
+            runQueue.insert(RunQueue.Entry(priority: task.spec.priority, seq: task.createdSeq, position: index,
+                                           notBeforeMs: task.notBeforeMs))
             return
         }
         if new == .queued {
-            runQueue.insert(RunQueue.Entry(priority: task.spec.priority, seq: task.createdSeq, id: id,
-                                           hostKey: task.hostKey, notBeforeMs: task.notBeforeMs))
+            runQueue.insert(RunQueue.Entry(priority: task.spec.priority, seq: task.createdSeq, position: index,
+                                           notBeforeMs: task.notBeforeMs))
         }
         // A fanned-out parent holds no slot: its children do the transfers.
         if old == .running, !task.isFannedOut {

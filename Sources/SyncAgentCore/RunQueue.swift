@@ -4,14 +4,26 @@ import DequeModule
 /// first created first within a priority. Kept by the fold, so a scheduling
 /// pass walks entries from the front instead of sorting every task.
 public struct RunQueue: Equatable, Sendable {
+    /// 32 bytes: a queue of 100,000 tasks holds 131,072 of them. The task's
+    /// id and host are read from the task at `position` when it is chosen.
     public struct Entry: Equatable, Sendable {
         public var priority: Int
         public var seq: Int64
-        public var id: String
-        /// `host:port` of the URL the next attempt goes to (max_per_host).
-        public var hostKey: String
+        /// Where the task is in `AgentState.tasks`.
+        public var position: Int
+        /// An optional's flag byte would round the entry up to 40 bytes.
+        private var wake: OptionalInt64
+
+        public init(priority: Int, seq: Int64, position: Int, notBeforeMs: Int64?) {
+            self.priority = priority; self.seq = seq; self.position = position
+            self.wake = OptionalInt64(notBeforeMs)
+        }
+
         /// Not startable before this (not_before, retry backoff).
-        public var notBeforeMs: Int64?
+        public var notBeforeMs: Int64? { wake.value }
+
+        /// Whether it must wait at `nowMs`.
+        func waits(at nowMs: Int64) -> Bool { (wake.value ?? .min) > nowMs }
 
         /// Sort order: priority descending, then creation ascending.
         func precedes(_ other: Entry) -> Bool {
@@ -47,7 +59,7 @@ public struct RunQueue: Equatable, Sendable {
     }
 
     mutating func remove(priority: Int, seq: Int64) {
-        let probe = Entry(priority: priority, seq: seq, id: "", hostKey: "", notBeforeMs: nil)
+        let probe = Entry(priority: priority, seq: seq, position: 0, notBeforeMs: nil)
         let index = insertionIndex(of: probe)
         if index < entries.count, entries[index].seq == seq { entries.remove(at: index) }
     }

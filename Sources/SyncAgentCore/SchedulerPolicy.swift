@@ -22,11 +22,11 @@ public enum SchedulerPolicy {
         var perHost = state.runningByHost.merging(extraConnections, uniquingKeysWith: +)
         for id in completing { if let host = state[id]?.hostKey { perHost[host, default: 1] -= 1 } }
         var chosen: [String] = []
-        for entry in state.runQueue.entries {
-            if let wait = entry.notBeforeMs, wait > nowMs { continue }
-            if perHost[entry.hostKey, default: 0] >= limits.maxPerHost { continue }
-            perHost[entry.hostKey, default: 0] += 1
-            chosen.append(entry.id)
+        for entry in state.runQueue.entries where !entry.waits(at: nowMs) {
+            let task = state.tasks[entry.position]
+            if perHost[task.hostKey, default: 0] >= limits.maxPerHost { continue }
+            perHost[task.hostKey, default: 0] += 1
+            chosen.append(task.id)
             free -= 1
             if free == 0 { break }
         }

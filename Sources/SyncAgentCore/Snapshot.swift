@@ -88,7 +88,8 @@ public enum Snapshot {
         out.lengthPrefixed { out in
             out.int(Int64(state.runQueue.entries.count))
             for entry in state.runQueue.entries {
-                out.int(Int64(entry.priority)); out.int(entry.seq); out.string(entry.id); out.string(entry.hostKey)
+                let task = state.tasks[entry.position]
+                out.int(Int64(entry.priority)); out.int(entry.seq); out.string(task.id); out.string(task.hostKey)
                 out.optionalInt(entry.notBeforeMs)
             }
         }
@@ -280,8 +281,11 @@ public enum Snapshot {
         }
         try input.section(lengthPrefixed, skip: table != nil) { input in
             for _ in 0..<(try input.count()) {
-                state.runQueue.append(RunQueue.Entry(priority: Int(try input.int()), seq: try input.int(), id: try input.string(),
-                                                     hostKey: try input.string(), notBeforeMs: try input.optionalInt()))
+                let priority = Int(try input.int()), seq = try input.int(), id = try input.string()
+                // The host, written for the format: the task's own `hostKey` is used.
+                _ = try input.string()
+                guard let position = state.tasks.index(forKey: id) else { throw input.malformed("run queue task \(id) to be known") }
+                state.runQueue.append(RunQueue.Entry(priority: priority, seq: seq, position: position, notBeforeMs: try input.optionalInt()))
             }
         }
         state.runningCount = Int(try input.int())

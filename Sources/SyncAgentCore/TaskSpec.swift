@@ -106,24 +106,26 @@ public struct HLSOptions: Codable, Equatable, Sendable {
 /// field. The keys most jobs leave unset live in one shared box, absent
 /// when all of them are (issue 12).
 public struct TaskSpec: Equatable, Sendable {
+    // The one-byte fields come last, after the optional's flag byte: each
+    // in between the words was padded to 8 bytes (176 bytes a task, now 152).
     public var url: String
-    public var kind: TransferKind
     /// Absolute path the received body is published at. Always set for
     /// downloads; optional for data tasks; nil for uploads (their response
     /// status and headers are recorded, the body is not kept).
     public var dest: String?
     public var priority: Int
-    public var overwrite: OverwriteMode
     public var headers: [Header]
     public var batch: String?
-    public var notify: NotifyMode
-    /// Unix epoch milliseconds before which the task does not start.
-    public var notBeforeMs: Int64?
     public var source: JobSource?
     /// A child task's parent (an HLS segment's playlist task): SPEC §10.
     public var parent: String?
     /// The keys few jobs set, absent while none is.
     private(set) var rare = OutOfLine<Rare>()
+    /// Unix epoch milliseconds before which the task does not start.
+    public var notBeforeMs: Int64?
+    public var kind: TransferKind
+    public var overwrite: OverwriteMode
+    public var notify: NotifyMode
 
     struct Rare: OutOfLineFields {
         var sha256: String?

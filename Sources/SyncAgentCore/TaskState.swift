@@ -66,17 +66,28 @@ public struct TaskState: Equatable, Sendable {
     public var spec: TaskSpec { specBox.spec }
     /// Bytes the log vouches for: flushed to the partial (or final) file.
     public var bytes: Int64 = 0
+    // The counts below are stored in 32 bits and the optional times with a
+    // sentinel: a queue of 100,000 tasks holds 100,000 of these values, and
+    // 8-byte counts and 16-byte optionals made each 48 bytes bigger.
+    private var storedAttempts: Int32 = 0
+    private var storedAttemptsBeforeRerun: Int32 = 0
+    private var storedAttemptsNotCounted: Int32 = 0
+    private var storedRedirects: Int32 = 0
     /// Attempts started so far, across restarts.
-    public var attempts: Int = 0
+    public var attempts: Int { get { Int(storedAttempts) } set { storedAttempts = Int32(clamping: newValue) } }
     /// `attempts` when the user last ran the failed task again: retries count from here.
-    public var attemptsBeforeRerun: Int = 0
+    public var attemptsBeforeRerun: Int {
+        get { Int(storedAttemptsBeforeRerun) } set { storedAttemptsBeforeRerun = Int32(clamping: newValue) }
+    }
     /// Attempts that spend no retry: they met no network (the task then waited
     /// for it), or ended by the agent's own change of approach (a segmented
     /// download going on over one connection).
-    public var attemptsNotCounted: Int = 0
+    public var attemptsNotCounted: Int {
+        get { Int(storedAttemptsNotCounted) } set { storedAttemptsNotCounted = Int32(clamping: newValue) }
+    }
     /// Attempts that count against `retries`.
     public var attemptsUsed: Int { attempts - attemptsBeforeRerun - attemptsNotCounted }
-    public var redirects: Int = 0
+    public var redirects: Int { get { Int(storedRedirects) } set { storedRedirects = Int32(clamping: newValue) } }
     public var createdSeq: Int64
     public var lastSeq: Int64
     public var createdAtMs: Int64
@@ -91,13 +102,17 @@ public struct TaskState: Equatable, Sendable {
     public internal(set) var hostKey: String
     /// The rarely set fields (see `TaskDetails`).
     var details = OutOfLine<TaskDetails>()
-    public var total: Int64?
+    private var storedTotal = OptionalInt64()
+    private var storedNotBeforeMs = OptionalInt64()
+    private var storedEndedAtMs = OptionalInt64()
+    private var storedFirstStartedAtMs = OptionalInt64()
+    public var total: Int64? { get { storedTotal.value } set { storedTotal.value = newValue } }
     /// Unix ms before which the scheduler must not start it (not_before, retry backoff).
-    public var notBeforeMs: Int64?
-    public var endedAtMs: Int64?
+    public var notBeforeMs: Int64? { get { storedNotBeforeMs.value } set { storedNotBeforeMs.value = newValue } }
+    public var endedAtMs: Int64? { get { storedEndedAtMs.value } set { storedEndedAtMs.value = newValue } }
     /// When the first attempt began: `total_timeout` counts from here, across
     /// attempts and restarts (NSURLSession's timeoutIntervalForResource).
-    public var firstStartedAtMs: Int64?
+    public var firstStartedAtMs: Int64? { get { storedFirstStartedAtMs.value } set { storedFirstStartedAtMs.value = newValue } }
     public var phase: TaskPhase = .queued
     public var pauseReason: PauseReason?
     /// `notify = "each"` tasks owe their own notification once ended.
@@ -158,7 +173,7 @@ public struct TaskState: Equatable, Sendable {
         self.id = id
         self.currentURL = spec.url
         self.hostKey = hostKey
-        self.notBeforeMs = spec.notBeforeMs
+        self.storedNotBeforeMs = OptionalInt64(spec.notBeforeMs)
         // Last: the box takes the spec itself, not a copy (a copy retains its every string).
         self.specBox = SpecBox(consume spec)
         self.createdSeq = seq
@@ -184,6 +199,18 @@ public struct TaskState: Equatable, Sendable {
     public var percent: Double? {
         guard let total, total > 0 else { return phase == .finished ? 100 : nil }
         return min(100, Double(bytes) * 100 / Double(total))
+    }
+}
+
+/// An `Int64?` in 8 bytes rather than 16: `Int64.min` stands for nil. No
+/// size, time or seq the log records is that far below zero (one that were
+/// would read back as absent).
+struct OptionalInt64: Equatable, Sendable {
+    private var stored: Int64
+    init(_ value: Int64? = nil) { stored = value ?? .min }
+    var value: Int64? {
+        get { stored == .min ? nil : stored }
+        set { stored = newValue ?? .min }
     }
 }
 

@@ -20,7 +20,7 @@ struct FoldIndexPropertyTests {
     func expectIndexesMatchAFullScan(_ state: AgentState) {
         let queued = state.tasks.filter { $0.phase == .queued }
             .sorted { ($0.spec.priority, -$0.createdSeq) > ($1.spec.priority, -$1.createdSeq) }
-        #expect(state.runQueue.entries.map(\.id) == queued.map(\.id))
+        #expect(state.runQueue.entries.map { state.tasks[$0.position].id } == queued.map(\.id))
         #expect(state.runQueue.entries.map(\.notBeforeMs) == queued.map(\.notBeforeMs))
         let running = state.tasks.filter { $0.phase == .running }
         #expect(state.runningCount == running.count)
