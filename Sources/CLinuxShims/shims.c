@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <linux/netlink.h>
+#include <malloc.h>
 #include <linux/rtnetlink.h>
 #include <signal.h>
 #include <stdint.h>
@@ -246,4 +247,8 @@ int sa_open_for_writing(int fd) {
         return fcntl(fd, F_SETLEASE, F_UNLCK) == 0 ? 0 : -1;
     }
     return errno == EAGAIN ? 1 : -1;
+}
+
+int sa_set_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
 }

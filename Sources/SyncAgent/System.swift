@@ -1,4 +1,5 @@
 import Foundation
+import CLinuxShims
 import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
@@ -235,5 +236,21 @@ extension FileSystem {
             if mount.count >= (best?.path.count ?? -1) { best = (mount, String(fields[dash + 1])) }
         }
         return best
+    }
+}
+
+public enum ProcessMemory {
+    /// Blocks this large get pages of their own, returned to the system the
+    /// moment they are freed. glibc otherwise raises the threshold to the
+    /// largest block freed so far, and a growing index (a dictionary of
+    /// 100,000 tasks doubling to 8 MiB) then leaves its old storage as a hole
+    /// in the heap that the process keeps: 11 MiB of the agent's peak with
+    /// 100,000 jobs queued. Smaller than this: the 1 MiB buffers a transfer
+    /// allocates, which stay in the heap and are reused.
+    static let ownPagesAbove = 2 << 20
+
+    /// False when glibc refused the setting (the agent then only keeps more memory).
+    public static func returnLargeBlocksPromptly() -> Bool {
+        sa_set_mmap_threshold(Int32(ownPagesAbove)) == 1
     }
 }

@@ -30,9 +30,13 @@ struct RunCommand: ParsableCommand {
         guard sigprocmask(SIG_BLOCK, &stops, nil) == 0 else { throw fail("cannot block stop signals: \(String(cString: strerror(errno)))") }
         let resolved = try global.resolve()
         bootstrapLogging()
+        let logger = Logger(label: "syncagent")
+        if !ProcessMemory.returnLargeBlocksPromptly() {
+            logger.warning("malloc kept its own threshold for giving memory back (mallopt refused)")
+        }
         do {
             let agent = try Agent(config: resolved.config, paths: resolved.paths, configFile: global.config,
-                                  logger: Logger(label: "syncagent"))
+                                  logger: logger)
             let status = try agent.run(exitWhenIdle: exitWhenIdle)
             // Stopped, its log closed: exit rather than free every task one
             // by one (5% of a start-and-stop on a log of 10,000 tasks).

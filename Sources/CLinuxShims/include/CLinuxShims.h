@@ -89,4 +89,9 @@ int sa_nm_process(void);
  * runs), or a negative errno. */
 int sa_nm_read(unsigned *state, unsigned *metered);
 
+/* glibc's mallopt(M_MMAP_THRESHOLD, bytes): blocks over `bytes` get pages
+ * of their own, given back when freed (malloc.h is not in Swift's Glibc).
+ * Returns 1 on success, 0 if refused. */
+int sa_set_mmap_threshold(int bytes);
+
 #endif
