@@ -764,7 +764,7 @@ public final class Agent {
         if offset == 0, ifChanged == nil, task.spec.behaviour.body == .partialFile, partLocks[task.id] == nil,
            let part = task.partPath {
             // A new file: made by a worker, the request sent once it is (`partialsPrepared`).
-            let attempt = task.attempts + 1
+            let attempt = task.nextAttempt
             log.record(.started(Started(attempt: attempt, offset: 0, url: task.currentURL)), task: task.id)
             preparer.prepare(part, mode: partialMode(of: task), for: task.id, attempt: attempt, root: root)
             return
@@ -839,7 +839,7 @@ public final class Agent {
             return
         }
         if recordingStart {
-            log.record(.started(Started(attempt: task.attempts + 1, offset: offset, url: task.currentURL)), task: task.id)
+            log.record(.started(Started(attempt: task.nextAttempt, offset: offset, url: task.currentURL)), task: task.id)
         }
         register(attempt)
     }

@@ -23,10 +23,11 @@ public enum SchedulerPolicy {
         for id in completing { if let host = state[id]?.hostKey { perHost[host, default: 1] -= 1 } }
         var chosen: [String] = []
         for entry in state.runQueue.entries where !entry.waits(at: nowMs) {
-            let task = state.tasks[entry.position]
-            if perHost[task.hostKey, default: 0] >= limits.maxPerHost { continue }
-            perHost[task.hostKey, default: 0] += 1
-            chosen.append(task.id)
+            // Read in place: a pass may walk every queued task while their hosts are full.
+            let host = state.tasks[entry.position].hostKey
+            if perHost[host, default: 0] >= limits.maxPerHost { continue }
+            perHost[host, default: 0] += 1
+            chosen.append(state.tasks[entry.position].id)
             free -= 1
             if free == 0 { break }
         }

@@ -88,8 +88,8 @@ public enum Snapshot {
         out.lengthPrefixed { out in
             out.int(Int64(state.runQueue.entries.count))
             for entry in state.runQueue.entries {
-                let task = state.tasks[entry.position]
-                out.int(Int64(entry.priority)); out.int(entry.seq); out.string(task.id); out.string(task.hostKey)
+                out.int(Int64(entry.priority)); out.int(entry.seq)
+                out.string(state.tasks[entry.position].id); out.string(state.tasks[entry.position].hostKey)
                 out.optionalInt(entry.notBeforeMs)
             }
         }
@@ -607,7 +607,7 @@ struct TaskHeader {
     /// Whether this header is the one written for `task` (`hasChildren` is
     /// not checked here: the children index comes later).
     func describes(_ task: TaskState) -> Bool {
-        phase == task.phase && has(Self.forgotten) == task.forgotten && endedAtMs == task.endedAtMs
+        phase == task.phase && has(Self.forgotten) == task.forgotten && OptionalInt64.representable(endedAtMs) == task.endedAtMs
             && parent == task.parentID && has(Self.untouched) == (Self.isUntouched(task) && !has(Self.hasChildren))
     }
 

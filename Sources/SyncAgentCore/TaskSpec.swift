@@ -107,7 +107,7 @@ public struct HLSOptions: Codable, Equatable, Sendable {
 /// when all of them are (issue 12).
 public struct TaskSpec: Equatable, Sendable {
     // The one-byte fields come last, after the optional's flag byte: each
-    // in between the words was padded to 8 bytes (176 bytes a task, now 152).
+    // in between the words was padded to 8 bytes (160 bytes, now 136).
     public var url: String
     /// Absolute path the received body is published at. Always set for
     /// downloads; optional for data tasks; nil for uploads (their response

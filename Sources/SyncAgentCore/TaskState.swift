@@ -87,6 +87,10 @@ public struct TaskState: Equatable, Sendable {
     }
     /// Attempts that count against `retries`.
     public var attemptsUsed: Int { attempts - attemptsBeforeRerun - attemptsNotCounted }
+    /// The number the next `started` records: at the 32-bit limit (a damaged
+    /// log) it stays there, as the fold will store it, so the agent that
+    /// compares the two still finds its attempt (and retries are long spent).
+    public var nextAttempt: Int { Int(storedAttempts == .max ? .max : storedAttempts + 1) }
     public var redirects: Int { get { Int(storedRedirects) } set { storedRedirects = Int32(clamping: newValue) } }
     public var createdSeq: Int64
     public var lastSeq: Int64
@@ -203,15 +207,19 @@ public struct TaskState: Equatable, Sendable {
 }
 
 /// An `Int64?` in 8 bytes rather than 16: `Int64.min` stands for nil. No
-/// size, time or seq the log records is that far below zero (one that were
-/// would read back as absent).
+/// size or time a job or server can give is that far below zero.
 struct OptionalInt64: Equatable, Sendable {
     private var stored: Int64
-    init(_ value: Int64? = nil) { stored = value ?? .min }
+    init(_ value: Int64? = nil) { stored = Self.representable(value) ?? .min }
     var value: Int64? {
         get { stored == .min ? nil : stored }
-        set { stored = newValue ?? .min }
+        set { stored = Self.representable(newValue) ?? .min }
     }
+
+    /// What a value reads back as: `Int64.min` (only a damaged log holds
+    /// one) as the one above it, never as nil. A snapshot's task header,
+    /// written with the value itself, is compared through this too.
+    static func representable(_ value: Int64?) -> Int64? { value == .min ? .min + 1 : value }
 }
 
 /// The notification group a task belongs to: its `batch`, or the default one.

@@ -21,5 +21,34 @@ struct LayoutTests {
             stored.value = value
             #expect(stored.value == value)
         }
+        // The one value it cannot hold, from a damaged log, is still a value.
+        #expect(OptionalInt64(.min).value == .min + 1)
+    }
+
+    /// A task that ended at `Int64.min` (a damaged log) was pruned and its
+    /// header written by the build before, with the value itself: the
+    /// header must still describe the task it reads back as.
+    @Test func aHeaderWrittenWithTheSentinelStillDescribesItsTask() throws {
+        var state = AgentState()
+        state.apply(Event(seq: 1, atMs: 1, task: "t", body: .created(TaskSpec(url: "http://h.test/f", dest: "/d/f"))))
+        state.apply(Event(seq: 2, atMs: .min, task: "t", body: .cancelled(Cancelled(bytes: 0))))
+        let task = try #require(state["t"])
+        #expect(task.endedAtMs == .min + 1)
+        #expect(TaskHeader(phase: .cancelled, flags: 0, endedAtMs: .min, parent: nil).describes(task))
+        #expect(try Snapshot.decode(Snapshot.encode(state)) == state)
+    }
+
+    /// The agent records `nextAttempt` and then looks for it in the task:
+    /// at the 32-bit limit the two must still agree, or the task would wait
+    /// for its own start forever.
+    @Test func theNextAttemptIsTheOneTheFoldStores() throws {
+        for recorded in [0, 1, Int(Int32.max) - 1, Int(Int32.max), Int(Int32.max) + 7, Int.max] {
+            var state = AgentState()
+            state.apply(Event(seq: 1, atMs: 1, task: "t", body: .created(TaskSpec(url: "http://h.test/f", dest: "/d/f"))))
+            state.apply(Event(seq: 2, atMs: 2, task: "t", body: .started(Started(attempt: recorded, offset: 0, url: "http://h.test/f"))))
+            let next = try #require(state["t"]).nextAttempt
+            state.apply(Event(seq: 3, atMs: 3, task: "t", body: .started(Started(attempt: next, offset: 0, url: "http://h.test/f"))))
+            #expect(state["t"]?.attempts == next, "after attempt \(recorded)")
+        }
     }
 }

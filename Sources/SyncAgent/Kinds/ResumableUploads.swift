@@ -166,7 +166,7 @@ extension Agent {
         if task.upload != nil, let changed { run.lostUpload = changed }
         uploads[task.id] = run
         // (A parent's concatenation is an attempt too: its retries count.)
-        log.record(.started(Started(attempt: task.attempts + 1, offset: task.bytes, url: task.currentURL)), task: task.id)
+        log.record(.started(Started(attempt: task.nextAttempt, offset: task.bytes, url: task.currentURL)), task: task.id)
         send(run)
     }
 

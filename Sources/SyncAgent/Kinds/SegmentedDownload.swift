@@ -342,7 +342,7 @@ extension Agent {
         let download = SegmentedDownload(taskID: task.id, fd: descriptor, limit: wanted, total: missing == nil ? nil : task.total,
                                          validator: validator, done: done, missing: missing)
         segmented[task.id] = download
-        log.record(.started(Started(attempt: task.attempts + 1, offset: done.covered, url: task.currentURL)), task: task.id)
+        log.record(.started(Started(attempt: task.nextAttempt, offset: done.covered, url: task.currentURL)), task: task.id)
         if missing == nil {
             // A fresh download: a plain GET first, ranged once its answer shows the file can be split.
             let ifChanged = validatorsForUpdate(task)
