@@ -347,9 +347,9 @@ public final class EventStore {
         while true {
             let code = sqlite3_step(statement)
             if code == SQLITE_DONE { return named }
-            guard code == SQLITE_ROW, let text = sqlite3_column_text(statement, 0) else { throw error("cannot read events") }
             // By its length, as the fold reads it (not up to a NUL).
-            named.insert(String(decoding: UnsafeRawBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, 0))), as: UTF8.self))
+            guard code == SQLITE_ROW, let statement, let text = Self.text(statement, 0) else { throw error("cannot read events") }
+            named.insert(String(decoding: text, as: UTF8.self))
         }
     }
 
