@@ -408,23 +408,22 @@ private struct SnapshotWriter {
         }
     }
 
-    /// Hands whole words to the checksum and the sink; the last call, every byte and the checksum.
+    /// Hands whole words to the checksum and the sink, from the buffer itself;
+    /// the last call, every byte and the checksum after them.
     private mutating func flush(final: Bool) {
-        let whole = final ? bytes.count : bytes.count / 8 * 8
-        guard whole > 0 || final else { return }
-        bytes.withUnsafeBytes { buffered in
-            let words = UnsafeRawBufferPointer(rebasing: buffered[..<(bytes.count / 8 * 8)])
-            checksum!.add(words: words)
-            var part = Array(buffered[..<whole])
-            if final {
-                let sum = checksum!.finish(tail: UnsafeRawBufferPointer(rebasing: buffered[words.count...]))
-                withUnsafeBytes(of: sum.littleEndian) { part.append(contentsOf: $0) }
-            }
-            guard failure == nil, let sink else { return }
-            do { try part.withUnsafeBytes { try sink($0) } } catch { failure = error }
+        let words = bytes.count / 8 * 8
+        bytes.withUnsafeBytes { checksum!.add(words: UnsafeRawBufferPointer(rebasing: $0[..<words])) }
+        if final {
+            let sum = bytes.withUnsafeBytes { checksum!.finish(tail: UnsafeRawBufferPointer(rebasing: $0[words...])) }
+            withUnsafeBytes(of: sum.littleEndian) { bytes.append(contentsOf: $0) }
         }
-        flushed += whole
-        bytes.removeFirst(whole)
+        let handed = final ? bytes.count : words
+        guard handed > 0 else { return }
+        if failure == nil, let sink {
+            do { try bytes.withUnsafeBytes { try sink(UnsafeRawBufferPointer(rebasing: $0[..<handed])) } } catch { failure = error }
+        }
+        flushed += handed
+        bytes.removeFirst(handed)
     }
 
     /// After the last field of a streaming write: the rest, with the checksum. Returns the bytes written.
@@ -491,8 +490,11 @@ private struct SnapshotWriter {
     mutating func header(of task: TaskState, in state: AgentState) {
         bytes.append(TaskHeader.code(of: task.phase))
         var flags: UInt8 = task.forgotten ? TaskHeader.forgotten : 0
-        if state.children[task.id] != nil { flags |= TaskHeader.hasChildren }
-        if TaskHeader.isUntouched(task), state.children[task.id] == nil { flags |= TaskHeader.untouched }
+        if state.children[task.id] != nil {
+            flags |= TaskHeader.hasChildren
+        } else if TaskHeader.isUntouched(task) {
+            flags |= TaskHeader.untouched
+        }
         bytes.append(flags)
         optionalInt(task.endedAtMs)
         optionalString(task.parentID)
