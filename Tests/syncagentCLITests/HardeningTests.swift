@@ -46,8 +46,9 @@ struct HardeningTests {
         let server = try FaultServer(in: harness.directory)
         let slow = try server.serve("slow.bin", size: 400_000)
         try server.serve("other.bin", size: 1000)
-        // Running for about two seconds: the three below arrive while it holds x.bin.
-        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("slow.bin", "rate=200000"))\"\ndest = \"x.bin\"\n")
+        // Running for about eight seconds: the three below arrive while it holds x.bin. (With two, a
+        // loaded CI machine once took the last of them after `a` had ended: `dest_exists`, not `dest_reserved`.)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("slow.bin", "rate=50000"))\"\ndest = \"x.bin\"\n")
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "started" && $0.task == "a" }) ?? false })
         for mode in ["replace", "skip", "fail"] {
