@@ -190,6 +190,14 @@ public final class Agent {
         log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
         resumeInterruptedTasks()
         try log.commit()
+        // Waiting jobs live in the log, not in memory: read back, as each task
+        // starts, on a connection of their own (see SpecArchive).
+        let jobs = try JobReader(eventLog: paths.eventLog)
+        SpecArchive.install { id, seq in try jobs.read(id, seq) }
+        defer { SpecArchive.install(nil) }
+        log.releasesWaitingJobs = true
+        let released = try log.releaseWaitingJobs()
+        if released > 0 { logger.debug("waiting jobs left to the log", metadata: ["tasks": "\(released)"]) }
         // (Not `commit()`: a compaction left unfinished must start before any other.)
         announceCommitted()
         // A long log is compacted at once, not at the first commit of new work (an idle agent may make none).
@@ -228,7 +236,7 @@ public final class Agent {
                 // A transfer writes files named by its `created` event: that event must be on disk
                 // first, or a crash could leave a partial file no log knows (and a second name).
                 if log.hasPendingCreations { try commit() }
-                startReadyTasks()
+                try startReadyTasks()
                 try announceDrainedBatches()
                 try startOwedHooks()
             }
@@ -708,14 +716,17 @@ public final class Agent {
 
     // MARK: - Scheduling and attempts
 
-    private func startReadyTasks() {
+    private func startReadyTasks() throws {
         releaseIdleLocks()
         let now = FileSystem.nowMs
         let completing = Array(awaitingSync.keys)
         for id in SchedulerPolicy.tasksToStart(in: log.state, nowMs: now, limits: config.limits, completing: completing,
                                                extraConnections: extraConnectionsByHost) {
             // (One whose file a stopped attempt asked for goes once that file is made.)
-            guard let task = log.state[id], preparer.preparing[id] == nil else { continue }
+            guard preparer.preparing[id] == nil else { continue }
+            // Its job, let go while it waited, is read back: every step from here on reads it.
+            try log.holdJob(of: id)
+            guard let task = log.state[id] else { continue }
             start(task)
         }
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)

@@ -15,9 +15,10 @@ extension AgentState {
         switch event.body {
         case .created(let spec):
             guard let id = event.task, tasks[id] == nil else { orphanEvents.append(event.seq); return }
+            let position = tasks.count
             tasks.append(TaskState(id: id, spec: spec, seq: event.seq, atMs: event.atMs))
-            if let source = spec.source { takenSources.insert(source.identity) }
-            reserve(spec.dest, for: id)
+            if let source = spec.source { sourcesOfTasks.insert(source.identity, position: position, in: tasks, keyOf: \.spec.source?.identity) }
+            reserve(spec.dest, at: position)
             countActive(id, was: nil, now: .queued)
             if let parent = spec.parent {
                 children[parent, default: []].append(id)
@@ -28,7 +29,7 @@ extension AgentState {
             rejected.append(rejection)
             if let identity = rejection.identity { rejectedSources.insert(identity) }
         case .controlled(let control):
-            if let identity = control.identity { takenSources.insert(identity) }
+            if let identity = control.identity { controlSources.insert(identity) }
         case .configReloaded(let reload):
             if let hooks = reload.hooks { arm(hooks) }
         case .agentStarted(let started):
@@ -81,7 +82,7 @@ extension AgentState {
         if change.before != change.after {
             if change.before.isEnded != change.after.isEnded {
                 let dest = tasks[index].spec.dest
-                if change.after.isEnded { release(dest, for: id) } else { reserve(dest, for: id) }
+                if change.after.isEnded { release(dest, at: index) } else { reserve(dest, at: index) }
             }
             countActive(id, was: change.before, now: change.after)
             if change.after.isEnded, !change.before.isEnded, armedHooks.contains(.taskEnd), change.parent == nil {
@@ -147,14 +148,14 @@ extension AgentState {
     /// never frees a name another still uses.)
     /// (Only the destination is stored: its partial name follows from it,
     /// and `Destinations.holder` checks both.)
-    private mutating func reserve(_ dest: String?, for id: String) {
-        guard let dest, reservedPaths[dest] == nil else { return }
-        reservedPaths[dest] = id
+    private mutating func reserve(_ dest: String?, at position: Int) {
+        guard let dest else { return }
+        reservations.insert(dest, position: position, in: tasks, keyOf: \.spec.dest)
     }
 
-    private mutating func release(_ dest: String?, for id: String) {
-        guard let dest, reservedPaths[dest] == id else { return }
-        reservedPaths[dest] = nil
+    private mutating func release(_ dest: String?, at position: Int) {
+        guard let dest else { return }
+        reservations.remove(dest, position: position, in: tasks, keyOf: \.spec.dest)
     }
 
     /// Keeps the derived indexes current on every phase change — the run
@@ -358,6 +359,6 @@ extension TaskState {
             break
         }
         return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey,
-                      bytesBefore: bytesBefore, bytesAfter: bytes, expanded: expanded, fannedOut: fannedOut, parent: specBox.spec.parent)
+                      bytesBefore: bytesBefore, bytesAfter: bytes, expanded: expanded, fannedOut: fannedOut, parent: parentID)
     }
 }

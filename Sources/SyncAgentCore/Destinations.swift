@@ -36,10 +36,10 @@ public enum Destinations {
     /// collide with `path` used as a destination, if any.
     public static func holder(of path: String, in state: AgentState, except owner: String? = nil) -> String? {
         for key in [path, partPath(of: path)] {
-            if let holder = state.reservedPaths[key], holder != owner { return holder }
+            if let holder = state.holder(ofDestination: key), holder != owner { return holder }
         }
         // `path` may itself be another task's partial file (`x.part` when `x` is reserved).
-        if path.hasSuffix(".part"), let holder = state.reservedPaths[String(path.dropLast(5))], holder != owner {
+        if path.hasSuffix(".part"), let holder = state.holder(ofDestination: String(path.dropLast(5))), holder != owner {
             return holder
         }
         return nil
@@ -91,8 +91,8 @@ public enum Destinations {
         while let slash = folder.lastIndex(of: UInt8(ascii: "/")), slash > folder.startIndex {
             folder = folder[..<slash]
             let name = String(Substring(folder))
-            if let holder = state.reservedPaths[name] { return holder }
-            if name.hasSuffix(".part"), let holder = state.reservedPaths[String(name.dropLast(5))] {
+            if let holder = state.holder(ofDestination: name) { return holder }
+            if name.hasSuffix(".part"), let holder = state.holder(ofDestination: String(name.dropLast(5))) {
                 return holder
             }
         }

@@ -14,10 +14,11 @@ import Foundation
 public enum Snapshot {
     /// Raised with every change to the layout below. A snapshot of a format
     /// this build does not read is never half-read: it is refused whole.
-    public static let format = 4
+    public static let format = 5
     /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them);
-    /// before 4, no task or index carried its length, so `status` could pass over none.
-    public static let readableFormats: ClosedRange<Int64> = 2...4
+    /// before 4, no task or index carried its length, so `status` could pass over none;
+    /// before 5, the taken sources listed every task's job file too, not only control jobs'.
+    public static let readableFormats: ClosedRange<Int64> = 2...5
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
@@ -75,7 +76,8 @@ public enum Snapshot {
                 out.task(task)
             }
         }
-        out.lengthPrefixed { $0.strings(state.takenSources.sorted()) }
+        // A task's job names its own file's identity: only control jobs' are listed (format 5 on).
+        out.lengthPrefixed { $0.strings((format >= 5 ? state.controlSources : state.takenSources).sorted()) }
         out.lengthPrefixed { $0.strings(state.rejectedSources.sorted()) }
         out.int(Int64(state.rejected.count))
         for rejection in state.rejected { out.string(EventCoding.data(of: .rejected(rejection))) }
@@ -100,8 +102,10 @@ public enum Snapshot {
         for (key, count) in state.activeByBatch.sorted(by: { $0.key < $1.key }) { out.optionalString(key.name); out.int(Int64(count)) }
         out.int(Int64(state.activeCount))
         out.lengthPrefixed { out in
-            out.int(Int64(state.reservedPaths.count))
-            for (path, id) in state.reservedPaths.sorted(by: { $0.key < $1.key }) { out.string(path); out.string(id) }
+            // In the holders' creation order: each path is its holder's own destination.
+            let holders = state.reservations.positions
+            out.int(Int64(holders.count))
+            for position in holders { out.string(state.tasks[position].spec.dest ?? ""); out.string(state.tasks[position].id) }
         }
         out.int(Int64(state.children.count))
         for (parent, ids) in state.children.sorted(by: { $0.key < $1.key }) { out.string(parent); out.strings(ids) }
@@ -268,7 +272,15 @@ public enum Snapshot {
             }
             if let end, input.offset != end { throw input.malformed("task \(taskID) to end at byte \(end)") }
         }
-        try input.section(lengthPrefixed, skip: table != nil) { input in state.takenSources = Set(try input.strings()) }
+        try input.section(lengthPrefixed, skip: table != nil) { input in
+            let listed = try input.strings()
+            for position in state.tasks.indices {
+                guard let identity = state.tasks[position].spec.source?.identity else { continue }
+                state.sourcesOfTasks.insert(identity, position: position, in: state.tasks, keyOf: \.spec.source?.identity)
+            }
+            // Before format 5 the list held the tasks' own as well.
+            state.controlSources = Set(input.format >= 5 ? listed : listed.filter { !state.hasTaken($0) })
+        }
         try input.section(lengthPrefixed, skip: table != nil) { input in state.rejectedSources = Set(try input.strings()) }
         for _ in 0..<(try input.count()) {
             guard case .rejected(let rejection) = try input.event("rejected") else { throw input.malformed("rejection") }
@@ -294,7 +306,11 @@ public enum Snapshot {
         for _ in 0..<(try input.count()) { state.activeByBatch[BatchKey(try input.optionalString())] = Int(try input.int()) }
         state.activeCount = Int(try input.int())
         try input.section(lengthPrefixed, skip: table != nil) { input in
-            for _ in 0..<(try input.count()) { state.reservedPaths[try input.string()] = try input.string() }
+            for _ in 0..<(try input.count()) {
+                let path = try input.string(), id = try input.string()
+                guard let position = state.tasks.index(forKey: id) else { throw input.malformed("reserved path holder \(id) to be known") }
+                state.reservations.insert(path, position: position, in: state.tasks, keyOf: \.spec.dest)
+            }
         }
         for _ in 0..<(try input.count()) { state.children[try input.string()] = try input.strings() }
         for _ in 0..<(try input.count()) {
@@ -555,7 +571,7 @@ private struct SnapshotWriter {
         int(Int64(task.redirects)); int(task.createdSeq); int(task.lastSeq); int(task.createdAtMs); int(task.updatedAtMs)
         int(task.speed)
         // The URL is written only when a redirect moved it off the spec's.
-        optionalString(task.currentURL == task.spec.url ? nil : task.currentURL)
+        optionalString(task.movedURL)
         optionalInt(task.total); optionalInt(task.notBeforeMs); optionalInt(task.endedAtMs); optionalInt(task.firstStartedAtMs)
         string(task.phase.rawValue)
         optionalString(task.pauseReason?.rawValue)

@@ -16,6 +16,22 @@ final class SpecBox: Equatable, Sendable {
     static func == (lhs: SpecBox, rhs: SpecBox) -> Bool { lhs === rhs || lhs.spec == rhs.spec }
 }
 
+/// Where a task's job is: held in memory, or let go while the task waits
+/// and read back from the log's `created` event at `createdSeq` (see
+/// `SpecArchive`). Either way it is the same job, and compares so.
+struct SpecSlot: Equatable, Sendable {
+    var box: SpecBox?
+    var createdSeq: Int64
+
+    func spec(of id: String?) -> TaskSpec { box?.spec ?? SpecArchive.spec(of: id, createdAt: createdSeq) }
+
+    static func == (lhs: SpecSlot, rhs: SpecSlot) -> Bool {
+        guard lhs.createdSeq == rhs.createdSeq else { return false }
+        if let left = lhs.box, let right = rhs.box { return left == right }
+        return lhs.spec(of: nil) == rhs.spec(of: nil)
+    }
+}
+
 /// The rarely set strings of a task, kept out of line: a queued task has
 /// none of them, and 10,000 queued tasks then store 88 bytes less each.
 struct TaskDetails: OutOfLineFields {
@@ -62,8 +78,12 @@ public struct Family: Equatable, Sendable {
 /// One task as the log tells it.
 public struct TaskState: Equatable, Sendable {
     public var id: String
-    let specBox: SpecBox
-    public var spec: TaskSpec { specBox.spec }
+    /// The job (see `SpecSlot`): let go only by the agent, only while a
+    /// top-level task waits in the queue (`AgentState.releaseSpec`).
+    private var specSlot: SpecSlot
+    public var spec: TaskSpec { specSlot.spec(of: id) }
+    /// Whether the job is in memory, not only in the log.
+    public var holdsSpec: Bool { specSlot.box != nil }
     /// Bytes the log vouches for: flushed to the partial (or final) file.
     public var bytes: Int64 = 0
     // The counts below are stored in 32 bits and the optional times with a
@@ -92,16 +112,26 @@ public struct TaskState: Equatable, Sendable {
     /// compares the two still finds its attempt (and retries are long spent).
     public var nextAttempt: Int { Int(storedAttempts == .max ? .max : storedAttempts + 1) }
     public var redirects: Int { get { Int(storedRedirects) } set { storedRedirects = Int32(clamping: newValue) } }
-    public var createdSeq: Int64
+    public var createdSeq: Int64 { get { specSlot.createdSeq } set { specSlot.createdSeq = newValue } }
     public var lastSeq: Int64
     public var createdAtMs: Int64
     public var updatedAtMs: Int64
     /// Throughput over the last two progress events, bytes per second.
     public var speed: Int64 = 0
+    /// Where the next request goes: the job's URL until a redirect moves it.
     public var currentURL: String {
-        // Every `started` sets it, almost always to what it was: parsed again only when it changed.
-        didSet { if currentURL != oldValue { hostKey = URLRules.hostKey(currentURL) } }
+        get { movedURL ?? spec.url }
+        set {
+            // Every `started` sets it, almost always to what it was: parsed again only when it changed.
+            let url = spec.url
+            guard newValue != (movedURL ?? url) else { return }
+            // Nil while it is the job's: a second reference to the job's string would keep it when the job is let go.
+            movedURL = newValue == url ? nil : newValue
+            hostKey = URLRules.hostKey(newValue)
+        }
     }
+    /// `currentURL` when a redirect moved it off the job's URL; else nil.
+    public private(set) var movedURL: String?
     /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
     public internal(set) var hostKey: String
     /// The rarely set fields (see `TaskDetails`).
@@ -150,8 +180,9 @@ public struct TaskState: Equatable, Sendable {
     public var splitInto: Int? { get { details.box?.fields.splitInto } set { details.fields.splitInto = newValue } }
     /// Whether no more children will come: a video's playlist ended, or an upload was split.
     public var hasAllChildren: Bool { hls?.ended ?? (splitInto != nil) }
-    /// The parent of a child task, read in place (not through a copy of the spec).
-    public var parentID: String? { specBox.spec.parent }
+    /// The parent of a child task, read in place (not through a copy of the
+    /// spec). A task whose job is let go has none: only top-level jobs are.
+    public var parentID: String? { specSlot.box?.spec.parent }
     /// Set when the task finished without a transfer (`overwrite = "skip"`): why.
     public var skipReason: String? { get { details.box?.fields.skipReason } set { details.fields.skipReason = newValue } }
     /// A segmented download whose durable bytes are not one prefix: which
@@ -175,15 +206,26 @@ public struct TaskState: Equatable, Sendable {
     /// With the host key already known (a snapshot stores it: parsing 100,000 URLs again costs more than reading them).
     init(id: String, spec: TaskSpec, hostKey: String, seq: Int64, atMs: Int64) {
         self.id = id
-        self.currentURL = spec.url
         self.hostKey = hostKey
         self.storedNotBeforeMs = OptionalInt64(spec.notBeforeMs)
         // Last: the box takes the spec itself, not a copy (a copy retains its every string).
-        self.specBox = SpecBox(consume spec)
-        self.createdSeq = seq
+        self.specSlot = SpecSlot(box: SpecBox(consume spec), createdSeq: seq)
         self.lastSeq = seq
         self.createdAtMs = atMs
         self.updatedAtMs = atMs
+    }
+
+    /// Lets the job go, to be read back from the log: a top-level task that
+    /// waits in the queue, whose `created` the caller knows to be in the log.
+    mutating func releaseSpec() -> Bool {
+        guard let box = specSlot.box, phase == .queued, box.spec.parent == nil else { return false }
+        specSlot.box = nil
+        return true
+    }
+
+    /// Reads a job let go back into memory, where it stays.
+    mutating func holdSpec() {
+        if specSlot.box == nil { specSlot.box = SpecBox(specSlot.spec(of: id)) }
     }
 
     /// The file as the user should look for it; nil when the task keeps no body.
@@ -234,9 +276,11 @@ public struct AgentState: Equatable, Sendable {
     /// Every task ever created, in creation order.
     public internal(set) var tasks = TaskList()
     public internal(set) var lastSeq: Int64 = 0
-    /// Identities of job files that became tasks or were applied as control
-    /// jobs (exactly-once intake).
-    public internal(set) var takenSources: Set<String> = []
+    /// Identities of job files that became tasks (`hasTaken`): each task's
+    /// job names its own, so the index holds none of them.
+    var sourcesOfTasks = TaskKeyIndex()
+    /// Identities of job files applied as control jobs.
+    public internal(set) var controlSources: Set<String> = []
     /// Identities of job files that were rejected.
     public internal(set) var rejectedSources: Set<String> = []
     public internal(set) var rejected: [Rejected] = []
@@ -256,8 +300,9 @@ public struct AgentState: Equatable, Sendable {
     public internal(set) var activeByBatch: [BatchKey: Int] = [:]
     public internal(set) var activeCount = 0
     /// Destinations of live (not ended) tasks → the task holding them (and
-    /// so their partial files): two live tasks never share one (see `Destinations`).
-    public internal(set) var reservedPaths: [String: String] = [:]
+    /// so their partial files): two live tasks never share one (see
+    /// `Destinations`). Each is its holder's own `dest`, so the index holds none.
+    var reservations = TaskKeyIndex()
     /// Children of each parent, in creation order, and their numbers.
     public internal(set) var children: [String: [String]] = [:]
     public internal(set) var families: [String: Family] = [:]
@@ -278,6 +323,47 @@ public struct AgentState: Equatable, Sendable {
     public init() {}
 
     public subscript(id: String) -> TaskState? { tasks[id] }
+
+    /// Whether a job file of this identity became a task or was applied as
+    /// a control job (exactly-once intake).
+    public func hasTaken(_ identity: String) -> Bool {
+        controlSources.contains(identity) || sourcesOfTasks.position(of: identity, in: tasks, keyOf: \.spec.source?.identity) != nil
+    }
+
+    /// Every identity `hasTaken` knows (reads every task's job: for tests and old snapshots).
+    public var takenSources: Set<String> {
+        controlSources.union(sourcesOfTasks.positions.compactMap { tasks[$0].spec.source?.identity })
+    }
+
+    /// The live task holding `path` as its destination, if any.
+    public func holder(ofDestination path: String) -> String? {
+        reservations.position(of: path, in: tasks, keyOf: \.spec.dest).map { tasks[$0].id }
+    }
+
+    /// Every reserved destination and its holder (reads every holder's job: for tests).
+    public var reservedPaths: [String: String] {
+        Dictionary(uniqueKeysWithValues: reservations.positions.compactMap { position in
+            tasks[position].spec.dest.map { ($0, tasks[position].id) }
+        })
+    }
+
+    /// The agent lets a waiting top-level task's job go once its `created`
+    /// is durable, and reads it back as the task starts (`holdSpec`): a
+    /// queue of 100,000 jobs then holds none of their URLs, paths and
+    /// headers. Only for a task whose `created` the caller knows to be in
+    /// the log (compaction never deletes a live task's events, but a task
+    /// run again after its events were dropped has none). Whether it did.
+    @discardableResult
+    public mutating func releaseSpec(of id: String) -> Bool {
+        guard let index = tasks.index(forKey: id) else { return false }
+        return tasks[index].releaseSpec()
+    }
+
+    /// Keeps a task's job in memory from now on (read back if it was let go).
+    public mutating func holdSpec(of id: String) {
+        guard let index = tasks.index(forKey: id), !tasks[index].holdsSpec else { return }
+        tasks[index].holdSpec()
+    }
 
     /// Every task in creation order (the list itself: no copy).
     public var orderedTasks: TaskList { tasks }

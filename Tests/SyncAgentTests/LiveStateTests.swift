@@ -8,6 +8,11 @@ import TestSupport
 @Suite("The live agent's state is the replay of its log", .serialized)
 struct LiveStateTests {
     @Test func replayOfTheRecordedLogGivesTheStateTheAgentHeld() throws {
+        // The agent installs its reader of jobs let go: no other test's may stand in meanwhile.
+        try SpecArchiveUse.exclusively { try runSevenJobs() }
+    }
+
+    private func runSevenJobs() throws {
         let directory = TempDirectory()
         let nginx = try Nginx(in: directory)
         let paths = AgentPaths(stateDir: directory.file("state"), inbox: directory.file("inbox"),
@@ -29,5 +34,75 @@ struct LiveStateTests {
         #expect(replayed.tasks.count == 7)
         #expect(replayed.tasks.filter { $0.phase == .finished }.count == 6)
         #expect(replayed.tasks.filter { $0.phase == .failed }.count == 1)
+    }
+
+    /// A waiting job lives in the log once its `created` is durable, and is
+    /// read back as its task starts; one the log no longer holds stops the
+    /// agent (nothing more is committed) with the task and seq named.
+    @Test func aWaitingJobIsLetGoOnceDurableAndReadBackToStart() throws {
+        try SpecArchiveUse.exclusively {
+            let directory = TempDirectory()
+            let path = directory.file("events.sqlite")
+            let log = try EventLog(store: EventStore(writingTo: path))
+            let jobs = try JobReader(eventLog: path)
+            SpecArchive.install { id, seq in try jobs.read(id, seq) }
+            log.releasesWaitingJobs = true
+            let spec = TaskSpec(url: "http://127.0.0.1:9/a", dest: "/d/a.bin", source: JobSource(file: "a.job", identity: "1:2:3:abc"))
+            log.record(.created(spec), task: "a")
+            #expect(log.state["a"]?.holdsSpec == true, "held until its created is durable")
+            try log.commit()
+            #expect(log.state["a"]?.holdsSpec == false)
+            #expect(log.state["a"]?.spec == spec && log.state.hasTaken("1:2:3:abc") && log.state.holder(ofDestination: "/d/a.bin") == "a")
+            #expect(try EventStore(readingFrom: path).replay() == log.state)
+            try log.holdJob(of: "a")
+            #expect(log.state["a"]?.holdsSpec == true && log.state["a"]?.spec == spec)
+
+            log.record(.created(TaskSpec(url: "http://127.0.0.1:9/b", dest: "/d/b.bin")), task: "b")
+            try log.commit()
+            #expect(log.state["b"]?.holdsSpec == false)
+            let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1], isolation_level=None); db.execute('DELETE FROM events WHERE task = \\'b\\'')"
+            let child = try ChildProcess("/usr/bin/python3", ["-c", script, path], environment: ProcessInfo.processInfo.environment,
+                                         outputIn: directory.path)
+            #expect(child.wait(seconds: 30) == 0, "\(child.stderr)")
+            #expect {
+                try log.holdJob(of: "b")
+            } throws: { error in
+                "\(error)".contains("seq 2") && "\(error)".contains("task b")
+            }
+            log.record(.cancelled(Cancelled(bytes: 0)), task: "a")
+            #expect(throws: StoreError.self) { try log.commit() }
+            #expect(try EventStore(readingFrom: path).replay()["a"]?.phase == .queued, "nothing recorded on a placeholder was committed")
+        }
+    }
+
+    /// At start-up, the waiting jobs the fold read in are let go too, but
+    /// only those whose `created` the log still holds: a task run again
+    /// after compaction dropped its events has none to be read back from.
+    @Test func startUpLetsGoOnlyJobsTheLogStillHolds() throws {
+        try SpecArchiveUse.exclusively {
+            let directory = TempDirectory()
+            let path = directory.file("events.sqlite")
+            let store = try EventStore(writingTo: path)
+            let spec = { (name: String) in TaskSpec(url: "http://127.0.0.1:9/\(name)", dest: "/d/\(name).bin") }
+            try store.append([
+                Event(seq: 1, atMs: 1, task: "waits", body: .created(spec("waits"))),
+                Event(seq: 2, atMs: 2, task: "runs", body: .created(spec("runs"))),
+                Event(seq: 3, atMs: 3, task: "runs", body: .started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:9/runs"))),
+                Event(seq: 4, atMs: 4, task: "dropped", body: .created(spec("dropped"))),
+            ])
+            store.close()
+            let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1], isolation_level=None); db.execute('DELETE FROM events WHERE seq = 4')"
+            // The fold read before the row went, as from a snapshot that covers it.
+            let log = try EventLog(store: EventStore(writingTo: path))
+            let child = try ChildProcess("/usr/bin/python3", ["-c", script, path], environment: ProcessInfo.processInfo.environment,
+                                         outputIn: directory.path)
+            #expect(child.wait(seconds: 30) == 0, "\(child.stderr)")
+            let jobs = try JobReader(eventLog: path)
+            SpecArchive.install { id, seq in try jobs.read(id, seq) }
+            #expect(try log.releaseWaitingJobs() == 1)
+            #expect(log.state["waits"]?.holdsSpec == false && log.state["waits"]?.spec == spec("waits"))
+            #expect(log.state["runs"]?.holdsSpec == true && log.state["dropped"]?.holdsSpec == true)
+            #expect(SpecArchive.failure == nil)
+        }
     }
 }

@@ -135,3 +135,16 @@ extension AgentState {
         Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, in: self, nowMs: nowMs)) })
     }
 }
+
+/// `SpecArchive` has one reader per process, and every test target runs in
+/// one process: a test that installs one (or runs an agent, which does)
+/// holds this while it does, so no other test's reader stands in for its.
+public enum SpecArchiveUse {
+    private static let lock = NSLock()
+
+    public static func exclusively<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { SpecArchive.install(nil); lock.unlock() }
+        return try body()
+    }
+}

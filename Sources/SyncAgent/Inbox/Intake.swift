@@ -219,7 +219,7 @@ final class Intake {
             return
         }
 
-        if log.state.takenSources.contains(file.identity) {
+        if log.state.hasTaken(file.identity) {
             // The agent died after recording this job and before removing it.
             takenAwaitingCommit.append(takenPath)
             return

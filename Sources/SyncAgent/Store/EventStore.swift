@@ -16,6 +16,9 @@ public final class EventStore {
     public let path: String
     private var db: OpaquePointer?
     private var insert: OpaquePointer?
+    /// Prepared on first use: a job let go from memory is read back by its seq.
+    private var selectCreated: OpaquePointer?
+    private var selectCreatedRow: OpaquePointer?
     /// Highest seq in the file; the writer numbers new events from here.
     public private(set) var lastSeq: Int64 = 0
 
@@ -120,6 +123,10 @@ public final class EventStore {
     public func close() {
         sqlite3_finalize(insert)
         insert = nil
+        sqlite3_finalize(selectCreated)
+        sqlite3_finalize(selectCreatedRow)
+        selectCreated = nil
+        selectCreatedRow = nil
         sqlite3_close_v2(db)
         db = nil
     }
@@ -242,6 +249,45 @@ public final class EventStore {
                 task: sqlite3_column_text(statement, 2).map { String(cString: $0) },
                 type: String(cString: sqlite3_column_text(statement, 3)),
                 data: String(cString: sqlite3_column_text(statement, 4))))
+        }
+    }
+
+    /// The job that task `id`'s (any task's, for nil) `created` event at `seq` recorded; nil when
+    /// the log holds no such event (read back for a job the agent let go, see
+    /// `SpecArchive`, and asked before letting one go).
+    public func createdSpec(of id: String?, at seq: Int64) throws -> TaskSpec? {
+        guard db != nil else { return nil }
+        if selectCreated == nil { selectCreated = try prepare("SELECT task, type, data FROM events WHERE seq = ?1") }
+        guard let statement = selectCreated else { return nil }
+        // Reset as soon as it is read: a statement left stepped holds a read transaction open.
+        defer { sqlite3_reset(statement) }
+        guard sqlite3_bind_int64(statement, 1, seq) == SQLITE_OK else { throw error("cannot bind seq \(seq)") }
+        switch sqlite3_step(statement) {
+        case SQLITE_DONE: return nil
+        case SQLITE_ROW: break
+        default: throw error("cannot read event \(seq)")
+        }
+        let empty = UnsafeRawBufferPointer(start: nil, count: 0)
+        guard let task = Self.text(statement, 0), id.map({ task.elementsEqual($0.utf8) }) ?? true,
+              Self.text(statement, 1).map({ $0.elementsEqual("created".utf8) }) == true,
+              case .created(let spec) = try EventCoding.body(type: Self.text(statement, 1) ?? empty,
+                                                             data: Self.text(statement, 2) ?? empty, seq: seq) else { return nil }
+        return spec
+    }
+
+    /// Whether task `id`'s `created` event at `seq` is still in the log.
+    public func holdsCreated(of id: String, at seq: Int64) throws -> Bool {
+        guard db != nil else { return false }
+        if selectCreatedRow == nil { selectCreatedRow = try prepare("SELECT 1 FROM events WHERE seq = ?1 AND task = ?2 AND type = 'created'") }
+        guard let statement = selectCreatedRow else { return false }
+        defer { sqlite3_reset(statement) }
+        guard sqlite3_bind_int64(statement, 1, seq) == SQLITE_OK, sqlite3_bind_text(statement, 2, id, -1, SQLITE_TRANSIENT) == SQLITE_OK else {
+            throw error("cannot bind seq \(seq)")
+        }
+        switch sqlite3_step(statement) {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default: throw error("cannot read event \(seq)")
         }
     }
 
@@ -589,6 +635,8 @@ public final class EventStore {
             }
             parts += 1
         }
+        // A job read back as a placeholder (its `created` unreadable) must not be stored as the task's.
+        if let failure = SpecArchive.failure { throw StoreError(message: failure) }
         try transaction {
             try execute("""
                 INSERT INTO snapshots(seq, format, at_ms, pruned, done, older_than_s, parts, bytes)
