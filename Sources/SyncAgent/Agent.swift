@@ -195,8 +195,7 @@ public final class Agent {
         let jobs = try JobReader(eventLog: paths.eventLog)
         SpecArchive.install { id, seq in try jobs.read(id, seq) }
         defer { SpecArchive.install(nil) }
-        log.releasesWaitingJobs = true
-        let released = try log.releaseWaitingJobs()
+        let released = try log.startLettingWaitingJobsGo()
         if released > 0 { logger.debug("waiting jobs left to the log", metadata: ["tasks": "\(released)"]) }
         // (Not `commit()`: a compaction left unfinished must start before any other.)
         announceCommitted()

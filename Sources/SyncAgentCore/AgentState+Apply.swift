@@ -73,6 +73,8 @@ extension AgentState {
         guard let id = event.task, let index = tasks.index(forKey: id) else { orphanEvents.append(event.seq); return }
         // Mutated in place through the index: no copy of the task, one hash lookup.
         let change = tasks[index].apply(event)
+        // An ended task's events may be compacted away: its job, if let go, is read back while they are there.
+        if change.after.isEnded, !tasks[index].holdsSpec { tasks[index].holdSpec() }
         if change.fannedOut, change.after == .running {
             // From now on the parent's work is its children's: its slot goes to them.
             runningCount -= 1

@@ -62,7 +62,7 @@ public enum NetworkPolicy {
     /// Whether `task` may transfer over a metered link: its job's key (a
     /// child's is its parent's, the video's job), else the config's.
     public static func allowsMetered(_ task: TaskState, in state: AgentState, configDefault: Bool) -> Bool {
-        (task.parentID.flatMap { state[$0] } ?? task).spec.allowMetered ?? configDefault
+        (task.parentID.flatMap { state[$0] } ?? task).jobAllowsMetered ?? configDefault
     }
 
     /// Tasks to pause now that the link is metered: queued or running ones

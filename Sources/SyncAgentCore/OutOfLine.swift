@@ -36,5 +36,20 @@ struct OutOfLine<Fields: OutOfLineFields>: Equatable, Sendable {
         }
     }
 
+    /// Sets one field: in place in a box no one else holds (the fold sets a
+    /// running task's bytes on every progress event), and with no box made
+    /// to hold a default.
+    mutating func set<Value: Equatable>(_ field: WritableKeyPath<Fields, Value>, to value: Value) {
+        if box != nil, isKnownUniquelyReferenced(&box!) {
+            box!.fields[keyPath: field] = value
+            if box!.fields == Fields() { box = nil }
+        } else {
+            var fields = box?.fields ?? Fields()
+            guard fields[keyPath: field] != value else { return }
+            fields[keyPath: field] = value
+            box = fields == Fields() ? nil : Box(fields)
+        }
+    }
+
     static func == (lhs: OutOfLine, rhs: OutOfLine) -> Bool { lhs.box === rhs.box || lhs.fields == rhs.fields }
 }

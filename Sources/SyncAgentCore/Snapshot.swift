@@ -68,7 +68,8 @@ public enum Snapshot {
         // repeats the tasks' ids: formats 1 and 2 kept an order apart from the tasks.)
         // What `status` passes over — a task it would not list, an index it
         // does not show — carries its length in front (`lengthPrefixed`).
-        out.lengthPrefixed { $0.strings(Array(state.tasks.keys)) }
+        // (Read in place: an array of 100,000 ids stood at the agent's peak, twice.)
+        out.lengthPrefixed { $0.strings(state.tasks.keys) }
         out.int(Int64(state.tasks.count))
         for task in state.tasks {
             out.lengthPrefixed { out in
@@ -105,7 +106,7 @@ public enum Snapshot {
             // In the holders' creation order: each path is its holder's own destination.
             let holders = state.reservations.positions
             out.int(Int64(holders.count))
-            for position in holders { out.string(state.tasks[position].spec.dest ?? ""); out.string(state.tasks[position].id) }
+            for position in holders.lazy.map(Int.init) { out.string(state.tasks[position].spec.dest ?? ""); out.string(state.tasks[position].id) }
         }
         out.int(Int64(state.children.count))
         for (parent, ids) in state.children.sorted(by: { $0.key < $1.key }) { out.string(parent); out.strings(ids) }
@@ -529,7 +530,7 @@ private struct SnapshotWriter {
         if let value { bytes.append(1); string(value) } else { bytes.append(0) }
     }
 
-    mutating func strings(_ values: [String]) {
+    mutating func strings<Values: Collection<String>>(_ values: Values) {
         int(Int64(values.count))
         for value in values { string(value) }
     }

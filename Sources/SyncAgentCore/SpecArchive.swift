@@ -7,7 +7,8 @@ import Foundation
 /// see the same task either way.
 ///
 /// The one effect the core reaches: installed by the shell, called from
-/// the agent's thread and the compaction's, one call at a time.
+/// the agent's thread and the compaction's, one call at a time. One agent
+/// per process: a second reader installed replaces the first.
 public enum SpecArchive {
     /// The job recorded by task `id`'s `created` event at a seq (any task's
     /// when `id` is nil). Throws when the log no longer holds it (a failing
@@ -18,39 +19,74 @@ public enum SpecArchive {
     nonisolated(unsafe) private static var reader: Reader?
     /// The last job read: the fold reads several fields of one task in a row.
     nonisolated(unsafe) private static var lastRead: (seq: Int64, spec: TaskSpec)?
-    nonisolated(unsafe) private static var firstFailure: String?
 
-    /// Installs (or with nil removes) the reader, and forgets any failure.
+    /// Installs (or with nil removes) the reader.
     public static func install(_ newReader: Reader?) {
         lock.withLock {
             reader = newReader
             lastRead = nil
-            firstFailure = nil
         }
     }
 
-    /// Set once a job could not be read back: a task then stood on a
-    /// placeholder, so nothing may be committed or started from this state.
-    public static var failure: String? { lock.withLock { firstFailure } }
+    /// Reads that failed on the calling thread so far: a task then stood on
+    /// a placeholder, so what the thread did since may not be committed or
+    /// stored. Each thread counts its own: a snapshot on the compaction's
+    /// thread that met one fails alone, and the agent goes on.
+    public static var failuresOnThisThread: Int { Failures.ofThisThread.count }
 
+    /// What the last failure on this thread said, if any came after `count`.
+    public static func failure(since count: Int) -> String? {
+        let failures = Failures.ofThisThread
+        return failures.count > count ? failures.last : nil
+    }
+
+    /// The job, read back; a placeholder when it cannot be (and the failure counted).
     static func spec(of id: String?, createdAt seq: Int64) -> TaskSpec {
-        lock.withLock {
-            if let lastRead, lastRead.seq == seq { return lastRead.spec }
+        // A data task with nowhere to write and nothing to announce: the
+        // least a placeholder can do before the failure is noticed.
+        read(of: id, createdAt: seq) ?? TaskSpec(url: "", kind: .data, dest: nil, notify: .none)
+    }
+
+    /// The job, read back; nil when it cannot be (the failure counted).
+    static func read(of id: String?, createdAt seq: Int64) -> TaskSpec? {
+        let result: Result<TaskSpec, any Error> = lock.withLock {
+            if let lastRead, lastRead.seq == seq { return .success(lastRead.spec) }
+            guard let reader else { return .failure(NoReader()) }
             do {
-                guard let reader else { throw NoReader() }
                 let spec = try reader(id, seq)
                 lastRead = (seq, spec)
-                return spec
+                return .success(spec)
             } catch {
-                if firstFailure == nil { firstFailure = "cannot read the job created at seq \(seq) back from the log: \(error)" }
-                // A data task with nowhere to write and nothing to announce: the
-                // least a placeholder can do before the failure is noticed.
-                return TaskSpec(url: "", kind: .data, dest: nil, notify: .none)
+                return .failure(error)
             }
+        }
+        switch result {
+        case .success(let spec):
+            return spec
+        case .failure(let error):
+            let failures = Failures.ofThisThread
+            failures.count += 1
+            failures.last = "cannot read the job created at seq \(seq) back from the log: \(error)"
+            return nil
         }
     }
 
     private struct NoReader: Error, CustomStringConvertible {
         var description: String { "no reader is installed" }
+    }
+
+    /// One thread's failed reads; only that thread touches it.
+    private final class Failures {
+        var count = 0
+        var last: String?
+
+        static var ofThisThread: Failures {
+            let key = "SyncAgentCore.SpecArchive.failures"
+            let dictionary = Thread.current.threadDictionary
+            if let failures = dictionary[key] as? Failures { return failures }
+            let failures = Failures()
+            dictionary[key] = failures
+            return failures
+        }
     }
 }

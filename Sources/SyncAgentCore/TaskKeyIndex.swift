@@ -55,5 +55,10 @@ struct TaskKeyIndex: Equatable, Sendable {
     }
 
     /// The positions of the tasks holding a key, in creation order.
-    var positions: [Int] { (Array(byHash.values) + Array(collided.values)).sorted().map(Int.init) }
+    var positions: [Int32] {
+        var positions = Array(byHash.values)
+        positions.append(contentsOf: collided.values)
+        positions.sort()
+        return positions
+    }
 }

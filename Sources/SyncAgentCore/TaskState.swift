@@ -53,6 +53,26 @@ struct TaskDetails: OutOfLineFields {
     var bodyChangedNs: Int64?
 }
 
+/// What a task gains once it is started, moved or ended: byte and attempt
+/// counts, times, a redirect's URL. A task waiting in the queue has none of
+/// it, so it stays out of line: 100,000 waiting tasks store 80 bytes less
+/// each. Counts are 32 bits and optional times 8 bytes (`OptionalInt64`).
+struct TaskActivity: OutOfLineFields {
+    /// `lastSeq` and `updatedAtMs`, as distances from the creation's (wrapping: a damaged log may hold any number).
+    var seqsSinceCreated: Int64 = 0
+    var msSinceCreated: Int64 = 0
+    var bytes: Int64 = 0
+    var speed: Int64 = 0
+    var attempts: Int32 = 0
+    var attemptsBeforeRerun: Int32 = 0
+    var attemptsNotCounted: Int32 = 0
+    var redirects: Int32 = 0
+    var total = OptionalInt64()
+    var endedAtMs = OptionalInt64()
+    var firstStartedAtMs = OptionalInt64()
+    var movedURL: String?
+}
+
 /// What an HLS parent knows of its playlist: every segment so far, in order.
 public struct HLSProgress: Equatable, Sendable {
     public var playlist: String
@@ -85,39 +105,56 @@ public struct TaskState: Equatable, Sendable {
     /// Whether the job is in memory, not only in the log.
     public var holdsSpec: Bool { specSlot.box != nil }
     /// Bytes the log vouches for: flushed to the partial (or final) file.
-    public var bytes: Int64 = 0
-    // The counts below are stored in 32 bits and the optional times with a
-    // sentinel: a queue of 100,000 tasks holds 100,000 of these values, and
-    // 8-byte counts and 16-byte optionals made each 48 bytes bigger.
-    private var storedAttempts: Int32 = 0
-    private var storedAttemptsBeforeRerun: Int32 = 0
-    private var storedAttemptsNotCounted: Int32 = 0
-    private var storedRedirects: Int32 = 0
+    public var bytes: Int64 { get { activity.box?.fields.bytes ?? 0 } set { activity.set(\.bytes, to: newValue) } }
     /// Attempts started so far, across restarts.
-    public var attempts: Int { get { Int(storedAttempts) } set { storedAttempts = Int32(clamping: newValue) } }
+    public var attempts: Int {
+        get { Int(activity.box?.fields.attempts ?? 0) } set { activity.set(\.attempts, to: Int32(clamping: newValue)) }
+    }
     /// `attempts` when the user last ran the failed task again: retries count from here.
     public var attemptsBeforeRerun: Int {
-        get { Int(storedAttemptsBeforeRerun) } set { storedAttemptsBeforeRerun = Int32(clamping: newValue) }
+        get { Int(activity.box?.fields.attemptsBeforeRerun ?? 0) }
+        set { activity.set(\.attemptsBeforeRerun, to: Int32(clamping: newValue)) }
     }
     /// Attempts that spend no retry: they met no network (the task then waited
     /// for it), or ended by the agent's own change of approach (a segmented
     /// download going on over one connection).
     public var attemptsNotCounted: Int {
-        get { Int(storedAttemptsNotCounted) } set { storedAttemptsNotCounted = Int32(clamping: newValue) }
+        get { Int(activity.box?.fields.attemptsNotCounted ?? 0) }
+        set { activity.set(\.attemptsNotCounted, to: Int32(clamping: newValue)) }
     }
     /// Attempts that count against `retries`.
     public var attemptsUsed: Int { attempts - attemptsBeforeRerun - attemptsNotCounted }
     /// The number the next `started` records: at the 32-bit limit (a damaged
     /// log) it stays there, as the fold will store it, so the agent that
     /// compares the two still finds its attempt (and retries are long spent).
-    public var nextAttempt: Int { Int(storedAttempts == .max ? .max : storedAttempts + 1) }
-    public var redirects: Int { get { Int(storedRedirects) } set { storedRedirects = Int32(clamping: newValue) } }
-    public var createdSeq: Int64 { get { specSlot.createdSeq } set { specSlot.createdSeq = newValue } }
-    public var lastSeq: Int64
-    public var createdAtMs: Int64
-    public var updatedAtMs: Int64
+    public var nextAttempt: Int {
+        let attempts = activity.box?.fields.attempts ?? 0
+        return Int(attempts == .max ? .max : attempts + 1)
+    }
+    public var redirects: Int {
+        get { Int(activity.box?.fields.redirects ?? 0) } set { activity.set(\.redirects, to: Int32(clamping: newValue)) }
+    }
+    // Set in any order (a snapshot sets each): the last seq and time, kept
+    // as distances from the creation's, stay what they were.
+    public var createdSeq: Int64 {
+        get { specSlot.createdSeq }
+        set { let last = lastSeq; specSlot.createdSeq = newValue; lastSeq = last }
+    }
+    /// The seq of the task's last event.
+    public var lastSeq: Int64 {
+        get { createdSeq &+ (activity.box?.fields.seqsSinceCreated ?? 0) }
+        set { activity.set(\.seqsSinceCreated, to: newValue &- createdSeq) }
+    }
+    public var createdAtMs: Int64 {
+        didSet { updatedAtMs = oldValue &+ (activity.box?.fields.msSinceCreated ?? 0) }
+    }
+    /// When the task's last event was recorded.
+    public var updatedAtMs: Int64 {
+        get { createdAtMs &+ (activity.box?.fields.msSinceCreated ?? 0) }
+        set { activity.set(\.msSinceCreated, to: newValue &- createdAtMs) }
+    }
     /// Throughput over the last two progress events, bytes per second.
-    public var speed: Int64 = 0
+    public var speed: Int64 { get { activity.box?.fields.speed ?? 0 } set { activity.set(\.speed, to: newValue) } }
     /// Where the next request goes: the job's URL until a redirect moves it.
     public var currentURL: String {
         get { movedURL ?? spec.url }
@@ -131,28 +168,37 @@ public struct TaskState: Equatable, Sendable {
         }
     }
     /// `currentURL` when a redirect moved it off the job's URL; else nil.
-    public private(set) var movedURL: String?
+    public private(set) var movedURL: String? {
+        get { activity.box?.fields.movedURL } set { activity.set(\.movedURL, to: newValue) }
+    }
     /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
     public internal(set) var hostKey: String
     /// The rarely set fields (see `TaskDetails`).
     var details = OutOfLine<TaskDetails>()
-    private var storedTotal = OptionalInt64()
+    /// What the task gained once anything happened to it (see `TaskActivity`).
+    var activity = OutOfLine<TaskActivity>()
+    // The optional time below is stored with a sentinel: 8 bytes, not 16.
     private var storedNotBeforeMs = OptionalInt64()
-    private var storedEndedAtMs = OptionalInt64()
-    private var storedFirstStartedAtMs = OptionalInt64()
-    public var total: Int64? { get { storedTotal.value } set { storedTotal.value = newValue } }
+    public var total: Int64? { get { activity.box?.fields.total.value } set { activity.set(\.total, to: OptionalInt64(newValue)) } }
     /// Unix ms before which the scheduler must not start it (not_before, retry backoff).
     public var notBeforeMs: Int64? { get { storedNotBeforeMs.value } set { storedNotBeforeMs.value = newValue } }
-    public var endedAtMs: Int64? { get { storedEndedAtMs.value } set { storedEndedAtMs.value = newValue } }
+    public var endedAtMs: Int64? {
+        get { activity.box?.fields.endedAtMs.value } set { activity.set(\.endedAtMs, to: OptionalInt64(newValue)) }
+    }
     /// When the first attempt began: `total_timeout` counts from here, across
     /// attempts and restarts (NSURLSession's timeoutIntervalForResource).
-    public var firstStartedAtMs: Int64? { get { storedFirstStartedAtMs.value } set { storedFirstStartedAtMs.value = newValue } }
+    public var firstStartedAtMs: Int64? {
+        get { activity.box?.fields.firstStartedAtMs.value } set { activity.set(\.firstStartedAtMs, to: OptionalInt64(newValue)) }
+    }
     public var phase: TaskPhase = .queued
     public var pauseReason: PauseReason?
     /// `notify = "each"` tasks owe their own notification once ended.
     public var owesOwnNotice = false
     /// `syncagent forget`: no longer listed by `status`.
     public var forgotten = false
+    /// The job's `allow_metered`, kept beside it: the network policy asks it of
+    /// every waiting task on every network change, whose job may be let go.
+    public let jobAllowsMetered: Bool?
 
     public var error: String? { get { details.box?.fields.error } set { details.fields.error = newValue } }
     public var errorCode: String? { get { details.box?.fields.errorCode } set { details.fields.errorCode = newValue } }
@@ -208,24 +254,25 @@ public struct TaskState: Equatable, Sendable {
         self.id = id
         self.hostKey = hostKey
         self.storedNotBeforeMs = OptionalInt64(spec.notBeforeMs)
+        self.jobAllowsMetered = spec.allowMetered
         // Last: the box takes the spec itself, not a copy (a copy retains its every string).
         self.specSlot = SpecSlot(box: SpecBox(consume spec), createdSeq: seq)
-        self.lastSeq = seq
         self.createdAtMs = atMs
-        self.updatedAtMs = atMs
     }
 
     /// Lets the job go, to be read back from the log: a top-level task that
-    /// waits in the queue, whose `created` the caller knows to be in the log.
+    /// waits (queued or paused), whose `created` the caller knows to be in
+    /// the log. (Never an ended one: compaction may delete its events.)
     mutating func releaseSpec() -> Bool {
-        guard let box = specSlot.box, phase == .queued, box.spec.parent == nil else { return false }
+        guard let box = specSlot.box, phase == .queued || phase == .paused, box.spec.parent == nil else { return false }
         specSlot.box = nil
         return true
     }
 
-    /// Reads a job let go back into memory, where it stays.
+    /// Reads a job let go back into memory, where it stays. One that cannot
+    /// be read stays let go: a placeholder is never kept as the job.
     mutating func holdSpec() {
-        if specSlot.box == nil { specSlot.box = SpecBox(specSlot.spec(of: id)) }
+        if specSlot.box == nil, let spec = SpecArchive.read(of: id, createdAt: createdSeq) { specSlot.box = SpecBox(spec) }
     }
 
     /// The file as the user should look for it; nil when the task keeps no body.
@@ -332,7 +379,7 @@ public struct AgentState: Equatable, Sendable {
 
     /// Every identity `hasTaken` knows (reads every task's job: for tests and old snapshots).
     public var takenSources: Set<String> {
-        controlSources.union(sourcesOfTasks.positions.compactMap { tasks[$0].spec.source?.identity })
+        controlSources.union(sourcesOfTasks.positions.compactMap { tasks[Int($0)].spec.source?.identity })
     }
 
     /// The live task holding `path` as its destination, if any.
@@ -342,13 +389,14 @@ public struct AgentState: Equatable, Sendable {
 
     /// Every reserved destination and its holder (reads every holder's job: for tests).
     public var reservedPaths: [String: String] {
-        Dictionary(uniqueKeysWithValues: reservations.positions.compactMap { position in
+        Dictionary(reservations.positions.map(Int.init).compactMap { position in
             tasks[position].spec.dest.map { ($0, tasks[position].id) }
-        })
+        }, uniquingKeysWith: { first, _ in first })
     }
 
     /// The agent lets a waiting top-level task's job go once its `created`
-    /// is durable, and reads it back as the task starts (`holdSpec`): a
+    /// is durable, and reads it back as the task starts (`holdSpec`) or
+    /// ends (the fold does: compaction may then delete its events): a
     /// queue of 100,000 jobs then holds none of their URLs, paths and
     /// headers. Only for a task whose `created` the caller knows to be in
     /// the log (compaction never deletes a live task's events, but a task
@@ -382,7 +430,8 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
     private static let chunkShift = 10
     private static let chunkMask = (1 << chunkShift) - 1
     private var chunks: [[TaskState]] = []
-    private var positions: [String: Int] = [:]
+    /// Positions in 32 bits: the dictionary keeps 2.6 slots a task at 100,000 (its 0.75 load, doubled).
+    private var positions: [String: Int32] = [:]
     public private(set) var count = 0
 
     public init() {}
@@ -398,8 +447,8 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
         _modify { yield &chunks[position >> Self.chunkShift][position & Self.chunkMask] }
     }
 
-    public subscript(id: String) -> TaskState? { positions[id].map { self[$0] } }
-    public func index(forKey id: String) -> Int? { positions[id] }
+    public subscript(id: String) -> TaskState? { positions[id].map { self[Int($0)] } }
+    public func index(forKey id: String) -> Int? { positions[id].map(Int.init) }
     /// The ids in creation order, each read in place (not through a copy of its task).
     public var keys: LazyMapSequence<Range<Int>, String> { indices.lazy.map { self[$0].id } }
 
@@ -408,7 +457,8 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
     mutating func append(_ task: consuming TaskState) -> Bool {
         // One hash of the id, not two: a start-up adds every task of its snapshot.
         let id = task.id
-        if let taken = positions.updateValue(count, forKey: id) {
+        guard count < Int32.max else { return false }
+        if let taken = positions.updateValue(Int32(count), forKey: id) {
             positions[id] = taken
             return false
         }

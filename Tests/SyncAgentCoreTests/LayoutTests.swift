@@ -7,11 +7,32 @@ import Testing
 @Suite("Per-task memory layout")
 struct LayoutTests {
     @Test func aQueuedTaskTakesNoMoreBytesThanItDid() {
-        // 208, 160 and 64 bytes before their counts and optional times were packed.
-        #expect(MemoryLayout<TaskState>.stride <= 168, "TaskState grew: keep rarely set fields in its details")
+        // 208, 160 and 64 bytes before their counts and optional times were packed;
+        // TaskState 168 before its counts, bytes and times went out of line (`TaskActivity`).
+        #expect(MemoryLayout<TaskState>.stride <= 88, "TaskState grew: keep rarely set fields in its details or activity")
         #expect(MemoryLayout<TaskSpec>.stride <= 136, "TaskSpec grew: keep rarely set keys in its rare box")
         #expect(MemoryLayout<RunQueue.Entry>.stride <= 32)
         #expect(MemoryLayout<OptionalInt64>.stride == 8)
+    }
+
+    /// The last seq and time are kept as distances from the creation's: set
+    /// in either order, with any values a damaged log may hold, they read back.
+    @Test func theLastSeqAndTimeReadBackWhateverOrderTheyAreSetIn() {
+        let pairs: [(Int64, Int64)] = [(1, 5), (5, 1), (.max, .min), (.min, .max), (0, 0), (-7, .max)]
+        for (created, last) in pairs {
+            var task = TaskState(id: "t", spec: TaskSpec(url: "http://h.test/x", dest: nil), seq: 3, atMs: 4)
+            task.lastSeq = last
+            task.updatedAtMs = last
+            task.createdSeq = created
+            task.createdAtMs = created
+            #expect(task.lastSeq == last && task.createdSeq == created && task.updatedAtMs == last && task.createdAtMs == created)
+            task.createdSeq = last
+            task.lastSeq = created
+            #expect(task.lastSeq == created && task.createdSeq == last)
+        }
+        // A task nothing happened to since its creation holds no activity.
+        let waiting = TaskState(id: "w", spec: TaskSpec(url: "http://h.test/w", dest: "/d/w"), seq: 7, atMs: 9)
+        #expect(waiting.activity.box == nil && waiting.lastSeq == 7 && waiting.updatedAtMs == 9)
     }
 
     @Test func anOptionalTimeInEightBytesReadsBackAsItWasSet() {

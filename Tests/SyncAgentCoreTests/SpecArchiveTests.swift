@@ -47,6 +47,7 @@ struct SpecArchiveTests {
         SpecArchiveUse.exclusively {
             let (events, _) = RandomLog.make(seed: seed, count: 400)
             SpecArchive.install(Self.reader(over: events))
+            let failuresBefore = SpecArchive.failuresOnThisThread
             var random = SplitMix64(seed: seed)
             var held = AgentState(), released = AgentState()
             var letGo = 0
@@ -69,7 +70,7 @@ struct SpecArchiveTests {
             let reread = try? bytes.withUnsafeBytes { try Snapshot.decode($0) }
             #expect(reread == held)
             #expect(reread?.tasks.allSatisfy(\.holdsSpec) == true)
-            #expect(SpecArchive.failure == nil)
+            #expect(SpecArchive.failure(since: failuresBefore) == nil)
         }
     }
 
@@ -94,6 +95,34 @@ struct SpecArchiveTests {
         }
     }
 
+    /// An ended task's events may be compacted away: a job let go while it
+    /// waited is read back as it ends (a cancel, a failure before it ever
+    /// ran), so nothing asks the log for it once its events are gone.
+    @Test func aTaskThatEndsHoldsItsJobAgain() {
+        SpecArchiveUse.exclusively {
+            var log = LogBuilder()
+            log.create("cancelled")
+            log.create("failed")
+            log.create("paused")
+            SpecArchive.install(Self.reader(over: log.events))
+            var state = log.state
+            let letGo = ["cancelled", "failed", "paused"].map { state.releaseSpec(of: $0) }
+            #expect(letGo == [true, true, true])
+            for event in [log.add(.cancelled(Cancelled(bytes: 0)), task: "cancelled"),
+                          log.add(.failed(Failed(reason: "x", code: "x", bytes: 0)), task: "failed"),
+                          log.add(.paused(Paused(bytes: 0, reason: .user)), task: "paused")] {
+                state.apply(event)
+            }
+            #expect(state["cancelled"]?.holdsSpec == true && state["failed"]?.holdsSpec == true)
+            #expect(state["paused"]?.holdsSpec == false, "paused: still live, its events stay")
+            // The log has nothing to give any more: the ended tasks do not ask it.
+            SpecArchive.install { _, seq in throw ArchiveMiss(seq: seq) }
+            let failuresBefore = SpecArchive.failuresOnThisThread
+            #expect(state["cancelled"]?.spec == log.state["cancelled"]?.spec && state["failed"]?.spec == log.state["failed"]?.spec)
+            #expect(SpecArchive.failure(since: failuresBefore) == nil)
+        }
+    }
+
     /// A job the log no longer holds (a failing disk, a row deleted behind
     /// the agent's back) is said, and stands for nothing: no URL, no file.
     @Test func aJobThatCannotBeReadBackIsSaidAndHasNoTarget() {
@@ -102,13 +131,25 @@ struct SpecArchiveTests {
             log.create("a")
             var state = log.state
             SpecArchive.install { _, seq in throw ArchiveMiss(seq: seq) }
+            let failuresBefore = SpecArchive.failuresOnThisThread
             let letGo = state.releaseSpec(of: "a")
-            #expect(letGo && SpecArchive.failure == nil)
+            #expect(letGo && SpecArchive.failure(since: failuresBefore) == nil)
             let spec = state["a"]!.spec
             #expect(spec.url.isEmpty && spec.dest == nil && spec.notify == .none)
-            #expect(SpecArchive.failure?.contains("seq 1") == true)
-            SpecArchive.install(nil)
-            #expect(SpecArchive.failure == nil, "a new reader starts afresh")
+            #expect(SpecArchive.failure(since: failuresBefore)?.contains("seq 1") == true)
+            // Never kept as the job: held, it is still let go, and asked of the log again.
+            state.holdSpec(of: "a")
+            #expect(state["a"]?.holdsSpec == false && SpecArchive.failuresOnThisThread == failuresBefore + 2)
+            // Counted on this thread only: another thread's work (the agent's, while a snapshot failed) goes on.
+            let done = DispatchSemaphore(value: 0)
+            nonisolated(unsafe) var elsewhere = -1
+            let thread = Thread {
+                elsewhere = SpecArchive.failuresOnThisThread
+                done.signal()
+            }
+            thread.start()
+            done.wait()
+            #expect(elsewhere == 0)
         }
     }
 
@@ -137,7 +178,7 @@ struct SpecArchiveTests {
             }
             for key in keys { #expect(index.position(of: key, in: tasks, keyOf: \.spec.dest) == model[key]) }
             #expect(index.count == model.count)
-            #expect(index.positions == model.values.sorted())
+            #expect(index.positions.map(Int.init) == model.values.sorted())
         }
     }
 }

@@ -32,34 +32,61 @@ final class EventLog {
     /// create a file on disk) before its `created` is durable.
     private(set) var hasPendingCreations = false
 
-    /// Set once `SpecArchive` reads jobs back from this log: a waiting
-    /// task's job is then let go once its `created` is committed.
-    var releasesWaitingJobs = false
+    /// Set once `SpecArchive` reads jobs back from this log (see
+    /// `startLettingWaitingJobsGo`): a waiting task's job is then let go
+    /// once the event that made it wait is committed.
+    private(set) var releasesWaitingJobs = false
+    /// This thread's failed reads of jobs let go, when letting go began.
+    private var failuresBefore = 0
 
     /// One transaction for everything recorded since the last commit.
     func commit() throws {
         guard !pending.isEmpty else { return }
-        // Recorded on a placeholder job (one that could not be read back): never made durable.
-        if let failure = SpecArchive.failure { throw StoreError(message: failure) }
+        try refuseAfterFailedRead()
         try store.append(pending)
-        if releasesWaitingJobs, hasPendingCreations {
-            for event in pending { if case .created = event.body, let id = event.task { state.releaseSpec(of: id) } }
-        }
+        if releasesWaitingJobs { try releaseJobs(waitingAfter: pending) }
         pending.removeAll(keepingCapacity: true)
         hasPendingCreations = false
+    }
+
+    /// Recorded on a placeholder job (one that could not be read back): never made durable.
+    private func refuseAfterFailedRead() throws {
+        if releasesWaitingJobs, let failure = SpecArchive.failure(since: failuresBefore) { throw StoreError(message: failure) }
+    }
+
+    /// The jobs of top-level tasks these events left waiting (queued or
+    /// paused), once the events are durable: a new task's at once, one that
+    /// waits again (a retry, a pause) if the log still holds its `created`.
+    private func releaseJobs(waitingAfter events: [Event]) throws {
+        for event in events {
+            guard let id = event.task else { continue }
+            switch event.body {
+            case .created:
+                state.releaseSpec(of: id)
+            case .retrying, .paused, .resumed:
+                guard let task = state[id], task.holdsSpec, task.phase == .queued || task.phase == .paused, task.parentID == nil,
+                      try store.holdsCreated(of: id, at: task.createdSeq) else { continue }
+                state.releaseSpec(of: id)
+            default:
+                continue
+            }
+        }
     }
 
     /// Keeps a task's job in memory from now on: it is about to start, and
     /// its every step reads the job. Throws when it cannot be read back.
     func holdJob(of id: String) throws {
         state.holdSpec(of: id)
-        if let failure = SpecArchive.failure { throw StoreError(message: failure) }
+        try refuseAfterFailedRead()
     }
 
-    /// Lets go the jobs of the waiting top-level tasks whose `created` this
-    /// log still holds (one run again after compaction dropped its events
-    /// has none): the agent's start-up, after the fold. Returns how many.
-    func releaseWaitingJobs() throws -> Int {
+    /// From now on, lets waiting jobs go (`SpecArchive` must read them back
+    /// from this log): at once those of the waiting top-level tasks whose
+    /// `created` the log still holds (one run again after compaction dropped
+    /// its events has none). Returns how many went.
+    func startLettingWaitingJobsGo() throws -> Int {
+        releasesWaitingJobs = true
+        failuresBefore = SpecArchive.failuresOnThisThread
         var released = 0
         for entry in state.runQueue.entries {
             let task = state.tasks[entry.position]
@@ -76,7 +103,7 @@ final class EventLog {
 final class JobReader: @unchecked Sendable {
     private let store: EventStore
 
-    init(eventLog path: String) throws { store = try EventStore(readingFrom: path) }
+    init(eventLog path: String) throws { store = try EventStore(readingFrom: path, cacheKiB: 256) }
 
     func read(_ id: String?, _ seq: Int64) throws -> TaskSpec {
         guard let spec = try store.createdSpec(of: id, at: seq) else {

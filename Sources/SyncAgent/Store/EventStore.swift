@@ -97,10 +97,13 @@ public final class EventStore {
 
     /// Opens for reading while an agent may be writing (status, replay, events).
     /// A missing log reads as empty.
-    public init(readingFrom path: String) throws {
+    /// - Parameter cacheKiB: the page cache, where SQLite's 2 MiB is too much
+    ///   to keep: the agent's reader of waiting jobs looks up one row at a time.
+    public init(readingFrom path: String, cacheKiB: Int? = nil) throws {
         self.path = path
         guard FileSystem.exists(path) else { return }
         try open(flags: SQLITE_OPEN_READONLY)
+        if let cacheKiB { try execute("PRAGMA cache_size=-\(cacheKiB)") }
         let version = try schemaVersion()
         try refuseNewer(version)
         lastSeq = try readLastSeq()
@@ -607,6 +610,7 @@ public final class EventStore {
     public func writeSnapshot(_ state: AgentState, nowMs: Int64, olderThanS: Int64 = 0, pruned: Bool = false,
                               partBytes: Int = 256 << 10, stopRequested: () -> Bool = { false }) throws {
         let seq = state.lastSeq
+        let failuresBefore = SpecArchive.failuresOnThisThread
         // The fold at a seq is the fold at that seq: one already stored in this format is kept (a new compaction is starting on it).
         let stored = try scalar("SELECT count(*) FROM snapshots WHERE seq = \(seq) AND format = \(Snapshot.format)") > 0
         if stored {
@@ -636,7 +640,7 @@ public final class EventStore {
             parts += 1
         }
         // A job read back as a placeholder (its `created` unreadable) must not be stored as the task's.
-        if let failure = SpecArchive.failure { throw StoreError(message: failure) }
+        if let failure = SpecArchive.failure(since: failuresBefore) { throw StoreError(message: failure) }
         try transaction {
             try execute("""
                 INSERT INTO snapshots(seq, format, at_ms, pruned, done, older_than_s, parts, bytes)
