@@ -157,7 +157,7 @@ extension AgentState {
 
     private mutating func release(_ dest: String?, at position: Int) {
         guard let dest else { return }
-        reservations.remove(dest, position: position, in: tasks, keyOf: \.spec.dest)
+        reservations.remove(dest, position: position)
     }
 
     /// Keeps the derived indexes current on every phase change — the run
@@ -228,8 +228,12 @@ extension TaskState {
         let bytesBefore = bytes
         var expanded = false, fannedOut = false
         defer {
-            lastSeq = event.seq
-            updatedAtMs = event.atMs
+            let (createdSeq, createdAtMs) = (self.createdSeq, self.createdAtMs)
+            // One change to the activity, not two: replay passes here on every event.
+            activity.modify { activity in
+                activity.seqsSinceCreated = event.seq &- createdSeq
+                activity.msSinceCreated = event.atMs &- createdAtMs
+            }
             // Any event that names another byte count than the ranges hold
             // (a restart, a failure that kept nothing) ends the ranges. (Read in
             // place: replay passes here on every event of every task.)

@@ -36,17 +36,16 @@ struct OutOfLine<Fields: OutOfLineFields>: Equatable, Sendable {
         }
     }
 
-    /// Sets one field: in place in a box no one else holds (the fold sets a
-    /// running task's bytes on every progress event), and with no box made
-    /// to hold a default.
-    mutating func set<Value: Equatable>(_ field: WritableKeyPath<Fields, Value>, to value: Value) {
+    /// Changes fields in place in a box no one else holds (the fold changes
+    /// a running task's on every event), and makes no box to hold defaults.
+    @inline(__always)
+    mutating func modify(_ change: (inout Fields) -> Void) {
         if box != nil, isKnownUniquelyReferenced(&box!) {
-            box!.fields[keyPath: field] = value
+            change(&box!.fields)
             if box!.fields == Fields() { box = nil }
         } else {
             var fields = box?.fields ?? Fields()
-            guard fields[keyPath: field] != value else { return }
-            fields[keyPath: field] = value
+            change(&fields)
             box = fields == Fields() ? nil : Box(fields)
         }
     }

@@ -106,7 +106,7 @@ public enum Snapshot {
             // In the holders' creation order: each path is its holder's own destination.
             let holders = state.reservations.positions
             out.int(Int64(holders.count))
-            for position in holders.lazy.map(Int.init) { out.string(state.tasks[position].spec.dest ?? ""); out.string(state.tasks[position].id) }
+            for position in holders { out.string(state.tasks[position].spec.dest ?? ""); out.string(state.tasks[position].id) }
         }
         out.int(Int64(state.children.count))
         for (parent, ids) in state.children.sorted(by: { $0.key < $1.key }) { out.string(parent); out.strings(ids) }

@@ -105,22 +105,22 @@ public struct TaskState: Equatable, Sendable {
     /// Whether the job is in memory, not only in the log.
     public var holdsSpec: Bool { specSlot.box != nil }
     /// Bytes the log vouches for: flushed to the partial (or final) file.
-    public var bytes: Int64 { get { activity.box?.fields.bytes ?? 0 } set { activity.set(\.bytes, to: newValue) } }
+    public var bytes: Int64 { get { activity.box?.fields.bytes ?? 0 } set { activity.modify { $0.bytes = newValue } } }
     /// Attempts started so far, across restarts.
     public var attempts: Int {
-        get { Int(activity.box?.fields.attempts ?? 0) } set { activity.set(\.attempts, to: Int32(clamping: newValue)) }
+        get { Int(activity.box?.fields.attempts ?? 0) } set { activity.modify { $0.attempts = Int32(clamping: newValue) } }
     }
     /// `attempts` when the user last ran the failed task again: retries count from here.
     public var attemptsBeforeRerun: Int {
         get { Int(activity.box?.fields.attemptsBeforeRerun ?? 0) }
-        set { activity.set(\.attemptsBeforeRerun, to: Int32(clamping: newValue)) }
+        set { activity.modify { $0.attemptsBeforeRerun = Int32(clamping: newValue) } }
     }
     /// Attempts that spend no retry: they met no network (the task then waited
     /// for it), or ended by the agent's own change of approach (a segmented
     /// download going on over one connection).
     public var attemptsNotCounted: Int {
         get { Int(activity.box?.fields.attemptsNotCounted ?? 0) }
-        set { activity.set(\.attemptsNotCounted, to: Int32(clamping: newValue)) }
+        set { activity.modify { $0.attemptsNotCounted = Int32(clamping: newValue) } }
     }
     /// Attempts that count against `retries`.
     public var attemptsUsed: Int { attempts - attemptsBeforeRerun - attemptsNotCounted }
@@ -132,7 +132,7 @@ public struct TaskState: Equatable, Sendable {
         return Int(attempts == .max ? .max : attempts + 1)
     }
     public var redirects: Int {
-        get { Int(activity.box?.fields.redirects ?? 0) } set { activity.set(\.redirects, to: Int32(clamping: newValue)) }
+        get { Int(activity.box?.fields.redirects ?? 0) } set { activity.modify { $0.redirects = Int32(clamping: newValue) } }
     }
     // Set in any order (a snapshot sets each): the last seq and time, kept
     // as distances from the creation's, stay what they were.
@@ -143,7 +143,7 @@ public struct TaskState: Equatable, Sendable {
     /// The seq of the task's last event.
     public var lastSeq: Int64 {
         get { createdSeq &+ (activity.box?.fields.seqsSinceCreated ?? 0) }
-        set { activity.set(\.seqsSinceCreated, to: newValue &- createdSeq) }
+        set { let distance = newValue &- createdSeq; activity.modify { $0.seqsSinceCreated = distance } }
     }
     public var createdAtMs: Int64 {
         didSet { updatedAtMs = oldValue &+ (activity.box?.fields.msSinceCreated ?? 0) }
@@ -151,10 +151,10 @@ public struct TaskState: Equatable, Sendable {
     /// When the task's last event was recorded.
     public var updatedAtMs: Int64 {
         get { createdAtMs &+ (activity.box?.fields.msSinceCreated ?? 0) }
-        set { activity.set(\.msSinceCreated, to: newValue &- createdAtMs) }
+        set { let distance = newValue &- createdAtMs; activity.modify { $0.msSinceCreated = distance } }
     }
     /// Throughput over the last two progress events, bytes per second.
-    public var speed: Int64 { get { activity.box?.fields.speed ?? 0 } set { activity.set(\.speed, to: newValue) } }
+    public var speed: Int64 { get { activity.box?.fields.speed ?? 0 } set { activity.modify { $0.speed = newValue } } }
     /// Where the next request goes: the job's URL until a redirect moves it.
     public var currentURL: String {
         get { movedURL ?? spec.url }
@@ -169,7 +169,7 @@ public struct TaskState: Equatable, Sendable {
     }
     /// `currentURL` when a redirect moved it off the job's URL; else nil.
     public private(set) var movedURL: String? {
-        get { activity.box?.fields.movedURL } set { activity.set(\.movedURL, to: newValue) }
+        get { activity.box?.fields.movedURL } set { activity.modify { $0.movedURL = newValue } }
     }
     /// `host:port` of `currentURL`, kept rather than parsed on every scheduling pass.
     public internal(set) var hostKey: String
@@ -179,16 +179,16 @@ public struct TaskState: Equatable, Sendable {
     var activity = OutOfLine<TaskActivity>()
     // The optional time below is stored with a sentinel: 8 bytes, not 16.
     private var storedNotBeforeMs = OptionalInt64()
-    public var total: Int64? { get { activity.box?.fields.total.value } set { activity.set(\.total, to: OptionalInt64(newValue)) } }
+    public var total: Int64? { get { activity.box?.fields.total.value } set { activity.modify { $0.total = OptionalInt64(newValue) } } }
     /// Unix ms before which the scheduler must not start it (not_before, retry backoff).
     public var notBeforeMs: Int64? { get { storedNotBeforeMs.value } set { storedNotBeforeMs.value = newValue } }
     public var endedAtMs: Int64? {
-        get { activity.box?.fields.endedAtMs.value } set { activity.set(\.endedAtMs, to: OptionalInt64(newValue)) }
+        get { activity.box?.fields.endedAtMs.value } set { activity.modify { $0.endedAtMs = OptionalInt64(newValue) } }
     }
     /// When the first attempt began: `total_timeout` counts from here, across
     /// attempts and restarts (NSURLSession's timeoutIntervalForResource).
     public var firstStartedAtMs: Int64? {
-        get { activity.box?.fields.firstStartedAtMs.value } set { activity.set(\.firstStartedAtMs, to: OptionalInt64(newValue)) }
+        get { activity.box?.fields.firstStartedAtMs.value } set { activity.modify { $0.firstStartedAtMs = OptionalInt64(newValue) } }
     }
     public var phase: TaskPhase = .queued
     public var pauseReason: PauseReason?
@@ -379,7 +379,7 @@ public struct AgentState: Equatable, Sendable {
 
     /// Every identity `hasTaken` knows (reads every task's job: for tests and old snapshots).
     public var takenSources: Set<String> {
-        controlSources.union(sourcesOfTasks.positions.compactMap { tasks[Int($0)].spec.source?.identity })
+        controlSources.union(sourcesOfTasks.positions.compactMap { tasks[$0].spec.source?.identity })
     }
 
     /// The live task holding `path` as its destination, if any.
@@ -389,7 +389,7 @@ public struct AgentState: Equatable, Sendable {
 
     /// Every reserved destination and its holder (reads every holder's job: for tests).
     public var reservedPaths: [String: String] {
-        Dictionary(reservations.positions.map(Int.init).compactMap { position in
+        Dictionary(reservations.positions.compactMap { position in
             tasks[position].spec.dest.map { ($0, tasks[position].id) }
         }, uniquingKeysWith: { first, _ in first })
     }
@@ -430,8 +430,8 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
     private static let chunkShift = 10
     private static let chunkMask = (1 << chunkShift) - 1
     private var chunks: [[TaskState]] = []
-    /// Positions in 32 bits: the dictionary keeps 2.6 slots a task at 100,000 (its 0.75 load, doubled).
-    private var positions: [String: Int32] = [:]
+    /// By a hash of the id, each hit checked against the task's own (see `PositionTable`).
+    private var positions = PositionTable()
     public private(set) var count = 0
 
     public init() {}
@@ -447,8 +447,8 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
         _modify { yield &chunks[position >> Self.chunkShift][position & Self.chunkMask] }
     }
 
-    public subscript(id: String) -> TaskState? { positions[id].map { self[Int($0)] } }
-    public func index(forKey id: String) -> Int? { positions[id].map(Int.init) }
+    public subscript(id: String) -> TaskState? { index(forKey: id).map { self[$0] } }
+    public func index(forKey id: String) -> Int? { positions.first(hash: id.hashValue) { self[$0].id == id } }
     /// The ids in creation order, each read in place (not through a copy of its task).
     public var keys: LazyMapSequence<Range<Int>, String> { indices.lazy.map { self[$0].id } }
 
@@ -457,11 +457,9 @@ public struct TaskList: RandomAccessCollection, Equatable, Sendable {
     mutating func append(_ task: consuming TaskState) -> Bool {
         // One hash of the id, not two: a start-up adds every task of its snapshot.
         let id = task.id
-        guard count < Int32.max else { return false }
-        if let taken = positions.updateValue(Int32(count), forKey: id) {
-            positions[id] = taken
-            return false
-        }
+        let idHash = id.hashValue
+        guard count < Int32.max, positions.first(hash: idHash, where: { self[$0].id == id }) == nil else { return false }
+        positions.insert(hash: idHash, position: count)
         if count & Self.chunkMask == 0 {
             var chunk: [TaskState] = []
             chunk.reserveCapacity(Self.chunkMask + 1)

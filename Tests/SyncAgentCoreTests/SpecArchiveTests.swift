@@ -173,12 +173,12 @@ struct SpecArchiveTests {
                 #expect(took == free)
                 if model[key] == nil { model[key] = position }
             } else {
-                index.remove(key, position: position, in: tasks, keyOf: \.spec.dest)
+                index.remove(key, position: position)
                 if model[key] == position { model[key] = nil }
             }
             for key in keys { #expect(index.position(of: key, in: tasks, keyOf: \.spec.dest) == model[key]) }
             #expect(index.count == model.count)
-            #expect(index.positions.map(Int.init) == model.values.sorted())
+            #expect(index.positions == model.values.sorted())
         }
     }
 }
