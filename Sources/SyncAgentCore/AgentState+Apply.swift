@@ -16,7 +16,10 @@ extension AgentState {
         case .created(let spec):
             guard let id = event.task, tasks[id] == nil else { orphanEvents.append(event.seq); return }
             let position = tasks.count
-            tasks.append(TaskState(id: id, spec: spec, seq: event.seq, atMs: event.atMs))
+            guard tasks.append(TaskState(id: id, spec: spec, seq: event.seq, atMs: event.atMs)) else {
+                orphanEvents.append(event.seq)
+                return
+            }
             if let source = spec.source { sourcesOfTasks.insert(source.identity, position: position, in: tasks, keyOf: \.spec.source?.identity) }
             reserve(spec.dest, at: position)
             countActive(id, was: nil, now: .queued)

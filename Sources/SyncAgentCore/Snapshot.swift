@@ -951,8 +951,9 @@ private struct SnapshotReader {
         var task = TaskState(id: id, spec: consume spec, hostKey: hostKey, seq: 0, atMs: 0)
         task.bytes = try int(); task.attempts = Int(try int()); task.attemptsBeforeRerun = Int(try int())
         task.attemptsNotCounted = Int(try int())
-        task.redirects = Int(try int()); task.createdSeq = try int(); task.lastSeq = try int(); task.createdAtMs = try int()
-        task.updatedAtMs = try int()
+        task.redirects = Int(try int())
+        let createdSeq = try int(), lastSeq = try int(), createdAtMs = try int(), updatedAtMs = try int()
+        task.setSeqsAndTimes(createdSeq: createdSeq, lastSeq: lastSeq, createdAtMs: createdAtMs, updatedAtMs: updatedAtMs)
         task.speed = try int()
         if let moved = try optionalString() {
             let hostKey = task.hostKey

@@ -146,8 +146,10 @@ public struct TaskState: Equatable, Sendable {
         set { let distance = newValue &- createdSeq; activity.modify { $0.seqsSinceCreated = distance } }
     }
     public var createdAtMs: Int64 {
-        didSet { updatedAtMs = oldValue &+ (activity.box?.fields.msSinceCreated ?? 0) }
+        get { storedCreatedAtMs }
+        set { let updated = updatedAtMs; storedCreatedAtMs = newValue; updatedAtMs = updated }
     }
+    private var storedCreatedAtMs: Int64
     /// When the task's last event was recorded.
     public var updatedAtMs: Int64 {
         get { createdAtMs &+ (activity.box?.fields.msSinceCreated ?? 0) }
@@ -257,7 +259,19 @@ public struct TaskState: Equatable, Sendable {
         self.jobAllowsMetered = spec.allowMetered
         // Last: the box takes the spec itself, not a copy (a copy retains its every string).
         self.specSlot = SpecSlot(box: SpecBox(consume spec), createdSeq: seq)
-        self.createdAtMs = atMs
+        self.storedCreatedAtMs = atMs
+    }
+
+    /// The creation's and the last event's seq and time, set together (a
+    /// snapshot reads them so): one at a time, each would make and drop a
+    /// box of activity for a task nothing happened to.
+    mutating func setSeqsAndTimes(createdSeq: Int64, lastSeq: Int64, createdAtMs: Int64, updatedAtMs: Int64) {
+        specSlot.createdSeq = createdSeq
+        storedCreatedAtMs = createdAtMs
+        activity.modify { activity in
+            activity.seqsSinceCreated = lastSeq &- createdSeq
+            activity.msSinceCreated = updatedAtMs &- createdAtMs
+        }
     }
 
     /// Lets the job go, to be read back from the log: a top-level task that

@@ -30,6 +30,13 @@ struct LayoutTests {
             task.lastSeq = created
             #expect(task.lastSeq == created && task.createdSeq == last)
         }
+        // Set together, as a snapshot does, they read back too.
+        for (created, last) in pairs {
+            var task = TaskState(id: "t", spec: TaskSpec(url: "http://h.test/x", dest: nil), seq: 3, atMs: 4)
+            task.setSeqsAndTimes(createdSeq: created, lastSeq: last, createdAtMs: last, updatedAtMs: created)
+            #expect(task.createdSeq == created && task.lastSeq == last && task.createdAtMs == last && task.updatedAtMs == created)
+            #expect((task.activity.box == nil) == (created == last), "a box only for what differs from the creation")
+        }
         // A task nothing happened to since its creation holds no activity.
         let waiting = TaskState(id: "w", spec: TaskSpec(url: "http://h.test/w", dest: "/d/w"), seq: 7, atMs: 9)
         #expect(waiting.activity.box == nil && waiting.lastSeq == 7 && waiting.updatedAtMs == 9)

@@ -97,6 +97,8 @@ struct LiveStateTests {
                 Event(seq: 2, atMs: 2, task: "runs", body: .created(spec("runs"))),
                 Event(seq: 3, atMs: 3, task: "runs", body: .started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:9/runs"))),
                 Event(seq: 4, atMs: 4, task: "dropped", body: .created(spec("dropped"))),
+                Event(seq: 5, atMs: 5, task: "paused", body: .created(spec("paused"))),
+                Event(seq: 6, atMs: 6, task: "paused", body: .paused(Paused(bytes: 0, reason: .user))),
             ])
             store.close()
             let script = "import sqlite3, sys; db = sqlite3.connect(sys.argv[1], isolation_level=None); db.execute('DELETE FROM events WHERE seq = 4')"
@@ -108,8 +110,9 @@ struct LiveStateTests {
             let jobs = try JobReader(eventLog: path)
             SpecArchive.install { id, seq in try jobs.read(id, seq) }
             let failuresBefore = SpecArchive.failuresOnThisThread
-            #expect(try log.startLettingWaitingJobsGo() == 1)
+            #expect(try log.startLettingWaitingJobsGo() == 2)
             #expect(log.state["waits"]?.holdsSpec == false && log.state["waits"]?.spec == spec("waits"))
+            #expect(log.state["paused"]?.holdsSpec == false && log.state["paused"]?.spec == spec("paused"))
             #expect(log.state["runs"]?.holdsSpec == true && log.state["dropped"]?.holdsSpec == true)
             #expect(SpecArchive.failure(since: failuresBefore) == nil)
         }

@@ -33,7 +33,13 @@ final class HLSAssembler {
     func assemble(_ parent: TaskState, in state: AgentState, root: DownloadRoot) {
         busy.insert(parent.id)
         queue.async { [finished] in
-            finished.post((parent.id, Outcome { try HLSPublisher.prepare(parent, in: state, root: root) }))
+            finished.post((parent.id, Outcome {
+                // A holder's job read back here as a placeholder would make its path look free.
+                let failuresBefore = SpecArchive.failuresOnThisThread
+                let prepared = try HLSPublisher.prepare(parent, in: state, root: root)
+                if let failure = SpecArchive.failure(since: failuresBefore) { throw StoreError(message: failure) }
+                return prepared
+            }))
         }
     }
 

@@ -44,7 +44,7 @@ final class EventLog {
         guard !pending.isEmpty else { return }
         try refuseAfterFailedRead()
         try store.append(pending)
-        if releasesWaitingJobs { try releaseJobs(waitingAfter: pending) }
+        if releasesWaitingJobs { releaseJobs(waitingAfter: pending) }
         pending.removeAll(keepingCapacity: true)
         hasPendingCreations = false
     }
@@ -57,15 +57,16 @@ final class EventLog {
     /// The jobs of top-level tasks these events left waiting (queued or
     /// paused), once the events are durable: a new task's at once, one that
     /// waits again (a retry, a pause) if the log still holds its `created`.
-    private func releaseJobs(waitingAfter events: [Event]) throws {
+    private func releaseJobs(waitingAfter events: [Event]) {
         for event in events {
             guard let id = event.task else { continue }
             switch event.body {
             case .created:
                 state.releaseSpec(of: id)
             case .retrying, .paused, .resumed:
+                // Best effort: the events are durable already, and a job kept costs only memory.
                 guard let task = state[id], task.holdsSpec, task.phase == .queued || task.phase == .paused, task.parentID == nil,
-                      try store.holdsCreated(of: id, at: task.createdSeq) else { continue }
+                      (try? store.holdsCreated(of: id, at: task.createdSeq)) == true else { continue }
                 state.releaseSpec(of: id)
             default:
                 continue
@@ -81,17 +82,20 @@ final class EventLog {
     }
 
     /// From now on, lets waiting jobs go (`SpecArchive` must read them back
-    /// from this log): at once those of the waiting top-level tasks whose
+    /// from this log): at once those of the waiting (queued or paused) top-level tasks whose
     /// `created` the log still holds (one run again after compaction dropped
     /// its events has none). Returns how many went.
     func startLettingWaitingJobsGo() throws -> Int {
         releasesWaitingJobs = true
         failuresBefore = SpecArchive.failuresOnThisThread
         var released = 0
-        for entry in state.runQueue.entries {
-            let task = state.tasks[entry.position]
-            guard task.holdsSpec, task.parentID == nil, try store.holdsCreated(of: task.id, at: task.createdSeq) else { continue }
-            if state.releaseSpec(of: task.id) { released += 1 }
+        for position in state.tasks.indices {
+            // Read in place: most tasks of a long log ended long ago.
+            let phase = state.tasks[position].phase
+            guard phase == .queued || phase == .paused, state.tasks[position].holdsSpec, state.tasks[position].parentID == nil else { continue }
+            let (id, createdSeq) = (state.tasks[position].id, state.tasks[position].createdSeq)
+            guard try store.holdsCreated(of: id, at: createdSeq) else { continue }
+            if state.releaseSpec(of: id) { released += 1 }
         }
         return released
     }

@@ -662,8 +662,11 @@ public final class EventStore {
     /// exist; it is marked pruned in the same transaction as the first
     /// deletion, so a crash before one leaves every replay possible.
     public func deleteEvents(tasks: inout [String], through: Int64, beforeMs: Int64, limit: Int) throws -> (rows: Int, tasks: [String]) {
+        // Not a task with events after the snapshot: run again since, it is live (its job
+        // may be read back from its `created`), and its history goes once it has ended again.
         let ofTask = try prepare("""
             DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE task = ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3)
+              AND NOT EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq > ?2)
             """)
         defer { sqlite3_finalize(ofTask) }
         // The agent's own history older than the cutoff goes too, but not the compactions' reports
