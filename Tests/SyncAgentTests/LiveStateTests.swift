@@ -46,7 +46,7 @@ struct LiveStateTests {
             let log = try EventLog(store: EventStore(writingTo: path))
             let jobs = try JobReader(eventLog: path)
             SpecArchive.install { id, seq in try jobs.read(id, seq) }
-            #expect(try log.startLettingWaitingJobsGo() == 0)
+            #expect(try log.startLettingWaitingJobsGo(queueHeldWhole: 0) == 0)
             let spec = TaskSpec(url: "http://127.0.0.1:9/a", dest: "/d/a.bin", source: JobSource(file: "a.job", identity: "1:2:3:abc"))
             log.record(.created(spec), task: "a")
             #expect(log.state["a"]?.holdsSpec == true, "held until its created is durable")
@@ -110,11 +110,32 @@ struct LiveStateTests {
             let jobs = try JobReader(eventLog: path)
             SpecArchive.install { id, seq in try jobs.read(id, seq) }
             let failuresBefore = SpecArchive.failuresOnThisThread
-            #expect(try log.startLettingWaitingJobsGo() == 2)
+            #expect(try log.startLettingWaitingJobsGo(queueHeldWhole: 0) == 2)
             #expect(log.state["waits"]?.holdsSpec == false && log.state["waits"]?.spec == spec("waits"))
             #expect(log.state["paused"]?.holdsSpec == false && log.state["paused"]?.spec == spec("paused"))
             #expect(log.state["runs"]?.holdsSpec == true && log.state["dropped"]?.holdsSpec == true)
             #expect(SpecArchive.failure(since: failuresBefore) == nil)
+        }
+    }
+
+    /// A short queue keeps its jobs (reading one back costs a task that
+    /// starts at once more than its memory is worth): jobs go only while
+    /// more than the limit wait, and then those of the tasks just created.
+    @Test func aShortQueueKeepsItsJobs() throws {
+        try SpecArchiveUse.exclusively {
+            let directory = TempDirectory()
+            let path = directory.file("events.sqlite")
+            let log = try EventLog(store: EventStore(writingTo: path))
+            let jobs = try JobReader(eventLog: path)
+            SpecArchive.install { id, seq in try jobs.read(id, seq) }
+            #expect(try log.startLettingWaitingJobsGo(queueHeldWhole: 2) == 0)
+            for name in ["a", "b"] { log.record(.created(TaskSpec(url: "http://127.0.0.1:9/\(name)", dest: "/d/\(name)")), task: name) }
+            try log.commit()
+            #expect(log.state["a"]?.holdsSpec == true && log.state["b"]?.holdsSpec == true)
+            log.record(.created(TaskSpec(url: "http://127.0.0.1:9/c", dest: "/d/c")), task: "c")
+            try log.commit()
+            #expect(log.state["a"]?.holdsSpec == true && log.state["b"]?.holdsSpec == true && log.state["c"]?.holdsSpec == false)
+            #expect(log.state["c"]?.spec.url == "http://127.0.0.1:9/c")
         }
     }
 }

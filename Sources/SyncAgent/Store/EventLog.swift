@@ -36,6 +36,10 @@ final class EventLog {
     /// `startLettingWaitingJobsGo`): a waiting task's job is then let go
     /// once the event that made it wait is committed.
     private(set) var releasesWaitingJobs = false
+    /// Up to this many queued tasks keep their jobs: reading a job back costs
+    /// a task that starts at once about 15 µs, and a short queue's jobs cost
+    /// little memory (about 400 bytes each).
+    private var queueHeldWhole = 0
     /// This thread's failed reads of jobs let go, when letting go began.
     private var failuresBefore = 0
 
@@ -58,6 +62,7 @@ final class EventLog {
     /// paused), once the events are durable: a new task's at once, one that
     /// waits again (a retry, a pause) if the log still holds its `created`.
     private func releaseJobs(waitingAfter events: [Event]) {
+        guard state.runQueue.entries.count > queueHeldWhole else { return }
         for event in events {
             guard let id = event.task else { continue }
             switch event.body {
@@ -81,13 +86,16 @@ final class EventLog {
         try refuseAfterFailedRead()
     }
 
-    /// From now on, lets waiting jobs go (`SpecArchive` must read them back
-    /// from this log): at once those of the waiting (queued or paused) top-level tasks whose
+    /// From now on, lets waiting jobs go while more than `queueHeldWhole`
+    /// tasks are queued (`SpecArchive` must read them back from this log):
+    /// at once those of the waiting (queued or paused) top-level tasks whose
     /// `created` the log still holds (one run again after compaction dropped
     /// its events has none). Returns how many went.
-    func startLettingWaitingJobsGo() throws -> Int {
+    func startLettingWaitingJobsGo(queueHeldWhole: Int = 4096) throws -> Int {
         releasesWaitingJobs = true
+        self.queueHeldWhole = queueHeldWhole
         failuresBefore = SpecArchive.failuresOnThisThread
+        guard state.runQueue.entries.count > queueHeldWhole else { return 0 }
         var released = 0
         for position in state.tasks.indices {
             // Read in place: most tasks of a long log ended long ago.
