@@ -192,8 +192,7 @@ public final class Agent {
         try log.commit()
         // Waiting jobs live in the log, not in memory: read back, as each task
         // starts, on a connection of their own (see SpecArchive).
-        let jobs = try JobReader(eventLog: paths.eventLog)
-        SpecArchive.install { id, seq in try jobs.read(id, seq) }
+        try JobReader.install(eventLog: paths.eventLog)
         defer { SpecArchive.install(nil) }
         let released = try log.startLettingWaitingJobsGo()
         if released > 0 { logger.debug("waiting jobs left to the log", metadata: ["tasks": "\(released)"]) }

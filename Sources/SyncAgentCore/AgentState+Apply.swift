@@ -20,7 +20,7 @@ extension AgentState {
                 orphanEvents.append(event.seq)
                 return
             }
-            if let source = spec.source { sourcesOfTasks.insert(source.identity, position: position, in: tasks, keyOf: \.spec.source?.identity) }
+            indexSourceOfTask(at: position)
             reserve(spec.dest, at: position)
             countActive(id, was: nil, now: .queued)
             if let parent = spec.parent {

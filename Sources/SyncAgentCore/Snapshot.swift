@@ -275,10 +275,7 @@ public enum Snapshot {
         }
         try input.section(lengthPrefixed, skip: table != nil) { input in
             let listed = try input.strings()
-            for position in state.tasks.indices {
-                guard let identity = state.tasks[position].spec.source?.identity else { continue }
-                state.sourcesOfTasks.insert(identity, position: position, in: state.tasks, keyOf: \.spec.source?.identity)
-            }
+            for position in state.tasks.indices { state.indexSourceOfTask(at: position) }
             // Before format 5 the list held the tasks' own as well.
             state.controlSources = Set(input.format >= 5 ? listed : listed.filter { !state.hasTaken($0) })
         }

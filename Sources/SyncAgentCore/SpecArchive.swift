@@ -40,6 +40,20 @@ public enum SpecArchive {
         return failures.count > count ? failures.last : nil
     }
 
+    /// `work`'s result, or an error if a job it read back on this thread was
+    /// a placeholder: what it made must not be stored or acted on.
+    public static func checkingReads<T>(_ work: () throws -> T) throws -> T {
+        let failuresBefore = failuresOnThisThread
+        let result = try work()
+        if let failure = failure(since: failuresBefore) { throw Unreadable(description: failure) }
+        return result
+    }
+
+    /// A job could not be read back (`checkingReads`).
+    public struct Unreadable: Error, CustomStringConvertible {
+        public var description: String
+    }
+
     /// The job, read back; a placeholder when it cannot be (and the failure counted).
     static func spec(of id: String?, createdAt seq: Int64) -> TaskSpec {
         // A data task with nowhere to write and nothing to announce: the

@@ -99,7 +99,7 @@ public struct Family: Equatable, Sendable {
 public struct TaskState: Equatable, Sendable {
     public var id: String
     /// The job (see `SpecSlot`): let go only by the agent, only while a
-    /// top-level task waits in the queue (`AgentState.releaseSpec`).
+    /// top-level task waits, queued or paused (`AgentState.releaseSpec`).
     private var specSlot: SpecSlot
     public var spec: TaskSpec { specSlot.spec(of: id) }
     /// Whether the job is in memory, not only in the log.
@@ -278,9 +278,15 @@ public struct TaskState: Equatable, Sendable {
     /// waits (queued or paused), whose `created` the caller knows to be in
     /// the log. (Never an ended one: compaction may delete its events.)
     mutating func releaseSpec() -> Bool {
-        guard let box = specSlot.box, phase == .queued || phase == .paused, box.spec.parent == nil else { return false }
+        guard mayLetSpecGo else { return false }
         specSlot.box = nil
         return true
+    }
+
+    /// Whether `releaseSpec` would let the job go (asked before looking in the log for its `created`).
+    public var mayLetSpecGo: Bool {
+        guard let box = specSlot.box else { return false }
+        return (phase == .queued || phase == .paused) && box.spec.parent == nil
     }
 
     /// Reads a job let go back into memory, where it stays. One that cannot
@@ -389,6 +395,13 @@ public struct AgentState: Equatable, Sendable {
     /// a control job (exactly-once intake).
     public func hasTaken(_ identity: String) -> Bool {
         controlSources.contains(identity) || sourcesOfTasks.position(of: identity, in: tasks, keyOf: \.spec.source?.identity) != nil
+    }
+
+    /// Indexes the job-file identity of the task at `position`, if it has one
+    /// (`hasTaken`): as the fold creates it, or a snapshot is read.
+    mutating func indexSourceOfTask(at position: Int) {
+        guard let identity = tasks[position].spec.source?.identity else { return }
+        sourcesOfTasks.insert(identity, position: position, in: tasks, keyOf: \.spec.source?.identity)
     }
 
     /// Every identity `hasTaken` knows (reads every task's job: for tests and old snapshots).

@@ -36,6 +36,15 @@ struct LiveStateTests {
         #expect(replayed.tasks.filter { $0.phase == .failed }.count == 1)
     }
 
+    /// A new log whose waiting jobs go (beyond `queueHeldWhole` queued),
+    /// read back through a reader installed for it: as the agent starts.
+    private func logLettingJobsGo(at path: String, queueHeldWhole: Int) throws -> EventLog {
+        let log = try EventLog(store: EventStore(writingTo: path))
+        try JobReader.install(eventLog: path)
+        #expect(try log.startLettingWaitingJobsGo(queueHeldWhole: queueHeldWhole) == 0)
+        return log
+    }
+
     /// A waiting job lives in the log once its `created` is durable, and is
     /// read back as its task starts; one the log no longer holds stops the
     /// agent (nothing more is committed) with the task and seq named.
@@ -43,10 +52,7 @@ struct LiveStateTests {
         try SpecArchiveUse.exclusively {
             let directory = TempDirectory()
             let path = directory.file("events.sqlite")
-            let log = try EventLog(store: EventStore(writingTo: path))
-            let jobs = try JobReader(eventLog: path)
-            SpecArchive.install { id, seq in try jobs.read(id, seq) }
-            #expect(try log.startLettingWaitingJobsGo(queueHeldWhole: 0) == 0)
+            let log = try logLettingJobsGo(at: path, queueHeldWhole: 0)
             let spec = TaskSpec(url: "http://127.0.0.1:9/a", dest: "/d/a.bin", source: JobSource(file: "a.job", identity: "1:2:3:abc"))
             log.record(.created(spec), task: "a")
             #expect(log.state["a"]?.holdsSpec == true, "held until its created is durable")
@@ -107,8 +113,7 @@ struct LiveStateTests {
             let child = try ChildProcess("/usr/bin/python3", ["-c", script, path], environment: ProcessInfo.processInfo.environment,
                                          outputIn: directory.path)
             #expect(child.wait(seconds: 30) == 0, "\(child.stderr)")
-            let jobs = try JobReader(eventLog: path)
-            SpecArchive.install { id, seq in try jobs.read(id, seq) }
+            try JobReader.install(eventLog: path)
             let failuresBefore = SpecArchive.failuresOnThisThread
             #expect(try log.startLettingWaitingJobsGo(queueHeldWhole: 0) == 2)
             #expect(log.state["waits"]?.holdsSpec == false && log.state["waits"]?.spec == spec("waits"))
@@ -124,11 +129,7 @@ struct LiveStateTests {
     @Test func aShortQueueKeepsItsJobs() throws {
         try SpecArchiveUse.exclusively {
             let directory = TempDirectory()
-            let path = directory.file("events.sqlite")
-            let log = try EventLog(store: EventStore(writingTo: path))
-            let jobs = try JobReader(eventLog: path)
-            SpecArchive.install { id, seq in try jobs.read(id, seq) }
-            #expect(try log.startLettingWaitingJobsGo(queueHeldWhole: 2) == 0)
+            let log = try logLettingJobsGo(at: directory.file("events.sqlite"), queueHeldWhole: 2)
             for name in ["a", "b"] { log.record(.created(TaskSpec(url: "http://127.0.0.1:9/\(name)", dest: "/d/\(name)")), task: name) }
             try log.commit()
             #expect(log.state["a"]?.holdsSpec == true && log.state["b"]?.holdsSpec == true)

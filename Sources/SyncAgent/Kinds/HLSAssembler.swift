@@ -35,10 +35,7 @@ final class HLSAssembler {
         queue.async { [finished] in
             finished.post((parent.id, Outcome {
                 // A holder's job read back here as a placeholder would make its path look free.
-                let failuresBefore = SpecArchive.failuresOnThisThread
-                let prepared = try HLSPublisher.prepare(parent, in: state, root: root)
-                if let failure = SpecArchive.failure(since: failuresBefore) { throw StoreError(message: failure) }
-                return prepared
+                try SpecArchive.checkingReads { try HLSPublisher.prepare(parent, in: state, root: root) }
             }))
         }
     }

@@ -70,9 +70,7 @@ final class EventLog {
                 state.releaseSpec(of: id)
             case .retrying, .paused, .resumed:
                 // Best effort: the events are durable already, and a job kept costs only memory.
-                guard let task = state[id], task.holdsSpec, task.phase == .queued || task.phase == .paused, task.parentID == nil,
-                      (try? store.holdsCreated(of: id, at: task.createdSeq)) == true else { continue }
-                state.releaseSpec(of: id)
+                _ = try? releaseIfTheLogHoldsIt(id)
             default:
                 continue
             }
@@ -97,15 +95,17 @@ final class EventLog {
         failuresBefore = SpecArchive.failuresOnThisThread
         guard state.runQueue.entries.count > queueHeldWhole else { return 0 }
         var released = 0
-        for position in state.tasks.indices {
-            // Read in place: most tasks of a long log ended long ago.
-            let phase = state.tasks[position].phase
-            guard phase == .queued || phase == .paused, state.tasks[position].holdsSpec, state.tasks[position].parentID == nil else { continue }
-            let (id, createdSeq) = (state.tasks[position].id, state.tasks[position].createdSeq)
-            guard try store.holdsCreated(of: id, at: createdSeq) else { continue }
-            if state.releaseSpec(of: id) { released += 1 }
+        for position in state.tasks.indices where state.tasks[position].mayLetSpecGo {
+            if try releaseIfTheLogHoldsIt(state.tasks[position].id) { released += 1 }
         }
         return released
+    }
+
+    /// Lets a waiting task's job go if the log still holds its `created`
+    /// (one run again after compaction dropped its events has none). Whether it did.
+    private func releaseIfTheLogHoldsIt(_ id: String) throws -> Bool {
+        guard let task = state[id], task.mayLetSpecGo, try store.holdsCreated(of: id, at: task.createdSeq) else { return false }
+        return state.releaseSpec(of: id)
     }
 }
 
@@ -116,6 +116,12 @@ final class JobReader: @unchecked Sendable {
     private let store: EventStore
 
     init(eventLog path: String) throws { store = try EventStore(readingFrom: path, cacheKiB: 256) }
+
+    /// Installs a reader of this log as `SpecArchive`'s.
+    static func install(eventLog path: String) throws {
+        let reader = try JobReader(eventLog: path)
+        SpecArchive.install { id, seq in try reader.read(id, seq) }
+    }
 
     func read(_ id: String?, _ seq: Int64) throws -> TaskSpec {
         guard let spec = try store.createdSpec(of: id, at: seq) else {

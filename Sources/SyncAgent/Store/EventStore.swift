@@ -610,7 +610,6 @@ public final class EventStore {
     public func writeSnapshot(_ state: AgentState, nowMs: Int64, olderThanS: Int64 = 0, pruned: Bool = false,
                               partBytes: Int = 256 << 10, stopRequested: () -> Bool = { false }) throws {
         let seq = state.lastSeq
-        let failuresBefore = SpecArchive.failuresOnThisThread
         // The fold at a seq is the fold at that seq: one already stored in this format is kept (a new compaction is starting on it).
         let stored = try scalar("SELECT count(*) FROM snapshots WHERE seq = \(seq) AND format = \(Snapshot.format)") > 0
         if stored {
@@ -627,7 +626,9 @@ public final class EventStore {
         defer { sqlite3_finalize(insert) }
         var parts: Int64 = 0
         // Written as it is made, a part per transaction: never the whole snapshot in memory.
-        let bytes = try Snapshot.write(state, partBytes: partBytes) { piece in
+        // A job read back as a placeholder (its `created` unreadable) must not be stored as the task's:
+        // its parts then stay unnamed, and go at the next snapshot.
+        let bytes = try SpecArchive.checkingReads { try Snapshot.write(state, partBytes: partBytes) { piece in
             if stopRequested() { throw CompactionCutShort(snapshotSeq: nil, events: 0) }
             try transaction {
                 sqlite3_reset(insert)
@@ -638,9 +639,7 @@ public final class EventStore {
                 guard sqlite3_step(insert) == SQLITE_DONE else { throw error("cannot write the snapshot at seq \(seq)") }
             }
             parts += 1
-        }
-        // A job read back as a placeholder (its `created` unreadable) must not be stored as the task's.
-        if let failure = SpecArchive.failure(since: failuresBefore) { throw StoreError(message: failure) }
+        } }
         try transaction {
             try execute("""
                 INSERT INTO snapshots(seq, format, at_ms, pruned, done, older_than_s, parts, bytes)
