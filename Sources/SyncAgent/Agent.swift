@@ -194,7 +194,9 @@ public final class Agent {
         // starts, on a connection of their own (see SpecArchive).
         try JobReader.install(eventLog: paths.eventLog)
         defer { SpecArchive.install(nil) }
-        let released = try log.startLettingWaitingJobsGo()
+        // (Tests of the whole agent set the limit low, so their few jobs go too.)
+        let heldWhole = ProcessInfo.processInfo.environment["SYNCAGENT_QUEUE_HELD_WHOLE"].flatMap { Int($0) }
+        let released = try log.startLettingWaitingJobsGo(queueHeldWhole: heldWhole ?? 4096)
         if released > 0 { logger.debug("waiting jobs left to the log", metadata: ["tasks": "\(released)"]) }
         // (Not `commit()`: a compaction left unfinished must start before any other.)
         announceCommitted()
