@@ -29,7 +29,9 @@ public final class Agent {
     private var intake: Intake!
     let multi: CurlMulti
     /// In-flight attempts by their curl easy handle.
-    var attempts: [UnsafeMutableRawPointer: TransferAttempt] = [:]
+    var attempts: [UnsafeMutableRawPointer: Exchange] = [:]
+    /// Exchanges that re-read a live playlist: not an attempt of their task.
+    var refreshes: Set<UInt64> = []
     var attemptByTask: [String: UnsafeMutableRawPointer] = [:]
     /// Set whenever something could let a queued task start or a batch drain.
     var needsScheduling = true
@@ -68,7 +70,7 @@ public final class Agent {
     /// Makes new partial files off the loop (see PartialPreparer).
     private let preparer: PartialPreparer
     /// Complete bodies whose data is being made durable, by task id.
-    private var awaitingSync: [String: (attempt: TransferAttempt, bytes: Int64, download: SegmentedDownload?)] = [:]
+    private var awaitingSync: [String: (attempt: Exchange, bytes: Int64, download: SegmentedDownload?)] = [:]
     /// The session's cookies; nil for `cookies = "off"`.
     var cookies: CookieJar?
     /// download_dir, opened once: every task file is reached beneath it.
@@ -100,7 +102,7 @@ public final class Agent {
     /// server's later claim past it is of bytes it never received (see `UploadRun.believableEnd`).
     var uploadReach: [String: UploadReach] = [:]
     /// `DELETE`s of cancelled uploads, by curl handle: no task waits for them.
-    var terminations: [UnsafeMutableRawPointer: TransferAttempt] = [:]
+    var terminations: [UnsafeMutableRawPointer: Exchange] = [:]
     /// Compacts the log off the loop (see Compactor).
     private let compactor: BackgroundCompactor
     /// The seq the newest snapshot covers: the agent compacts by itself once the log grows far past it.
@@ -394,14 +396,14 @@ public final class Agent {
                 removePartial(task.partPath!, of: id)
                 log.record(.finished(Finished(bytes: root.size(task.spec.dest!) ?? 0, dest: task.spec.dest,
                                               metrics: attempt.metrics, skipped: reason)), task: id)
-            case .failed(let reason, "checksum_mismatch") where download != nil || attempt.requestedOffset > 0:
+            case .failed(let reason, .checksumMismatch) where download != nil || attempt.plan.ask.offset > 0:
                 // SPEC §7: a bad checksum is final only after a full re-download. This body was put
                 // together from pieces (a resume, or several connections): fetched again whole, on one.
                 startOverWhole(task, because: reason + " in a file put together from pieces", metrics: attempt.metrics,
                                oneConnection: download != nil)
             case .failed(let reason, let code):
                 // A file swapped in under the agent is not its to remove.
-                fail(task, reason: reason, code: code, metrics: attempt.metrics, removingPartial: code != "part_changed")
+                fail(task, reason: reason, code: code, metrics: attempt.metrics, removingPartial: code != .partChanged)
             }
         }
         needsScheduling = true
@@ -757,7 +759,7 @@ public final class Agent {
         // (A video joined into one file is named once its playlist tells its format: see `expand`.)
         if let dest = task.spec.dest, !HLSPublisher.joinsIntoOneFile(task.spec), endedByExistingDest(task, dest) { return }
         if deadlineMs(of: task) <= FileSystem.nowMs {
-            fail(task, reason: totalTimeoutWords, code: "total_timeout", keeping: task.bytes)
+            fail(task, reason: totalTimeoutWords, code: .totalTimeout, keeping: task.bytes)
             needsScheduling = true
             return
         }
@@ -791,7 +793,7 @@ public final class Agent {
             log.record(.finished(Finished(bytes: root.size(path) ?? 0, dest: path, skipped: "skipped: \(path) already exists")),
                        task: task.id)
         } else {
-            fail(task, reason: "\(path) already exists (overwrite = \"fail\")", code: "dest_exists")
+            fail(task, reason: "\(path) already exists (overwrite = \"fail\")", code: .destExists)
         }
         needsScheduling = true
         return true
@@ -820,10 +822,9 @@ public final class Agent {
     }
 
     /// Sets up the transfer and hands it to curl (`started` recorded first unless it already was).
-    private func beginAttempt(_ task: TaskState, offset: Int64, ifRange: String?, ifChanged: (etag: String?, lastModified: String?)?,
+    private func beginAttempt(_ task: TaskState, offset: Int64, ifRange: String?, ifChanged: PublishedValidators?,
                               recordingStart: Bool) {
-        let deadline = deadlineMs(of: task)
-        let attempt: TransferAttempt
+        let attempt: Exchange
         do {
             // A playlist is read into memory; everything else that keeps a body into its partial file.
             let keepsFile = task.spec.behaviour.body == .partialFile
@@ -834,17 +835,22 @@ public final class Agent {
                 return try root.openPartial(part, truncatingTo: offset, mode: mode)
             }
             // A conditional request makes its partial file only if a body comes (a 304 brings none).
-            let partFile = ifChanged != nil && keepsFile ? -1 : try makePartial()
-            // A child's credentials are its parent's, for its parent's host.
-            let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
-            attempt = try TransferAttempt(task: task, partFile: partFile, offset: offset, ifRange: ifRange, deadlineMs: deadline,
-                                          settings: settings, cookies: cookies, origin: origin, ifChanged: ifChanged,
-                                          makePartial: partFile < 0 && keepsFile ? makePartial : nil,
-                                          sink: { [unowned self] id, body in
-                self.log.record(body, task: id)
-            }, requestSync: { [unowned self] attempt, descriptor, offset in
-                self.syncer.sync(descriptor, .init(taskID: attempt.taskID, attempt: attempt.serial, offset: offset, complete: false))
-            })
+            let sink: Exchange.Sink
+            if keepsFile, let part = task.partPath {
+                sink = .partialFile(ifChanged != nil ? PartialFile(path: part, makeOnFirstByte: makePartial)
+                                        : PartialFile(path: part, descriptor: try makePartial()))
+            } else if task.spec.behaviour.body == .memory {
+                sink = .memory(limit: Self.playlistLimit, overflow: Self.playlistTooLarge)
+            } else {
+                sink = .discard
+            }
+            attempt = try makeExchange(task, offset: offset, ifRange: ifRange, ifChanged: ifChanged, sink: sink)
+            let id = task.id, serial = attempt.serial
+            attempt.onProgress = { [unowned self] progress in self.log.record(.progressed(progress), task: id) }
+            attempt.onRedirected = { [unowned self] hop in self.log.record(.redirected(hop), task: id) }
+            attempt.onSyncWanted = { [unowned self] descriptor, offset in
+                self.syncer.sync(descriptor, .init(taskID: id, attempt: serial, offset: offset, complete: false))
+            }
         } catch {
             refuseStart(task, error)
             return
@@ -860,13 +866,13 @@ public final class Agent {
         needsScheduling = true
         switch error {
         case let busy as DownloadRoot.Busy:
-            fail(task, reason: "cannot start: \(busy)", code: "dest_busy", removingPartial: false)
+            fail(task, reason: "cannot start: \(busy)", code: .destBusy, removingPartial: false)
         case let error as SystemError:
             let failure = DiskFailure(operation: "open", path: task.partPath ?? "", errno: error.errno)
-            let code = failure.code == "local_error" ? "cannot_start" : failure.code
+            let code = failure.code == .localError ? FailureCode.cannotStart : failure.code
             fail(task, reason: "cannot start: \(error)", code: code, keeping: task.bytes)
         default:
-            fail(task, reason: "cannot start: \(error)", code: "cannot_start", keeping: task.bytes)
+            fail(task, reason: "cannot start: \(error)", code: .cannotStart, keeping: task.bytes)
         }
     }
 
@@ -892,14 +898,33 @@ public final class Agent {
     /// `overwrite = "update"`: the validators to ask with, if this agent
     /// published the file at `dest` and it is still that file (same size and
     /// modification time). Otherwise the whole file is fetched again.
-    func validatorsForUpdate(_ task: TaskState) -> (etag: String?, lastModified: String?)? {
+    func validatorsForUpdate(_ task: TaskState) -> PublishedValidators? {
         guard task.spec.overwrite == .update, !fetchWhole.contains(task.id), let dest = task.spec.dest,
               let published = log.state.published[dest], let onDisk = root.sizeAndModified(dest) else { return nil }
         return published.validators(for: task.spec.url, size: onDisk.size, modifiedNs: onDisk.modifiedNs)
+            .map { PublishedValidators(etag: $0.etag, lastModified: $0.lastModified) }
     }
 
     /// Hands an attempt to curl and indexes it by handle and by task.
-    func register(_ attempt: TransferAttempt) {
+    /// An HLS playlist is kept in memory, at most this many bytes.
+    static let playlistLimit = 16 << 20
+    static func playlistTooLarge(_ url: String) -> AttemptOutcome {
+        .permanent(reason: "the playlist at \(Redaction.url(url)) is over \(playlistLimit >> 20) MiB", code: .badPlaylist)
+    }
+
+    /// The exchange of `task`'s request (or of one step of its protocol).
+    func makeExchange(_ task: TaskState, offset: Int64 = 0, rangeEnd: Int64? = nil, ifRange: String? = nil,
+                      ifChanged: PublishedValidators? = nil, protocolRequest: ProtocolRequest? = nil,
+                      sink: Exchange.Sink) throws -> Exchange {
+        // A child's credentials are its parent's, for its parent's host.
+        let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
+        let plan = try RequestPlan.of(task, sharedHeaders: settings.headers, origin: origin, offset: offset, rangeEnd: rangeEnd,
+                                      ifRange: ifRange, ifChanged: ifChanged, protocolRequest: protocolRequest)
+        return try Exchange(for: task.id, plan: plan, sink: sink, settings: settings, speedCap: task.spec.maxSpeed,
+                            deadlineMs: deadlineMs(of: task), cookies: cookies)
+    }
+
+    func register(_ attempt: Exchange) {
         attempts[attempt.easy] = attempt
         attemptByTask[attempt.taskID] = attempt.easy
         multi.add(attempt.easy)
@@ -920,7 +945,7 @@ public final class Agent {
         }
         let shares = SpeedShares.split(overall: config.maxOverallSpeed, own: own)
         // A task's cap is shared by its connections (a segmented download has several).
-        func cap(of attempt: TransferAttempt) -> Int64? {
+        func cap(of attempt: Exchange) -> Int64? {
             (shares[attempt.taskID] ?? nil).map { max(1, $0 / max(1, connections[attempt.taskID] ?? 1)) }
         }
         for attempt in attempts.values where !attempt.limitSpeed(to: cap(of: attempt)) {
@@ -937,7 +962,7 @@ public final class Agent {
 
     /// Removes an attempt from curl; its partial file keeps the durable bytes.
     @discardableResult
-    func detach(_ id: String) -> TransferAttempt? {
+    func detach(_ id: String) -> Exchange? {
         guard let easy = attemptByTask.removeValue(forKey: id), let attempt = attempts.removeValue(forKey: easy) else { return nil }
         multi.remove(easy)
         shareOverallSpeed()
@@ -965,7 +990,7 @@ public final class Agent {
             if attempt.deadlineMs <= wallNow {
                 // No flush: failing deletes the partial file.
                 let url = Redaction.url(log.state[attempt.taskID]?.currentURL ?? "")
-                finish(attempt, .permanent(reason: "\(totalTimeoutWords) (\(url))", code: "total_timeout"))
+                finish(attempt, .permanent(reason: "\(totalTimeoutWords) (\(url))", code: .totalTimeout))
             } else if attempt.isStalled(nowMs: now) {
                 finish(attempt, attempt.stalledOutcome())
             } else {
@@ -974,7 +999,7 @@ public final class Agent {
         }
     }
 
-    func finish(_ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
+    func finish(_ attempt: Exchange, _ outcome: AttemptOutcome) {
         let id = attempt.taskID
         var outcome = outcome
         // The bytes the log vouches for once the attempt is over.
@@ -992,7 +1017,7 @@ public final class Agent {
             outcome = ended
             // What the server confirmed, as the log says it.
             durable = log.state[id]?.bytes ?? 0
-        } else if let download, !attempt.isRefresh {
+        } else if let download, !refreshes.contains(attempt.serial) {
             // One connection of several: the task's attempt may go on without it.
             guard let ended = connectionEnded(download, attempt, outcome) else {
                 needsScheduling = true
@@ -1008,7 +1033,7 @@ public final class Agent {
         }
         needsScheduling = true
         guard let task = log.state[id] else { return }
-        if attempt.isRefresh {
+        if refreshes.remove(attempt.serial) != nil {
             refreshed(task, attempt, outcome)
             return
         }
@@ -1022,7 +1047,7 @@ public final class Agent {
         case .complete(let bytes) where attempt.keepsBody:
             // Published once its data is durable (see DataSyncer).
             awaitingSync[id] = (attempt, bytes, download)
-            syncer.sync(attempt.partFileDescriptor, .init(taskID: id, attempt: attempt.serial, offset: bytes, complete: true))
+            syncer.sync(attempt.partialFile?.descriptor ?? -1, .init(taskID: id, attempt: attempt.serial, offset: bytes, complete: true))
         case .complete(let bytes):
             recordFinished(task, attempt, bytes: bytes, dest: nil)
         case .transient(let reason, let retryAfterMs, let restartFromZero):
@@ -1072,14 +1097,14 @@ public final class Agent {
             logger.notice("task goes on over one connection", metadata: ["task.id": "\(id)", "reason": "\(reason)"])
         case .rangeRefused(let reason):
             // Only a connection of a segmented download asks for a range of its own (handled above).
-            fail(task, reason: reason, code: "range_ignored", metrics: metrics)
+            fail(task, reason: reason, code: .rangeIgnored, metrics: metrics)
         case .redirect(let target, let status):
             follow(task, to: target, status: status, metrics: metrics)
         case .notModified(let etag):
             // Nothing was written. Believed only if it confirms what we have (RFC 9111 §4.3.4: a
             // 304 naming another ETag is about another representation) and the file answers for
             // the job's checksum (see doubtAbout304); otherwise the whole file is fetched.
-            if let doubt = doubtAbout304(task, etag: etag, sent: attempt.ifChanged?.etag) {
+            if let doubt = doubtAbout304(task, etag: etag, sent: attempt.plan.headers.first { $0.name == "If-None-Match" }?.value) {
                 fetchWhole.insert(id)
                 startOverWhole(task, because: doubt, metrics: metrics)
                 return
@@ -1110,12 +1135,12 @@ public final class Agent {
     private func follow(_ task: TaskState, to target: String, status: Int, metrics: AttemptMetrics) {
         guard (try? URLRules.checkTransferURL(target, key: "Location")) != nil else {
             fail(task, reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(target)))",
-                 code: "curl_\(CURLE_UNSUPPORTED_PROTOCOL.rawValue)", metrics: metrics)
+                 code: .curl(Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue)), metrics: metrics)
             return
         }
         guard task.redirects < settings.maxRedirects else {
             fail(task, reason: "more than \(settings.maxRedirects) redirects from \(Redaction.url(task.spec.url))",
-                 code: "curl_\(CURLE_TOO_MANY_REDIRECTS.rawValue)", metrics: metrics)
+                 code: .curl(Int(CURLE_TOO_MANY_REDIRECTS.rawValue)), metrics: metrics)
             return
         }
         hop(task, to: target, status: status)
@@ -1125,7 +1150,7 @@ public final class Agent {
     /// was kept), and for upload and data tasks the response's status and headers.
     /// - Parameter modifiedNs: the published file's modification time (a rename keeps the partial file's).
     /// - Parameter received: the bytes all connections of a segmented download received.
-    func recordFinished(_ task: TaskState, _ attempt: TransferAttempt, bytes: Int64, dest: String?, modifiedNs: Int64? = nil,
+    func recordFinished(_ task: TaskState, _ attempt: Exchange, bytes: Int64, dest: String?, modifiedNs: Int64? = nil,
                         received: Int64? = nil) {
         var metrics = attempt.metrics
         if let received { metrics.bytesReceived = received }
@@ -1141,7 +1166,7 @@ public final class Agent {
     /// durable bytes (a full disk, a server outage), so that `resume` goes
     /// on from there; otherwise the partial file is removed.
     /// - Parameter removingPartial: false when the partial file is not ours to remove (another process holds it).
-    func fail(_ task: TaskState, reason: String, code: String, metrics: AttemptMetrics? = nil, keeping: Int64 = 0,
+    func fail(_ task: TaskState, reason: String, code: FailureCode, metrics: AttemptMetrics? = nil, keeping: Int64 = 0,
               removingPartial: Bool = true) {
         let kept = task.spec.isResumable ? keeping : 0
         // An HLS parent's partial name is its children's folder: their bytes stay for `resume`.
@@ -1181,7 +1206,7 @@ public final class Agent {
         }
         let attempt = detach(id)
         attempt?.flush()
-        var bytes = attempt.map { $0.behaviour.resumes ? $0.durable : 0 } ?? bytesIfIdle
+        var bytes = attempt.map { $0.plan.ask.resumes ? $0.durable : 0 } ?? bytesIfIdle
         // A resumable upload keeps what its server confirmed.
         if uploads.removeValue(forKey: id) != nil { bytes = log.state[id]?.bytes ?? 0 }
         log.record(.paused(Paused(bytes: bytes, reason: reason, metrics: attempt?.metrics)), task: id)

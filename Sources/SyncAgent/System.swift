@@ -5,13 +5,6 @@ import SyncAgentCore
 import Glibc
 #endif
 
-/// A failed system call, with what was attempted and errno in words.
-public struct SystemError: Error, CustomStringConvertible {
-    public var operation: String
-    public var errno: Int32
-    public var description: String { "\(operation): \(String(cString: strerror(errno)))" }
-}
-
 /// Every syscall goes through here: retries EINTR, turns -1 into a typed error.
 @discardableResult
 func syscall<T: FixedWidthInteger>(_ operation: @autoclosure () -> String, _ call: () -> T) throws -> T {
@@ -178,24 +171,10 @@ enum FileSystem {
         }
     }
 
-    static var nowMs: Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return now.milliseconds
-    }
+    static var nowMs: Int64 { Posix.nowMs }
 
     /// For intervals: immune to clock changes.
-    static var monotonicMs: Int64 {
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        return now.milliseconds
-    }
-}
-
-extension timespec {
-    /// The time in one number, as file times are compared and logged.
-    var nanoseconds: Int64 { Int64(tv_sec) * 1_000_000_000 + Int64(tv_nsec) }
-    var milliseconds: Int64 { Int64(tv_sec) * 1000 + Int64(tv_nsec) / 1_000_000 }
+    static var monotonicMs: Int64 { Posix.monotonicMs }
 }
 
 /// A local disk that failed a task: the words name the file, the file
@@ -205,16 +184,16 @@ struct DiskFailure: CustomStringConvertible {
     var path: String
     var errno: Int32
 
-    var code: String {
+    var code: FailureCode {
         switch errno {
-        case ENOSPC, EDQUOT: "disk_full"
-        case EIO: "io_error"
-        default: "local_error"
+        case ENOSPC, EDQUOT: .diskFull
+        case EIO: .ioError
+        default: .localError
         }
     }
 
     var description: String {
-        let what = code == "disk_full" ? "disk full" : code == "io_error" ? "disk I/O error" : "local error"
+        let what = code == .diskFull ? "disk full" : code == .ioError ? "disk I/O error" : "local error"
         let where_ = FileSystem.mountPoint(of: path).map { " on \($0.path) (\($0.type))" } ?? ""
         return "\(what): cannot \(operation) \(path)\(where_): \(String(cString: strerror(errno)))"
     }

@@ -16,7 +16,7 @@ struct EventCodingTests {
         .redirected(Redirected(from: "http://a", to: "http://b", status: 302)),
         .retrying(Retrying(attempt: 1, reason: "503", delayMs: 2000, bytes: 5)),
         .finished(Finished(bytes: 20, dest: "/d/x.iso", sha256: "ff")),
-        .failed(Failed(reason: "server answered 404", code: "http_404", bytes: 0)),
+        .failed(Failed(reason: "server answered 404", code: .http(404), bytes: 0)),
         .cancelled(Cancelled(bytes: 3)),
         .rejected(Rejected(file: "bad.job", error: "key \"url\" is missing")),
         .agentStarted(AgentStarted(pid: 9, version: "0.1.0")),
@@ -31,7 +31,7 @@ struct EventCodingTests {
                           formField: "file", form: [FormField(name: "title", value: "holiday \"24\"")])),
         .finished(Finished(bytes: 9, dest: nil, status: 201, responseHeaders: [Header(name: "Set-Cookie", value: "s=1")],
                            metrics: metrics)),
-        .failed(Failed(reason: "server answered 404", code: "http_404", bytes: 0, metrics: metrics)),
+        .failed(Failed(reason: "server answered 404", code: .http(404), bytes: 0, metrics: metrics)),
         .retrying(Retrying(attempt: 1, reason: "503", delayMs: 2000, bytes: 5, metrics: metrics)),
         .retrying(Retrying(attempt: 2, reason: "ranges disagree; one connection from now on", delayMs: 0, bytes: 0, free: true)),
         .paused(Paused(bytes: 7, reason: .user, metrics: AttemptMetrics())),
@@ -198,7 +198,7 @@ struct JSONWriterTests {
             }
             #expect(EventCoding.data(of: body) == expected)
         }
-        let failure = Failed(reason: tricky, code: "x", bytes: 1)
+        let failure = Failed(reason: tricky, code: .other("x"), bytes: 1)
         #expect(EventCoding.data(of: .failed(failure)) == (try reference(failure)))
         #expect(try EventCoding.body(type: "failed", data: EventCoding.data(of: .failed(failure))) == .failed(failure))
         let minimal = TaskSpec(url: "http://h/x", dest: "/d/x")

@@ -52,7 +52,7 @@ struct FoldIndexPropertyTests {
                 .retrying(Retrying(attempt: 1, reason: "503", delayMs: 1000, bytes: 10)),
                 .redirected(Redirected(from: log.state[id]!.currentURL, to: url, status: 302)),
                 .finished(Finished(bytes: 10, dest: "/d/\(id)")),
-                .failed(Failed(reason: "x", code: "x", bytes: 0)),
+                .failed(Failed(reason: "x", code: .other("x"), bytes: 0)),
                 .cancelled(Cancelled(bytes: 0)),
             ]
             _ = log.add(bodies.randomElement(using: &random)!, task: id)

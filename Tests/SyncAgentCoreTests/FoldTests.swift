@@ -134,11 +134,11 @@ struct FoldTests {
     @Test func failedKeepsReasonAndCode() {
         var log = LogBuilder()
         log.create("t")
-        _ = log.add(.failed(Failed(reason: "server answered 404 Not Found for http://h/x", code: "http_404", bytes: 0)), task: "t")
+        _ = log.add(.failed(Failed(reason: "server answered 404 Not Found for http://h/x", code: .http(404), bytes: 0)), task: "t")
         let task = log.state["t"]!
         #expect(task.phase == .failed)
         #expect(task.error == "server answered 404 Not Found for http://h/x")
-        #expect(task.errorCode == "http_404")
+        #expect(task.errorCode == .http(404))
         #expect(log.state.endedSinceNotice[BatchKey(nil)] == ["t"])
     }
 
@@ -171,7 +171,7 @@ struct FoldTests {
         log.create("a")
         log.create("b")
         log.runToEnd("a")
-        _ = log.add(.failed(Failed(reason: "404", code: "http_404", bytes: 0)), task: "b")
+        _ = log.add(.failed(Failed(reason: "404", code: .http(404), bytes: 0)), task: "b")
         let batch = BatchFinished(batch: nil, finished: ["a"], failed: ["b"], unchanged: 0)
         #expect(Notices.drainedBatches(in: log.state) == [batch])
         _ = log.add(.batchFinished(batch))
@@ -244,7 +244,7 @@ struct FoldTests {
         log.create("a")
         log.runToEnd("a")
         log.create("b")
-        _ = log.add(.failed(Failed(reason: "404", code: "http_404", bytes: 0)), task: "b")
+        _ = log.add(.failed(Failed(reason: "404", code: .http(404), bytes: 0)), task: "b")
         #expect(log.state.owedTaskHooks == ["a", "b"])
         let batch = log.add(.batchFinished(BatchFinished(batch: nil, finished: ["a"], failed: ["b"])))
         #expect(log.state.owedBatchHooks[batch.seq] != nil)
@@ -307,7 +307,7 @@ struct FoldTests {
         var log = LogBuilder()
         _ = log.add(.agentStarted(AgentStarted(pid: 1, version: "t", hooks: ["task_end"])))
         log.create("a")
-        _ = log.add(.failed(Failed(reason: "503", code: "http_503", bytes: 0)), task: "a")
+        _ = log.add(.failed(Failed(reason: "503", code: .http(503), bytes: 0)), task: "a")
         #expect(log.state.owedTaskHooks == ["a"])
         _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "a")
         #expect(log.state.owedTaskHooks.isEmpty)

@@ -246,7 +246,7 @@ struct HLSCoreTests {
         var seq: Int64 = 2
         for child in plan.children { seq += 1; state.apply(Event(seq: seq, atMs: seq, task: child.id, body: .created(child.spec))) }
         state.apply(Event(seq: seq + 1, atMs: seq + 1, task: "v", body: .expanded(plan.expanded)))
-        state.apply(Event(seq: seq + 2, atMs: seq + 2, task: "v.seg1.ts", body: .failed(Failed(reason: "404", code: "http_404", bytes: 0))))
+        state.apply(Event(seq: seq + 2, atMs: seq + 2, task: "v.seg1.ts", body: .failed(Failed(reason: "404", code: .http(404), bytes: 0))))
         #expect(state.settledParents == ["v"])
         #expect(state.families["v"]?.lost == 1)
     }

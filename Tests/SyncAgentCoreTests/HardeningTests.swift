@@ -201,7 +201,7 @@ struct HardeningCoreTests {
     @Test func aPartialFileNoLiveTaskHoldsIsRefusedUnlessRenamed() {
         var log = LogBuilder()
         _ = log.add(.created(TaskSpec(url: "http://h/a", dest: "/dl/a.bin")), task: "a")
-        _ = log.add(.failed(Failed(reason: "disk full", code: "disk_full", bytes: 10)), task: "a")
+        _ = log.add(.failed(Failed(reason: "disk full", code: .diskFull, bytes: 10)), task: "a")
         let onDisk = { (path: String) in path == "/dl/a.bin.part" }
         guard case .refuse(_, let reason) = Destinations.decide(dest: "/dl/a.bin", overwrite: .replace, in: log.state, exists: onDisk) else {
             Issue.record("a failed task's kept bytes were handed to a new task"); return
@@ -332,7 +332,7 @@ struct HardeningCoreTests {
         var log = LogBuilder()
         _ = log.add(.created(TaskSpec(url: "http://h/a", dest: "/dl/a.bin")), task: "a")
         #expect(log.state.reservedPaths == ["/dl/a.bin": "a"])
-        _ = log.add(.failed(Failed(reason: "disk full", code: "disk_full", bytes: 10)), task: "a")
+        _ = log.add(.failed(Failed(reason: "disk full", code: .diskFull, bytes: 10)), task: "a")
         #expect(log.state.reservedPaths.isEmpty)
         _ = log.add(.resumed(Resumed(bytes: 10, reason: "run again")), task: "a")
         #expect(log.state.reservedPaths["/dl/a.bin"] == "a")
@@ -352,7 +352,7 @@ struct HardeningCoreTests {
         _ = log.add(.retrying(Retrying(attempt: 1, reason: "503", delayMs: .max, bytes: 0)), task: "t")
         #expect(log.state["t"]?.notBeforeMs == .max)
         _ = log.add(.started(Started(attempt: 2, offset: 0, url: "http://h/t")), task: "t")
-        _ = log.add(.failed(Failed(reason: "gave up", code: "retries_exhausted", bytes: 0)), task: "t")
+        _ = log.add(.failed(Failed(reason: "gave up", code: .retriesExhausted, bytes: 0)), task: "t")
         _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "t")
         let task = log.state["t"]!
         #expect(task.phase == .queued)
@@ -371,14 +371,14 @@ struct HardeningCoreTests {
         #expect(decide(nil) == .retry(delayMs: 750))
         #expect(decide(30_000) == .retry(delayMs: 30_000))
         guard case .fail(let reason, let code) = decide(.max) else { Issue.record(); return }
-        #expect(code == "total_timeout")
+        #expect(code == .totalTimeout)
         #expect(reason.hasPrefix("server asked to wait more than ten years before trying again (Retry-After), more than the 60 s left of total_timeout (60 s); last attempt: server answered 503"))
         #expect(RetryDecision.decide(reason: "x", attemptsUsed: 6, retriesAllowed: 5, retryAfterMs: nil, nowMs: 0,
                                      deadlineMs: .max, totalTimeoutS: 60, jitter: 0)
-                == .fail(reason: "gave up after 6 attempts: x", code: "retries_exhausted"))
+                == .fail(reason: "gave up after 6 attempts: x", code: .retriesExhausted))
         #expect(RetryDecision.decide(reason: "x", attemptsUsed: 1, retriesAllowed: 0, retryAfterMs: nil, nowMs: 0,
                                      deadlineMs: .max, totalTimeoutS: 60, jitter: 0)
-                == .fail(reason: "gave up after 1 attempt: x", code: "retries_exhausted"))
+                == .fail(reason: "gave up after 1 attempt: x", code: .retriesExhausted))
     }
 
     @Test func aDamagedLogCannotOverflowTheFold() {

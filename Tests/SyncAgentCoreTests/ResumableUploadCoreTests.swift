@@ -130,12 +130,12 @@ struct ResumableUploadCoreTests {
         }
         if case .refused(_, let code) = UploadAnswers.creation(status: 201, headers: [Header(name: "Location", value: "file:///etc/passwd")],
                                                               informational: [], requestURL: "http://h.test/") {
-            #expect(code == "upload_refused")
+            #expect(code == .uploadRefused)
         } else {
             Issue.record("a file: upload URL must be refused")
         }
         #expect(UploadAnswers.creation(status: 413, headers: [], informational: [], requestURL: "http://h.test/")
-            == .refused(reason: "the file is larger than the server accepts (413) when creating the upload", code: "too_large"))
+            == .refused(reason: "the file is larger than the server accepts (413) when creating the upload", code: .tooLarge))
 
         let offset = { (value: String) in [Header(name: "Upload-Offset", value: value), Header(name: "Upload-Length", value: "100")] }
         #expect(UploadAnswers.offset(status: 200, headers: offset("40"), size: 100) == .holds(offset: 40))

@@ -151,7 +151,7 @@ struct NoticeTests {
         for index in 0..<250 { log.create("t\(index)") }
         for index in 0..<250 where index % 50 != 0 { log.runToEnd("t\(index)") }
         for index in stride(from: 0, to: 250, by: 50) {
-            _ = log.add(.failed(Failed(reason: "server answered 404", code: "http_404", bytes: 0)), task: "t\(index)")
+            _ = log.add(.failed(Failed(reason: "server answered 404", code: .http(404), bytes: 0)), task: "t\(index)")
         }
         let drained = try #require(Notices.drainedBatches(in: log.state).first)
         #expect(drained.finishedTotal == 245 && drained.failedTotal == 5)
@@ -185,7 +185,7 @@ struct NoticeTests {
         log.create("a")
         log.create("b")
         _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:8080/a")), task: "a")
-        _ = log.add(.failed(Failed(reason: "server answered 503", code: "http_503", bytes: 0)), task: "a")
+        _ = log.add(.failed(Failed(reason: "server answered 503", code: .http(503), bytes: 0)), task: "a")
         _ = log.add(.resumed(Resumed(bytes: 0, reason: "resume")), task: "a")
         log.runToEnd("a")
         log.runToEnd("b")

@@ -304,7 +304,7 @@ struct SnapshotTests {
             seq += 1
             switch end {
             case "failed":
-                state.apply(Event(seq: seq, atMs: seq, task: id, body: .failed(Failed(reason: "r", code: "c", bytes: 0))))
+                state.apply(Event(seq: seq, atMs: seq, task: id, body: .failed(Failed(reason: "r", code: .other("c"), bytes: 0))))
             default:
                 // "elsewhere": published under another name than its dest (overwrite = "rename").
                 let published = end == "elsewhere" ? "/d/f\(index).1" : dest
@@ -341,7 +341,7 @@ struct SnapshotTests {
     @Test func theStateHasTheFieldsTheSnapshotWrites() {
         var state = AgentState()
         state.apply(Event(seq: 1, atMs: 1, task: "t", body: .created(TaskSpec(url: "http://h.test/x", dest: "/d/x"))))
-        state.apply(Event(seq: 2, atMs: 2, task: "t", body: .failed(Failed(reason: "r", code: "c", bytes: 0))))
+        state.apply(Event(seq: 2, atMs: 2, task: "t", body: .failed(Failed(reason: "r", code: .other("c"), bytes: 0))))
         let task = state["t"]!
         let counts = [
             // (`sourcesOfTasks` is not written: it is made again from the tasks' jobs.)

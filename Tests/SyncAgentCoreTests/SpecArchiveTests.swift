@@ -109,7 +109,7 @@ struct SpecArchiveTests {
             let letGo = ["cancelled", "failed", "paused"].map { state.releaseSpec(of: $0) }
             #expect(letGo == [true, true, true])
             for event in [log.add(.cancelled(Cancelled(bytes: 0)), task: "cancelled"),
-                          log.add(.failed(Failed(reason: "x", code: "x", bytes: 0)), task: "failed"),
+                          log.add(.failed(Failed(reason: "x", code: .other("x"), bytes: 0)), task: "failed"),
                           log.add(.paused(Paused(bytes: 0, reason: .user)), task: "paused")] {
                 state.apply(event)
             }

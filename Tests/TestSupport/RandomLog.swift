@@ -73,7 +73,7 @@ public struct RandomLog {
         case 8: body = .finished(Finished(bytes: bytes, dest: chance(90) ? "/downloads/\(id).bin" : nil, sha256: chance(30) ? "ab" : nil,
                                           status: chance(20) ? 200 : nil, skipped: chance(5) ? "exists" : nil,
                                           modifiedNs: chance(50) ? number(1...1_000_000) : nil, unchanged: chance(10) ? true : nil))
-        case 9: body = .failed(Failed(reason: "HTTP 404", code: "http_404", bytes: bytes))
+        case 9: body = .failed(Failed(reason: "HTTP 404", code: .http(404), bytes: bytes))
         case 10: body = .cancelled(Cancelled(bytes: bytes))
         case 11: body = .forgotten(Forgotten())
         case 12:

@@ -284,7 +284,7 @@ final class Intake {
             case .skip(_, let reason):
                 ending = .finished(Finished(bytes: 0, dest: nil, skipped: reason))
             case .refuse(_, let reason):
-                ending = .failed(Failed(reason: reason, code: "dest_reserved", bytes: 0))
+                ending = .failed(Failed(reason: reason, code: .destReserved, bytes: 0))
             }
         }
         log.record(.created(spec), task: id)

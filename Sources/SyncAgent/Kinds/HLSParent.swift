@@ -15,13 +15,13 @@ extension Agent {
     static let variantsNamed = 8
 
     /// A playlist arrived for a parent's own attempt.
-    func playlistArrived(_ task: TaskState, _ attempt: TransferAttempt) {
+    func playlistArrived(_ task: TaskState, _ attempt: Exchange) {
         let url = attempt.currentURL
         let playlist: HLSPlaylist
         do {
-            playlist = try HLSPlaylist.parse(attempt.playlistBody, base: url)
+            playlist = try HLSPlaylist.parse(attempt.memoryBody, base: url)
         } catch {
-            fail(task, reason: "\(Redaction.url(url)): \(error)", code: "bad_playlist", metrics: attempt.metrics)
+            fail(task, reason: "\(Redaction.url(url)): \(error)", code: .badPlaylist, metrics: attempt.metrics)
             return
         }
         switch playlist {
@@ -33,7 +33,7 @@ extension Agent {
                 let offered = names.prefix(Self.variantsNamed).joined(separator: ", ")
                     + (names.count > Self.variantsNamed ? " and \(names.count - Self.variantsNamed) more" : "")
                 fail(task, reason: "no variant of \(Redaction.url(url)) matches variant = \"\(rule)\" (it offers \(offered))",
-                     code: "no_variant", metrics: attempt.metrics)
+                     code: .noVariant, metrics: attempt.metrics)
                 return
             }
             // Its sound in a playlist of its own (a CMAF layout): the video alone would be published
@@ -41,13 +41,13 @@ extension Agent {
             if let group = variant.separateAudio {
                 fail(task, reason: "the chosen variant of \(Redaction.url(url)) takes its audio from a rendition of its own "
                      + "(#EXT-X-MEDIA TYPE=AUDIO, GROUP-ID=\"\(Printable.escaping(group))\"), which syncagent does not fetch: "
-                     + "the video would be silent", code: "separate_audio", metrics: attempt.metrics)
+                     + "the video would be silent", code: .separateAudio, metrics: attempt.metrics)
                 return
             }
             // A master that leads to masters forever is refused like a redirect loop.
             guard task.redirects < settings.maxRedirects else {
                 fail(task, reason: "more than \(settings.maxRedirects) master playlists in a row from \(Redaction.url(url))",
-                     code: "bad_playlist", metrics: attempt.metrics)
+                     code: .badPlaylist, metrics: attempt.metrics)
                 return
             }
             // The choice is a hop like a redirect: a restart reads the variant's playlist directly.
@@ -66,11 +66,11 @@ extension Agent {
             fail(task, reason: refusal.description, code: refusal.code)
             return
         } catch {
-            fail(task, reason: "\(error)", code: "bad_playlist")
+            fail(task, reason: "\(error)", code: .badPlaylist)
             return
         }
         if !task.isFannedOut, plan.expanded.entries.isEmpty, plan.expanded.ended {
-            fail(task, reason: "the playlist \(Redaction.url(url)) has no segments", code: "bad_playlist")
+            fail(task, reason: "the playlist \(Redaction.url(url)) has no segments", code: .badPlaylist)
             return
         }
         // The file a joined video would be published as is known now: one that exists
@@ -127,9 +127,8 @@ extension Agent {
             refreshAt[id] = nil
             guard let task = log.state[id], task.phase == .running, attemptByTask[id] == nil else { continue }
             do {
-                let attempt = try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
-                                                  settings: settings, cookies: cookies, isRefresh: true,
-                                                  sink: { _, _ in }, requestSync: { _, _, _ in })
+                let attempt = try makeExchange(task, sink: .memory(limit: Self.playlistLimit, overflow: Self.playlistTooLarge))
+                refreshes.insert(attempt.serial)
                 register(attempt)
             } catch {
                 refreshFailed(task, "cannot start: \(error)")
@@ -139,12 +138,12 @@ extension Agent {
 
     /// A live playlist read again: new segments become children; failures
     /// are tried again next interval, up to a point.
-    func refreshed(_ task: TaskState, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
+    func refreshed(_ task: TaskState, _ attempt: Exchange, _ outcome: AttemptOutcome) {
         guard task.phase == .running else { return }
         switch outcome {
         case .complete:
             do {
-                guard case .media(let media) = try HLSPlaylist.parse(attempt.playlistBody, base: attempt.currentURL) else {
+                guard case .media(let media) = try HLSPlaylist.parse(attempt.memoryBody, base: attempt.currentURL) else {
                     refreshFailed(task, "the live playlist became a master playlist")
                     return
                 }
@@ -170,7 +169,7 @@ extension Agent {
         let allowed = max(task.spec.retries ?? config.retries, 1)
         guard failures <= allowed else {
             refreshFailures[task.id] = nil
-            fail(task, reason: "the live playlist could not be read \(failures) times in a row: \(reason)", code: "playlist_unavailable")
+            fail(task, reason: "the live playlist could not be read \(failures) times in a row: \(reason)", code: .playlistUnavailable)
             return
         }
         logger.notice("live playlist not read; trying again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
@@ -194,9 +193,9 @@ extension Agent {
                     pause(child.id, reason: .user, bytesIfIdle: child.bytes)
                 }
                 if parent.spec.upload != nil {
-                    fail(parent, reason: "part \(why)", code: "part_failed", keeping: parent.bytes)
+                    fail(parent, reason: "part \(why)", code: .partFailed, keeping: parent.bytes)
                 } else {
-                    fail(parent, reason: "segment \(why)", code: "segment_failed")
+                    fail(parent, reason: "segment \(why)", code: .segmentFailed)
                 }
                 continue
             }
@@ -233,7 +232,7 @@ extension Agent {
                 let failure = DiskFailure(operation: "assemble", path: HLSPublisher.staging(of: parent) ?? "", errno: error.errno)
                 fail(parent, reason: "\(failure.description) (\(error.operation))", code: failure.code)
             } catch {
-                fail(parent, reason: "cannot assemble the video: \(error)", code: "local_error")
+                fail(parent, reason: "cannot assemble the video: \(error)", code: .localError)
             }
         }
         needsScheduling = true

@@ -35,11 +35,11 @@ enum HLSPublisher {
         switch options.output {
         case .file where Set(hls.entries.compactMap(\.mapChild)).count > 1:
             throw HLSFailure(reason: "the playlist changes its fMP4 init segment (#EXT-X-MAP) part-way: one file cannot hold "
-                             + "both; use output = \"directory\"", code: "cannot_join")
+                             + "both; use output = \"directory\"", code: .cannotJoin)
         case .file where isFMP4 && hls.entries.contains { $0.mapChild == nil }:
             // Joined, MPEG-TS bytes and fMP4 ones make a file that is neither.
             throw HLSFailure(reason: "the playlist mixes MPEG-TS segments and fMP4 ones (#EXT-X-MAP): one file cannot hold "
-                             + "both; use output = \"directory\"", code: "cannot_join")
+                             + "both; use output = \"directory\"", code: .cannotJoin)
         case .directory:
             let bytes = try assembleFolder(hls, at: staging, keys: keys, in: state, root: root)
             return Prepared(staging: staging, dest: try finalPath(dest, parent, in: state, root: root), bytes: bytes)
@@ -74,16 +74,16 @@ enum HLSPublisher {
         case .replace where (existing.st_mode & S_IFMT) != S_IFDIR:
             return path
         case .replace:
-            throw HLSFailure(reason: "\(path) is a folder that exists; overwrite = \"replace\" never deletes a folder", code: "dest_exists")
+            throw HLSFailure(reason: "\(path) is a folder that exists; overwrite = \"replace\" never deletes a folder", code: .destExists)
         case .skip, .fail, .update:
             // (update applies to downloads only: the job parser refuses it for a video.)
-            throw HLSFailure(reason: "\(path) already exists (overwrite = \"\(parent.spec.overwrite.rawValue)\")", code: "dest_exists")
+            throw HLSFailure(reason: "\(path) already exists (overwrite = \"\(parent.spec.overwrite.rawValue)\")", code: .destExists)
         }
     }
 
     struct HLSFailure: Error, CustomStringConvertible {
         var reason: String
-        var code: String
+        var code: FailureCode
         /// The child whose file is at fault (a bad key, a segment that does
         /// not decrypt): failed too, so that `resume` fetches it again.
         var child: String? = nil
@@ -98,7 +98,7 @@ enum HLSPublisher {
             let bytes = try root.read(path, limit: 64)
             guard bytes.count == 16 else {
                 throw HLSFailure(reason: "the AES-128 key of \(state[id].map { Redaction.url($0.spec.url) } ?? id) has \(bytes.count) bytes, not 16",
-                                 code: "bad_key", child: id)
+                                 code: .badKey, child: id)
             }
             keys[id] = SymmetricKey(data: bytes)
         }
@@ -111,13 +111,13 @@ enum HLSPublisher {
     private static func checkUnchanged(_ child: String, size: Int64?, in state: AgentState) throws {
         guard let task = state[child], let size, size != task.bytes else { return }
         throw HLSFailure(reason: "\(task.dest ?? child) has \(size) bytes, not the \(task.bytes) downloaded: it changed since",
-                         code: "segment_changed", child: child)
+                         code: .segmentChanged, child: child)
     }
 
     /// A segment's bytes as a player wants them: decrypted if it has a key.
     private static func clearBytes(_ entry: HLSEntry, keys: [String: SymmetricKey], in state: AgentState,
                                    root: DownloadRoot) throws -> [UInt8] {
-        guard let path = state[entry.child]?.dest else { throw HLSFailure(reason: "segment \(entry.sequence) has no file", code: "local_error") }
+        guard let path = state[entry.child]?.dest else { throw HLSFailure(reason: "segment \(entry.sequence) has no file", code: .localError) }
         let bytes = try root.read(path, limit: 1 << 30)
         try checkUnchanged(entry.child, size: Int64(bytes.count), in: state)
         guard let keyChild = entry.keyChild, let key = keys[keyChild] else { return bytes }
@@ -126,7 +126,7 @@ enum HLSPublisher {
             return Array(try AES._CBC.decrypt(bytes, using: key, iv: iv))
         } catch {
             throw HLSFailure(reason: "segment \(entry.sequence) does not decrypt with its AES-128 key (its padding is wrong: "
-                             + "a wrong key, or a damaged segment)", code: "decrypt_failed", child: keyChild)
+                             + "a wrong key, or a damaged segment)", code: .decryptFailed, child: keyChild)
         }
     }
 

@@ -127,7 +127,7 @@ extension Agent {
         guard let options = task.spec.upload, let path = task.spec.bodyFile else { return }
         let body: BodyIdentity
         do { body = try BodyIdentity(path) } catch {
-            fail(task, reason: "cannot read body_file: \(error)", code: "body_unreadable", keeping: task.bytes)
+            fail(task, reason: "cannot read body_file: \(error)", code: .bodyUnreadable, keeping: task.bytes)
             return
         }
         let span = options.part ?? ByteSpan(0, body.size)
@@ -137,7 +137,7 @@ extension Agent {
         let changed = UploadBody.changeWords(path: path, recordedNs: recorded, nowNs: body.changedNs)
             ?? (span.end > body.size ? "body_file \(path) has \(body.size) bytes, fewer than the upload needs (\(span.end))" : nil)
         if let changed, task.isFannedOut || options.part != nil {
-            fail(task, reason: changed, code: "body_changed")
+            fail(task, reason: changed, code: .bodyChanged)
             return
         }
         let step: UploadRun.Step
@@ -179,7 +179,7 @@ extension Agent {
         }
         guard let request = request(for: run, task: task) else {
             // Never a run without a request out: it would wait for nothing.
-            if uploads[task.id] === run { uploadEnded(task, .localFailure(reason: "no request to send (\(run.step))", code: "local_error")) }
+            if uploads[task.id] === run { uploadEnded(task, .localFailure(reason: "no request to send (\(run.step))", code: .localError)) }
             return
         }
         do {
@@ -196,12 +196,16 @@ extension Agent {
     /// One request of an upload's protocol, as an attempt of `task` (with its
     /// credentials for its job's host only). `recording`: its events go to the
     /// log; a cancelled upload's DELETE records none.
-    private func protocolAttempt(for task: TaskState, _ request: ProtocolRequest, recording: Bool) throws -> TransferAttempt {
-        let origin = task.spec.parent.flatMap { log.state[$0]?.spec.url }
-        let sink: TransferAttempt.Sink = recording ? { [unowned self] id, body in self.log.record(body, task: id) } : { _, _ in }
-        return try TransferAttempt(task: task, partFile: -1, offset: 0, ifRange: nil, deadlineMs: deadlineMs(of: task),
-                                   settings: settings, cookies: cookies, isRefresh: !recording, origin: origin,
-                                   protocolRequest: request, sink: sink, requestSync: { _, _, _ in })
+    private func protocolAttempt(for task: TaskState, _ request: ProtocolRequest, recording: Bool) throws -> Exchange {
+        let exchange = try makeExchange(task, protocolRequest: request, sink: .discard)
+        if recording {
+            let id = task.id
+            exchange.onProgress = { [unowned self] progress in self.log.record(.progressed(progress), task: id) }
+            exchange.onRedirected = { [unowned self] hop in self.log.record(.redirected(hop), task: id) }
+        } else {
+            refreshes.insert(exchange.serial)
+        }
+        return exchange
     }
 
     /// The header every request of the protocol carries: its version.
@@ -258,7 +262,7 @@ extension Agent {
                         let digest = try RequestBody(path: path, slice: slice).sha1()
                         headers.append(Header(name: "Upload-Checksum", value: "sha1 " + Data(digest).base64EncodedString()))
                     } catch {
-                        uploadEnded(task, .localFailure(reason: "cannot read body_file \(path): \(error)", code: "body_unreadable"))
+                        uploadEnded(task, .localFailure(reason: "cannot read body_file \(path): \(error)", code: .bodyUnreadable))
                         return nil
                     }
                 }
@@ -269,7 +273,7 @@ extension Agent {
             let parts = children.compactMap { log.state[$0]?.upload?.url }
             // Every part, in order, or no final upload at all: a shorter one would be finished as the file.
             guard parts.count == children.count, parts.count == task.splitInto else {
-                uploadEnded(task, .permanent(reason: "a part of the upload has no upload URL to concatenate", code: "upload_refused"))
+                uploadEnded(task, .permanent(reason: "a part of the upload has no upload URL to concatenate", code: .uploadRefused))
                 return nil
             }
             headers.append(Header(name: "Upload-Concat", value: "final;" + parts.joined(separator: " ")))
@@ -281,7 +285,7 @@ extension Agent {
 
     /// A request of a run came back. Returns nil while the upload goes on
     /// (the next request is out), else how the attempt ended.
-    func uploadStepEnded(_ run: UploadRun, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) -> AttemptOutcome? {
+    func uploadStepEnded(_ run: UploadRun, _ attempt: Exchange, _ outcome: AttemptOutcome) -> AttemptOutcome? {
         guard let task = log.state[run.taskID] else { return outcome }
         let status = attempt.httpStatus
         if case .append(let from, _) = run.step, attempt.needsRewind {
@@ -317,7 +321,7 @@ extension Agent {
                 run.lostUpload = nil
                 run.believableEnd = 0
                 uploadReach[task.id] = UploadReach(url: url, end: 0)
-                do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: "log_error") }
+                do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: .logError) }
                 CrashPoint.uploadCreated.reached()
                 logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
                 if run.step == .concatenate { return .complete(bytes: task.total ?? run.size) }
@@ -413,7 +417,7 @@ extension Agent {
     private func discovered(_ run: UploadRun, _ task: TaskState, status: Int, headers: [Header]) -> AttemptOutcome? {
         if (200..<300).contains(status) {
             if let versions = UploadAnswers.value("tus-version", in: headers).map(UploadHeaders.list), !versions.contains("1.0.0") {
-                return .permanent(reason: "the server speaks tus \(versions.joined(separator: ", ")), not 1.0.0", code: "upload_refused")
+                return .permanent(reason: "the server speaks tus \(versions.joined(separator: ", ")), not 1.0.0", code: .uploadRefused)
             }
             run.extensions = UploadAnswers.value("tus-extension", in: headers).map(UploadHeaders.list) ?? []
             if let maximum = UploadAnswers.value("tus-max-size", in: headers).flatMap(UploadHeaders.integer), maximum < run.size {
@@ -494,11 +498,11 @@ extension Agent {
         guard let path = task.spec.bodyFile else { return nil }
         let now: BodyIdentity
         do { now = try BodyIdentity(path) } catch {
-            return .localFailure(reason: "cannot read body_file: \(error)", code: "body_unreadable")
+            return .localFailure(reason: "cannot read body_file: \(error)", code: .bodyUnreadable)
         }
         guard now != run.body else { return nil }
         let words = "body_file \(path) was modified while it was being sent"
-        if task.spec.upload?.part != nil { return .permanent(reason: words, code: "body_changed") }
+        if task.spec.upload?.part != nil { return .permanent(reason: words, code: .bodyChanged) }
         return .transient(reason: words, retryAfterMs: nil, restartFromZero: false)
     }
 
@@ -515,7 +519,7 @@ extension Agent {
 
     /// A server's size limit (`Tus-Max-Size`, `Upload-Limit: max-size`) under the upload's size.
     private static func tooLarge(for maximum: Int64, _ run: UploadRun) -> AttemptOutcome {
-        .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: "too_large")
+        .permanent(reason: "the server takes uploads of at most \(maximum) bytes; this one has \(run.size)", code: .tooLarge)
     }
 
     /// An answer that moved nothing: the step is tried again a few times, then the attempt ends (and is retried).
@@ -593,7 +597,7 @@ extension Agent {
     }
 
     /// A `DELETE` came back: said in the agent's log, nothing more.
-    func terminationEnded(_ attempt: TransferAttempt, _ outcome: AttemptOutcome) {
+    func terminationEnded(_ attempt: Exchange, _ outcome: AttemptOutcome) {
         terminations[attempt.easy] = nil
         multi.remove(attempt.easy)
         // In words: the outcome's own description is Swift's (`complete(bytes: 0)`).

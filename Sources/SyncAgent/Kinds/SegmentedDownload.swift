@@ -17,12 +17,12 @@ import Glibc
 /// runs out of work takes a waiting range, or half of the largest range
 /// still running (`SegmentPlan`), so none idles while work remains.
 final class SegmentedDownload {
-    /// One connection: a `TransferAttempt` asking for `start ..< stopAt`.
+    /// One connection: an `Exchange` asking for `start ..< stopAt`.
     final class Connection {
         let start: Int64
         /// Its bytes the log vouches for end here.
         var claimed: Int64
-        var attempt: TransferAttempt!
+        var attempt: Exchange!
         /// Its transfer is over (its range written, or given back); its
         /// bytes wait for the next sync to be claimed.
         var isOver = false
@@ -90,7 +90,7 @@ final class SegmentedDownload {
 
     var covered: Int64 { durableRanges.covered }
 
-    func connection(of attempt: TransferAttempt) -> Connection? {
+    func connection(of attempt: Exchange) -> Connection? {
         connections.first { $0.attempt === attempt }
     }
 
@@ -108,7 +108,7 @@ final class SegmentedDownload {
 
     /// The plain GET of a fresh download was answered: split the file if
     /// the server can serve ranges of it, else stay on this one connection.
-    func firstAnswer(_ attempt: TransferAttempt) -> AttemptOutcome? {
+    func firstAnswer(_ attempt: Exchange) -> AttemptOutcome? {
         let (etag, lastModified) = attempt.responseValidators
         noteValidators(etag, lastModified)
         // Known or not, the size counts for progress while one connection fetches the file.
@@ -135,7 +135,7 @@ final class SegmentedDownload {
     }
 
     /// A ranged request was answered with its range: it must be of the same file.
-    func rangeAnswer(_ attempt: TransferAttempt) -> AttemptOutcome? {
+    func rangeAnswer(_ attempt: Exchange) -> AttemptOutcome? {
         let (etag, lastModified) = attempt.responseValidators
         noteValidators(etag, lastModified)
         // (Its validator was checked against the download's If-Range before: `RecoveryPlan.anotherFile`.)
@@ -145,7 +145,7 @@ final class SegmentedDownload {
         }
         // A server may answer with less than asked (some cap each answer): this
         // connection takes what it was given, and the rest waits for another.
-        if let end = attempt.answeredRangeEnd, let stop = attempt.stopAt, end > attempt.requestedOffset, end < stop {
+        if let end = attempt.answeredRangeEnd, let stop = attempt.stopAt, end > attempt.plan.ask.offset, end < stop {
             attempt.stopAt = end
             pending.insert(ByteSpan(end, stop), at: 0)
         }
@@ -159,7 +159,7 @@ final class SegmentedDownload {
     }
 
     /// A connection's attempt is over: its received bytes count in the task's metrics.
-    func countReceived(_ attempt: TransferAttempt) { bytesReceived += attempt.metrics.bytesReceived }
+    func countReceived(_ attempt: Exchange) { bytesReceived += attempt.metrics.bytesReceived }
 
     private func fallBack(_ reason: String) {
         limit = 1
@@ -188,7 +188,7 @@ final class SegmentedDownload {
     /// Returns false when the task's attempt should end with the failure instead.
     func connectionFailed(_ connection: Connection) -> Bool {
         let attempt = connection.attempt!
-        let progressed = attempt.written > attempt.requestedOffset
+        let progressed = attempt.written > attempt.plan.ask.offset
         if progressed, replacements < Self.replacementsPerAttempt {
             replacements += 1
         } else if runningCount <= 1 {
@@ -396,23 +396,23 @@ extension Agent {
 
     /// One connection for `span` (nil: the whole file, unranged). False if it cannot be made.
     private func openConnection(_ download: SegmentedDownload, for task: TaskState, span: ByteSpan?,
-                                ifChanged: (etag: String?, lastModified: String?)?) -> Bool {
+                                ifChanged: PublishedValidators?) -> Bool {
         let connection = SegmentedDownload.Connection(start: span?.start ?? 0)
-        let attempt: TransferAttempt
+        let attempt: Exchange
         do {
-            let descriptor = fcntl(download.fd, F_DUPFD_CLOEXEC, 0)
-            guard descriptor >= 0 else { throw SystemError(operation: "dup \(task.partPath ?? "")", errno: errno) }
-            attempt = try TransferAttempt(
-                task: task, partFile: descriptor, offset: span?.start ?? 0, ifRange: download.validator,
-                deadlineMs: deadlineMs(of: task), settings: settings, cookies: cookies, ifChanged: ifChanged, rangeEnd: span?.end,
-                sink: { [unowned self, weak download, weak connection] id, body in
-                    guard case .progressed(let progress) = body else { self.log.record(body, task: id); return }
-                    guard let download, let connection, let combined = download.claimed(connection, progress) else { return }
-                    self.log.record(.progressed(combined), task: id)
-                },
-                requestSync: { [unowned self, weak download] _, _, _ in
-                    if let download { self.syncSegments(download) }
-                })
+            let part = task.partPath ?? ""
+            let file = PartialFile(path: part, descriptor: try Posix.duplicate(download.fd, shown: part))
+            attempt = try makeExchange(task, offset: span?.start ?? 0, rangeEnd: span?.end, ifRange: download.validator,
+                                       ifChanged: ifChanged, sink: .partialFile(file))
+            let id = task.id
+            attempt.onProgress = { [unowned self, weak download, weak connection] progress in
+                guard let download, let connection, let combined = download.claimed(connection, progress) else { return }
+                self.log.record(.progressed(combined), task: id)
+            }
+            attempt.onRedirected = { [unowned self] hop in self.log.record(.redirected(hop), task: id) }
+            attempt.onSyncWanted = { [unowned self, weak download] _, _ in
+                if let download { self.syncSegments(download) }
+            }
         } catch {
             if let span { download.pendingBack(span) }
             if download.runningCount == 0 {
@@ -427,7 +427,7 @@ extension Agent {
         }
         attempt.onAccepted = { [weak download] attempt in
             guard let download else { return nil }
-            return attempt.rangeEnd == nil ? download.firstAnswer(attempt) : download.rangeAnswer(attempt)
+            return attempt.plan.ask.rangeEnd == nil ? download.firstAnswer(attempt) : download.rangeAnswer(attempt)
         }
         connection.attempt = attempt
         download.add(connection)
@@ -439,7 +439,7 @@ extension Agent {
 
     /// One fdatasync for all connections, off the loop (DataSyncer).
     private func syncSegments(_ download: SegmentedDownload) {
-        let serial = TransferAttempt.makeSerial()
+        let serial = Exchange.makeSerial()
         guard download.beginSync(serial: serial) else { return }
         syncer.sync(download.fd, .init(taskID: download.taskID, attempt: serial, offset: 0, complete: false))
     }
@@ -458,7 +458,7 @@ extension Agent {
 
     /// One connection's attempt ended. Returns the task's outcome when the
     /// task's attempt ends with it; nil while the download goes on.
-    func connectionEnded(_ download: SegmentedDownload, _ attempt: TransferAttempt, _ outcome: AttemptOutcome) -> AttemptOutcome? {
+    func connectionEnded(_ download: SegmentedDownload, _ attempt: Exchange, _ outcome: AttemptOutcome) -> AttemptOutcome? {
         guard let connection = download.connection(of: attempt) else { return outcome }
         download.countReceived(attempt)
         if attempt.sawSetCookie { saveCookies() }
@@ -474,13 +474,13 @@ extension Agent {
             if download.isWritten { return .complete(bytes: download.total ?? attempt.written) }
             openConnections(download)
             return nil
-        case .transient(let reason, _, false) where attempt.rangeEnd != nil || download.runningCount > 1:
+        case .transient(let reason, _, false) where attempt.plan.ask.rangeEnd != nil || download.runningCount > 1:
             guard download.connectionFailed(connection) else { return outcome }
             logger.notice("a connection failed; the download goes on", metadata: [
                 "task.id": "\(download.taskID)", "reason": "\(reason)", "connections": "\(download.limit)"])
             openConnections(download)
             return nil
-        case .transient(let reason, _, true) where attempt.rangeEnd != nil:
+        case .transient(let reason, _, true) where attempt.plan.ask.rangeEnd != nil:
             // A range answered from the wrong byte, from nowhere, or with 416: this server's
             // ranges cannot be trusted; one connection from 0, from now on.
             log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)

@@ -212,7 +212,7 @@ extension Agent {
         guard !waiting.isEmpty else { return }
         for task in waiting where deadlineMs(of: task) <= FileSystem.nowMs {
             waitingFor[task.id] = nil
-            fail(task, reason: totalTimeoutWords + " (waiting for the network)", code: "total_timeout", keeping: task.bytes)
+            fail(task, reason: totalTimeoutWords + " (waiting for the network)", code: .totalTimeout, keeping: task.bytes)
         }
         // Routes a missed event brought back count too.
         applyNetworkPolicy()

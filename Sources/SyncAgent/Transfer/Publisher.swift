@@ -17,7 +17,7 @@ enum Publisher {
         case ready(path: String, modifiedNs: Int64)
         /// `overwrite = "skip"` and the destination appeared meanwhile: finish without publishing.
         case skipped(reason: String)
-        case failed(reason: String, code: String)
+        case failed(reason: String, code: FailureCode)
     }
 
     /// - Parameter bytes: what the agent wrote and flushed: the partial file
@@ -25,13 +25,13 @@ enum Publisher {
     ///   in another file, a FIFO or a symlink is caught here, not published).
     static func prepare(_ task: TaskState, bytes: Int64, in state: AgentState, root: DownloadRoot) -> Verdict {
         guard let part = task.partPath, let dest = task.spec.dest else {
-            return .failed(reason: "the task keeps no file", code: "local_error")
+            return .failed(reason: "the task keeps no file", code: .localError)
         }
         let onDisk = root.sizeAndModified(part)
         guard let onDisk, onDisk.size == bytes else {
             let found = onDisk.map { "\($0.size) bytes" } ?? (root.exists(part) ? "not a regular file" : "gone")
             return .failed(reason: "\(part) is not the file the agent wrote (\(bytes) bytes): it is \(found); nothing was published",
-                           code: "part_changed")
+                           code: .partChanged)
         }
         // Re-reading a file costs as much as writing it: only when the job asks.
         if task.spec.sha256 != nil || task.spec.md5 != nil {
@@ -39,32 +39,32 @@ enum Publisher {
             do {
                 digests = try hash(part, md5: task.spec.md5 != nil, root: root)
             } catch {
-                return .failed(reason: "cannot read \(part): \(error)", code: "read_error")
+                return .failed(reason: "cannot read \(part): \(error)", code: .readError)
             }
             if let expected = task.spec.sha256, expected != digests.sha256 {
-                return .failed(reason: "sha256 mismatch: expected \(expected), got \(digests.sha256)", code: "checksum_mismatch")
+                return .failed(reason: "sha256 mismatch: expected \(expected), got \(digests.sha256)", code: .checksumMismatch)
             }
             if let expected = task.spec.md5, expected != digests.md5 {
-                return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: "checksum_mismatch")
+                return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: .checksumMismatch)
             }
         }
         // The rename must be able to happen before `finished` vouches for it.
         do {
             try root.makeParent(of: dest)
         } catch {
-            return .failed(reason: "cannot publish \(dest): \(error)", code: "dest_unreachable")
+            return .failed(reason: "cannot publish \(dest): \(error)", code: .destUnreachable)
         }
         guard let existing = root.status(dest) else { return .ready(path: dest, modifiedNs: onDisk.modifiedNs) }
         switch task.spec.overwrite {
         case .replace where (existing.st_mode & S_IFMT) == S_IFDIR, .update where (existing.st_mode & S_IFMT) == S_IFDIR:
             return .failed(reason: "\(dest) is a folder; overwrite = \"\(task.spec.overwrite.rawValue)\" replaces files, never folders",
-                           code: "dest_exists")
+                           code: .destExists)
         case .replace, .update:
             return .ready(path: dest, modifiedNs: onDisk.modifiedNs)
         case .skip:
             return .skipped(reason: "skipped: \(dest) appeared while the task ran")
         case .fail:
-            return .failed(reason: "\(dest) already exists (overwrite = \"\(task.spec.overwrite.rawValue)\")", code: "dest_exists")
+            return .failed(reason: "\(dest) already exists (overwrite = \"\(task.spec.overwrite.rawValue)\")", code: .destExists)
         case .rename:
             // A file appeared at the reserved name meanwhile: the next free
             // name, never one another live task holds (our own partial file aside).

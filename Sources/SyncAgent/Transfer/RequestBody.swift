@@ -138,7 +138,7 @@ final class RequestBody {
 
     private static func check(_ code: CURLcode) throws {
         guard code == CURLE_OK else {
-            throw TransferAttempt.SetupError(what: "cannot attach the request body: \(String(cString: sa_curl_easy_strerror(code)))")
+            throw Exchange.SetupError(what: "cannot attach the request body: \(String(cString: sa_curl_easy_strerror(code)))")
         }
     }
 

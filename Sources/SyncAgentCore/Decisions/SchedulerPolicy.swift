@@ -57,7 +57,7 @@ public enum SchedulerPolicy {
 /// carries out.
 public enum RetryDecision: Equatable, Sendable {
     case retry(delayMs: Int64)
-    case fail(reason: String, code: String)
+    case fail(reason: String, code: FailureCode)
 
     /// - Parameters:
     ///   - attemptsUsed: attempts since the task was created or last run again by the user.
@@ -67,7 +67,7 @@ public enum RetryDecision: Equatable, Sendable {
                               nowMs: Int64, deadlineMs: Int64, totalTimeoutS: Int, jitter: Double) -> RetryDecision {
         let totalTimeoutWords = "did not finish within total_timeout (\(totalTimeoutS) s) of its first start"
         guard attemptsUsed <= retriesAllowed else {
-            return .fail(reason: "gave up after \(attemptsUsed) attempt\(attemptsUsed == 1 ? "" : "s"): \(reason)", code: "retries_exhausted")
+            return .fail(reason: "gave up after \(attemptsUsed) attempt\(attemptsUsed == 1 ? "" : "s"): \(reason)", code: .retriesExhausted)
         }
         let delay = SchedulerPolicy.retryDelayMs(attempt: attemptsUsed, retryAfterMs: retryAfterMs, jitter: jitter)
         let (wakeMs, overflow) = nowMs.addingReportingOverflow(delay)
@@ -76,9 +76,9 @@ public enum RetryDecision: Equatable, Sendable {
                 let left = Durations.words(ms: max(0, deadlineMs &- nowMs))
                 return .fail(reason: "server asked to wait \(Durations.words(ms: asked)) before trying again (Retry-After), "
                              + "more than the \(left) left of total_timeout (\(totalTimeoutS) s); last attempt: \(reason)",
-                             code: "total_timeout")
+                             code: .totalTimeout)
             }
-            return .fail(reason: "\(totalTimeoutWords); last attempt: \(reason)", code: "total_timeout")
+            return .fail(reason: "\(totalTimeoutWords); last attempt: \(reason)", code: .totalTimeout)
         }
         return .retry(delayMs: delay)
     }

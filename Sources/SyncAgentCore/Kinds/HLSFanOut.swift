@@ -19,7 +19,7 @@ public enum HLSFanOut {
 
     public struct Refusal: Error, Equatable, CustomStringConvertible, Sendable {
         public var description: String
-        public var code: String
+        public var code: FailureCode
     }
 
     /// The folder beside the destination where children download: the
@@ -28,12 +28,12 @@ public enum HLSFanOut {
 
     public static func plan(parent: TaskState, playlist: HLSMediaPlaylist, url: String, in state: AgentState) throws -> Plan {
         guard let work = workDirectory(of: parent) else {
-            throw Refusal(description: "an HLS task needs a destination", code: "local_error")
+            throw Refusal(description: "an HLS task needs a destination", code: .localError)
         }
         let options = parent.spec.hls ?? HLSOptions()
         if !playlist.ended, options.maxDurationS == nil {
             throw Refusal(description: "key \"max_duration\" is required for a live playlist (it has no #EXT-X-ENDLIST): "
-                          + "say how many seconds of media to take", code: "max_duration_missing")
+                          + "say how many seconds of media to take", code: .maxDurationMissing)
         }
         let limitMs = options.maxDurationS.map { Int64($0) * 1000 }
         var mediaMs = parent.hls?.mediaMs ?? 0

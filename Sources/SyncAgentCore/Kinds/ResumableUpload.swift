@@ -236,7 +236,7 @@ public enum UploadAnswer: Equatable, Sendable {
     /// tus `460 Checksum Mismatch`: the chunk arrived damaged and was dropped; send it again.
     case checksumMismatch
     /// An answer that cannot be followed: the task fails with this reason.
-    case refused(reason: String, code: String)
+    case refused(reason: String, code: FailureCode)
     /// The server cannot answer now (423 Locked while a dropped request
     /// still holds the upload, 408, 429, 5xx): the attempt is tried again later.
     case tryLater(reason: String)
@@ -249,15 +249,15 @@ public enum UploadAnswers {
         guard (200..<300).contains(status) else { return refusal(status, "creating the upload") }
         guard let location = value("location", in: headers) ?? value("location", in: informational) else {
             return .refused(reason: "the server created the upload but sent no Location to send it to (status \(status))",
-                            code: "upload_refused")
+                            code: .uploadRefused)
         }
         guard let url = URL(string: location, relativeTo: URL(string: requestURL))?.absoluteString,
               (try? URLRules.checkTransferURL(url, key: "Location")) != nil else {
-            return .refused(reason: "the server's upload URL is not an http or https URL: \(Redaction.url(location))", code: "upload_refused")
+            return .refused(reason: "the server's upload URL is not an http or https URL: \(Redaction.url(location))", code: .uploadRefused)
         }
         // The file's bytes never go in clear where the job asked for TLS.
         if requestURL.lowercased().hasPrefix("https:"), !url.lowercased().hasPrefix("https:") {
-            return .refused(reason: "the server's upload URL \(Redaction.url(url)) is not https, as the job's is", code: "upload_refused")
+            return .refused(reason: "the server's upload URL \(Redaction.url(url)) is not https, as the job's is", code: .uploadRefused)
         }
         return .created(url: url)
     }
@@ -267,7 +267,7 @@ public enum UploadAnswers {
         if let gone = goneReason(status) { return .gone(reason: gone) }
         guard (200..<300).contains(status) else { return refusal(status, "asking how far the upload got") }
         guard let text = value("upload-offset", in: headers), let offset = UploadHeaders.integer(text) else {
-            return .refused(reason: "the server did not say how far the upload got (no usable Upload-Offset)", code: "upload_refused")
+            return .refused(reason: "the server did not say how far the upload got (no usable Upload-Offset)", code: .uploadRefused)
         }
         if let length = value("upload-length", in: headers).flatMap(UploadHeaders.integer), length != size {
             return .gone(reason: "the server's upload is \(length) bytes long, not the file's \(size)")
@@ -303,9 +303,9 @@ public enum UploadAnswers {
         switch status {
         case 408, 423, 429, 500...:
             .tryLater(reason: "the server answered \(status) when \(doing)")
-        case 413: .refused(reason: "the file is larger than the server accepts (413) when \(doing)", code: "too_large")
-        case 412: .refused(reason: "the server does not speak this protocol version (412) when \(doing)", code: "upload_refused")
-        default: .refused(reason: "the server answered \(status) when \(doing)", code: "http_\(status)")
+        case 413: .refused(reason: "the file is larger than the server accepts (413) when \(doing)", code: .tooLarge)
+        case 412: .refused(reason: "the server does not speak this protocol version (412) when \(doing)", code: .uploadRefused)
+        default: .refused(reason: "the server answered \(status) when \(doing)", code: .http(status))
         }
     }
 

@@ -221,11 +221,11 @@ public struct Failed: Codable, Equatable, Sendable {
     /// Words for the user: "server answered 404 for https://…".
     public var reason: String
     /// Machine-readable: "http_404", "curl_7", "checksum_mismatch", …
-    public var code: String
+    public var code: FailureCode
     public var bytes: Int64
     /// nil when the task failed before or between attempts.
     public var metrics: AttemptMetrics?
-    public init(reason: String, code: String, bytes: Int64, metrics: AttemptMetrics? = nil) {
+    public init(reason: String, code: FailureCode, bytes: Int64, metrics: AttemptMetrics? = nil) {
         self.reason = reason; self.code = code; self.bytes = bytes; self.metrics = metrics
     }
 }

@@ -56,7 +56,7 @@ public enum EventCoding {
             if let unchanged = p.unchanged { json.field("unchanged", unchanged) }
             return json.finish()
         case .failed(let p):
-            json.field("bytes", p.bytes); json.field("code", p.code); json.field("metrics", json: p.metrics.map(metricsJSON))
+            json.field("bytes", p.bytes); json.field("code", p.code.rawValue); json.field("metrics", json: p.metrics.map(metricsJSON))
             json.field("reason", p.reason)
             return json.finish()
         case .cancelled(let p):
@@ -404,8 +404,8 @@ extension Failed {
             default: try value.skipValue()
             }
         }
-        self.init(reason: try required(reason, "reason"), code: try required(code, "code"), bytes: try required(bytes, "bytes"),
-                  metrics: metrics)
+        self.init(reason: try required(reason, "reason"), code: FailureCode(rawValue: try required(code, "code")),
+                  bytes: try required(bytes, "bytes"), metrics: metrics)
     }
 }
 

@@ -576,7 +576,7 @@ private struct SnapshotWriter {
         bool(task.owesOwnNotice); bool(task.forgotten)
         guard let details = task.details.box?.fields else { bytes.append(0); return }
         bytes.append(1)
-        optionalString(details.error); optionalString(details.errorCode); optionalString(details.etag)
+        optionalString(details.error); optionalString(details.errorCode?.rawValue); optionalString(details.etag)
         optionalString(details.lastModified); optionalString(details.restartReason); optionalString(details.publishedPath)
         optionalInt(details.responseStatus.map(Int64.init)); optionalString(details.skipReason)
         bool(details.unchanged)
@@ -967,7 +967,7 @@ private struct SnapshotReader {
         task.owesOwnNotice = try flag(); task.forgotten = try flag()
         guard try flag() else { return task }
         var details = TaskDetails()
-        details.error = try optionalString(); details.errorCode = try optionalString(); details.etag = try optionalString()
+        details.error = try optionalString(); details.errorCode = try optionalString().map(FailureCode.init(rawValue:)); details.etag = try optionalString()
         details.lastModified = try optionalString(); details.restartReason = try optionalString()
         details.publishedPath = try optionalString(sharing: task.spec.dest)
         details.responseStatus = try optionalInt().map { Int(truncatingIfNeeded: $0) }

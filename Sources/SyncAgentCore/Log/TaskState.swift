@@ -36,7 +36,7 @@ struct SpecSlot: Equatable, Sendable {
 /// none of them, and 10,000 queued tasks then store 88 bytes less each.
 struct TaskDetails: OutOfLineFields {
     var error: String?
-    var errorCode: String?
+    var errorCode: FailureCode?
     var etag: String?
     var lastModified: String?
     var restartReason: String?
@@ -203,7 +203,7 @@ public struct TaskState: Equatable, Sendable {
     public let jobAllowsMetered: Bool?
 
     public var error: String? { get { details.box?.fields.error } set { details.fields.error = newValue } }
-    public var errorCode: String? { get { details.box?.fields.errorCode } set { details.fields.errorCode = newValue } }
+    public var errorCode: FailureCode? { get { details.box?.fields.errorCode } set { details.fields.errorCode = newValue } }
     public var etag: String? { get { details.box?.fields.etag } set { details.fields.etag = newValue } }
     public var lastModified: String? { get { details.box?.fields.lastModified } set { details.fields.lastModified = newValue } }
     /// Why the last restart from 0 happened, if one did.

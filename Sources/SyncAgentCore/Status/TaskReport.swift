@@ -82,7 +82,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         priority = task.spec.priority
         batch = task.spec.batch
         error = task.error.map(Redaction.text)
-        errorCode = task.errorCode
+        errorCode = task.errorCode?.rawValue
         etag = task.etag
         lastModified = task.lastModified
         headers = task.spec.headers.map(\.printable)
