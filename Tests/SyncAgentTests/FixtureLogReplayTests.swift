@@ -100,7 +100,7 @@ struct FixtureLogReplayTests {
         let state = try store.replay()
         #expect(Set(state.orderedTasks.map(\.phase)) == Set(TaskPhase.allCases))
         #expect(state.orderedTasks.contains { $0.forgotten })
-        let codes = Set(state.orderedTasks.compactMap(\.errorCode))
+        let codes = Set(state.orderedTasks.compactMap { $0.errorCode?.rawValue })
         #expect(codes.isSuperset(of: ["http_404", "curl_7", "checksum_mismatch", "retries_exhausted", "total_timeout", "segment_failed",
                                       "part_failed", "upload_refused", "dest_reserved"]), "\(codes.sorted())")
         #expect(state.orderedTasks.contains { $0.hls != nil } && state.orderedTasks.contains { $0.splitInto != nil })
