@@ -75,8 +75,11 @@ enum Posix {
     /// Runs `body` until it does not fail with EINTR: -1 becomes a SystemError naming `what`.
     @inline(__always)
     static func checked<T: FixedWidthInteger>(_ call: Call, _ what: @autoclosure () -> String, _ body: () -> T) throws -> T {
-        if let error = injected(call, what) { throw SystemError(operation: what(), errno: error) }
         while true {
+            if let error = injected(call, what) {
+                if error == EINTR { continue }
+                throw SystemError(operation: what(), errno: error)
+            }
             let result = body()
             if result != -1 { return result }
             let error = Glibc.errno
