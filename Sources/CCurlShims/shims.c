@@ -19,7 +19,7 @@
     X(curl_global_init) X(curl_easy_init) X(curl_easy_cleanup) X(curl_easy_setopt) X(curl_easy_getinfo) \
     X(curl_easy_strerror) X(curl_mime_init) X(curl_mime_free) X(curl_mime_addpart) X(curl_mime_name) \
     X(curl_mime_filename) X(curl_mime_type) X(curl_mime_data) X(curl_mime_data_cb) X(curl_multi_init) \
-    X(curl_multi_cleanup) X(curl_multi_add_handle) X(curl_multi_remove_handle) X(curl_multi_perform) \
+    X(curl_multi_cleanup) X(curl_multi_strerror) X(curl_multi_add_handle) X(curl_multi_remove_handle) X(curl_multi_perform) \
     X(curl_multi_poll) X(curl_multi_info_read) X(curl_multi_setopt) X(curl_share_init) X(curl_share_cleanup) \
     X(curl_share_setopt) X(curl_slist_append) X(curl_slist_free_all)
 
@@ -82,6 +82,7 @@ CURLcode sa_curl_mime_data_cb(curl_mimepart *part, curl_off_t size, curl_read_ca
 }
 CURLM *sa_curl_multi_init(void) { sa_curl_need(); return p_curl_multi_init(); }
 CURLMcode sa_curl_multi_cleanup(CURLM *multi) { sa_curl_need(); return p_curl_multi_cleanup(multi); }
+const char *sa_curl_multi_strerror(CURLMcode code) { sa_curl_need(); return p_curl_multi_strerror(code); }
 CURLMcode sa_curl_multi_add_handle(CURLM *multi, CURL *easy) { sa_curl_need(); return p_curl_multi_add_handle(multi, easy); }
 CURLMcode sa_curl_multi_remove_handle(CURLM *multi, CURL *easy) { sa_curl_need(); return p_curl_multi_remove_handle(multi, easy); }
 CURLMcode sa_curl_multi_perform(CURLM *multi, int *running) { sa_curl_need(); return p_curl_multi_perform(multi, running); }
@@ -183,9 +184,8 @@ int sa_stop_signal_fd(void) {
     sigaddset(&stops, SIGINT);
     sigaddset(&stops, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &stops, NULL) != 0) return -1;
-    signal(SIGPIPE, SIG_IGN);
     /* A lease taken to see whether a job is still being written may be broken by a writer. */
-    signal(SIGIO, SIG_IGN);
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR || signal(SIGIO, SIG_IGN) == SIG_ERR) return -1;
     return signalfd(-1, &stops, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 

@@ -137,6 +137,23 @@ import Glibc
         #expect(FileManager.default.contents(atPath: harness.downloads + "/notes.txt")?.count == 20_000_000)
     }
 
+    /// A download over several connections asks "only if changed" on its
+    /// first connection: a 304 there is judged against the ETag it asked with,
+    /// like a single connection's.
+    @Test func a304NamingAnotherETagIsNotBelievedOnTheFirstOfSeveralConnections() throws {
+        let harness = try AgentHarness(config: "connections = 4\n")
+        let faults = try FaultServer(in: harness.directory)
+        _ = try faults.serve("f.bin", size: 50_000)
+        let lying = faults.url("f.bin", "not_modified=%22another%22")
+        for id in ["a", "b"] {
+            try harness.drop("\(id).job", "id = \"\(id)\"\nurl = \"\(lying)\"\ndest = \"f.bin\"\noverwrite = \"update\"\n")
+            #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        }
+        #expect(faults.requests.filter { $0.path.hasPrefix("/f.bin") }.map(\.status).prefix(3) == [200, 304, 200])
+        #expect(try harness.tasksByID()["b"]?["unchanged"] as? Bool == false)
+        #expect(try harness.events().contains { $0.task == "b" && $0.type == "retrying" && ($0.data["reason"] as? String)?.contains("ETag \"another\"") == true })
+    }
+
     /// A 304 is believed only when it confirms what is on disk: another ETag,
     /// a file that fails the job's sha256, or validators of another URL
     /// fetch the whole file; a second live update of one path is refused.

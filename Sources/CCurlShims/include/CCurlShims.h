@@ -4,38 +4,43 @@
 #include <curl/curl.h>
 #include <signal.h>
 
+/* A result the caller must look at: Swift warns when an imported C function
+ * with this attribute has its result dropped (a CURLcode, a CURLMcode). */
+#define SA_CHECKED __attribute__((warn_unused_result))
+
 /* The soname libcurl is opened by (see shims.c). */
 #define SA_CURL_LIBRARY "libcurl.so.4"
 
 /* Opens libcurl once; NULL, or why it cannot be used. Every sa_curl_ call
  * below opens it too, and stops the process if it cannot. */
-const char *sa_curl_load(void);
+SA_CHECKED const char *sa_curl_load(void);
 
 /* libcurl's functions the agent uses, through the library opened above:
  * each is the curl_ function of the same name. */
-CURLcode sa_curl_global_init(long flags);
-CURL *sa_curl_easy_init(void);
+SA_CHECKED CURLcode sa_curl_global_init(long flags);
+SA_CHECKED CURL *sa_curl_easy_init(void);
 void sa_curl_easy_cleanup(CURL *easy);
-const char *sa_curl_easy_strerror(CURLcode code);
-curl_mime *sa_curl_mime_init(CURL *easy);
+SA_CHECKED const char *sa_curl_easy_strerror(CURLcode code);
+SA_CHECKED curl_mime *sa_curl_mime_init(CURL *easy);
 void sa_curl_mime_free(curl_mime *mime);
-curl_mimepart *sa_curl_mime_addpart(curl_mime *mime);
-CURLcode sa_curl_mime_name(curl_mimepart *part, const char *name);
-CURLcode sa_curl_mime_filename(curl_mimepart *part, const char *name);
-CURLcode sa_curl_mime_type(curl_mimepart *part, const char *type);
-CURLcode sa_curl_mime_data(curl_mimepart *part, const char *data, size_t size);
-CURLcode sa_curl_mime_data_cb(curl_mimepart *part, curl_off_t size, curl_read_callback read, curl_seek_callback seek,
+SA_CHECKED curl_mimepart *sa_curl_mime_addpart(curl_mime *mime);
+SA_CHECKED CURLcode sa_curl_mime_name(curl_mimepart *part, const char *name);
+SA_CHECKED CURLcode sa_curl_mime_filename(curl_mimepart *part, const char *name);
+SA_CHECKED CURLcode sa_curl_mime_type(curl_mimepart *part, const char *type);
+SA_CHECKED CURLcode sa_curl_mime_data(curl_mimepart *part, const char *data, size_t size);
+SA_CHECKED CURLcode sa_curl_mime_data_cb(curl_mimepart *part, curl_off_t size, curl_read_callback read, curl_seek_callback seek,
                               curl_free_callback free, void *context);
-CURLM *sa_curl_multi_init(void);
-CURLMcode sa_curl_multi_cleanup(CURLM *multi);
-CURLMcode sa_curl_multi_add_handle(CURLM *multi, CURL *easy);
-CURLMcode sa_curl_multi_remove_handle(CURLM *multi, CURL *easy);
-CURLMcode sa_curl_multi_perform(CURLM *multi, int *running);
-CURLMcode sa_curl_multi_poll(CURLM *multi, struct curl_waitfd extra[], unsigned int count, int timeout_ms, int *ready);
-CURLMsg *sa_curl_multi_info_read(CURLM *multi, int *left);
-CURLSH *sa_curl_share_init(void);
-CURLSHcode sa_curl_share_cleanup(CURLSH *share);
-struct curl_slist *sa_curl_slist_append(struct curl_slist *list, const char *line);
+SA_CHECKED CURLM *sa_curl_multi_init(void);
+SA_CHECKED CURLMcode sa_curl_multi_cleanup(CURLM *multi);
+SA_CHECKED const char *sa_curl_multi_strerror(CURLMcode code);
+SA_CHECKED CURLMcode sa_curl_multi_add_handle(CURLM *multi, CURL *easy);
+SA_CHECKED CURLMcode sa_curl_multi_remove_handle(CURLM *multi, CURL *easy);
+SA_CHECKED CURLMcode sa_curl_multi_perform(CURLM *multi, int *running);
+SA_CHECKED CURLMcode sa_curl_multi_poll(CURLM *multi, struct curl_waitfd extra[], unsigned int count, int timeout_ms, int *ready);
+SA_CHECKED CURLMsg *sa_curl_multi_info_read(CURLM *multi, int *left);
+SA_CHECKED CURLSH *sa_curl_share_init(void);
+SA_CHECKED CURLSHcode sa_curl_share_cleanup(CURLSH *share);
+SA_CHECKED struct curl_slist *sa_curl_slist_append(struct curl_slist *list, const char *line);
 void sa_curl_slist_free_all(struct curl_slist *list);
 
 /*
@@ -46,44 +51,44 @@ void sa_curl_slist_free_all(struct curl_slist *list);
  */
 
 /* Options that take a long (flags, counts, timeouts). */
-CURLcode sa_easy_setopt_long(CURL *easy, CURLoption option, long value);
+SA_CHECKED CURLcode sa_easy_setopt_long(CURL *easy, CURLoption option, long value);
 /* Options that take a curl_off_t (offsets and byte rates beyond 2 GiB). */
-CURLcode sa_easy_setopt_off(CURL *easy, CURLoption option, curl_off_t value);
+SA_CHECKED CURLcode sa_easy_setopt_off(CURL *easy, CURLoption option, curl_off_t value);
 /* Options that take a C string; curl copies it. */
-CURLcode sa_easy_setopt_string(CURL *easy, CURLoption option, const char *value);
+SA_CHECKED CURLcode sa_easy_setopt_string(CURL *easy, CURLoption option, const char *value);
 /* Options that take an opaque pointer (user data, slists). */
-CURLcode sa_easy_setopt_pointer(CURL *easy, CURLoption option, void *value);
+SA_CHECKED CURLcode sa_easy_setopt_pointer(CURL *easy, CURLoption option, void *value);
 
 /* CURLOPT_WRITEFUNCTION and CURLOPT_HEADERFUNCTION share this signature. */
 typedef size_t (*sa_data_callback)(char *data, size_t size, size_t count, void *context);
-CURLcode sa_easy_set_write_callback(CURL *easy, sa_data_callback callback, void *context);
-CURLcode sa_easy_set_header_callback(CURL *easy, sa_data_callback callback, void *context);
+SA_CHECKED CURLcode sa_easy_set_write_callback(CURL *easy, sa_data_callback callback, void *context);
+SA_CHECKED CURLcode sa_easy_set_header_callback(CURL *easy, sa_data_callback callback, void *context);
 
 /* CURLOPT_READFUNCTION (request bodies) has the same shape; the seek
  * callback lets curl rewind a body it must send again (a 307 redirect). */
-CURLcode sa_easy_set_read_callback(CURL *easy, sa_data_callback callback, void *context);
+SA_CHECKED CURLcode sa_easy_set_read_callback(CURL *easy, sa_data_callback callback, void *context);
 typedef int (*sa_seek_callback)(void *context, curl_off_t offset, int origin);
-CURLcode sa_easy_set_seek_callback(CURL *easy, sa_seek_callback callback, void *context);
+SA_CHECKED CURLcode sa_easy_set_seek_callback(CURL *easy, sa_seek_callback callback, void *context);
 
-CURLcode sa_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
-CURLcode sa_easy_getinfo_off(CURL *easy, CURLINFO info, curl_off_t *value);
-CURLcode sa_easy_getinfo_string(CURL *easy, CURLINFO info, const char **value);
-CURLcode sa_easy_getinfo_pointer(CURL *easy, CURLINFO info, void **value);
+SA_CHECKED CURLcode sa_easy_getinfo_long(CURL *easy, CURLINFO info, long *value);
+SA_CHECKED CURLcode sa_easy_getinfo_off(CURL *easy, CURLINFO info, curl_off_t *value);
+SA_CHECKED CURLcode sa_easy_getinfo_string(CURL *easy, CURLINFO info, const char **value);
+SA_CHECKED CURLcode sa_easy_getinfo_pointer(CURL *easy, CURLINFO info, void **value);
 
-CURLSHcode sa_share_setopt_long(CURLSH *share, CURLSHoption option, long value);
+SA_CHECKED CURLSHcode sa_share_setopt_long(CURLSH *share, CURLSHoption option, long value);
 
-CURLMcode sa_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
+SA_CHECKED CURLMcode sa_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
 
 /* CURLMsg.data is a union; Swift reads it awkwardly, so pick the field here. */
-CURLcode sa_msg_result(const CURLMsg *message);
+SA_CHECKED CURLcode sa_msg_result(const CURLMsg *message);
 
 /* sys/signalfd.h is not part of Glibc's Swift module map. Blocks SIGTERM,
  * SIGINT, SIGHUP (reload the config) and ignores SIGPIPE (which curl may
  * raise) and SIGIO (a job file's lease broken, see sa_open_for_writing);
  * returns an fd that becomes readable when one of those arrives, so the
  * event loop polls for it. */
-int sa_stop_signal_fd(void);
+SA_CHECKED int sa_stop_signal_fd(void);
 /* Reads one pending signal from that fd; returns its number or -1. */
-int sa_read_signal(int fd);
+SA_CHECKED int sa_read_signal(int fd);
 
 #endif

@@ -1,4 +1,3 @@
-import CCurlShims
 import Foundation
 import SyncAgentCore
 #if canImport(Glibc)
@@ -22,7 +21,7 @@ final class SegmentedDownload {
         let start: Int64
         /// Its bytes the log vouches for end here.
         var claimed: Int64
-        var attempt: Exchange!
+        var exchange: Exchange!
         /// Its transfer is over (its range written, or given back); its
         /// bytes wait for the next sync to be claimed.
         var isOver = false
@@ -71,7 +70,7 @@ final class SegmentedDownload {
         pending = missing.map { SegmentPlan.initialRanges(missing: $0, connections: limit) } ?? []
     }
 
-    deinit { close(fd) }
+    deinit { Posix.close(fd) }
 
     var running: [Connection] { connections.filter { !$0.isOver } }
     var runningCount: Int { connections.reduce(0) { $0 + ($1.isOver ? 0 : 1) } }
@@ -90,8 +89,8 @@ final class SegmentedDownload {
 
     var covered: Int64 { durableRanges.covered }
 
-    func connection(of attempt: Exchange) -> Connection? {
-        connections.first { $0.attempt === attempt }
+    func connection(of exchange: Exchange) -> Connection? {
+        connections.first { $0.exchange === exchange }
     }
 
     func takePending() -> ByteSpan? { pending.isEmpty ? nil : pending.removeFirst() }
@@ -108,16 +107,16 @@ final class SegmentedDownload {
 
     /// The plain GET of a fresh download was answered: split the file if
     /// the server can serve ranges of it, else stay on this one connection.
-    func firstAnswer(_ attempt: Exchange) -> AttemptOutcome? {
-        let (etag, lastModified) = attempt.responseValidators
+    func firstAnswer(_ exchange: Exchange) -> AttemptOutcome? {
+        let (etag, lastModified) = exchange.responseValidators
         noteValidators(etag, lastModified)
         // Known or not, the size counts for progress while one connection fetches the file.
-        total = attempt.resourceSize
-        guard attempt.httpStatus == 200, let size = attempt.resourceSize else {
+        total = exchange.resourceSize
+        guard exchange.httpStatus == 200, let size = exchange.resourceSize else {
             fallBack("the server did not say the file's size")
             return nil
         }
-        guard attempt.acceptsRanges else {
+        guard exchange.acceptsRanges else {
             fallBack("the server does not offer ranges (no Accept-Ranges: bytes)")
             return nil
         }
@@ -129,24 +128,24 @@ final class SegmentedDownload {
         let ranges = SegmentPlan.initialRanges(missing: [ByteSpan(0, size)], connections: limit)
         guard ranges.count > 1 else { return nil }
         validator = guardValidator
-        attempt.stopAt = ranges[0].end
+        exchange.stopAt = ranges[0].end
         pending = Array(ranges.dropFirst())
         return nil
     }
 
     /// A ranged request was answered with its range: it must be of the same file.
-    func rangeAnswer(_ attempt: Exchange) -> AttemptOutcome? {
-        let (etag, lastModified) = attempt.responseValidators
+    func rangeAnswer(_ exchange: Exchange) -> AttemptOutcome? {
+        let (etag, lastModified) = exchange.responseValidators
         noteValidators(etag, lastModified)
         // (Its validator was checked against the download's If-Range before: `RecoveryPlan.anotherFile`.)
-        if let total, attempt.resourceSize != total {
-            let size = attempt.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
+        if let total, exchange.resourceSize != total {
+            let size = exchange.resourceSize.map { "\($0) bytes" } ?? "an unknown size"
             return .rangeRefused(reason: "the file on the server changed size (\(total) bytes → \(size))")
         }
         // A server may answer with less than asked (some cap each answer): this
         // connection takes what it was given, and the rest waits for another.
-        if let end = attempt.answeredRangeEnd, let stop = attempt.stopAt, end > attempt.plan.ask.offset, end < stop {
-            attempt.stopAt = end
+        if let end = exchange.answeredRangeEnd, let stop = exchange.stopAt, end > exchange.plan.ask.offset, end < stop {
+            exchange.stopAt = end
             pending.insert(ByteSpan(end, stop), at: 0)
         }
         return nil
@@ -159,7 +158,7 @@ final class SegmentedDownload {
     }
 
     /// A connection's attempt is over: its received bytes count in the task's metrics.
-    func countReceived(_ attempt: Exchange) { bytesReceived += attempt.metrics.bytesReceived }
+    func countReceived(_ exchange: Exchange) { bytesReceived += exchange.metrics.bytesReceived }
 
     private func fallBack(_ reason: String) {
         limit = 1
@@ -175,9 +174,9 @@ final class SegmentedDownload {
         connection.isOver = true
         guard pending.isEmpty else { return }
         let running = running
-        let remaining = running.map { (position: $0.attempt.written, end: $0.attempt.stopAt ?? total ?? $0.attempt.written) }
+        let remaining = running.map { (position: $0.exchange.written, end: $0.exchange.stopAt ?? total ?? $0.exchange.written) }
         guard let (index, at) = SegmentPlan.splitLargest(running: remaining) else { return }
-        running[index].attempt.stopAt = at
+        running[index].exchange.stopAt = at
         pending.append(ByteSpan(at, remaining[index].end))
     }
 
@@ -187,8 +186,8 @@ final class SegmentedDownload {
     /// no more connections than now run.
     /// Returns false when the task's attempt should end with the failure instead.
     func connectionFailed(_ connection: Connection) -> Bool {
-        let attempt = connection.attempt!
-        let progressed = attempt.written > attempt.plan.ask.offset
+        let exchange = connection.exchange!
+        let progressed = exchange.written > exchange.plan.ask.offset
         if progressed, replacements < Self.replacementsPerAttempt {
             replacements += 1
         } else if runningCount <= 1 {
@@ -197,7 +196,7 @@ final class SegmentedDownload {
             limit = max(1, runningCount - 1)
         }
         connection.isOver = true
-        if let end = attempt.stopAt, attempt.written < end { pending.insert(ByteSpan(attempt.written, end), at: 0) }
+        if let end = exchange.stopAt, exchange.written < end { pending.insert(ByteSpan(exchange.written, end), at: 0) }
         return true
     }
 
@@ -213,7 +212,7 @@ final class SegmentedDownload {
     func beginSync(serial: UInt64) -> Bool {
         guard syncSerial == nil else { return false }
         syncSerial = serial
-        syncPositions = connections.map { ($0, $0.attempt.written) }
+        syncPositions = connections.map { ($0, $0.exchange.written) }
         return true
     }
 
@@ -234,18 +233,18 @@ final class SegmentedDownload {
         syncSerial = nil
         let before = durableRanges
         batching = true
-        for (connection, position) in syncPositions { connection.attempt.claim(upTo: position) }
+        for (connection, position) in syncPositions { connection.exchange.claim(upTo: position) }
         // Connections opened after the sync began ask again (their request met this one in flight).
         for connection in connections where !syncPositions.contains(where: { $0.0 === connection }) {
-            connection.attempt.claim(upTo: connection.attempt.durable)
+            connection.exchange.claim(upTo: connection.exchange.durable)
         }
         batching = false
         syncPositions = []
         // Connections that are over and fully claimed live on in `base`.
-        for connection in connections where connection.isOver && connection.claimed >= connection.attempt.written {
+        for connection in connections where connection.isOver && connection.claimed >= connection.exchange.written {
             base.insert(ByteSpan(connection.start, connection.claimed))
         }
-        connections.removeAll { $0.isOver && $0.claimed >= $0.attempt.written }
+        connections.removeAll { $0.isOver && $0.claimed >= $0.exchange.written }
         return durableRanges == before && validatorsToLog == nil && fallbackToLog == nil ? nil : progress()
     }
 
@@ -277,10 +276,10 @@ final class SegmentedDownload {
     /// each wrote. Returns the progress to log (nil: nothing new), or the errno.
     func flushAll() -> Result<Progressed?, SystemError> {
         guard !poisoned else { return .failure(SystemError(operation: "fdatasync after a failed one", errno: EIO)) }
-        while fdatasync(fd) != 0 {
-            if errno != EINTR { return .failure(SystemError(operation: "fdatasync", errno: errno)) }
+        do { try Posix.dataSync(fd, shown: "the partial file of task \(taskID)") } catch {
+            return .failure(error as? SystemError ?? SystemError(operation: "fdatasync", errno: EIO))
         }
-        syncPositions = connections.map { ($0, $0.attempt.written) }
+        syncPositions = connections.map { ($0, $0.exchange.written) }
         return .success(synced())
     }
 
@@ -298,224 +297,5 @@ final class SegmentedDownload {
     func dropConnections() {
         for connection in connections { base.insert(ByteSpan(connection.start, connection.claimed)) }
         connections.removeAll()
-    }
-}
-
-// MARK: - The agent's side
-
-extension Agent {
-    /// How many connections `task` would use: its `connections`, else the
-    /// config's; 1 for anything but a top-level download, and for a task
-    /// whose log says why its server's ranges cannot be used.
-    func connectionsWanted(for task: TaskState) -> Int {
-        guard task.spec.kind == .download, task.spec.parent == nil, task.spec.byteRange == nil,
-              task.singleConnectionReason == nil else { return 1 }
-        return task.spec.connections ?? config.connections
-    }
-
-    /// Starts `task` over several connections; false when it takes the
-    /// one-connection path (`connections = 1` and no ranges in the log).
-    func startSegmented(_ task: TaskState) -> Bool {
-        let wanted = connectionsWanted(for: task)
-        guard wanted > 1 || task.doneRanges != nil, let part = task.partPath else { return false }
-        // Fresh unless the partial file still holds what the log vouches for.
-        var done = ByteRanges(), missing: [ByteSpan]?, validator: String?
-        let plan = RecoveryPlan.plan(for: task, nowMs: FileSystem.nowMs)
-        switch plan {
-        case .resumeRanges(let gaps, let ifRange):
-            if let held = heldRanges(of: task, plan: plan) { (done, missing, validator) = (held, gaps, ifRange) }
-        case .resume(let at, let ifRange):
-            // Bytes from 0 of a file whose size is unknown, or no longer there: one connection takes them.
-            guard let total = task.total, at < total, partHolds(part, upTo: at) else { return false }
-            (done, missing, validator) = (ByteRanges([ByteSpan(0, at)]), [ByteSpan(at, total)], ifRange)
-        default:
-            break
-        }
-        let descriptor: Int32
-        do {
-            if partLocks[task.id] == nil { partLocks[task.id] = try root.lockPartial(part) }
-            descriptor = try root.openPartial(part, truncatingTo: done.spans.last?.end ?? 0)
-        } catch {
-            refuseStart(task, error)
-            return true
-        }
-        let download = SegmentedDownload(taskID: task.id, fd: descriptor, limit: wanted, total: missing == nil ? nil : task.total,
-                                         validator: validator, done: done, missing: missing)
-        segmented[task.id] = download
-        log.record(.started(Started(attempt: task.nextAttempt, offset: done.covered, url: task.currentURL)), task: task.id)
-        if missing == nil {
-            // A fresh download: a plain GET first, ranged once its answer shows the file can be split.
-            let ifChanged = validatorsForUpdate(task)
-            guard openConnection(download, for: task, span: nil, ifChanged: ifChanged) else { return true }
-        }
-        openConnections(download)
-        return true
-    }
-
-    /// A segmented download's ranges, when the restart plan resumes them and
-    /// the partial file still holds them (else it starts over).
-    func heldRanges(of task: TaskState, plan: RecoveryPlan) -> ByteRanges? {
-        guard case .resumeRanges = plan, let ranges = task.doneRanges, let part = task.partPath,
-              partHolds(part, upTo: ranges.spans.last?.end ?? 0) else { return nil }
-        return ranges
-    }
-
-    private func partHolds(_ part: String, upTo end: Int64) -> Bool { (root.size(part) ?? 0) >= end }
-
-    /// Opens connections for waiting ranges, within the download's limit and `max_per_host`.
-    func openConnections(_ download: SegmentedDownload) {
-        guard let task = log.state[download.taskID], task.phase == .running else { return }
-        while download.wantsConnection, connectionRoom(for: task, download) > 0, let span = download.takePending() {
-            guard openConnection(download, for: task, span: span, ifChanged: nil) else { return }
-        }
-    }
-
-    /// Opens any connections segmented downloads wait for (after curl ran:
-    /// a handle cannot be added from inside curl's callbacks).
-    func openWaitingConnections() {
-        for download in segmented.values where download.wantsConnection { openConnections(download) }
-    }
-
-    /// Connections beyond one that segmented downloads hold, by host: the
-    /// scheduler counts them against `max_per_host`.
-    var extraConnectionsByHost: [String: Int] {
-        var extra: [String: Int] = [:]
-        for download in segmented.values {
-            guard let host = log.state[download.taskID]?.hostKey else { continue }
-            extra[host, default: 0] += max(0, download.runningCount - 1)
-        }
-        return extra
-    }
-
-    /// Connections `download` may add: its task holds one slot of its host already.
-    private func connectionRoom(for task: TaskState, _ download: SegmentedDownload) -> Int {
-        let others = (log.state.runningByHost[task.hostKey] ?? 1) - 1 + (extraConnectionsByHost[task.hostKey] ?? 0)
-            - max(0, download.runningCount - 1)
-        return config.maxPerHost - others - download.runningCount
-    }
-
-    /// One connection for `span` (nil: the whole file, unranged). False if it cannot be made.
-    private func openConnection(_ download: SegmentedDownload, for task: TaskState, span: ByteSpan?,
-                                ifChanged: PublishedValidators?) -> Bool {
-        let connection = SegmentedDownload.Connection(start: span?.start ?? 0)
-        let attempt: Exchange
-        do {
-            let part = task.partPath ?? ""
-            let file = PartialFile(path: part, descriptor: try Posix.duplicate(download.fd, shown: part))
-            attempt = try makeExchange(task, offset: span?.start ?? 0, rangeEnd: span?.end, ifRange: download.validator,
-                                       ifChanged: ifChanged, sink: .partialFile(file))
-            let id = task.id
-            attempt.onProgress = { [unowned self, weak download, weak connection] progress in
-                guard let download, let connection, let combined = download.claimed(connection, progress) else { return }
-                self.log.record(.progressed(combined), task: id)
-            }
-            attempt.onRedirected = { [unowned self] hop in self.log.record(.redirected(hop), task: id) }
-            attempt.onSyncWanted = { [unowned self, weak download] _, _ in
-                if let download { self.syncSegments(download) }
-            }
-        } catch {
-            if let span { download.pendingBack(span) }
-            if download.runningCount == 0 {
-                // Nothing runs to carry the task on: it stops like any attempt that cannot start.
-                segmented[task.id] = nil
-                refuseStart(task, error)
-            } else {
-                logger.warning("cannot open another connection", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
-                download.holdAtCurrentCount()
-            }
-            return false
-        }
-        attempt.onAccepted = { [weak download] attempt in
-            guard let download else { return nil }
-            return attempt.plan.ask.rangeEnd == nil ? download.firstAnswer(attempt) : download.rangeAnswer(attempt)
-        }
-        connection.attempt = attempt
-        download.add(connection)
-        attempts[attempt.easy] = attempt
-        multi.add(attempt.easy)
-        shareOverallSpeed()
-        return true
-    }
-
-    /// One fdatasync for all connections, off the loop (DataSyncer).
-    private func syncSegments(_ download: SegmentedDownload) {
-        let serial = Exchange.makeSerial()
-        guard download.beginSync(serial: serial) else { return }
-        syncer.sync(download.fd, .init(taskID: download.taskID, attempt: serial, offset: 0, complete: false))
-    }
-
-    /// A progress sync of a segmented download returned.
-    func segmentsSynced(_ download: SegmentedDownload, error: Int32?) {
-        if let error {
-            download.syncFailed()
-            // The task stops with the disk's error, keeping only what earlier syncs claimed.
-            guard let attempt = (download.running.first ?? download.connections.first)?.attempt else { return }
-            finish(attempt, attempt.syncFailed(errno: error))
-            return
-        }
-        if let progress = download.synced() { log.record(.progressed(progress), task: download.taskID) }
-    }
-
-    /// One connection's attempt ended. Returns the task's outcome when the
-    /// task's attempt ends with it; nil while the download goes on.
-    func connectionEnded(_ download: SegmentedDownload, _ attempt: Exchange, _ outcome: AttemptOutcome) -> AttemptOutcome? {
-        guard let connection = download.connection(of: attempt) else { return outcome }
-        download.countReceived(attempt)
-        if attempt.sawSetCookie { saveCookies() }
-        if attempts.removeValue(forKey: attempt.easy) != nil {
-            multi.remove(attempt.easy)
-            shareOverallSpeed()
-        }
-        switch outcome {
-        // (Also a connection that failed after its last byte, a server holding it open after a range
-        // with no length until idle_timeout: its range is done. Not one that got more than its range.)
-        case .complete, .transient(_, _, false) where attempt.stopAt.map({ attempt.written >= $0 }) == true:
-            download.connectionFinished(connection)
-            if download.isWritten { return .complete(bytes: download.total ?? attempt.written) }
-            openConnections(download)
-            return nil
-        case .transient(let reason, _, false) where attempt.plan.ask.rangeEnd != nil || download.runningCount > 1:
-            guard download.connectionFailed(connection) else { return outcome }
-            logger.notice("a connection failed; the download goes on", metadata: [
-                "task.id": "\(download.taskID)", "reason": "\(reason)", "connections": "\(download.limit)"])
-            openConnections(download)
-            return nil
-        case .transient(let reason, _, true) where attempt.plan.ask.rangeEnd != nil:
-            // A range answered from the wrong byte, from nowhere, or with 416: this server's
-            // ranges cannot be trusted; one connection from 0, from now on.
-            log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)
-            return .fallBack(reason: reason + "; one connection from now on")
-        case .rangeRefused(let reason):
-            // Ranges of this server cannot be trusted to make one file (it ignores them, or its
-            // validators change between requests): one connection from 0, from now on.
-            log.record(.progressed(Progressed(bytes: 0, fallback: reason)), task: download.taskID)
-            return .fallBack(reason: reason + "; one connection from now on")
-        default:
-            return outcome
-        }
-    }
-
-    /// Stops every connection of a segmented download; with `flushing`,
-    /// what they wrote is made durable and claimed first. Returns what the
-    /// log then vouches for.
-    func stopSegmented(_ download: SegmentedDownload, flushing: Bool) -> Int64 {
-        segmented[download.taskID] = nil
-        for connection in download.connections where attempts.removeValue(forKey: connection.attempt.easy) != nil {
-            multi.remove(connection.attempt.easy)
-            download.countReceived(connection.attempt)
-            if connection.attempt.sawSetCookie { saveCookies() }
-        }
-        if flushing {
-            switch download.flushAll() {
-            case .success(let progress?): log.record(.progressed(progress), task: download.taskID)
-            case .success(nil): break
-            case .failure(let error):
-                logger.error("cannot flush a partial file", metadata: ["task.id": "\(download.taskID)", "error": "\(error)"])
-            }
-        }
-        let bytes = download.covered
-        download.dropConnections()
-        shareOverallSpeed()
-        return bytes
     }
 }

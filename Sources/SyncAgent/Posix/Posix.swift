@@ -1,3 +1,4 @@
+import CCurlShims
 import CLinuxShims
 import Synchronization
 #if canImport(Glibc)
@@ -73,7 +74,7 @@ enum Posix {
     }
 
     /// Runs `body` until it does not fail with EINTR: -1 becomes a SystemError naming `what`.
-    @inline(__always)
+    @inline(__always) @discardableResult
     static func checked<T: FixedWidthInteger>(_ call: Call, _ what: @autoclosure () -> String, _ body: () -> T) throws -> T {
         while true {
             if let error = injected(call, what) {
@@ -308,6 +309,17 @@ enum Posix {
             if name != ".", name != ".." { found.append((name, entry.pointee.d_type == UInt8(DT_DIR))) }
         }
     }
+
+    // MARK: - Signals
+
+    /// Blocks SIGTERM, SIGINT and SIGHUP, ignores SIGPIPE and SIGIO, and
+    /// returns a signalfd that polls readable when one of the three arrives.
+    static func stopSignalDescriptor() throws -> Int32 {
+        try checked(.signalfd, "watch the stop signals (signalfd)") { sa_stop_signal_fd() }
+    }
+
+    /// The signal waiting on a signalfd, or -1 when none could be read (a spurious wake-up).
+    static func readSignal(_ descriptor: Int32) -> Int32 { sa_read_signal(descriptor) }
 
     // MARK: - Time
 

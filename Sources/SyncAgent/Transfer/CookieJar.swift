@@ -26,32 +26,47 @@ final class CookieJar {
         }
     }
 
+    /// curl refused to set up the jar: its words for why.
+    struct Refused: Error, CustomStringConvertible {
+        var description: String
+    }
+
     private init(file: String?) throws {
         _ = CurlMulti.globalInit
-        guard let share = sa_curl_share_init(), let handle = sa_curl_easy_init() else {
-            throw SystemError(operation: "curl_share_init", errno: ENOMEM)
+        guard let share = sa_curl_share_init() else { throw Refused(description: "curl_share_init failed (out of memory)") }
+        guard let handle = sa_curl_easy_init() else {
+            let cleaned = sa_curl_share_cleanup(share)
+            assert(cleaned == CURLSHE_OK, "curl_share_cleanup of an unused share: \(cleaned)")
+            throw Refused(description: "curl_easy_init failed (out of memory)")
         }
         self.share = share
         self.handle = handle
         self.file = file
-        sa_share_setopt_long(share, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_COOKIE.rawValue))
-        use(in: handle)
+        let sharing = sa_share_setopt_long(share, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_COOKIE.rawValue))
+        guard sharing == CURLSHE_OK else { throw Refused(description: "curl would not share cookies (CURLSHcode \(sharing.rawValue))") }
+        try use(in: handle)
         if let file, FileSystem.exists(file) {
-            sa_easy_setopt_string(handle, CURLOPT_COOKIEFILE, file)
-            sa_easy_setopt_string(handle, CURLOPT_COOKIELIST, "RELOAD")
+            try check(sa_easy_setopt_string(handle, CURLOPT_COOKIEFILE, file), "read the cookie file \(file)")
+            try check(sa_easy_setopt_string(handle, CURLOPT_COOKIELIST, "RELOAD"), "load the cookie file \(file)")
         }
     }
 
     deinit {
         sa_curl_easy_cleanup(handle)
-        sa_curl_share_cleanup(share)
+        // Only a share still in use fails to clean up; every handle using it is gone with the agent.
+        let cleaned = sa_curl_share_cleanup(share)
+        assert(cleaned == CURLSHE_OK, "curl_share_cleanup: \(cleaned)")
+    }
+
+    private func check(_ code: CURLcode, _ what: String) throws {
+        guard code == CURLE_OK else { throw Refused(description: "curl would not \(what): \(String(cString: sa_curl_easy_strerror(code)))") }
     }
 
     /// Gives `easy` the shared cookies (and turns its cookie engine on).
-    func use(in easy: UnsafeMutableRawPointer) {
-        sa_easy_setopt_pointer(easy, CURLOPT_SHARE, share)
+    func use(in easy: UnsafeMutableRawPointer) throws {
+        try check(sa_easy_setopt_pointer(easy, CURLOPT_SHARE, share), "share its cookies with a transfer")
         // An empty file name enables the engine without reading anything.
-        sa_easy_setopt_string(easy, CURLOPT_COOKIEFILE, "")
+        try check(sa_easy_setopt_string(easy, CURLOPT_COOKIEFILE, ""), "turn a transfer's cookie engine on")
     }
 
     /// Rewrites the jar file with every cookie held now: written beside it,
@@ -59,7 +74,7 @@ final class CookieJar {
     func save() throws {
         guard let file else { return }
         var list: UnsafeMutableRawPointer?
-        sa_easy_getinfo_pointer(handle, CURLINFO_COOKIELIST, &list)
+        try check(sa_easy_getinfo_pointer(handle, CURLINFO_COOKIELIST, &list), "list the cookies it holds")
         var text = "# Netscape HTTP Cookie File\n# Written by syncagent; rewritten whenever a server sets a cookie.\n"
         var line = list?.assumingMemoryBound(to: curl_slist.self)
         while let entry = line {

@@ -46,6 +46,8 @@ final class Exchange {
     var onRedirected: (Redirected) -> Void = { _ in }
     /// Written bytes are due to be made durable: (descriptor, offset to claim once it is).
     var onSyncWanted: (_ descriptor: Int32, _ offset: Int64) -> Void = { _, _ in }
+    /// The exchange is over (curl finished it, or a clock ran out) and out of curl's hands.
+    var onEnded: (Exchange, AttemptOutcome) -> Void = { _, _ in }
 
     private let sink: Sink
     private let settings: TransferSettings
@@ -159,7 +161,7 @@ final class Exchange {
         // From here deinit cleans up the handle.
         easy = handle
         try configure()
-        cookies?.use(in: easy)
+        try cookies?.use(in: easy)
     }
 
     deinit {

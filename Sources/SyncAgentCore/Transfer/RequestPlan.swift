@@ -53,6 +53,8 @@ public struct RequestPlan: Equatable, Sendable {
     public var redirects: Redirects
     /// What the answer is judged against (see `ResponseRules`).
     public var ask: ExchangeAsk
+    /// The validators asked "only if changed" with: a 304 must confirm them.
+    public var ifChanged: PublishedValidators?
     /// Progress counts the bytes sent (an upload), not those received.
     public var countsSent: Bool
     /// The final answer's headers are kept (`finished` records them, a protocol reads them).
@@ -153,7 +155,7 @@ public struct RequestPlan: Equatable, Sendable {
             // A range of a segmented download is guarded by its download's validator, which the log may not hold yet.
             heldValidator: rangeEnd != nil ? ifRange : task.etag ?? task.lastModified)
         return RequestPlan(url: url, method: method, headers: headers, range: range, body: body, redirects: redirects, ask: ask,
-                           countsSent: behaviour.countsSent, keepsResponseHeaders: behaviour.recordsResponse,
+                           ifChanged: ifChanged, countsSent: behaviour.countsSent, keepsResponseHeaders: behaviour.recordsResponse,
                            isProtocolStep: protocolRequest != nil)
     }
 }

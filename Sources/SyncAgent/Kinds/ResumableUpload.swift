@@ -120,24 +120,101 @@ struct UploadReach {
     var end: Int64
 }
 
-extension Agent {
+
+/// A resumable upload (SPEC §11), tus or IETF: one attempt of the task is a
+/// series of requests of its protocol (discovery, creation, `HEAD`, `PATCH`
+/// chunks, concatenation), one out at a time; an interruption ends the
+/// attempt, and the next one asks the server how far it got. A split upload
+/// (tus `concatenation`) is a parent whose parts are tasks of their own;
+/// once they all finish, the parent makes the final upload of them.
+final class ResumableUploadRunner: TaskRunner {
+    let taskID: String
+    private unowned let context: RunnerContext
+    /// The attempt being carried out: which request of the protocol is out.
+    private var run: UploadRun?
+    /// The request out.
+    private var exchange: Exchange?
+    /// How far this process sent the upload, kept across its attempts: a
+    /// server's later claim past it is of bytes it never received (see `UploadRun.believableEnd`).
+    private var reach: UploadReach?
+
+    init(taskID: String, context: RunnerContext) {
+        self.taskID = taskID
+        self.context = context
+    }
+
+    var isBusy: Bool { exchange != nil }
+
+    func stop(flushing: Bool) -> Stopped? {
+        guard run != nil || exchange != nil else { return nil }
+        let metrics = exchange?.metrics
+        if let exchange { context.exchanges.remove(exchange) }
+        (run, exchange) = (nil, nil)
+        // A resumable upload keeps what its server confirmed.
+        return (context.state[taskID]?.bytes ?? 0, metrics)
+    }
+
+    func cancel(_ task: TaskState) -> Stopped {
+        let metrics = exchange?.metrics
+        if let exchange { context.exchanges.remove(exchange) }
+        (run, exchange) = (nil, nil)
+        terminate(task)
+        return (task.bytes, metrics)
+    }
+
+    /// Every part finished: the final upload is made of them. A part lost
+    /// (failed or cancelled) fails the upload, its other parts waiting, paused, for `resume`.
+    func childrenSettled(_ parent: TaskState) throws {
+        guard let family = context.state.families[parent.id] else { return }
+        if family.lost > 0 {
+            let lost = (context.state.children[parent.id] ?? []).compactMap { context.state[$0] }
+                .first { $0.phase == .failed || $0.phase == .cancelled }
+            let why = lost.map { "\($0.id) \($0.phase.rawValue)" + ($0.error.map { ": \($0)" } ?? "") } ?? "a part was lost"
+            context.runners.pauseActiveChildren(of: parent)
+            context.fail(parent, reason: "part \(why)", code: .partFailed, keeping: parent.bytes)
+            return
+        }
+        guard run == nil, exchange == nil else { return }
+        beginAttempt(parent)
+    }
+
+    /// The server is the judge of what it holds: a restart resumes at what it last confirmed (and asks it again).
+    static func recover(_ task: TaskState, in context: RunnerContext) -> Int64 { task.bytes }
+
+    /// Run again after a failure: the upload's bytes are on its server, whose `HEAD` says what it still holds.
+    static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64 { task.bytes }
+
+    static let childWords = (child: "part", whole: "upload")
+
+    func start(_ task: TaskState) {
+        guard !task.isFannedOut else {
+            // A split upload taken from the queue (a restart, a resume): its parts do the work,
+            // and it makes the final upload once they have all finished (`childrenSettled`).
+            context.record(.started(Started(attempt: task.attempts, offset: 0, url: task.currentURL)), task: taskID)
+            context.needsScheduling = true
+            return
+        }
+        beginAttempt(task)
+    }
+
     /// Starts (or resumes) a tus or IETF upload: discovery and creation if
-    /// the log holds no upload URL yet, else `HEAD` to learn the server's offset.
-    func startResumableUpload(_ task: TaskState) {
+    /// the log holds no upload URL yet, else `HEAD` to learn the server's offset;
+    /// for a split upload, the final upload of its parts.
+    private func beginAttempt(_ task: TaskState) {
         guard let options = task.spec.upload, let path = task.spec.bodyFile else { return }
         let body: BodyIdentity
         do { body = try BodyIdentity(path) } catch {
-            fail(task, reason: "cannot read body_file: \(error)", code: .bodyUnreadable, keeping: task.bytes)
+            context.fail(task, reason: "cannot read body_file: \(error)", code: .bodyUnreadable, keeping: task.bytes)
             return
         }
         let span = options.part ?? ByteSpan(0, body.size)
         // Its parts (or the upload so far) are of the file as it was: a changed one would make a mix.
         // A part that has not begun is held to the file its parent split.
-        let recorded = task.bodyChangedNs ?? task.parentID.flatMap { log.state[$0]?.bodyChangedNs }
+        let recorded = task.bodyChangedNs ?? task.parentID.flatMap { context.state[$0]?.bodyChangedNs }
         let changed = UploadBody.changeWords(path: path, recordedNs: recorded, nowNs: body.changedNs)
             ?? (span.end > body.size ? "body_file \(path) has \(body.size) bytes, fewer than the upload needs (\(span.end))" : nil)
         if let changed, task.isFannedOut || options.part != nil {
-            fail(task, reason: changed, code: .bodyChanged)
+            context.fail(task, reason: changed, code: .bodyChanged)
             return
         }
         let step: UploadRun.Step
@@ -153,59 +230,67 @@ extension Agent {
         let run = UploadRun(taskID: task.id, protocol: options.protocol, size: span.length, fileOffset: span.start, step: step,
                             extensions: task.upload?.extensions, chunkSize: options.chunkSize)
         run.body = body
-        (run.loggedOffset, run.loggedAtMs) = (task.bytes, FileSystem.monotonicMs)
+        (run.loggedOffset, run.loggedAtMs) = (task.bytes, Posix.monotonicMs)
         if let session = task.upload {
             // Before, a run started with no bound and took the server's first claim as one:
             // a retry or a restart then finished an upload the server never received.
-            run.believableEnd = uploadReach[task.id].flatMap { $0.url == session.url ? $0.end : nil }
+            run.believableEnd = reach.flatMap { $0.url == session.url ? $0.end : nil }
                 ?? ResumableUpload.believableEnd(logged: task.bytes, chunkSize: options.chunkSize, lastChunk: task.chunkSize,
-                                                 unlogged: settings.progressIntervalBytes, size: span.length)
-            run.boundFromLog = uploadReach[task.id]?.url != session.url
+                                                 unlogged: context.settings.progressIntervalBytes, size: span.length)
+            run.boundFromLog = reach?.url != session.url
         }
         // A whole-file upload of a file changed since: a new upload of the file as it is now.
         if task.upload != nil, let changed { run.lostUpload = changed }
-        uploads[task.id] = run
+        self.run = run
         // (A parent's concatenation is an attempt too: its retries count.)
-        log.record(.started(Started(attempt: task.nextAttempt, offset: task.bytes, url: task.currentURL)), task: task.id)
+        context.record(.started(Started(attempt: task.nextAttempt, offset: task.bytes, url: task.currentURL)), task: task.id)
         send(run)
     }
 
     /// The request of the run's current step, handed to curl. The task is
     /// read afresh: the step before may have logged its upload URL.
     private func send(_ run: UploadRun) {
-        guard let task = log.state[run.taskID] else {
-            uploads[run.taskID] = nil
+        guard let task = context.state[run.taskID] else {
+            self.run = nil
             return
         }
         guard let request = request(for: run, task: task) else {
             // Never a run without a request out: it would wait for nothing.
-            if uploads[task.id] === run { uploadEnded(task, .localFailure(reason: "no request to send (\(run.step))", code: .localError)) }
+            if self.run === run { uploadEnded(task, .localFailure(reason: "no request to send (\(run.step))", code: .localError)) }
             return
         }
         do {
-            let attempt = try protocolAttempt(for: task, request, recording: true)
-            run.serial = attempt.serial
-            run.stepStartedMs = FileSystem.monotonicMs
-            register(attempt)
+            let exchange = try context.makeExchange(task, protocolRequest: request, sink: .discard)
+            let id = taskID
+            exchange.onProgress = { [unowned self] progress in context.record(.progressed(progress), task: id) }
+            exchange.onRedirected = { [unowned self] hop in context.record(.redirected(hop), task: id) }
+            exchange.onEnded = { [unowned self] exchange, outcome in stepEnded(exchange, outcome) }
+            run.serial = exchange.serial
+            run.stepStartedMs = Posix.monotonicMs
+            try context.exchanges.add(exchange)
+            self.exchange = exchange
         } catch {
-            uploads[task.id] = nil
-            refuseStart(task, error)
+            self.run = nil
+            context.refuseStart(task, error)
         }
     }
 
-    /// One request of an upload's protocol, as an attempt of `task` (with its
-    /// credentials for its job's host only). `recording`: its events go to the
-    /// log; a cancelled upload's DELETE records none.
-    private func protocolAttempt(for task: TaskState, _ request: ProtocolRequest, recording: Bool) throws -> Exchange {
-        let exchange = try makeExchange(task, protocolRequest: request, sink: .discard)
-        if recording {
-            let id = task.id
-            exchange.onProgress = { [unowned self] progress in self.log.record(.progressed(progress), task: id) }
-            exchange.onRedirected = { [unowned self] hop in self.log.record(.redirected(hop), task: id) }
-        } else {
-            refreshes.insert(exchange.serial)
+    /// A request of the run came back: the upload goes on with its next
+    /// request, or the attempt ends (the shared rules say what comes of it).
+    private func stepEnded(_ exchange: Exchange, _ outcome: AttemptOutcome) {
+        self.exchange = nil
+        context.needsScheduling = true
+        guard let run, run.serial == exchange.serial, let ended = stepEnded(run, exchange, outcome) else { return }
+        self.run = nil
+        // Held across attempts, not past the upload's end.
+        if case .complete = ended { reach = nil }
+        guard let task = context.state[taskID] else { return }
+        if case .complete(let bytes) = ended {
+            context.recordFinished(task, exchange, bytes: bytes, dest: nil)
+            return
         }
-        return exchange
+        // What the server confirmed, as the log says it.
+        context.attemptEnded(task, ended, on: exchange, metrics: exchange.metrics, durable: task.bytes)
     }
 
     /// The header every request of the protocol carries: its version.
@@ -269,8 +354,8 @@ extension Agent {
             }
             return ProtocolRequest(url: session.url, method: "PATCH", headers: headers, body: slice)
         case .concatenate:
-            let children = log.state.children[task.id] ?? []
-            let parts = children.compactMap { log.state[$0]?.upload?.url }
+            let children = context.state.children[task.id] ?? []
+            let parts = children.compactMap { context.state[$0]?.upload?.url }
             // Every part, in order, or no final upload at all: a shorter one would be finished as the file.
             guard parts.count == children.count, parts.count == task.splitInto else {
                 uploadEnded(task, .permanent(reason: "a part of the upload has no upload URL to concatenate", code: .uploadRefused))
@@ -285,8 +370,8 @@ extension Agent {
 
     /// A request of a run came back. Returns nil while the upload goes on
     /// (the next request is out), else how the attempt ended.
-    func uploadStepEnded(_ run: UploadRun, _ attempt: Exchange, _ outcome: AttemptOutcome) -> AttemptOutcome? {
-        guard let task = log.state[run.taskID] else { return outcome }
+    private func stepEnded(_ run: UploadRun, _ attempt: Exchange, _ outcome: AttemptOutcome) -> AttemptOutcome? {
+        guard let task = context.state[run.taskID] else { return outcome }
         let status = attempt.httpStatus
         if case .append(let from, _) = run.step, attempt.needsRewind {
             // curl found the connection dead and would send the chunk again whole: the server is asked instead.
@@ -316,14 +401,14 @@ extension Agent {
             case .created(let url):
                 if let refusal = heed(limits: headers + attempt.informationalHeaders, run) { return refusal }
                 // Durable before the first byte goes: a crash from here on resumes at this URL.
-                log.record(.uploadCreated(UploadCreated(url: url, protocol: run.uploadProtocol, extensions: run.extensions,
+                context.record(.uploadCreated(UploadCreated(url: url, protocol: run.uploadProtocol, extensions: run.extensions,
                                                         reason: run.lostUpload, changedNs: run.body.changedNs)), task: task.id)
                 run.lostUpload = nil
                 run.believableEnd = 0
-                uploadReach[task.id] = UploadReach(url: url, end: 0)
-                do { try commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: .logError) }
+                reach = UploadReach(url: url, end: 0)
+                do { try context.commit() } catch { return .localFailure(reason: "cannot write the event log: \(error)", code: .logError) }
                 CrashPoint.uploadCreated.reached()
-                logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
+                context.logger.info("upload created", metadata: ["task.id": "\(task.id)", "url": "\(Redaction.url(url))"])
                 if run.step == .concatenate { return .complete(bytes: task.total ?? run.size) }
                 return next(run, task, at: 0)
             default:
@@ -333,7 +418,7 @@ extension Agent {
             // The final upload made before a crash: it exists, so the file is there; gone, it is made again.
             if UploadAnswers.goneReason(status) != nil {
                 run.step = .concatenate
-                log.record(.progressed(Progressed(bytes: task.bytes, total: task.total)), task: task.id)
+                context.record(.progressed(Progressed(bytes: task.bytes, total: task.total)), task: task.id)
                 send(run)
                 return nil
             }
@@ -364,7 +449,7 @@ extension Agent {
                 }
                 if offset != task.bytes {
                     let reason = offset < task.bytes ? "the server holds \(offset) bytes, fewer than the \(task.bytes) it confirmed" : nil
-                    log.record(.progressed(Progressed(bytes: offset, total: run.size, restartReason: reason)), task: task.id)
+                    context.record(.progressed(Progressed(bytes: offset, total: run.size, restartReason: reason)), task: task.id)
                 }
                 return next(run, task, at: offset)
             case .gone(let reason):
@@ -381,14 +466,14 @@ extension Agent {
                 return bodyChanged(run, task) ?? .complete(bytes: run.size)
             case .holds(let offset) where offset > from:
                 run.fruitlessAnswers = 0
-                run.sizer.measured(bytes: offset - from, elapsedMs: FileSystem.monotonicMs - run.stepStartedMs)
+                run.sizer.measured(bytes: offset - from, elapsedMs: Posix.monotonicMs - run.stepStartedMs)
                 // Every chunk of a usual size: it is itself the throttle (about 3 s when auto-sized), and a
                 // log that skips none bounds what a server may claim after a kill (`ResumableUpload.believableEnd`).
                 // Smaller ones (a job's own tiny chunk_size) are throttled like a download's progress.
-                let now = FileSystem.monotonicMs
+                let now = Posix.monotonicMs
                 if length >= ResumableUpload.smallestChunk || offset == run.size
-                    || offset - run.loggedOffset >= settings.progressIntervalBytes || now - run.loggedAtMs >= settings.progressIntervalMs {
-                    log.record(.progressed(Progressed(bytes: offset, total: run.size, chunk: length)), task: task.id)
+                    || offset - run.loggedOffset >= context.settings.progressIntervalBytes || now - run.loggedAtMs >= context.settings.progressIntervalMs {
+                    context.record(.progressed(Progressed(bytes: offset, total: run.size, chunk: length)), task: task.id)
                     (run.loggedOffset, run.loggedAtMs) = (offset, now)
                 }
                 // The last chunk too: a file written while it went out is not the file the server now holds.
@@ -425,7 +510,7 @@ extension Agent {
             }
         } else {
             run.extensions = []
-            logger.notice("the tus server did not answer OPTIONS; assuming creation only",
+            context.logger.notice("the tus server did not answer OPTIONS; assuming creation only",
                           metadata: ["task.id": "\(task.id)", "status": "\(status)"])
         }
         guard let options = task.spec.upload, options.part == nil, options.parallel > 1 else {
@@ -437,7 +522,7 @@ extension Agent {
         guard run.offers("concatenation"), parts.count > 1 else {
             let why = parts.count > 1 ? "the server does not offer tus concatenation: the file goes in one upload"
                 : "the file is too small to split"
-            log.record(.progressed(Progressed(bytes: task.bytes, total: run.size, fallback: why)), task: task.id)
+            context.record(.progressed(Progressed(bytes: task.bytes, total: run.size, fallback: why)), task: task.id)
             run.step = .create
             send(run)
             return nil
@@ -454,7 +539,7 @@ extension Agent {
         for (index, span) in parts.enumerated() {
             var id = "\(task.id).part\(index + 1)"
             var suffix = 2
-            while log.state[id] != nil || ids.contains(id) { id = "\(task.id).part\(index + 1)-\(suffix)"; suffix += 1 }
+            while context.state[id] != nil || ids.contains(id) { id = "\(task.id).part\(index + 1)-\(suffix)"; suffix += 1 }
             ids.append(id)
             var spec = task.spec
             spec.parent = task.id
@@ -463,13 +548,13 @@ extension Agent {
             spec.upload = UploadOptions(protocol: .tus, chunkSize: options.chunkSize, parallel: 1, part: span)
             // The job's max_speed is the upload's, shared by its parts.
             spec.maxSpeed = task.spec.maxSpeed.map { max(1, $0 / Int64(parts.count)) }
-            log.record(.created(spec), task: id)
+            context.record(.created(spec), task: id)
         }
-        log.record(.progressed(Progressed(bytes: 0, total: parts.last?.end)), task: task.id)
-        log.record(.split(Split(parts: ids, changedNs: uploads[task.id]?.body.changedNs)), task: task.id)
-        uploads[task.id] = nil
-        logger.info("upload split into parts", metadata: ["task.id": "\(task.id)", "parts": "\(ids.count)"])
-        needsScheduling = true
+        context.record(.progressed(Progressed(bytes: 0, total: parts.last?.end)), task: task.id)
+        context.record(.split(Split(parts: ids, changedNs: self.run?.body.changedNs)), task: task.id)
+        self.run = nil
+        context.logger.info("upload split into parts", metadata: ["task.id": "\(task.id)", "parts": "\(ids.count)"])
+        context.needsScheduling = true
     }
 
     /// `inline; filename="v.mp4"` when the name can be quoted as it is (the draft recommends sending it).
@@ -528,7 +613,7 @@ extension Agent {
         guard run.fruitlessAnswers <= UploadRun.fruitlessAnswersAllowed else {
             return .transient(reason: "\(reason), \(run.fruitlessAnswers) times in a row", retryAfterMs: nil, restartFromZero: false)
         }
-        logger.notice("upload step again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+        context.logger.notice("upload step again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
         retry()
         send(run)
         return nil
@@ -543,9 +628,9 @@ extension Agent {
             return .transient(reason: "\(reason) (\(run.recreations) uploads lost in one attempt)", retryAfterMs: nil,
                               restartFromZero: false)
         }
-        logger.notice("upload lost on the server; creating it again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
-        log.record(.progressed(Progressed(bytes: 0, total: run.size, restartReason: reason)), task: task.id)
-        (run.loggedOffset, run.loggedAtMs) = (0, FileSystem.monotonicMs)
+        context.logger.notice("upload lost on the server; creating it again", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+        context.record(.progressed(Progressed(bytes: 0, total: run.size, restartReason: reason)), task: task.id)
+        (run.loggedOffset, run.loggedAtMs) = (0, Posix.monotonicMs)
         run.lostUpload = reason
         run.step = run.uploadProtocol == .tus && run.extensions == nil ? .discover : .create
         send(run)
@@ -555,64 +640,51 @@ extension Agent {
     /// Bytes up to `end` went out to `url`: a claim up to there may be true, in this attempt and later ones.
     private func believe(_ run: UploadRun, upTo end: Int64, at url: String) {
         run.believableEnd = max(run.believableEnd, end)
-        uploadReach[run.taskID] = UploadReach(url: url, end: run.believableEnd)
+        reach = UploadReach(url: url, end: run.believableEnd)
     }
 
     /// Ends a run from outside an answer (a body that cannot be read): the attempt ends with `outcome`.
     private func uploadEnded(_ task: TaskState, _ outcome: AttemptOutcome) {
-        uploads[task.id] = nil
+        self.run = nil
         switch outcome {
         case .localFailure(let reason, let code), .permanent(let reason, let code):
-            fail(task, reason: reason, code: code, keeping: task.bytes)
+            context.fail(task, reason: reason, code: code, keeping: task.bytes)
         default:
             break
         }
-        needsScheduling = true
+        context.needsScheduling = true
     }
 
     /// `cancel` of an upload the server holds: tus `DELETE` (when it offers
     /// `termination`), IETF `DELETE`. Sent once, its answer only logged: the
     /// task is cancelled whatever the server says.
-    func terminateUpload(of task: TaskState) {
+    private func terminate(_ task: TaskState) {
         // A split upload's finished parts are not cancelled one by one: their uploads go with it.
         if task.isFannedOut, task.spec.upload != nil {
-            for child in (log.state.children[task.id] ?? []).compactMap({ log.state[$0] }) where child.phase == .finished {
-                terminateUpload(of: child)
+            for child in (context.state.children[task.id] ?? []).compactMap({ context.state[$0] }) where child.phase == .finished {
+                terminate(child)
             }
         }
         guard let options = task.spec.upload, options.protocol != .plain, let session = task.upload else { return }
         if options.protocol == .tus {
             // A split upload's final upload was made without asking OPTIONS again: its parts' server said.
-            let offered = session.extensions ?? (log.state.children[task.id] ?? []).lazy.compactMap { self.log.state[$0]?.upload?.extensions }.first
+            let offered = session.extensions
+                ?? (context.state.children[task.id] ?? []).lazy.compactMap { self.context.state[$0]?.upload?.extensions }.first
             guard offered?.contains("termination") == true else { return }
         }
         do {
             let request = ProtocolRequest(url: session.url, method: "DELETE", headers: Self.versionHeaders(options.protocol), body: nil)
-            let attempt = try protocolAttempt(for: task, request, recording: false)
-            terminations[attempt.easy] = attempt
-            multi.add(attempt.easy)
+            let deletion = try context.makeExchange(task, protocolRequest: request, sink: .discard)
+            let logger = context.logger
+            deletion.onEnded = { deletion, outcome in
+                // In words: the outcome's own description is Swift's (`complete(bytes: 0)`).
+                logger.info("upload deleted on the server", metadata: [
+                    "task.id": "\(deletion.taskID)", "status": "\(deletion.httpStatus)", "result": "\(outcome.failureReason ?? "answered")"])
+            }
+            try context.exchanges.add(deletion, detached: true)
         } catch {
-            logger.warning("cannot ask the server to delete the upload", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
+            context.logger.warning("cannot ask the server to delete the upload", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
         }
-    }
-
-    /// A `DELETE` came back: said in the agent's log, nothing more.
-    func terminationEnded(_ attempt: Exchange, _ outcome: AttemptOutcome) {
-        terminations[attempt.easy] = nil
-        multi.remove(attempt.easy)
-        // In words: the outcome's own description is Swift's (`complete(bytes: 0)`).
-        let result = switch outcome {
-        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _): reason
-        default: "answered"
-        }
-        logger.info("upload deleted on the server", metadata: ["task.id": "\(attempt.taskID)", "status": "\(attempt.httpStatus)",
-                                                               "result": "\(result)"])
-    }
-
-    /// A split upload whose parts all finished: the final concatenation request.
-    func concatenate(_ parent: TaskState) {
-        guard uploads[parent.id] == nil, attemptByTask[parent.id] == nil else { return }
-        startResumableUpload(parent)
     }
 }
 

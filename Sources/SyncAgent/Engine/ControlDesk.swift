@@ -1,0 +1,122 @@
+import SyncAgentCore
+
+/// Control jobs (SPEC §4.3): pause, resume, cancel, forget one task or all
+/// of them, and compact the log. Each records what came of it for each
+/// target task, in words a person reads ("paused at byte 1048576",
+/// "nothing to do: task already finished").
+final class ControlDesk {
+    private unowned let context: RunnerContext
+    private unowned let compaction: CompactionScheduler
+
+    init(context: RunnerContext, compaction: CompactionScheduler) {
+        self.context = context
+        self.compaction = compaction
+    }
+
+    /// Carries out a control job. Returns an error sentence for the job file
+    /// when it names no task.
+    func apply(_ control: ControlJob, source: JobSource) -> String? {
+        let state = context.state
+        if control.action == .compact {
+            let olderThanS = control.olderThanS ?? context.config.keepEndedS
+            let outcome = compaction.request(olderThanS: olderThanS, from: source.file)
+            context.record(.controlled(Controlled(action: control.action.rawValue, target: "*", outcome: outcome,
+                                                  file: source.file, identity: source.identity)))
+            return nil
+        }
+        let targets: [TaskState]
+        if control.task == "*" {
+            // A forgotten task is out of the user's sight: "all" does not include it.
+            targets = state.orderedTasks.filter { !$0.forgotten }
+        } else if let task = state[control.task] {
+            targets = [task]
+        } else {
+            return "key \"task\": no task has the id \"\(control.task)\""
+        }
+        var outcomes: [String] = []
+        for task in targets {
+            let outcome = carryOut(control.action, on: task)
+            // One line per task for a single target; for "*", only what changed.
+            if control.task != "*" || !outcome.hasPrefix("nothing to do") { outcomes.append("\(task.id): \(outcome)") }
+        }
+        let words = outcomes.isEmpty ? "nothing to do: no task to \(control.action.rawValue)" : Controlled.outcome(of: outcomes)
+        context.record(.controlled(Controlled(action: control.action.rawValue, target: control.task, outcome: words,
+                                              file: source.file, identity: source.identity)),
+                       task: control.task == "*" ? nil : control.task)
+        context.needsScheduling = true
+        return nil
+    }
+
+    private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
+        if action == .forget { return forget(task) }
+        let state = context.state
+        let kind = Kinds.runnerType(for: task.spec)
+        if action == .resume, task.phase == .failed,
+           let cancelled = (state.children[task.id] ?? []).first(where: { state[$0]?.phase == .cancelled }) {
+            let words = kind.childWords
+            return "cannot run again: its \(words.child) \(cancelled) was cancelled; cancel the \(words.whole) and submit it again"
+        }
+        // On a parent, control applies to its children too, whenever it applies to the parent.
+        let applies = switch action {
+        case .pause: task.phase.isActive
+        case .resume: task.phase == .paused || task.phase == .failed
+        case .cancel: !task.phase.isEnded || task.phase == .failed
+        case .forget, .compact: false
+        }
+        if applies, state.families[task.id] != nil {
+            for id in state.children[task.id] ?? [] {
+                guard let child = context.state[id] else { continue }
+                _ = carryOut(action, on: child)
+            }
+            context.runners.runner(for: task).childrenControlled(action, of: task)
+        }
+        switch (action, task.phase) {
+        case (.pause, .queued), (.pause, .running):
+            return "paused at byte \(context.runners.pause(task.id, reason: .user, bytesIfIdle: task.bytes))"
+        case (.pause, .paused) where task.pauseReason != .user:
+            // It waited for the network; now it waits for the user, whatever the network does.
+            return "paused at byte \(context.runners.pause(task.id, reason: .user, bytesIfIdle: task.bytes))"
+        case (.resume, .paused):
+            context.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
+            return "resumed at byte \(task.bytes)"
+        case (.resume, .failed):
+            return runAgain(task, kind: kind)
+        case (.cancel, .queued), (.cancel, .running), (.cancel, .paused), (.cancel, .failed):
+            context.runners.cancel(task)
+            return "cancelled"
+        case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase), (.compact, let phase):
+            return "nothing to do: task already \(phase.rawValue)"
+        }
+    }
+
+    /// A failed task runs again: the way to recover after freeing disk space or a server outage.
+    private func runAgain(_ task: TaskState, kind: TaskRunner.Type) -> String {
+        if let dest = task.spec.dest, let holder = Destinations.holder(of: dest, in: context.state, except: task.id) {
+            return "cannot run again: \(dest) is now the destination of task \(holder)"
+        }
+        // A task that failed keeping nothing left no partial file: one there now is someone else's
+        // (the reason it was refused at intake, or a second agent's), and running again would truncate it.
+        if task.bytes == 0, task.spec.behaviour.body == .partialFile, let part = task.partPath, context.root.exists(part) {
+            return "cannot run again: \(part) exists and is not this task's; move it away first"
+        }
+        // The bytes kept when it failed, if what holds them (its partial file, its server) still does.
+        let kept = kind.bytesKeptForRunAgain(task, in: context)
+        let bytes = task.spec.isResumable && kept >= task.bytes ? task.bytes : 0
+        context.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
+                       task: task.id)
+        return "runs again from byte \(bytes)"
+    }
+
+    /// An ended task leaves `status`, its children with it; a live one is
+    /// refused, since forgetting must never lose a transfer.
+    private func forget(_ task: TaskState) -> String {
+        guard task.phase.isEnded else { return "nothing to do: task is \(task.phase.rawValue); cancel it first" }
+        // Read afresh: forgetting a video forgets its segments, which "*" then meets again.
+        guard context.state[task.id]?.forgotten == false else { return "nothing to do: task already forgotten" }
+        context.record(.forgotten(Forgotten()), task: task.id)
+        for child in context.state.children[task.id] ?? [] where context.state[child]?.forgotten == false {
+            context.record(.forgotten(Forgotten()), task: child)
+        }
+        return "forgotten"
+    }
+}

@@ -1,0 +1,84 @@
+import Logging
+import SyncAgentCore
+
+/// What every runner works with, owned by the loop's thread: the log it
+/// records in, the files beneath download_dir, the exchanges in flight, the
+/// workers off the loop, the publishing that follows a commit, and the
+/// settings in force. The rules every kind shares for how an attempt ends
+/// are in `TaskEnds.swift`.
+final class RunnerContext {
+    let log: EventLog
+    let root: DownloadRoot
+    let exchanges: ExchangePool
+    let syncer: DataSyncer
+    let preparer: PartialPreparer
+    let assembler: HLSAssembler
+    let publishing: PublishQueue
+    let logger: Logger
+    /// The runners, by task: a parent reaches its children's through them.
+    unowned var runners: Runners!
+    /// The network as the agent follows it (see `NetworkWatch`).
+    unowned var network: NetworkWatch!
+    /// config.toml as last read (SIGHUP reads it again).
+    var config: AgentConfig
+    var settings: TransferSettings
+    /// Set whenever something could let a queued task start or a batch drain.
+    var needsScheduling = true
+    /// The agent is stopping: nothing new is started.
+    var stopping = false
+    /// "task finished" and "task failed", said once the commit has made them
+    /// true: an agent stopping before that commit must not have said them.
+    var linesAfterCommit: [(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata)] = []
+    /// Commits the log and carries out what follows a commit. A resumable
+    /// upload makes its URL durable this way before the first byte goes.
+    private let commitNow: () throws -> Void
+
+    init(log: EventLog, root: DownloadRoot, exchanges: ExchangePool, syncer: DataSyncer, preparer: PartialPreparer,
+         assembler: HLSAssembler, publishing: PublishQueue, logger: Logger, config: AgentConfig, commit: @escaping () throws -> Void) {
+        self.log = log
+        self.root = root
+        self.exchanges = exchanges
+        self.syncer = syncer
+        self.preparer = preparer
+        self.assembler = assembler
+        self.publishing = publishing
+        self.logger = logger
+        self.config = config
+        settings = TransferSettings(config: config)
+        commitNow = commit
+    }
+
+    var state: AgentState { log.state }
+
+    func record(_ body: EventBody, task: String? = nil) {
+        log.record(body, task: task)
+    }
+
+    func commit() throws { try commitNow() }
+
+    /// Said once the next commit is done.
+    func sayAfterCommit(_ level: Logger.Level, _ message: Logger.Message, _ metadata: Logger.Metadata) {
+        linesAfterCommit.append((level, message, metadata))
+    }
+
+    /// `total_timeout` (timeoutIntervalForResource) runs from the task's first
+    /// start, across attempts, pauses and restarts.
+    func deadlineMs(of task: TaskState) -> Int64 {
+        (task.firstStartedAtMs ?? Posix.nowMs) + Int64(config.totalTimeout) * 1000
+    }
+
+    var totalTimeoutWords: String { "did not finish within total_timeout (\(config.totalTimeout) s) of its first start" }
+
+    /// The exchange of `task`'s request (or of one step of its protocol),
+    /// with the config's headers and its job's speed cap; not yet in flight.
+    func makeExchange(_ task: TaskState, offset: Int64 = 0, rangeEnd: Int64? = nil, ifRange: String? = nil,
+                      ifChanged: PublishedValidators? = nil, protocolRequest: ProtocolRequest? = nil,
+                      sink: Exchange.Sink) throws -> Exchange {
+        // A child's credentials are its parent's, for its parent's host.
+        let origin = task.spec.parent.flatMap { state[$0]?.spec.url }
+        let plan = try RequestPlan.of(task, sharedHeaders: settings.headers, origin: origin, offset: offset, rangeEnd: rangeEnd,
+                                      ifRange: ifRange, ifChanged: ifChanged, protocolRequest: protocolRequest)
+        return try Exchange(for: task.id, plan: plan, sink: sink, settings: settings, speedCap: task.spec.maxSpeed,
+                            deadlineMs: deadlineMs(of: task), cookies: exchanges.cookies)
+    }
+}

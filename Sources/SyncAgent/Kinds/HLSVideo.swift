@@ -1,0 +1,339 @@
+import Foundation
+import SyncAgentCore
+
+/// An HLS video (SPEC §10): read the playlist (through the master's chosen
+/// variant), fan out one child download per segment, key and init segment,
+/// read a live playlist again every target duration, and fan in — assemble
+/// and publish — once every child has finished. The decisions are the
+/// core's (`HLSPlaylist`, `HLSFanOut`, the fold's `settledParents`); this
+/// runner carries them out.
+final class HLSVideoRunner: TaskRunner {
+    let taskID: String
+    private unowned let context: RunnerContext
+    /// The playlist read in flight: the task's own attempt, or a live playlist read again.
+    private var exchange: Exchange?
+    private var exchangeIsRefresh = false
+    /// A live video: when its playlist is read again (monotonic ms).
+    private var refreshAt: Int64?
+    /// Reads in a row that failed.
+    private var refreshFailures = 0
+    /// Reads in a row that brought no new segment.
+    private var staleRefreshes = 0
+    static let staleReadsBeforeEnding = 30
+    /// Variants an error names when none matches `variant`, at most.
+    static let variantsNamed = 8
+    /// A playlist is kept in memory, at most this many bytes.
+    static let playlistLimit = 16 << 20
+
+    init(taskID: String, context: RunnerContext) {
+        self.taskID = taskID
+        self.context = context
+    }
+
+    var isBusy: Bool { exchange != nil || context.assembler.busy.contains(taskID) }
+    var nextWakeMs: Int64? { refreshAt }
+
+    /// A video joined into one file is named once its playlist tells its format (see `expand`).
+    static func destinationIsKnownAtStart(_ spec: TaskSpec) -> Bool { !HLSPublisher.joinsIntoOneFile(spec) }
+
+    static let childWords = (child: "segment", whole: "video")
+
+    // MARK: - Reading the playlist
+
+    func start(_ task: TaskState) {
+        guard !task.isFannedOut else { return resumeFannedOut(task) }
+        guard let exchange = makePlaylistRead(task) else { return }
+        context.record(.started(Started(attempt: task.nextAttempt, offset: 0, url: task.currentURL)), task: taskID)
+        read(exchange, refresh: false)
+    }
+
+    /// A fanned-out video taken from the queue (a restart, a resume): its
+    /// children do the work; a live one reads its playlist again at once.
+    private func resumeFannedOut(_ task: TaskState) {
+        context.record(.started(Started(attempt: task.attempts, offset: 0, url: task.currentURL)), task: taskID)
+        if task.hls?.ended == false { refreshAt = Posix.monotonicMs }
+        context.needsScheduling = true
+    }
+
+    private func makePlaylistRead(_ task: TaskState) -> Exchange? {
+        do {
+            return try context.makeExchange(task, sink: .memory(limit: Self.playlistLimit, overflow: { url in
+                .permanent(reason: "the playlist at \(Redaction.url(url)) is over \(Self.playlistLimit >> 20) MiB", code: .badPlaylist)
+            }))
+        } catch {
+            context.refuseStart(task, error)
+            return nil
+        }
+    }
+
+    private func read(_ exchange: Exchange, refresh: Bool) {
+        let id = taskID
+        exchange.onRedirected = { [unowned self] hop in
+            // A read again is no attempt of its own: it records nothing.
+            if !refresh { context.record(.redirected(hop), task: id) }
+        }
+        exchange.onEnded = { [unowned self] exchange, outcome in ended(exchange, outcome) }
+        do {
+            try context.exchanges.add(exchange)
+        } catch {
+            guard let task = context.state[taskID] else { return }
+            if refresh { refreshFailed(task, "\(error)") } else { context.refuseStart(task, error) }
+            return
+        }
+        self.exchange = exchange
+        exchangeIsRefresh = refresh
+    }
+
+    private func ended(_ exchange: Exchange, _ outcome: AttemptOutcome) {
+        self.exchange = nil
+        context.needsScheduling = true
+        guard let task = context.state[taskID] else { return }
+        if exchangeIsRefresh { return refreshed(task, exchange, outcome) }
+        guard case .complete = outcome else {
+            return context.attemptEnded(task, outcome, on: exchange, metrics: exchange.metrics, durable: exchange.durable)
+        }
+        playlistArrived(task, exchange)
+    }
+
+    /// A playlist arrived for the task's own attempt.
+    private func playlistArrived(_ task: TaskState, _ exchange: Exchange) {
+        let url = exchange.currentURL
+        let playlist: HLSPlaylist
+        do {
+            playlist = try HLSPlaylist.parse(exchange.memoryBody, base: url)
+        } catch {
+            context.fail(task, reason: "\(Redaction.url(url)): \(error)", code: .badPlaylist, metrics: exchange.metrics)
+            return
+        }
+        switch playlist {
+        case .master(let variants):
+            let rule = task.spec.hls?.variant ?? "best"
+            guard let variant = HLSVariant.pick(variants, rule: rule) else {
+                // A few are named: a master of 2,000 variants made an error of every one.
+                let names = variants.compactMap { $0.resolution ?? $0.bandwidth.map(String.init) }
+                let offered = names.prefix(Self.variantsNamed).joined(separator: ", ")
+                    + (names.count > Self.variantsNamed ? " and \(names.count - Self.variantsNamed) more" : "")
+                context.fail(task, reason: "no variant of \(Redaction.url(url)) matches variant = \"\(rule)\" (it offers \(offered))",
+                             code: .noVariant, metrics: exchange.metrics)
+                return
+            }
+            // Its sound in a playlist of its own (a CMAF layout): the video alone would be published
+            // as the whole. Said, not done, until alternate renditions are fetched too.
+            if let group = variant.separateAudio {
+                context.fail(task, reason: "the chosen variant of \(Redaction.url(url)) takes its audio from a rendition of its own "
+                             + "(#EXT-X-MEDIA TYPE=AUDIO, GROUP-ID=\"\(Printable.escaping(group))\"), which syncagent does not fetch: "
+                             + "the video would be silent", code: .separateAudio, metrics: exchange.metrics)
+                return
+            }
+            // A master that leads to masters forever is refused like a redirect loop.
+            guard task.redirects < context.settings.maxRedirects else {
+                context.fail(task, reason: "more than \(context.settings.maxRedirects) master playlists in a row from \(Redaction.url(url))",
+                             code: .badPlaylist, metrics: exchange.metrics)
+                return
+            }
+            // The choice is a hop like a redirect: a restart reads the variant's playlist directly.
+            context.hop(task, to: variant.uri, status: 300)
+        case .media(let media):
+            expand(task, with: media, url: url)
+        }
+    }
+
+    /// Records the children a media playlist adds, and when to read it again.
+    private func expand(_ task: TaskState, with media: HLSMediaPlaylist, url: String) {
+        let plan: HLSFanOut.Plan
+        do {
+            plan = try HLSFanOut.plan(parent: task, playlist: media, url: url, in: context.state)
+        } catch let refusal as HLSFanOut.Refusal {
+            context.fail(task, reason: refusal.description, code: refusal.code)
+            return
+        } catch {
+            context.fail(task, reason: "\(error)", code: .badPlaylist)
+            return
+        }
+        if !task.isFannedOut, plan.expanded.entries.isEmpty, plan.expanded.ended {
+            context.fail(task, reason: "the playlist \(Redaction.url(url)) has no segments", code: .badPlaylist)
+            return
+        }
+        // The file a joined video would be published as is known now: one that exists
+        // ends a `skip` or `fail` task here, before any segment is fetched.
+        if !task.isFannedOut, HLSPublisher.joinsIntoOneFile(task.spec), let dest = task.spec.dest,
+           context.endedByExistingDest(task, HLSPublisher.joinedPath(dest, isFMP4: HLSPublisher.isFMP4(plan.expanded.entries))) {
+            return
+        }
+        if let change = plan.endedBecause {
+            context.logger.notice("live playlist is another video now; publishing what was taken before the change",
+                                  metadata: ["task.id": "\(taskID)", "reason": "\(change)"])
+        }
+        if !plan.expanded.entries.isEmpty || !task.isFannedOut || plan.expanded.ended != task.hls?.ended {
+            for child in plan.children { context.record(.created(child.spec), task: child.id) }
+            context.record(.expanded(plan.expanded), task: taskID)
+            context.logger.info("playlist read", metadata: ["task.id": "\(taskID)", "segments": "\(plan.expanded.entries.count)",
+                                                            "ended": "\(plan.expanded.ended)"])
+        }
+        // A live playlist that stops growing (or goes backwards) ends after this many reads:
+        // what it gave is published, instead of waiting for total_timeout.
+        staleRefreshes = plan.expanded.entries.isEmpty ? staleRefreshes + 1 : 0
+        if !plan.expanded.ended, task.isFannedOut, staleRefreshes >= Self.staleReadsBeforeEnding {
+            context.record(.expanded(Expanded(playlist: url, targetDurationMs: media.targetDurationMs, ended: true, entries: [])),
+                           task: taskID)
+            context.logger.notice("live playlist stopped growing; publishing what it gave",
+                                  metadata: ["task.id": "\(taskID)", "reads": "\(staleRefreshes)"])
+            refreshAt = nil
+            staleRefreshes = 0
+            context.needsScheduling = true
+            return
+        }
+        if plan.expanded.ended {
+            refreshAt = nil
+        } else {
+            // RFC 8216 §6.3.4: again after a target duration, or half of one when nothing changed.
+            let wait = plan.expanded.entries.isEmpty ? media.targetDurationMs / 2 : media.targetDurationMs
+            refreshAt = Posix.monotonicMs + max(1000, wait)
+        }
+        context.needsScheduling = true
+    }
+
+    // MARK: - A live playlist, read again
+
+    /// Starts the playlist read that is due (a live video, while it runs).
+    func wake(nowMs: Int64) {
+        guard let due = refreshAt, due <= nowMs else { return }
+        refreshAt = nil
+        guard let task = context.state[taskID], task.phase == .running, exchange == nil else { return }
+        do {
+            let exchange = try context.makeExchange(task, sink: .memory(limit: Self.playlistLimit, overflow: { url in
+                .permanent(reason: "the playlist at \(Redaction.url(url)) is over \(Self.playlistLimit >> 20) MiB", code: .badPlaylist)
+            }))
+            read(exchange, refresh: true)
+        } catch {
+            refreshFailed(task, "cannot start: \(error)")
+        }
+    }
+
+    /// A live playlist read again: new segments become children; failures
+    /// are tried again next interval, up to a point.
+    private func refreshed(_ task: TaskState, _ exchange: Exchange, _ outcome: AttemptOutcome) {
+        guard task.phase == .running else { return }
+        switch outcome {
+        case .complete:
+            do {
+                guard case .media(let media) = try HLSPlaylist.parse(exchange.memoryBody, base: exchange.currentURL) else {
+                    refreshFailed(task, "the live playlist became a master playlist")
+                    return
+                }
+                refreshFailures = 0
+                expand(task, with: media, url: exchange.currentURL)
+            } catch {
+                refreshFailed(task, "\(error)")
+            }
+        case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _), .rangeRefused(let reason),
+             .fallBack(let reason):
+            refreshFailed(task, reason)
+        case .redirect(let target, _):
+            refreshFailed(task, "the live playlist moved to \(Redaction.url(target))")
+        case .notModified:
+            // A playlist read is never conditional; a server that says 304 anyway said nothing new.
+            refreshFailed(task, "the server answered 304 Not Modified to a request that asked no condition")
+        }
+    }
+
+    private func refreshFailed(_ task: TaskState, _ reason: String) {
+        refreshFailures += 1
+        let allowed = max(task.spec.retries ?? context.config.retries, 1)
+        guard refreshFailures <= allowed else {
+            let failures = refreshFailures
+            refreshFailures = 0
+            context.fail(task, reason: "the live playlist could not be read \(failures) times in a row: \(reason)",
+                         code: .playlistUnavailable)
+            return
+        }
+        context.logger.notice("live playlist not read; trying again", metadata: ["task.id": "\(taskID)", "reason": "\(reason)"])
+        refreshAt = Posix.monotonicMs + max(1000, task.hls?.targetDurationMs ?? 1000)
+    }
+
+    // MARK: - Fan-in
+
+    /// Every segment finished: the video is assembled off the loop. A
+    /// segment lost (failed or cancelled) fails the video, its other
+    /// segments waiting, paused, for `resume`.
+    func childrenSettled(_ parent: TaskState) throws {
+        guard let family = context.state.families[parent.id] else { return }
+        if family.lost > 0 {
+            let lost = (context.state.children[parent.id] ?? []).compactMap { context.state[$0] }
+                .first { $0.phase == .failed || $0.phase == .cancelled }
+            let why = lost.map { "\($0.id) \($0.phase.rawValue)" + ($0.error.map { ": \($0)" } ?? "") } ?? "a segment was lost"
+            context.runners.pauseActiveChildren(of: parent)
+            context.fail(parent, reason: "segment \(why)", code: .segmentFailed)
+            return
+        }
+        if !context.assembler.busy.contains(taskID) { context.assembler.assemble(parent, in: context.state, root: context.root) }
+    }
+
+    /// What the assembler made of the video: published once `finished` is
+    /// committed, or the reason it failed. A video paused or cancelled
+    /// meanwhile takes no result (a resume assembles it again).
+    func assembled(_ outcome: HLSAssembler.Outcome) {
+        guard let parent = context.state[taskID], parent.phase == .running else { return }
+        do {
+            let prepared = try outcome.get()
+            context.record(.finished(Finished(bytes: prepared.bytes, dest: prepared.dest)), task: taskID)
+            context.publishing.rename(.init(task: taskID, part: prepared.staging, dest: prepared.dest,
+                                            replacing: parent.spec.overwrite.replacesFiles, thenRemoving: HLSFanOut.workDirectory(of: parent)))
+            context.logger.info("video published", metadata: ["task.id": "\(taskID)", "dest": "\(prepared.dest)",
+                                                              "segments": "\(context.state.families[taskID]?.total ?? 0)"])
+        } catch let failure as HLSPublisher.HLSFailure {
+            if let child = failure.child.flatMap({ context.state[$0] }) {
+                context.fail(child, reason: failure.reason, code: failure.code)
+            }
+            dropUnfinishedJoin(parent)
+            context.fail(parent, reason: failure.reason, code: failure.code)
+        } catch let error as SystemError {
+            dropUnfinishedJoin(parent)
+            let failure = DiskFailure(operation: "assemble", path: HLSPublisher.staging(of: parent) ?? "", errno: error.errno)
+            context.fail(parent, reason: "\(failure.description) (\(error.operation))", code: failure.code)
+        } catch {
+            context.fail(parent, reason: "cannot assemble the video: \(error)", code: .localError)
+        }
+    }
+
+    /// A joined file that could not be finished takes room for nothing: it
+    /// is written whole again next time. (A folder's staging keeps the
+    /// segments already moved there, so it stays.)
+    private func dropUnfinishedJoin(_ parent: TaskState) {
+        guard parent.spec.hls?.output == .file, let staging = HLSPublisher.staging(of: parent) else { return }
+        do { try context.root.remove(staging) } catch {
+            context.logger.error("cannot remove a half-joined video", metadata: ["file": "\(staging)", "error": "\(error)"])
+        }
+    }
+
+    // MARK: - Stopping and control
+
+    func stop(flushing: Bool) -> Stopped? {
+        refreshAt = nil
+        guard let exchange else { return nil }
+        context.exchanges.remove(exchange)
+        self.exchange = nil
+        return (0, exchange.metrics)
+    }
+
+    /// Control of the video reached its segments: it stops reading its
+    /// playlist, and a cancelled video's work folder goes.
+    func childrenControlled(_ action: ControlJob.Action, of parent: TaskState) {
+        refreshAt = nil
+        if action == .cancel, let work = HLSFanOut.workDirectory(of: parent) { context.publishing.removeWorkFolder(work) }
+    }
+
+    /// Start-up: a finished video whose rename the log vouches for is
+    /// renamed; the work folder of an ended video is removed.
+    static func tidyAfterRestart(_ task: TaskState, in context: RunnerContext) {
+        guard task.phase == .finished || task.phase == .cancelled, let work = HLSFanOut.workDirectory(of: task) else { return }
+        if task.phase == .finished, let staging = HLSPublisher.staging(of: task), let dest = task.dest, context.root.exists(staging),
+           !context.publishing.completeRename(of: task, from: staging, to: dest) {
+            return
+        }
+        if context.root.exists(work) { context.publishing.removeWorkFolder(work) }
+    }
+
+    /// A finished video whose rename may be left: its staging path.
+    static func unpublishedFile(of task: TaskState) -> String? { HLSPublisher.staging(of: task) }
+}
