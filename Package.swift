@@ -15,7 +15,8 @@ let package = Package(
     ],
     targets: [
         // Pure: events, the fold, job parsing, scheduling and recovery decisions. No I/O.
-        .target(name: "SyncAgentCore", dependencies: [.product(name: "DequeModule", package: "swift-collections")]),
+        .target(name: "SyncAgentCore", dependencies: [.product(name: "DequeModule", package: "swift-collections")],
+                swiftSettings: [.swiftLanguageMode(.v6)]),
         // C edge: libcurl, opened as the agent starts (not linked: every command would load it),
         // and typed wrappers for its variadic functions.
         .target(
@@ -51,7 +52,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["SyncAgentCore"], path: "Tests/TestSupport",
                 exclude: ["fault_server.py", "tus_server.py"]),
         // The fuzz target's body: every parser of outside input, fed one input.
-        .target(name: "SyncAgentFuzzing", dependencies: ["SyncAgentCore"]),
+        .target(name: "SyncAgentFuzzing", dependencies: ["SyncAgentCore"], swiftSettings: [.swiftLanguageMode(.v6)]),
         .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore", "SyncAgentFuzzing", "TestSupport"]),
         .testTarget(name: "SyncAgentTests", dependencies: ["SyncAgent", "SyncAgentCore", "TestSupport"]),
         .testTarget(name: "syncagentCLITests", dependencies: ["SyncAgentCore", "TestSupport"]),

@@ -486,7 +486,8 @@ public enum URLRules {
         var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         guard inet_ntop(AF_INET6, &address, &text, socklen_t(text.count)) != nil else { return nil }
         let zone = parts.count == 2 ? "%" + parts[1] : ""
-        return "[" + String(cString: text) + zone + "]"
+        let written = text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+        return "[" + String(decoding: written, as: UTF8.self) + zone + "]"
     }
 
 
