@@ -28,7 +28,7 @@ enum TaskTable {
             let figures = state.figures(of: task)
             var size = figures.total.map { "\(ByteCount.format(figures.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(figures.bytes)
             if let children = figures.children {
-                size += " (\(children.done)/\(children.total) \(task.spec.upload != nil ? "parts" : "segments"))"
+                size += " (\(children.done)/\(children.total) \(task.spec.behaviour.family.children))"
             }
             let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             let interrupted = task.phase == .running && style.agentRunning == false
@@ -151,7 +151,8 @@ enum TaskTable {
             lines.append("speed:       \(ByteCount.format(figures.speed))/s" + eta)
         }
         if let children = figures.children {
-            lines.append((task.spec.upload != nil ? "parts:       " : "segments:    ") + "\(children.done) of \(children.total) done")
+            lines.append((task.spec.behaviour.family.children + ":").padding(toLength: 13, withPad: " ", startingAt: 0)
+                         + "\(children.done) of \(children.total) done")
         }
         lines += [
             "attempts:    \(task.attempts)",

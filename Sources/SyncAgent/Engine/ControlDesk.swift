@@ -53,7 +53,7 @@ final class ControlDesk {
         let kind = Kinds.runnerType(for: task.spec)
         if action == .resume, task.phase == .failed,
            let cancelled = (state.children[task.id] ?? []).first(where: { state[$0]?.phase == .cancelled }) {
-            let words = kind.childWords
+            let words = task.spec.behaviour.family
             return "cannot run again: its \(words.child) \(cancelled) was cancelled; cancel the \(words.whole) and submit it again"
         }
         // On a parent, control applies to its children too, whenever it applies to the parent.

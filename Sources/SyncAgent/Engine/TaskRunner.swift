@@ -71,8 +71,6 @@ protocol TaskRunner: AnyObject {
     static func destinationIsKnownAtStart(_ spec: TaskSpec) -> Bool
     /// The bytes a failed task keeps when it is run again.
     static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64
-    /// What its children and the whole are called ("segment", "video").
-    static var childWords: (child: String, whole: String) { get }
 }
 
 extension TaskRunner {
@@ -99,5 +97,4 @@ extension TaskRunner {
     static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64 {
         task.partPath.flatMap(context.root.size) ?? 0
     }
-    static var childWords: (child: String, whole: String) { ("child", "task") }
 }

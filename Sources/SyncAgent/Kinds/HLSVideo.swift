@@ -36,8 +36,6 @@ final class HLSVideoRunner: TaskRunner {
     /// A video joined into one file is named once its playlist tells its format (see `expand`).
     static func destinationIsKnownAtStart(_ spec: TaskSpec) -> Bool { !HLSPublisher.joinsIntoOneFile(spec) }
 
-    static let childWords = (child: "segment", whole: "video")
-
     // MARK: - Reading the playlist
 
     func start(_ task: TaskState) {

@@ -184,8 +184,6 @@ final class ResumableUploadRunner: TaskRunner {
     /// Run again after a failure: the upload's bytes are on its server, whose `HEAD` says what it still holds.
     static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64 { task.bytes }
 
-    static let childWords = (child: "part", whole: "upload")
-
     func start(_ task: TaskState) {
         guard !task.isFannedOut else {
             // A split upload taken from the queue (a restart, a resume): its parts do the work,

@@ -30,6 +30,15 @@ public struct KindBehaviour: Equatable, Sendable {
     public var canFollowRedirectsItself: Bool
     /// Reads a playlist and hands the work to child tasks (SPEC §10).
     public var fansOut: Bool
+    /// What its children and the whole are called, when it has children.
+    public var family = FamilyWords(child: "segment", whole: "video")
+}
+
+/// How people call a parent task's children and the parent itself.
+public struct FamilyWords: Equatable, Sendable {
+    public var child: String
+    public var whole: String
+    public var children: String { child + "s" }
 }
 
 extension TaskSpec {
@@ -39,9 +48,9 @@ extension TaskSpec {
             KindBehaviour(body: .partialFile, accepts: 200...299, countsSent: false, resumes: true, recordsResponse: false,
                           canFollowRedirectsItself: true, fansOut: false)
         case .upload:
-            // A resumable upload goes on from the offset its server confirmed (SPEC §11).
+            // A resumable upload goes on from the offset its server confirmed (SPEC §11); split, its children are parts.
             KindBehaviour(body: .discard, accepts: 200...299, countsSent: upload == nil, resumes: upload != nil, recordsResponse: true,
-                          canFollowRedirectsItself: false, fansOut: false)
+                          canFollowRedirectsItself: false, fansOut: false, family: FamilyWords(child: "part", whole: "upload"))
         case .data:
             // A data task's answer may be a 3xx it did not follow (304 Not Modified is a result).
             KindBehaviour(body: dest == nil ? .discard : .partialFile, accepts: 200...399, countsSent: false, resumes: false,
