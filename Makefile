@@ -34,7 +34,7 @@ define venv_install
 endef
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean
+.PHONY: run test torture bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -89,6 +89,13 @@ test: test-deps
 	$(MAKE) --no-print-directory release manual-tool RELEASE_BUILD=$(INSTALL_TEST_BUILD)
 	swift build --build-tests
 	swift test
+
+# The power-cut torture (PowerCutTests) at length: POWER_CUTS cuts of the
+# power under the agent on forgetfs, where `make test` makes 12.
+POWER_CUTS ?= 100
+torture: test-deps
+	swift build --build-tests
+	SYNCAGENT_POWER_CUTS=$(POWER_CUTS) swift test --skip-build --filter PowerCutTests
 
 # make install [PREFIX=~/.local] [DESTDIR=/tmp/stage]: each file where its reader
 # looks: man (from PATH's ../share/man), bash-completion, fish and the systemd user
