@@ -36,7 +36,19 @@ public final class PowerCutWorld {
             agent.signal(SIGKILL)
             guard agent.wait(seconds: 10) != nil else { throw TestFailure("the agent outlived SIGKILL") }
         }
+        let before = device
         try fs.powerCycle()
+        if device != before { deviceChanges += 1 }
+    }
+
+    /// Cuts after which the mount had another st_dev: a job's identity
+    /// (`st_dev:st_ino:ctime`) would change with it, as after a reboot of
+    /// btrfs or a FUSE mount.
+    public private(set) var deviceChanges = 0
+
+    private var device: UInt64 {
+        var info = stat()
+        return stat(fs.path, &info) == 0 ? UInt64(info.st_dev) : 0
     }
 
     /// Runs the agent until idle (at most `seconds`); its exit status.
