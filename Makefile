@@ -13,9 +13,11 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # groff-base (man -l), systemd (systemd-analyze verify), bash-completion, zsh, fish.
 # iproute2 (ip netns, veth) takes a test agent offline; libsystemd0 is the sd-bus
 # the agent dlopens to follow NetworkManager (mocked by python3-dbusmock).
+# fuse3 and libfuse3-dev, built with gcc: forgetfs, the test file system that
+# forgets at a power cut what was never made durable (Tests/TestSupport/forgetfs).
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
                   man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0 \
-                  python3-venv
+                  python3-venv fuse3 libfuse3-dev gcc
 BENCH_PACKAGES := curl aria2 time
 # From PyPI into a virtualenv of our own, made by Debian's python3 (python3-venv),
 # whatever python3 comes first on PATH: aiohttp-tus, the real tus server of the
@@ -32,7 +34,7 @@ define venv_install
 endef
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean
+.PHONY: run test torture bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -87,6 +89,13 @@ test: test-deps
 	$(MAKE) --no-print-directory release manual-tool RELEASE_BUILD=$(INSTALL_TEST_BUILD)
 	swift build --build-tests
 	swift test
+
+# The power-cut torture (PowerCutTests) at length: POWER_CUTS cuts of the
+# power under the agent on forgetfs, where `make test` makes 12.
+POWER_CUTS ?= 100
+torture: test-deps
+	swift build --build-tests
+	SYNCAGENT_POWER_CUTS=$(POWER_CUTS) swift test --skip-build --filter PowerCutTests
 
 # make install [PREFIX=~/.local] [DESTDIR=/tmp/stage]: each file where its reader
 # looks: man (from PATH's ../share/man), bash-completion, fish and the systemd user

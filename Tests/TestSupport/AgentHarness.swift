@@ -6,17 +6,24 @@ import Glibc
 /// One hermetic syncagent world: its own HOME, state dir, inbox, downloads
 /// and config, and the real binary run against them.
 public final class AgentHarness {
-    public let directory = TempDirectory()
-    public var stateDir: String { directory.file("state") }
-    public var inbox: String { directory.file("inbox") }
-    public var downloads: String { directory.file("downloads") }
+    public let directory: TempDirectory
+    public let stateDir: String
+    public let inbox: String
+    public let downloads: String
     public var configFile: String { directory.file("config.toml") }
     /// Set to a private bus to let the agent reach a notification daemon.
     public var busAddress: String?
     /// Added to the agent's environment (e.g. SYNCAGENT_CRASHPOINT).
     public var extraEnvironment: [String: String] = [:]
 
-    public init(config: String = "") throws {
+    /// - Parameter root: where `state/`, `inbox/` and `downloads/` go (a test
+    ///   file system mounted in `directory`); by default in `directory` itself.
+    public init(config: String = "", directory: TempDirectory = TempDirectory(), root: String? = nil) throws {
+        self.directory = directory
+        let root = root ?? directory.path
+        stateDir = root + "/state"
+        inbox = root + "/inbox"
+        downloads = root + "/downloads"
         try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
         try "download_dir = \"\(downloads)\"\n\(config)".write(toFile: configFile, atomically: true, encoding: .utf8)
     }
