@@ -62,4 +62,75 @@ final class PosixFaultTests {
         #expect(first == ["a", "b", "c"])
         #expect(second == first, "a listing through a dup shared the read position, and the second found nothing")
     }
+
+    // MARK: - A failed sync never becomes claimed progress
+
+    @Test func aFailedSyncReportsItsErrnoAndNoDurableOffset() throws {
+        let path = try file("part", bytes: 1000)
+        let fd = try Posix.open(path, O_RDWR)
+        defer { Posix.close(fd) }
+        let task = "sync-" + (directory.path as NSString).lastPathComponent
+        let syncer = try DataSyncer()
+        Posix.inject(.init(.fdatasync, errno: EIO, matching: "task \(task)", times: 1))
+        syncer.sync(fd, .init(taskID: task, attempt: 7, offset: 1000, complete: false))
+        syncer.waitForAll()
+        let failed = syncer.drain()
+        #expect(failed.count == 1)
+        #expect(failed.first?.error == EIO)
+        #expect(failed.first?.durableOffset == nil, "a failed sync never becomes claimed progress")
+
+        // The same sync that works vouches for its offset.
+        syncer.sync(fd, .init(taskID: task, attempt: 8, offset: 1000, complete: true))
+        syncer.waitForAll()
+        let synced = syncer.drain()
+        #expect(synced.first?.error == nil)
+        #expect(synced.first?.durableOffset == 1000)
+    }
+
+    @Test func aSyncThatCannotStartIsReportedAsFailed() throws {
+        let syncer = try DataSyncer()
+        syncer.sync(-1, .init(taskID: "no-file", attempt: 1, offset: 50, complete: true))
+        syncer.waitForAll()
+        let done = syncer.drain()
+        #expect(done.first?.error == EBADF)
+        #expect(done.first?.durableOffset == nil)
+    }
+
+    // MARK: - A failed rename is reported
+
+    private func downloads() throws -> (root: DownloadRoot, folder: String) {
+        let folder = directory.file("downloads")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        return (try DownloadRoot(path: folder), folder)
+    }
+
+    @Test func aFailedRenameInTheDownloadFolderNamesBothPaths() throws {
+        let (root, folder) = try downloads()
+        let part = folder + "/sub/a.bin.part", dest = folder + "/sub/a.bin"
+        try root.makeFile(part, mode: 0o644)
+        for replacing in [true, false] {
+            Posix.inject(.init(.rename, errno: EIO, matching: directory.path, times: 1))
+            let error = failure { try root.rename(part, to: dest, replacing: replacing) }
+            #expect((error as? SystemError)?.errno == EIO)
+            #expect("\(error.map { "\($0)" } ?? "")" == "move \(part) to \(dest): Input/output error")
+            #expect(root.exists(part) && !root.exists(dest))
+        }
+        Posix.inject(.init(.rename, errno: EEXIST, matching: directory.path, times: 1))
+        let taken = failure { try root.rename(part, to: dest, replacing: false) }
+        #expect("\(taken.map { "\($0)" } ?? "")" == "move \(part) to \(dest), where something else now is: File exists")
+    }
+
+    @Test func aPublishWhoseRenameFailsThrowsAndPublishesNothing() throws {
+        let (root, folder) = try downloads()
+        let part = folder + "/b.bin.part", dest = folder + "/b.bin"
+        try root.makeFile(part, mode: 0o644)
+        Posix.inject(.init(.rename, errno: EROFS, matching: directory.path, times: 1))
+        let error = failure { try Publisher.complete(part: part, to: dest, replacing: true, root: root) }
+        let words = error.map { "\($0)" } ?? "no error"
+        #expect(words.contains(part) && words.contains(dest) && words.contains("Read-only file system"), "\(words)")
+        #expect(root.exists(part) && !root.exists(dest))
+        // Nothing injected: it happens.
+        try Publisher.complete(part: part, to: dest, replacing: true, root: root)
+        #expect(!root.exists(part) && root.exists(dest))
+    }
 }
