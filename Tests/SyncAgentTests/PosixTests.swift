@@ -133,4 +133,46 @@ final class PosixFaultTests {
         try Publisher.complete(part: part, to: dest, replacing: true, root: root)
         #expect(!root.exists(part) && root.exists(dest))
     }
+
+    // MARK: - The state directory's lock
+
+    @Test func aLockFileThatCannotBeClearedStopsTheStartAndHoldsNothing() throws {
+        let lockFile = directory.file("agent.lock")
+        Posix.inject(.init(.ftruncate, errno: EIO, matching: lockFile, times: 1))
+        let error = failure { _ = try StateLock(path: lockFile, stateDir: directory.path) }
+        #expect(error.map { "\($0)" } == "truncate \(lockFile) to 0: Input/output error")
+        // The failed start let go of both locks: the next one takes them.
+        let lock = try StateLock(path: lockFile, stateDir: directory.path)
+        #expect(AgentLiveness.holder(readingFrom: lockFile)?.pid == getpid())
+        withExtendedLifetime(lock) {}
+    }
+
+    @Test func aSecondAgentIsRefusedAndTheFirstKeepsItsLock() throws {
+        let lockFile = directory.file("agent.lock")
+        let first = try StateLock(path: lockFile, stateDir: directory.path)
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count
+        // Refused after its init set every descriptor: deinit ran on what the
+        // refusal had closed already (a debug build stops in Posix.close).
+        let error = failure { _ = try StateLock(path: lockFile, stateDir: directory.path) }
+        #expect((error as? AgentAlreadyRunning)?.pid == getpid())
+        #expect(try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count == open)
+        #expect(AgentLiveness.probe(stateDir: directory.path).pid == getpid())
+        withExtendedLifetime(first) {}
+    }
+
+    @Test func anInterruptedFlockIsRetried() throws {
+        Posix.inject(.init(.flock, errno: EINTR, matching: directory.path, times: 2))
+        let lock = try StateLock(path: directory.file("agent.lock"), stateDir: directory.path)
+        #expect(Posix.faultsLeft == 0)
+        #expect(AgentLiveness.probe(stateDir: directory.path).running, "the lock was taken after all")
+        withExtendedLifetime(lock) {}
+    }
+
+    @Test func aLockThatFailsIsAnErrorNotAnotherAgent() throws {
+        let lockFile = directory.file("agent.lock")
+        Posix.inject(.init(.flock, errno: EIO, matching: lockFile, times: 1))
+        let error = failure { _ = try StateLock(path: lockFile, stateDir: directory.path) }
+        #expect(!(error is AgentAlreadyRunning))
+        #expect(error.map { "\($0)" } == "lock \(lockFile): Input/output error")
+    }
 }
