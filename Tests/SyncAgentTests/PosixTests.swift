@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Testing
 import TestSupport
 @testable import SyncAgent
@@ -174,5 +175,96 @@ final class PosixFaultTests {
         let error = failure { _ = try StateLock(path: lockFile, stateDir: directory.path) }
         #expect(!(error is AgentAlreadyRunning))
         #expect(error.map { "\($0)" } == "lock \(lockFile): Input/output error")
+    }
+
+    // MARK: - Hooks
+
+    private func run() -> HookPlan.Run {
+        HookPlan.Run(hook: .taskEnd, task: "hooked", batchSeq: nil, environment: [:])
+    }
+
+    private func waitForEnd(_ hooks: HookRunner) -> [HookEnded] {
+        var ended: [HookEnded] = []
+        for _ in 0..<500 where !hooks.running.isEmpty {
+            ended += hooks.reap().map(\.ended)
+            Posix.sleep(ms: 10)
+        }
+        return ended
+    }
+
+    @Test func aHooksLogThatCannotBeRotatedIsSaid() throws {
+        _ = try file("hooks.log", bytes: Int(HookRunner.logLimit) + 1)
+        let capture = LogCapture()
+        let hooks = HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
+        Posix.inject(.init(.rename, errno: EIO, matching: directory.file("hooks.log"), times: 1))
+        guard case .success = hooks.spawn(run(), command: ["true"], timeoutS: 10) else {
+            Issue.record("the hook did not start")
+            return
+        }
+        #expect(waitForEnd(hooks).first?.exitStatus == 0, "the hook runs all the same")
+        let said = capture.messages.joined(separator: "\n")
+        #expect(said.contains("hooks.log is not rotated: rename \(directory.file("hooks.log")) to \(directory.file("hooks.log")).1: Input/output error"),
+                "\(said)")
+    }
+
+    @Test func hookOutputThatCannotBeWrittenIsSaid() throws {
+        let capture = LogCapture()
+        let hooks = HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
+        Posix.inject(.init(.open, errno: EACCES, matching: directory.file("hooks.log"), times: 1))
+        guard case .success = hooks.spawn(run(), command: ["true"], timeoutS: 10) else {
+            Issue.record("the hook did not start")
+            return
+        }
+        _ = waitForEnd(hooks)
+        #expect(capture.messages.contains { $0.contains("hook output is dropped: open \(directory.file("hooks.log")): Permission denied") },
+                "\(capture.messages)")
+    }
+
+    @Test func aHookThatCannotBeWaitedForEndsWithTheReason() throws {
+        let hooks = HookRunner(stateDir: directory.path)
+        guard case .success(let pid) = hooks.spawn(run(), command: ["sleep", "30"], timeoutS: 60) else {
+            Issue.record("the hook did not start")
+            return
+        }
+        defer {
+            // The test's own cleanup: the process is not the runner's any more.
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+        Posix.inject(.init(.waitpid, errno: ECHILD, matching: "hook pid \(pid)", times: 1))
+        let ended = hooks.reap().map(\.ended)
+        #expect(ended.count == 1)
+        #expect(ended.first?.error == "wait for hook pid \(pid): No child processes")
+        #expect(ended.first?.exitStatus == nil && ended.first?.signal == nil)
+        #expect(hooks.running.isEmpty, "a hook that cannot be waited for must not hold the agent for good")
+    }
+
+    @Test func aHookThatCannotStartSaysWhy() {
+        let hooks = HookRunner(stateDir: directory.path)
+        guard case .failure(let failure) = hooks.spawn(run(), command: ["/nonexistent/hook"], timeoutS: 10) else {
+            Issue.record("a missing program started")
+            return
+        }
+        #expect(failure.description == "cannot start /nonexistent/hook: No such file or directory")
+    }
+}
+
+/// Every message a logger was given, with its metadata.
+final class LogCapture: LogHandler, @unchecked Sendable {
+    private let lock = NSLock()
+    private var said: [String] = []
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    var messages: [String] { lock.withLock { said } }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        lock.withLock { said.append("\(event.message) \(event.metadata ?? [:])") }
     }
 }
