@@ -248,6 +248,43 @@ final class PosixFaultTests {
         }
         #expect(failure.description == "cannot start /nonexistent/hook: No such file or directory")
     }
+
+    // MARK: - The inbox
+
+    @Test func anInboxThatCannotBeWatchedClosesItsInotifyOnce() throws {
+        let inbox = directory.file("inbox")
+        Posix.inject(.init(.inotify, errno: ENOSPC, matching: "watch \(inbox)", times: 1))
+        let error = failure { _ = try InboxWatcher(directory: inbox) }
+        #expect(error.map { "\($0)" } == "watch \(inbox): No space left on device")
+    }
+
+    @Test func aFailedReadOfInotifyAsksForARescan() throws {
+        let inbox = directory.file("inbox")
+        let watcher = try InboxWatcher(directory: inbox)
+        Posix.inject(.init(.read, errno: EIO, matching: inbox, times: 1))
+        #expect(watcher.drain().overflowed, "events a failed read may have lost are looked for by a scan")
+        #expect(!watcher.drain().overflowed)
+    }
+
+    @Test func aTakenJobThatCannotBeRemovedIsToldNotLost() throws {
+        let inbox = directory.file("inbox")
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        // The rename names the job, not its folder: a name no other test's job has.
+        let name = "posix-" + (directory.path as NSString).lastPathComponent + ".job"
+        #expect(FileManager.default.createFile(atPath: inbox + "/" + name, contents: Data("url = \"http://h/x\"\n".utf8)))
+        let mover = TakenMover(inbox: inbox, takenDirectory: Intake.takenDirectory(of: inbox))
+        Posix.inject(.init(.rename, errno: EIO, matching: name, times: 1))
+        guard case .failed(let error) = mover.move(InboxName(name)) else {
+            Issue.record("the move did not fail")
+            return
+        }
+        #expect(error == EIO)
+        #expect(FileManager.default.fileExists(atPath: inbox + "/" + name), "a job that could not be taken stays in the inbox")
+        guard case .moved = mover.move(InboxName(name)) else {
+            Issue.record("the job was not taken once the disk answered")
+            return
+        }
+    }
 }
 
 /// Every message a logger was given, with its metadata.
