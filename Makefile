@@ -34,7 +34,7 @@ define venv_install
 endef
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test torture bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean
+.PHONY: run test torture bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean check-syscalls
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -163,6 +163,56 @@ uninstall:
 	rm -f $(foreach file,$(INSTALLED),"$(DESTDIR)$(file)")
 	@for dir in "$(DESTDIR)$(exampledir)" "$(DESTDIR)$(docdir)"; do \
 	  [ ! -d "$$dir" ] || rmdir --ignore-fail-on-non-empty "$$dir"; done
+
+# Every system call goes through Sources/SyncAgent/Posix/Posix.swift (DESIGN.md
+# §3, §5): lists each one made anywhere else under Sources/, without a build.
+# The names, the fewest arguments each takes and the files still exempt are
+# read from Tests/SyncAgentTests/SyscallRuleTests.swift, whose test is the
+# same check (and the stricter one: it also looks inside interpolations).
+# Comments and strings are blanked; then NAME( counts unless after a dot
+# (Glibc.NAME( does count) or `func`, or with fewer arguments than the C
+# function takes, or a labelled one (Swift's own: stat(), open(flags: …)).
+SYSCALL_RULES := Tests/SyncAgentTests/SyscallRuleTests.swift
+define SYSCALL_CHECK
+local $$/; open(R, "<", shift) or die "$$!"; $$r = <R>; close R;
+sub list { $$r =~ /static let $$_[0]\b[^=]*= \[(.*?)\]/s or die "no $$_[0] in the rules"; $$1 }
+%names = map { $$_ => 1 } (list("names") =~ /"(\w+)"/g);
+%fewest = (list("fewestArguments") =~ /"(\w+)": (\d+)/g);
+%exempt = map { $$_ => 1 } (list("exempt") =~ /"([^"]+)"/g);
+%modules = map { $$_ => 1 } (list("cModules") =~ /"(\w+)"/g);
+$$r =~ /static let home = "([^"]+)"/ and $$exempt{$$1} = 1;
+$$bad = 0;
+for $$f (sort grep { !$$exempt{$$_} } split /\n/, `find Sources -name '*.swift'`) {
+    open(F, "<", $$f) or die "$$f: $$!"; $$s = <F>; close F;
+    $$s =~ s{("""[\s\S]*?"""|"(?:\\.|[^"\\\n])*"|//[^\n]*|/\*[\s\S]*?\*/)}{($$t = $$1) =~ s/[^\n]/ /g; $$t}ge;
+    while ($$s =~ /(?<!\w)(\w+) *\(/g) {
+        ($$name, $$at, $$open) = ($$1, $$-[1], $$+[0] - 1);
+        next unless $$names{$$name};
+        $$before = substr($$s, 0, $$at);
+        if ($$before =~ /(\w*)\s*\.\s*$$/) { next unless $$modules{$$1} }
+        next if $$before =~ /\bfunc\s+$$/;
+        ($$depth, $$count, $$labelled, $$starts) = (0, 0, 0, 1);
+        for ($$i = $$open + 1; $$i < length $$s; $$i++) {
+            $$c = substr($$s, $$i, 1);
+            if ($$c =~ /[(\[{]/) { $$depth++ } elsif ($$c =~ /[)\]}]/) { last if $$depth-- == 0 }
+            elsif ($$c eq ",") { $$starts = 1 if $$depth == 0 }
+            elsif ($$depth == 0 && $$starts && $$c !~ /\s/) {
+                $$starts = 0; $$count++;
+                $$labelled = 1 if substr($$s, $$i) =~ /^\w+ *:(?!:)/;
+            }
+        }
+        next if $$labelled || $$count < ($$fewest{$$name} // 1);
+        $$line = 1 + ($$before =~ tr/\n//);
+        print "$$f:$$line: $$name(\n"; $$bad = 1;
+    }
+}
+exit $$bad;
+endef
+export SYSCALL_CHECK
+
+check-syscalls:
+	@perl -e "$$SYSCALL_CHECK" $(SYSCALL_RULES) \
+	  || { echo "system calls outside Posix.swift: use a Posix wrapper, or add one there" >&2; exit 1; }
 
 # libFuzzer (with AddressSanitizer) over every parser of outside input, for
 # FUZZ_SECONDS; new inputs that reach new code are merged into fuzz/corpus,

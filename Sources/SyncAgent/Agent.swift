@@ -74,7 +74,7 @@ public final class Agent {
         let inboxLock = try InboxLock(inbox: paths.inbox, stateDir: paths.stateDir)
         defer { withExtendedLifetime((lock, inboxLock)) {} }
         // Blocked before anything slow, so a stop signal during start-up is not lost.
-        let signalFd = try Posix.stopSignalDescriptor()
+        let signalFd = try Posix.stopSignals()
         defer { Posix.close(signalFd) }
 
         runStartedAtMs = Posix.nowMs
@@ -101,7 +101,7 @@ public final class Agent {
         try makeEngine(root: root, snapshotSeq: snapshotSeq)
         Recovery.admitFormerDownloadDirs(of: log.state, into: root)
 
-        log.record(.agentStarted(AgentStarted(pid: getpid(), version: SyncAgentVersion.current, hooks: config.hooks)))
+        log.record(.agentStarted(AgentStarted(pid: Posix.processID, version: SyncAgentVersion.current, hooks: config.hooks)))
         Recovery.resumeInterruptedTasks(in: context)
         announcements.announceOwedBatches()
         try log.commit()
@@ -197,11 +197,10 @@ public final class Agent {
             if ready.contains(preparer.fd) { runners.prepared(preparer.drain()) }
             if ready.contains(assembler.fd) { runners.assembled(assembler.drain()) }
             if ready.contains(compaction.fd) { compaction.drain() }
-            if ready.contains(signalFd) {
-                let signal = Posix.readSignal(signalFd)
+            if ready.contains(signalFd), let signal = try Posix.nextSignal(signalFd) {
                 if signal == SIGHUP {
                     reloadConfig()
-                } else if signal > 0 {
+                } else {
                     return signal
                 }
             }

@@ -54,7 +54,13 @@ public struct ResolvedConfig: Sendable {
             }
         } else if configFile != nil || FileSystem.exists(path) {
             // Named explicitly, or there but unreadable: never silently the defaults.
-            let why = access(path, R_OK) == 0 ? "it is not a readable file" : String(cString: strerror(errno))
+            let why: String
+            do {
+                try Posix.access(path, R_OK)
+                why = "it is not a readable file"
+            } catch {
+                why = Posix.words((error as? SystemError)?.errno ?? EIO)
+            }
             throw ConfigError(description: "\(path): cannot read the config file: \(why)"
                               + (configFile != nil ? " (named by --config)" : ""))
         }

@@ -35,6 +35,6 @@ enum CrashPoint: String {
     func reached(beforeDying: () -> Void = {}) {
         guard Self.armed == self else { return }
         beforeDying()
-        _exit(137)
+        Posix.exitImmediately(137)
     }
 }

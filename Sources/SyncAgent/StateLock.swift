@@ -33,11 +33,15 @@ final class StateLock {
     private static let probeWaitMs = 1000
 
     init(path: String, stateDir: String) throws {
-        directory = try syscall("open \(stateDir)") { open(stateDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        // Both descriptors are kept in locals until nothing can fail: an
+        // initialiser that throws once every stored property is set runs
+        // deinit too, which would clear and close them a second time.
+        let directory = try Posix.open(stateDir, O_RDONLY | O_DIRECTORY)
+        let nameFile: Int32
         do {
-            nameFile = try syscall("open \(path)") { open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600) }
+            nameFile = try Posix.open(path, O_RDWR | O_CREAT | O_NOFOLLOW, mode: 0o600)
         } catch {
-            close(directory)
+            Posix.close(directory)
             throw error
         }
         do {
@@ -46,20 +50,22 @@ final class StateLock {
             try Self.acquire(directory, named: stateDir, optional: true, stateDir: stateDir, holderFile: path)
             try Self.acquire(nameFile, named: path, optional: false, stateDir: stateDir, holderFile: path)
         } catch {
-            close(nameFile)
-            close(directory)
+            Posix.close(nameFile)
+            Posix.close(directory)
             throw error
         }
         // The pid is what a second agent names in its error and `status` shows: worth failing for.
-        let line = Array("\(getpid()) \(FileSystem.nowMs)\n".utf8)
+        let line = Array("\(Posix.processID) \(FileSystem.nowMs)\n".utf8)
         do {
-            try syscall("truncate \(path)") { ftruncate(nameFile, 0) }
-            try syscall("write the pid into \(path)") { line.withUnsafeBytes { pwrite(nameFile, $0.baseAddress, $0.count, 0) } }
+            try Posix.truncate(nameFile, to: 0, shown: path)
+            try line.withUnsafeBytes { try Posix.writeAll(nameFile, $0, at: 0, shown: "the pid into \(path)") }
         } catch {
-            close(nameFile)
-            close(directory)
+            Posix.close(nameFile)
+            Posix.close(directory)
             throw error
         }
+        self.directory = directory
+        self.nameFile = nameFile
     }
 
     private static func acquire(_ fd: Int32, named name: String, optional: Bool, stateDir: String, holderFile: String) throws {
@@ -73,24 +79,28 @@ final class StateLock {
     /// not an error; another holder always is (`held`).
     fileprivate static func acquire(_ fd: Int32, named name: String, optional: Bool, held: () -> Error) throws {
         var waitedMs = 0
-        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
-            let error = errno
-            if error == EINTR { continue }
-            guard error == EWOULDBLOCK else {
-                if optional && [EBADF, ENOLCK, EOPNOTSUPP, EINVAL].contains(error) { return }
-                throw SystemError(operation: "lock \(name)", errno: error)
+        while true {
+            do {
+                try Posix.lock(fd, LOCK_EX | LOCK_NB, shown: name)
+                return
+            } catch let error as SystemError where error.errno == EWOULDBLOCK {
+                guard waitedMs < probeWaitMs else { throw held() }
+                Posix.sleep(ms: 10)
+                waitedMs += 10
+            } catch let error as SystemError where optional && [EBADF, ENOLCK, EOPNOTSUPP, EINVAL].contains(error.errno) {
+                return
             }
-            guard waitedMs < probeWaitMs else { throw held() }
-            usleep(10_000)
-            waitedMs += 10
         }
     }
 
     deinit {
-        // Best effort on the way out: the lock itself dies with the fd.
-        _ = ftruncate(nameFile, 0)
-        close(nameFile)
-        close(directory)
+        // The pid is cleared on the way out, where nothing is left to tell
+        // of a failure: none is needed either, since a pid in agent.lock is
+        // believed only while its lock is held (`AgentLiveness.probe`), and
+        // the lock itself dies with the descriptor.
+        do { try Posix.truncate(nameFile, to: 0, shown: "agent.lock") } catch {}
+        Posix.close(nameFile)
+        Posix.close(directory)
     }
 }
 
@@ -106,26 +116,26 @@ final class InboxLock {
         let taken = Intake.takenDirectory(of: inbox)
         try FileSystem.makeDirectory(inbox)
         try FileSystem.makeOwnDirectory(taken)
-        let folder = try syscall("open \(taken)") { open(taken, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        let folder = try Posix.open(taken, O_RDONLY | O_DIRECTORY)
         do {
             try StateLock.acquire(folder, named: taken, optional: true) {
                 AgentAlreadyRunning(stateDir: stateDir, pid: Self.flockHolder(of: folder), inbox: inbox)
             }
         } catch {
-            close(folder)
+            Posix.close(folder)
             throw error
         }
         self.folder = folder
     }
 
-    deinit { close(folder) }
+    deinit { Posix.close(folder) }
 
     /// The pid holding an flock on `fd`'s file, as /proc/locks tells it
     /// ("1: FLOCK  ADVISORY  WRITE 1234 fd:00:5678 0 EOF"): the other agent
-    /// keeps no file of its own in the inbox to name itself.
+    /// keeps no file of its own in the inbox to name itself. Nil when that cannot be told.
     private static func flockHolder(of fd: Int32) -> Int32? {
-        var info = stat()
-        guard fstat(fd, &info) == 0, let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return nil }
+        guard let info = try? Posix.status(of: fd, shown: "the inbox's .taken folder"),
+              let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return nil }
         let device = UInt64(info.st_dev)
         let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
         let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
@@ -154,31 +164,33 @@ public struct AgentLiveness: Equatable, Sendable {
     /// missing directory means no agent ever ran.
     public static func probe(stateDir: String) -> AgentLiveness {
         let lockFile = stateDir + "/agent.lock"
-        guard isHeld(open(stateDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) || isHeld(open(lockFile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW))
-        else { return .notRunning }
+        guard isHeld(stateDir, O_RDONLY | O_DIRECTORY) || isHeld(lockFile, O_RDONLY | O_NOFOLLOW) else { return .notRunning }
         let holder = holder(readingFrom: lockFile)
         return AgentLiveness(running: true, pid: holder?.pid, startedAtMs: holder?.startedAtMs)
     }
 
-    /// Whether another process holds `fd`'s flock (taken shared for an instant to ask). Closes `fd`.
-    private static func isHeld(_ fd: Int32) -> Bool {
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
-            _ = flock(fd, LOCK_UN)
+    /// Whether another process holds the flock of `path` (taken shared for
+    /// an instant to ask). What cannot be opened holds no lock an agent
+    /// could have taken there: false.
+    private static func isHeld(_ path: String, _ flags: Int32) -> Bool {
+        guard let fd = try? Posix.open(path, flags) else { return false }
+        // Closing the only descriptor of this open file lets go of a lock taken here: no LOCK_UN to check.
+        defer { Posix.close(fd) }
+        do {
+            try Posix.lock(fd, LOCK_SH | LOCK_NB, shown: path)
             return false
+        } catch {
+            return (error as? SystemError)?.errno == EWOULDBLOCK
         }
-        return errno == EWOULDBLOCK
     }
 
-    /// "PID STARTED_AT_MS" (an older agent wrote only "PID").
+    /// "PID STARTED_AT_MS" (an older agent wrote only "PID"); nil when it cannot be read.
     static func holder(readingFrom path: String) -> (pid: Int32, startedAtMs: Int64?)? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
+        guard let fd = try? Posix.open(path, O_RDONLY | O_NOFOLLOW) else { return nil }
+        defer { Posix.close(fd) }
         var buffer = [UInt8](repeating: 0, count: 64)
-        let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
-        guard count > 0 else { return nil }
+        guard let count = try? buffer.withUnsafeMutableBytes({ try Posix.read(fd, into: $0, at: 0, shown: path) }), count > 0
+        else { return nil }
         let words = String(decoding: buffer[0..<count], as: UTF8.self).split(whereSeparator: \.isWhitespace)
         guard let first = words.first, let pid = Int32(first) else { return nil }
         return (pid, words.count > 1 ? Int64(words[1]) : nil)

@@ -1,20 +1,8 @@
 import Foundation
-import CLinuxShims
 import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
 #endif
-
-/// Every syscall goes through here: retries EINTR, turns -1 into a typed error.
-@discardableResult
-func syscall<T: FixedWidthInteger>(_ operation: @autoclosure () -> String, _ call: () -> T) throws -> T {
-    while true {
-        let result = call()
-        if result != -1 { return result }
-        if errno == EINTR { continue }
-        throw SystemError(operation: operation(), errno: errno)
-    }
-}
 
 /// Which file a path or a descriptor is: its device and inode.
 struct FileIdentity: Equatable {
@@ -23,14 +11,15 @@ struct FileIdentity: Equatable {
     init(_ info: stat) { (device, inode) = (UInt64(info.st_dev), UInt64(info.st_ino)) }
 }
 
+/// Higher-level file helpers, built on `Posix` (which makes every call).
 enum FileSystem {
     /// Makes `path` and the folders above it that are missing, each with
     /// `mode` (not cut by the umask). With mkdir(2) itself: FileManager's
     /// error leaves errno to whatever ran last, and a file in the way read
     /// "Inappropriate ioctl for device".
     static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
-        var info = stat()
-        if stat(path, &info) == 0 {
+        // Not there (or not to be asked): mkdir below says why, if it cannot make it.
+        if let info = try? Posix.status(of: path) {
             guard (info.st_mode & S_IFMT) == S_IFDIR else {
                 throw SystemError(operation: "create directory \(path) (something other than a folder is in the way)", errno: ENOTDIR)
             }
@@ -38,21 +27,23 @@ enum FileSystem {
         }
         let parent = (path as NSString).deletingLastPathComponent
         if !parent.isEmpty, parent != path { try makeDirectory(parent, mode: mode) }
-        guard mkdir(path, mode) == 0 else {
+        do {
+            try Posix.makeDirectory(path, mode: mode)
+        } catch let error as SystemError where error.errno == EEXIST {
             // Made meanwhile by another process: fine, if a folder.
-            if errno == EEXIST, stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR { return }
-            throw SystemError(operation: "create directory \(path)", errno: errno)
+            guard let info = try? Posix.status(of: path), (info.st_mode & S_IFMT) == S_IFDIR else { throw error }
+            return
         }
-        try syscall("chmod \(path)") { chmod(path, mode) }
+        try Posix.setMode(path, mode)
     }
 
     /// The agent's own folder `path` (an inbox's `rejected/`, `.taken/`):
     /// a symbolic link planted there is removed, never followed, so
     /// nothing the agent writes there lands elsewhere.
     static func makeOwnDirectory(_ path: String) throws {
-        var info = stat()
-        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFLNK {
-            try syscall("remove the symbolic link \(path)") { unlink(path) }
+        // Nothing there, or not to be asked: makeDirectory says what is wrong.
+        if let info = try? Posix.status(of: path, flags: AT_SYMLINK_NOFOLLOW), (info.st_mode & S_IFMT) == S_IFLNK {
+            try Posix.unlink(path, shown: "the symbolic link \(path)")
         }
         try makeDirectory(path)
     }
@@ -87,21 +78,22 @@ enum FileSystem {
     /// - Parameter shown: the file as errors name it.
     static func openRegular(_ path: String, at directory: Int32 = AT_FDCWD, _ flags: Int32, mode: mode_t = 0,
                             shown: String) throws -> (descriptor: Int32, size: Int64, permissions: mode_t) {
-        let descriptor = openat(directory, path, flags | O_CLOEXEC | O_NONBLOCK, mode)
-        if descriptor < 0 {
-            // ENXIO: a FIFO with no reader (or a socket) refused a writer.
-            let error = errno
-            throw SystemError(operation: error == ENXIO ? "\(shown) is not a regular file" : "open \(shown)",
-                              errno: error == ENXIO ? EINVAL : error)
+        let descriptor: Int32
+        do {
+            descriptor = try Posix.open(path, flags | O_NONBLOCK, mode: mode, at: directory, shown: shown)
+        } catch let error as SystemError where error.errno == ENXIO {
+            // A FIFO with no reader (or a socket) refused a writer.
+            throw SystemError(operation: "\(shown) is not a regular file", errno: EINVAL)
         }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            let error = SystemError(operation: "stat \(shown)", errno: errno)
-            close(descriptor)
+        let info: stat
+        do {
+            info = try Posix.status(of: descriptor, shown: shown)
+        } catch {
+            Posix.close(descriptor)
             throw error
         }
         guard (info.st_mode & S_IFMT) == S_IFREG else {
-            close(descriptor)
+            Posix.close(descriptor)
             throw SystemError(operation: "\(shown) is not a regular file", errno: EINVAL)
         }
         return (descriptor, Int64(info.st_size), info.st_mode & 0o7777)
@@ -109,66 +101,45 @@ enum FileSystem {
 
     /// The path with every symbolic link resolved, or nil if it cannot be (absent, unreadable).
     static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
+        try? Posix.resolved(path)
     }
 
     /// The path the kernel has for an open descriptor (/proc/self/fd), nil if it cannot say.
     static func realPath(of descriptor: Int32) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink("/proc/self/fd/\(descriptor)", &buffer, buffer.count - 1)
-        guard count > 0 else { return nil }
-        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let target = try? Posix.linkTarget("/proc/self/fd/\(descriptor)"), !target.isEmpty else { return nil }
+        return target
     }
 
     /// The file `path` names now (following symlinks).
     static func identity(of path: String) throws -> FileIdentity {
-        var info = stat()
-        try syscall("stat \(path)") { stat(path, &info) }
-        return FileIdentity(info)
+        FileIdentity(try Posix.status(of: path))
     }
 
+    /// Whether `path` names something (a dangling symbolic link too). Only
+    /// what can be looked at counts: a path that cannot be asked about
+    /// (EACCES, ENOTDIR, ELOOP …) is "not there", so that a search for a
+    /// free name (`rejected/NAME.1.job` …) always ends.
     static func exists(_ path: String) -> Bool {
-        var info = stat()
-        return lstat(path, &info) == 0
+        (try? Posix.status(of: path, flags: AT_SYMLINK_NOFOLLOW)) != nil
     }
 
     /// A rename is only durable once its directory is synced.
     static func syncDirectory(of path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
-        let fd = try syscall("open \(directory)") { open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        defer { close(fd) }
-        try syscall("sync \(directory)") { fsync(fd) }
+        let fd = try Posix.open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY, shown: directory)
+        defer { Posix.close(fd) }
+        try Posix.sync(fd, shown: directory)
     }
 
     /// Writes a small file atomically: temp name, fsync, rename.
     static func writeAtomically(_ text: String, to path: String, mode: mode_t = 0o644) throws {
         let temp = path + ".tmp"
-        let fd = try syscall("create \(temp)") { open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode) }
-        defer { close(fd) }
-        try Array(text.utf8).withUnsafeBytes { try writeAll(fd, $0, to: temp) }
-        try syscall("fsync \(temp)") { fsync(fd) }
-        try syscall("rename \(temp)") { rename(temp, path) }
+        let fd = try Posix.create(temp, O_WRONLY | O_TRUNC | O_NOFOLLOW, mode: mode)
+        defer { Posix.close(fd) }
+        try Array(text.utf8).withUnsafeBytes { try Posix.writeAll(fd, $0, shown: temp) }
+        try Posix.sync(fd, shown: temp)
+        try Posix.rename(temp, to: path, shown: "rename \(temp) to \(path)")
         try syncDirectory(of: path)
-    }
-
-    /// Every byte of `bytes` to `fd` (a short write is continued, EINTR retried).
-    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, to path: String) throws {
-        var offset = 0
-        while offset < bytes.count {
-            offset += try syscall("write \(path)") { write(fd, bytes.baseAddress! + offset, bytes.count - offset) }
-        }
-    }
-
-    /// Writes all of `bytes` at `position` (pwrite: the file offset is neither used nor moved).
-    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at position: Int64, to path: String) throws {
-        var offset = 0
-        while offset < bytes.count {
-            offset += try syscall("write \(path)") {
-                pwrite(fd, bytes.baseAddress! + offset, bytes.count - offset, off_t(position) + off_t(offset))
-            }
-        }
     }
 
     static var nowMs: Int64 { Posix.nowMs }
@@ -230,6 +201,6 @@ public enum ProcessMemory {
 
     /// False when glibc refused the setting (the agent then only keeps more memory).
     public static func returnLargeBlocksPromptly() -> Bool {
-        sa_set_mmap_threshold(Int32(ownPagesAbove)) == 1
+        Posix.setMmapThreshold(Int32(ownPagesAbove))
     }
 }

@@ -15,21 +15,14 @@ final class WorkerResults<Result> {
     private var results: [Result] = []
 
     init() throws {
-        var ends: [Int32] = [0, 0]
-        try syscall("pipe") { pipe(&ends) }
-        for end in ends {
-            try syscall("fcntl on the wake-up pipe") { fcntl(end, F_SETFL, O_NONBLOCK) }
-            try syscall("fcntl on the wake-up pipe") { fcntl(end, F_SETFD, FD_CLOEXEC) }
-        }
-        fd = ends[0]
-        wakeWriter = ends[1]
+        (fd, wakeWriter) = try Posix.pipe(shown: "the wake-up pipe")
     }
 
     /// The owner closes the pipe only when no worker can still post to it
     /// (a descriptor closed under a worker could be reused for another file).
     func close() {
-        Glibc.close(fd)
-        Glibc.close(wakeWriter)
+        Posix.close(fd)
+        Posix.close(wakeWriter)
     }
 
     /// From any thread.
@@ -37,15 +30,28 @@ final class WorkerResults<Result> {
         lock.lock()
         results.append(result)
         lock.unlock()
-        // The pipe is non-blocking: a full pipe already holds a wake-up.
-        var byte: UInt8 = 1
-        _ = write(wakeWriter, &byte, 1)
+        let byte: [UInt8] = [1]
+        do {
+            // nil: the pipe is full, and so already holds a wake-up.
+            _ = try byte.withUnsafeBytes { try Posix.writeAvailable(wakeWriter, $0, shown: "the wake-up pipe") }
+        } catch {
+            // Only a closed pipe (a bug: see `close`) fails here; the result
+            // is kept all the same, and the loop's next wake-up drains it.
+            assertionFailure("\(error)")
+        }
     }
 
     /// On the loop: every result posted since the last call.
     func drain() -> [Result] {
         var sink = [UInt8](repeating: 0, count: 256)
-        while read(fd, &sink, sink.count) > 0 {}
+        do {
+            // Until it is empty (nil) or, never for a pipe whose writer is open, at its end (0).
+            while let count = try sink.withUnsafeMutableBytes({ try Posix.readAvailable(fd, into: $0, shown: "the wake-up pipe") }),
+                  count > 0 {}
+        } catch {
+            // As for `post`: only a closed pipe fails; the results are there all the same.
+            assertionFailure("\(error)")
+        }
         lock.lock()
         defer { lock.unlock() }
         let drained = results

@@ -80,7 +80,7 @@ struct CompactCommand: ParsableCommand {
                 if FileManager.default.fileExists(atPath: file) { throw fail("the agent stopped before taking the request; it waits in \(file) for its next start") }
                 throw fail("the agent stopped before it reported a compaction; run syncagent compact again")
             }
-            Thread.sleep(forTimeInterval: 0.2)
+            Posix.sleep(ms: 200)
         }
         print("the agent is still compacting; `syncagent events` will show its report")
     }

@@ -142,8 +142,7 @@ func pendingJobIDs(inbox: String, downloadDir: String) -> Set<String> {
     var ids = Set<String>()
     for name in names where InboxRules.isJobFileName(name) {
         // Only what the agent would take: it refuses a symbolic link, a FIFO or a device.
-        var info = stat()
-        guard lstat(inbox + "/" + name, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+        guard let info = try? Posix.status(of: inbox + "/" + name, flags: AT_SYMLINK_NOFOLLOW), info.st_mode & S_IFMT == S_IFREG,
               let data = FileManager.default.contents(atPath: inbox + "/" + name),
               case .transfer(let id?, _)? = try? parser.parse([UInt8](data)) else { continue }
         ids.insert(id)

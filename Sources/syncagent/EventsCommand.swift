@@ -62,7 +62,7 @@ struct EventsCommand: ParsableCommand {
             last = max(last, store.lastSeq)
             if follow {
                 fflush(stdout)
-                usleep(200_000)
+                Posix.sleep(ms: 200)
             }
         } while follow
     }

@@ -98,8 +98,7 @@ enum DiskCheck {
             }
             // Without one, the log knows the modification time the file was published with
             // (the rename keeps it): a file written to since then has another.
-            var info = stat()
-            if let logged = state.published[dest]?.modifiedNs, lstat(dest, &info) == 0,
+            if let logged = state.published[dest]?.modifiedNs, let info = try? Posix.status(of: dest, flags: AT_SYMLINK_NOFOLLOW),
                Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec) != logged {
                 return ["\(task.id): \(dest) was modified after it was published (its modification time is not the one logged)"]
             }

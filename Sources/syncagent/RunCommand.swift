@@ -24,10 +24,11 @@ struct RunCommand: ParsableCommand {
     func run() throws {
         // Blocked at once: a SIGHUP during start-up (a reload racing a
         // service start) would otherwise kill the agent before its signalfd exists.
-        var stops = sigset_t()
-        sigemptyset(&stops)
-        for signal in [SIGHUP, SIGTERM, SIGINT] { sigaddset(&stops, signal) }
-        guard sigprocmask(SIG_BLOCK, &stops, nil) == 0 else { throw fail("cannot block stop signals: \(String(cString: strerror(errno)))") }
+        do {
+            try Posix.block(signals: [SIGHUP, SIGTERM, SIGINT])
+        } catch {
+            throw fail("cannot block stop signals: \(Posix.words((error as? SystemError)?.errno ?? EINVAL))")
+        }
         let resolved = try global.resolve()
         bootstrapLogging()
         let logger = Logger(label: "syncagent")

@@ -180,7 +180,7 @@ struct StatusCommand: ParsableCommand {
     /// colour unless NO_COLOR. Piped: a plain snapshot every second, with no
     /// escape codes, for a log file or `grep`.
     private func watchLoop(_ paths: AgentPaths) throws -> Never {
-        let terminal = isatty(STDOUT_FILENO) == 1
+        let terminal = Posix.isTerminal(STDOUT_FILENO)
         let noColour = !(ProcessInfo.processInfo.environment["NO_COLOR"] ?? "").isEmpty
         var state = AgentState()
         while true {
@@ -200,12 +200,12 @@ struct StatusCommand: ParsableCommand {
                 // Home, each line cleared to its end, the rest of the screen cleared: no flicker.
                 print("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", terminator: "")
                 fflush(stdout)
-                usleep(500_000)
+                Posix.sleep(ms: 500)
             } else {
                 let time = CivilTime.iso8601(ms: Int64(Date().timeIntervalSince1970 * 1000))
                 print(([time] + screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
                 fflush(stdout)
-                sleep(1)
+                Posix.sleep(ms: 1000)
             }
         }
     }
@@ -214,9 +214,8 @@ struct StatusCommand: ParsableCommand {
 /// The terminal's size in character cells (80×24 when it cannot be asked).
 enum TerminalSize {
     static func current() -> (columns: Int, rows: Int) {
-        var size = winsize()
-        guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0, size.ws_row > 0 else { return (80, 24) }
-        return (Int(size.ws_col), Int(size.ws_row))
+        guard let size = try? Posix.terminalSize(STDOUT_FILENO), size.columns > 0, size.rows > 0 else { return (80, 24) }
+        return size
     }
 }
 

@@ -187,7 +187,7 @@ struct SubmitCommand: ParsableCommand {
         } catch {
             throw fail("cannot lock the inbox \(resolved.paths.inbox): \(error)")
         }
-        defer { close(inboxLock) }
+        defer { Posix.close(inboxLock) }
         // Every job is checked before any is written: a typo in line 40 leaves no half-submitted list.
         // Ids are checked one at a time through the log's index, not by folding
         // the whole log. Jobs waiting in the inbox are all read only when an id
@@ -234,14 +234,12 @@ struct SubmitCommand: ParsableCommand {
         }
         // The ids only once every job is in: a reader that goes away (`| head -1`)
         // cannot stop the list half-way, and an id that cannot be printed is an error.
-        signal(SIGPIPE, SIG_IGN)
         let ids = Array(jobs.map { $0.id + "\n" }.joined().utf8)
-        var sent = 0
-        while sent < ids.count {
-            let count = ids[sent...].withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
-            if count > 0 { sent += count; continue }
-            if count < 0 && errno == EINTR { continue }
-            throw fail("\(jobs.count) jobs were written, but their ids could not be printed (\(String(cString: strerror(errno)))): "
+        do {
+            try Posix.ignore(signal: SIGPIPE)
+            try ids.withUnsafeBytes { try Posix.writeAll(STDOUT_FILENO, $0, shown: "standard output") }
+        } catch {
+            throw fail("\(jobs.count) jobs were written, but their ids could not be printed (\(Posix.words((error as? SystemError)?.errno ?? EIO))): "
                        + jobs.map(\.id).joined(separator: " "))
         }
         warnIfNoAgent(resolved.paths)
@@ -254,18 +252,26 @@ struct SubmitCommand: ParsableCommand {
             throw fail("\(name): is a folder, not a URL list")
         }
         // Read as a stream: a FIFO or `<(…)` has no size to read up to.
-        let fd = path == "-" ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw fail("\(name): cannot read the URL list: \(String(cString: strerror(errno)))") }
-        defer { if fd != STDIN_FILENO { close(fd) } }
+        func unreadable(_ error: Error) -> ExitCode {
+            fail("\(name): cannot read the URL list: \(Posix.words((error as? SystemError)?.errno ?? EIO))")
+        }
+        let fd: Int32
+        do {
+            fd = path == "-" ? STDIN_FILENO : try Posix.open(path, O_RDONLY)
+        } catch {
+            throw unreadable(error)
+        }
+        defer { if fd != STDIN_FILENO { Posix.close(fd) } }
         var data = Data()
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count == 0 { break }
-            guard count > 0 else {
-                if errno == EINTR { continue }
-                throw fail("\(name): cannot read the URL list: \(String(cString: strerror(errno)))")
+            let count: Int
+            do {
+                count = try buffer.withUnsafeMutableBytes { try Posix.read(fd, into: $0, shown: name) }
+            } catch {
+                throw unreadable(error)
             }
+            if count == 0 { break }
             data.append(contentsOf: buffer[0..<count])
         }
         guard let text = String(data: data, encoding: .utf8) else { throw fail("\(name): the URL list is not UTF-8 text") }

@@ -1,5 +1,5 @@
-import CLinuxShims
 import Foundation
+import Logging
 import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
@@ -33,9 +33,13 @@ final class HookRunner {
     /// disk or the agent's own log.
     private let logPath: String
     static let logLimit: Int64 = 4 << 20
+    private let logger: Logger
+    /// What went wrong with hooks.log last, said once until it changes or comes right.
+    private var logProblem: String?
 
-    init(stateDir: String) {
+    init(stateDir: String, logger: Logger = Logger(label: "syncagent")) {
         logPath = stateDir + "/hooks.log"
+        self.logger = logger
     }
 
     var freeSlots: Int { Self.maximumRunning - running.count }
@@ -53,33 +57,51 @@ final class HookRunner {
     func spawn(_ run: HookPlan.Run, command: [String], timeoutS: Int) -> Result<pid_t, HookFailure> {
         var environment = ProcessInfo.processInfo.environment
         for (key, value) in run.environment { environment[key] = value }
-        let argv = command.map { strdup($0) } + [nil]
-        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            for pointer in argv { free(pointer) }
-            for pointer in envp { free(pointer) }
-        }
-        var pid: pid_t = 0
         let output = openLog()
-        defer { if output >= 0 { close(output) } }
-        let error = sa_spawn_hook(argv, envp, output, &pid)
-        guard error == 0 else {
-            return .failure(HookFailure(description: "cannot start \(command[0]): \(String(cString: strerror(error)))"))
+        defer { Posix.close(output) }
+        let pid: pid_t
+        do {
+            pid = try Posix.spawn(command, environment: environment.map { "\($0.key)=\($0.value)" }, output: output)
+        } catch {
+            let errno = (error as? SystemError)?.errno ?? EINVAL
+            return .failure(HookFailure(description: "cannot start \(command[0]): \(Posix.words(errno))"))
         }
         let now = FileSystem.monotonicMs
-        running.append(Process(run: run, pid: pid, pidfd: sa_pidfd_open(pid), startedMs: now,
-                               deadlineMs: now + Int64(timeoutS) * 1000))
+        let pidfd: Int32
+        do {
+            pidfd = try Posix.processDescriptor(pid, shown: "hook pid \(pid)")
+        } catch {
+            // No pidfd (ENOSYS before Linux 5.3, or out of descriptors): the exit is looked for on a short tick.
+            pidfd = -1
+        }
+        running.append(Process(run: run, pid: pid, pidfd: pidfd, startedMs: now, deadlineMs: now + Int64(timeoutS) * 1000))
         return .success(pid)
     }
 
     /// The hooks' log, rotated once it passes `logLimit`; -1 (output
-    /// dropped) if it cannot be opened.
+    /// dropped) if it cannot be opened. Either failure is logged: a log
+    /// that is not rotated grows past its limit, and dropped output leaves
+    /// a failing hook with nothing to say why.
     private func openLog() -> Int32 {
-        var status = stat()
-        if stat(logPath, &status) == 0, Int64(status.st_size) > Self.logLimit {
-            _ = rename(logPath, logPath + ".1")
+        var problem: String?
+        do {
+            if let status = try Posix.statusIfPresent(of: logPath), Int64(status.st_size) > Self.logLimit {
+                try Posix.rename(logPath, to: logPath + ".1", shown: "rename \(logPath) to \(logPath).1")
+            }
+        } catch {
+            problem = "hooks.log is not rotated: \(error)"
         }
-        return open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        var output: Int32 = -1
+        do {
+            output = try Posix.open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o600)
+        } catch {
+            problem = "hook output is dropped: \(error)"
+        }
+        if problem != logProblem, let problem {
+            logger.warning("\(problem)", metadata: ["file": "\(logPath)"])
+        }
+        logProblem = problem
+        return output
     }
 
     /// The agent is stopping: running hooks get SIGTERM (with their groups),
@@ -87,14 +109,11 @@ final class HookRunner {
     /// unwatched. Returns how each ended.
     func stopAll(graceMs: Int64) -> [(run: HookPlan.Run, ended: HookEnded)] {
         guard !running.isEmpty else { return [] }
-        for process in running {
-            _ = kill(-process.pid, SIGTERM)
-            _ = kill(process.pid, SIGTERM)
-        }
+        for process in running { send(SIGTERM, to: process) }
         var ended = reap()
         let deadline = FileSystem.monotonicMs + graceMs
         while !running.isEmpty && FileSystem.monotonicMs < deadline {
-            usleep(20_000)
+            Posix.sleep(ms: 20)
             ended += reap()
         }
         for index in running.indices {
@@ -106,33 +125,56 @@ final class HookRunner {
         let killDeadline = FileSystem.monotonicMs + 500
         repeat {
             ended += reap()
-            if !running.isEmpty { usleep(5_000) }
+            if !running.isEmpty { Posix.sleep(ms: 5) }
         } while !running.isEmpty && FileSystem.monotonicMs < killDeadline
         return ended
+    }
+
+    /// `signal` to the hook's whole process group (a script's own children
+    /// go too), then to the hook itself, in case it left its group. A
+    /// process already gone (ESRCH) is reaped as usual; any other refusal
+    /// (EPERM: a hook that became another user's) is logged, since the hook
+    /// then outlives its time limit.
+    private func send(_ signal: Int32, to process: Process) {
+        for target in [-process.pid, process.pid] {
+            do {
+                try Posix.kill(target, signal, shown: target < 0 ? "the process group of hook pid \(process.pid)" : "hook pid \(process.pid)")
+            } catch let error as SystemError where error.errno == ESRCH {
+                // Gone already.
+            } catch {
+                logger.warning("cannot stop a hook", metadata: ["pid": "\(process.pid)", "hook": "\(process.run.hook.rawValue)",
+                                                                "error": "\(error)"])
+            }
+        }
     }
 
     /// Kills overdue hooks and collects every one that has exited.
     func reap() -> [(run: HookPlan.Run, ended: HookEnded)] {
         let now = FileSystem.monotonicMs
         for index in running.indices where !running[index].killed && running[index].deadlineMs <= now {
-            // The whole group: a script's own children go too.
-            _ = kill(-running[index].pid, SIGKILL)
-            _ = kill(running[index].pid, SIGKILL)
+            send(SIGKILL, to: running[index])
             running[index].killed = true
         }
         var ended: [(run: HookPlan.Run, ended: HookEnded)] = []
         running.removeAll { process in
-            var info = siginfo_t()
-            // WNOHANG: si_pid stays 0 while the process runs.
-            guard waitid(P_PID, id_t(process.pid), &info, WEXITED | WNOHANG) == 0, info._sifields._sigchld.si_pid != 0 else {
-                return false
+            let info: siginfo_t?
+            let failure: String?
+            do {
+                info = try Posix.reapIfEnded(process.pid, shown: "hook pid \(process.pid)")
+                failure = nil
+            } catch {
+                // Not ours to wait for any more (ECHILD): its end cannot be
+                // known, and waiting for it would hold the agent for good.
+                (info, failure) = (nil, "\(error)")
             }
-            if process.pidfd >= 0 { close(process.pidfd) }
-            let status = info._sifields._sigchld.si_status
-            let exited = info.si_code == CLD_EXITED
+            guard info != nil || failure != nil else { return false }
+            Posix.close(process.pidfd)
+            let status = info?._sifields._sigchld.si_status
+            let exited = info.map { $0.si_code == CLD_EXITED } ?? false
             ended.append((process.run, HookEnded(hook: process.run.hook, batchSeq: process.run.batchSeq, pid: process.pid,
                                                  exitStatus: exited ? status : nil, signal: exited ? nil : status,
-                                                 timedOut: process.killed && !process.stopped, durationMs: FileSystem.monotonicMs - process.startedMs)))
+                                                 timedOut: process.killed && !process.stopped,
+                                                 durationMs: FileSystem.monotonicMs - process.startedMs, error: failure)))
             return true
         }
         return ended

@@ -31,15 +31,15 @@ final class TakenMover {
     }
 
     deinit {
-        if inboxFd >= 0 { close(inboxFd) }
-        if takenFd >= 0 { close(takenFd) }
+        Posix.close(inboxFd)
+        Posix.close(takenFd)
     }
 
     func move(_ name: InboxName) -> Outcome {
         counter += 1
         // Short and unique; the job's own name follows for a restart to read back.
         let takenName = "\(runStamp)-\(counter)-" + Intake.prefix(of: name.text, bytes: 200)
-        switch name.withCString({ rename(source: $0, toTaken: takenName) }) {
+        switch rename(name, toTaken: takenName) {
         case 0: return .moved(takenDirectory + "/" + takenName)
         case ENOENT: return .gone
         case let error: return .failed(error)
@@ -48,20 +48,25 @@ final class TakenMover {
 
     /// renameat from the inbox into `.taken/`; 0 or errno. A `.taken/`
     /// removed while we run is made again, once.
-    private func rename(source: UnsafePointer<CChar>, toTaken takenName: String) -> Int32 {
+    private func rename(_ name: InboxName, toTaken takenName: String) -> Int32 {
         for attempt in 0..<2 {
-            if inboxFd < 0 { inboxFd = open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-            if takenFd < 0 {
-                try? FileSystem.makeOwnDirectory(takenDirectory)
-                takenFd = open(takenDirectory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            do {
+                if inboxFd < 0 { inboxFd = try Posix.open(inbox, O_RDONLY | O_DIRECTORY) }
+                if takenFd < 0 {
+                    try FileSystem.makeOwnDirectory(takenDirectory)
+                    takenFd = try Posix.open(takenDirectory, O_RDONLY | O_DIRECTORY)
+                }
+                try Posix.rename(name.bytes, at: inboxFd, to: takenName, at: takenFd, shown: "move \(name) to .taken/")
+                return 0
+            } catch {
+                let error = (error as? SystemError)?.errno ?? EIO
+                // ENOENT is also what a deleted `.taken/` (or inbox) answers.
+                guard error == ENOENT, inboxFd >= 0, takenFd >= 0, attempt == 0,
+                      !FileSystem.exists(takenDirectory) || !FileSystem.exists(inbox) else { return error }
+                Posix.close(inboxFd)
+                Posix.close(takenFd)
+                inboxFd = -1; takenFd = -1
             }
-            guard inboxFd >= 0, takenFd >= 0 else { return errno }
-            if renameat(inboxFd, source, takenFd, takenName) == 0 { return 0 }
-            let error = errno
-            // ENOENT is also what a deleted `.taken/` (or inbox) answers.
-            guard error == ENOENT, attempt == 0, !FileSystem.exists(takenDirectory) || !FileSystem.exists(inbox) else { return error }
-            close(inboxFd); close(takenFd)
-            inboxFd = -1; takenFd = -1
         }
         return ENOENT
     }
@@ -125,11 +130,16 @@ final class BacklogReader {
             }
             condition.unlock()
 
-            for path in removing where unlink(path) != 0 && errno != ENOENT {
-                let error = errno
-                condition.lock()
-                failedRemovals.append((path, error))
-                condition.unlock()
+            for path in removing {
+                do {
+                    try Posix.unlink(path)
+                } catch let error as SystemError where error.errno != ENOENT {
+                    condition.lock()
+                    failedRemovals.append((path, error.errno))
+                    condition.unlock()
+                } catch {
+                    // Gone already (ENOENT): what removing it was for.
+                }
             }
             guard reading else { continue }
             let name = names[next]

@@ -82,28 +82,36 @@ final class InboxWatcher {
     init(directory: String) throws {
         self.directory = directory
         try FileSystem.makeDirectory(directory)
-        fd = try syscall("inotify_init1") { inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC)) }
+        let fd = try Posix.inotify(flags: Int32(IN_NONBLOCK | IN_CLOEXEC))
         // IN_CREATE for what is never written and closed here: a hard link
         // (`ln`, a no-clobber dropper's link(2)) or a symbolic link.
         let mask = UInt32(IN_CLOSE_WRITE) | UInt32(IN_MOVED_TO) | UInt32(IN_CREATE) | UInt32(IN_ONLYDIR)
         do {
-            try syscall("watch \(directory)") { inotify_add_watch(fd, directory, mask) }
+            try Posix.watch(fd, directory, events: mask)
         } catch {
-            close(fd)
+            Posix.close(fd)
             throw error
         }
+        // Set last: a throw after it would run deinit, closing fd a second time.
+        self.fd = fd
     }
 
-    deinit { close(fd) }
+    deinit { Posix.close(fd) }
 
-    /// Everything inotify has queued, without blocking.
+    /// Everything inotify has queued, without blocking. A read that fails
+    /// may have lost events: it counts as an overflow, and the caller scans.
     func drain() -> Changes {
         var changes = Changes()
         var seen = Set<InboxName>()
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { return changes }
+            let got: Int?
+            do {
+                got = try buffer.withUnsafeMutableBytes { try Posix.readAvailable(fd, into: $0, shown: "the inotify events of \(directory)") }
+            } catch {
+                changes.overflowed = true
+                return changes
+            }
+            guard let count = got, count > 0 else { return changes }
             var offset = 0
             buffer.withUnsafeBytes { raw in
                 while offset + MemoryLayout<inotify_event>.size <= count {
@@ -134,11 +142,10 @@ final class InboxWatcher {
     /// A name created as a link (hard or symbolic) rather than by a writer
     /// who will close it: a file being written has one link and comes again
     /// with IN_CLOSE_WRITE.
+    /// (Gone, or not to be looked at: not linked, so it is awaited as written.)
     private func isLinked(_ name: InboxName) -> Bool {
-        var info = stat()
-        let path = InboxName(bytes: Array(directory.utf8) + [UInt8(ascii: "/")] + name.bytes)
-        let status = path.withCString { fstatat(AT_FDCWD, $0, &info, AT_SYMLINK_NOFOLLOW) }
-        guard status == 0 else { return false }
+        let path = Array(directory.utf8) + [UInt8(ascii: "/")] + name.bytes
+        guard let info = try? Posix.status(of: path, flags: AT_SYMLINK_NOFOLLOW, shown: "\(directory)/\(name)") else { return false }
         return (info.st_mode & S_IFMT) == S_IFLNK || ((info.st_mode & S_IFMT) == S_IFREG && info.st_nlink > 1)
     }
 
@@ -149,20 +156,19 @@ final class InboxWatcher {
     }
 
     /// Every entry of a directory but `.` and `..`, with raw names and
-    /// modification times (lstat). Empty if it cannot be read.
+    /// modification times (lstat). Empty if it cannot be read: a scan
+    /// finds nothing then, and the next one (at the next start, or after
+    /// an overflow) tries again.
     static func entries(of directory: String) -> [(name: InboxName, mtime: Int64)] {
-        guard let stream = opendir(directory) else { return [] }
-        defer { closedir(stream) }
-        let descriptor = dirfd(stream)
-        var found: [(name: InboxName, mtime: Int64)] = []
-        while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in InboxName(bytes: raw.prefix { $0 != 0 }) }
-            if name.text == "." || name.text == ".." { continue }
-            var info = stat()
-            let status = name.withCString { fstatat(descriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }
-            guard status == 0 else { continue }
-            found.append((name, info.st_mtim.nanoseconds))
+        guard let descriptor = try? Posix.open(directory, O_RDONLY | O_DIRECTORY) else { return [] }
+        defer { Posix.close(descriptor) }
+        guard let names = try? Posix.rawEntries(of: descriptor, shown: directory) else { return [] }
+        return names.compactMap { entry in
+            let name = InboxName(bytes: entry.name)
+            // Gone since it was listed (taken meanwhile): not an entry any more.
+            guard let info = try? Posix.status(of: entry.name, at: descriptor, flags: AT_SYMLINK_NOFOLLOW, shown: "\(directory)/\(name)")
+            else { return nil }
+            return (name, info.st_mtim.nanoseconds)
         }
-        return found
     }
 }

@@ -1,4 +1,3 @@
-import CLinuxShims
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -30,24 +29,31 @@ public struct InboxWriter {
         try FileSystem.makeDirectory(inbox)
         let paths = jobs.map { uniquePath($0.prefix) }
         var written: [String] = []
-        defer { for path in written { unlink(path + ".tmp") } }
+        defer {
+            for path in written {
+                // A failed submit's leftovers: a temp name the agent never
+                // takes, so one that cannot be removed is only clutter, and
+                // the error the caller gets is the one that stopped the write.
+                do { try Posix.unlink(path + ".tmp") } catch {}
+            }
+        }
         let syncsEachFile = jobs.count < Self.syncWholeFileSystemFrom
         for (job, path) in zip(jobs, paths) {
             let temp = path + ".tmp"
-            let fd = try syscall("create \(temp)") { open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644) }
+            let fd = try Posix.create(temp, O_WRONLY | O_EXCL | O_NOFOLLOW, mode: 0o644)
             written.append(path)
-            defer { close(fd) }
-            try Array(job.text.utf8).withUnsafeBytes { try FileSystem.writeAll(fd, $0, to: temp) }
-            if syncsEachFile { try syscall("fsync \(temp)") { fsync(fd) } }
+            defer { Posix.close(fd) }
+            try Array(job.text.utf8).withUnsafeBytes { try Posix.writeAll(fd, $0, shown: temp) }
+            if syncsEachFile { try Posix.sync(fd, shown: temp) }
         }
-        let folder = try syscall("open \(inbox)") { open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        defer { close(folder) }
-        if !syncsEachFile { try syscall("sync the file system of \(inbox)") { sa_syncfs(folder) } }
+        let folder = try Posix.open(inbox, O_RDONLY | O_DIRECTORY)
+        defer { Posix.close(folder) }
+        if !syncsEachFile { try Posix.syncFileSystem(folder, shown: inbox) }
         for path in paths {
-            try syscall("rename \(path).tmp") { rename(path + ".tmp", path) }
+            try Posix.rename(path + ".tmp", to: path, shown: "rename \(path).tmp")
             written.removeFirst()
         }
-        try syscall("fsync \(inbox)") { fsync(folder) }
+        try Posix.sync(folder, shown: inbox)
         return paths
     }
 
@@ -57,19 +63,18 @@ public struct InboxWriter {
     /// Close the descriptor to let go.
     public func lock() throws -> Int32 {
         try FileSystem.makeDirectory(inbox)
-        let fd = try syscall("open \(inbox)") { open(inbox, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
-        while flock(fd, LOCK_EX) != 0 {
-            guard errno == EINTR else {
-                let error = SystemError(operation: "lock \(inbox)", errno: errno)
-                close(fd)
-                throw error
-            }
+        let fd = try Posix.open(inbox, O_RDONLY | O_DIRECTORY)
+        do {
+            try Posix.lock(fd, LOCK_EX, shown: inbox)
+        } catch {
+            Posix.close(fd)
+            throw error
         }
         return fd
     }
 
     private func uniquePath(_ prefix: String) -> String {
-        "\(inbox)/\(prefix)-\(FileSystem.nowMs)-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).job"
+        "\(inbox)/\(prefix)-\(FileSystem.nowMs)-\(Posix.processID)-\(UInt32.random(in: 0...UInt32.max)).job"
     }
 
     /// The prefix a job's file name was written with (`uniquePath`), or nil

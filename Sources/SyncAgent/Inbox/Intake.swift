@@ -1,4 +1,3 @@
-import CLinuxShims
 import Crypto
 import Foundation
 import Logging
@@ -318,7 +317,15 @@ final class Intake {
         if let backlog {
             backlog.remove(takenAwaitingCommit)
         } else {
-            for path in takenAwaitingCommit where unlink(path) != 0 && errno != ENOENT { cannotRemove(path, errno) }
+            for path in takenAwaitingCommit {
+                do {
+                    try Posix.unlink(path)
+                } catch let error as SystemError where error.errno != ENOENT {
+                    cannotRemove(path, error.errno)
+                } catch {
+                    // Gone already (ENOENT): what removing it was for.
+                }
+            }
         }
         takenAwaitingCommit.removeAll(keepingCapacity: true)
     }
@@ -341,13 +348,12 @@ final class Intake {
     /// job bad input, said at intake rather than at the first attempt.
     static func unreadableBody(_ spec: TaskSpec) -> String? {
         guard let path = spec.bodyFile else { return nil }
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            return "key \"body_file\": \(path) cannot be read: \(String(cString: strerror(errno)))"
-        }
-        guard (info.st_mode & S_IFMT) == S_IFREG else { return "key \"body_file\": \(path) is not a regular file" }
-        guard access(path, R_OK) == 0 else {
-            return "key \"body_file\": \(path) cannot be read: \(String(cString: strerror(errno)))"
+        do {
+            let info = try Posix.status(of: path)
+            guard (info.st_mode & S_IFMT) == S_IFREG else { return "key \"body_file\": \(path) is not a regular file" }
+            try Posix.access(path, R_OK)
+        } catch {
+            return "key \"body_file\": \(path) cannot be read: \(Posix.words((error as? SystemError)?.errno ?? EIO))"
         }
         return nil
     }
@@ -417,7 +423,7 @@ final class Intake {
     /// A rejected job whose event is committed, out of `.taken/` into rejected/.
     private func moveToRejected(_ takenPath: String, target: String, name: String) {
         do {
-            try syscall("move \(name) to rejected/") { Glibc.rename(takenPath, target) }
+            try Posix.rename(takenPath, to: target, shown: "move \(name) to rejected/")
         } catch {
             logger.error("cannot move a rejected job to rejected/; it stays in .taken/ until the next start",
                          metadata: ["file": "\(name)", "error": "\(error)"])
@@ -452,9 +458,9 @@ struct JobFile {
 
     /// The identity of a file that cannot be read as a job (a FIFO, a
     /// directory, a symlink, over 64 KiB): its inode and ctime, no content.
+    /// Nil when it cannot be looked at either (gone meanwhile).
     static func unreadableIdentity(_ path: String) -> String? {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
+        guard let info = try? Posix.status(of: path, flags: AT_SYMLINK_NOFOLLOW) else { return nil }
         return "\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):unreadable"
     }
 
@@ -463,23 +469,31 @@ struct JobFile {
 
     /// nil when the file is gone (taken or removed meanwhile).
     static func load(_ path: String) throws -> JobFile? {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            if errno == ELOOP { throw KeyError(key: nil, "the job file is a symbolic link; drop the file itself") }
-            throw SystemError(operation: "open \(path)", errno: errno)
+        let fd: Int32
+        do {
+            fd = try Posix.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+        } catch let error as SystemError where error.errno == ENOENT {
+            return nil
+        } catch let error as SystemError where error.errno == ELOOP {
+            throw KeyError(key: nil, "the job file is a symbolic link; drop the file itself")
         }
-        defer { close(fd) }
-        var info = stat()
-        try syscall("stat \(path)") { fstat(fd, &info) }
+        defer { Posix.close(fd) }
+        let info = try Posix.status(of: fd, shown: path)
         guard (info.st_mode & S_IFMT) == S_IFREG else {
             throw KeyError(key: nil, "the job is not a regular file")
         }
         // Found by a scan, or created and quiet past the grace period, while
         // its writer still holds it (found by an adversary: a writer that
         // paused 2 s had its first lines taken as the whole job). Where
-        // leases cannot tell, it is read as before.
-        if sa_open_for_writing(fd) == 1 { throw StillBeingWritten() }
+        // leases cannot tell (not the file's owner, no leases on that file
+        // system), it is read as before.
+        let beingWritten: Bool
+        do {
+            beingWritten = try Posix.isOpenForWriting(fd, shown: path)
+        } catch {
+            beingWritten = false
+        }
+        if beingWritten { throw StillBeingWritten() }
         // Sized from fstat (a job is small); one byte over the limit is enough
         // to know it is too big, however the file grows meanwhile.
         let capacity = min(Int(info.st_size), JobParser.maximumSize) + 1
@@ -487,7 +501,7 @@ struct JobFile {
         var filled = 0
         while filled < bytes.count {
             let got = try bytes.withUnsafeMutableBytes { buffer in
-                try syscall("read \(path)") { read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
+                try Posix.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[filled...]), shown: path)
             }
             if got == 0 { break }
             filled += got

@@ -143,7 +143,7 @@ enum HLSPublisher {
         for (index, entry) in hls.entries.enumerated() {
             let target = staging + "/" + names[index]
             if entry.keyChild != nil {
-                if !root.exists(target) { try write(try clearBytes(entry, keys: keys, in: state, root: root), to: target, root: root) }
+                if !root.exists(target) { try writeFile(try clearBytes(entry, keys: keys, in: state, root: root), to: target, root: root) }
             } else if let source = state[entry.child]?.dest {
                 moves.append((entry.child, source, target))
             }
@@ -154,7 +154,7 @@ enum HLSPublisher {
         }
         for name in names + Array(inits.values) { bytes += root.size(staging + "/" + name) ?? 0 }
         let playlist = Array(HLSLocalPlaylist.text(entries: hls.entries, targetDurationMs: hls.targetDurationMs).utf8)
-        try write(playlist, to: staging + "/index.m3u8", root: root)
+        try writeFile(playlist, to: staging + "/index.m3u8", root: root)
         try root.syncDirectory(of: staging + "/index.m3u8")
         return bytes + Int64(playlist.count)
     }
@@ -164,7 +164,7 @@ enum HLSPublisher {
     private static func concatenate(_ hls: HLSProgress, into staging: String, keys: [String: SymmetricKey],
                                      in state: AgentState, root: DownloadRoot) throws -> Int64 {
         let fd = try root.openPartial(staging, truncatingTo: 0)
-        defer { close(fd) }
+        defer { Posix.close(fd) }
         var written: Int64 = 0
         var currentInit: String?
         for entry in hls.entries {
@@ -176,27 +176,24 @@ enum HLSPublisher {
             }
             written += try append(try clearBytes(entry, keys: keys, in: state, root: root), to: fd, staging)
         }
-        try syscall("flush \(staging)") { fdatasync(fd) }
+        try Posix.dataSync(fd, shown: staging)
         return written
     }
 
     private static func append(_ bytes: [UInt8], to fd: Int32, _ path: String) throws -> Int64 {
-        try bytes.withUnsafeBytes { try FileSystem.writeAll(fd, $0, to: path) }
+        try bytes.withUnsafeBytes { try Posix.writeAll(fd, $0, shown: path) }
         return Int64(bytes.count)
     }
 
     /// A complete file: written under `.part`, flushed, renamed.
-    private static func write(_ bytes: [UInt8], to path: String, root: DownloadRoot) throws {
+    private static func writeFile(_ bytes: [UInt8], to path: String, root: DownloadRoot) throws {
         let temporary = Destinations.partPath(of: path)
         let fd = try root.openPartial(temporary, truncatingTo: 0)
         do {
+            defer { Posix.close(fd) }
             _ = try append(bytes, to: fd, temporary)
-            try syscall("flush \(temporary)") { fdatasync(fd) }
-        } catch {
-            close(fd)
-            throw error
+            try Posix.dataSync(fd, shown: temporary)
         }
-        close(fd)
         try root.rename(temporary, to: path)
     }
 }

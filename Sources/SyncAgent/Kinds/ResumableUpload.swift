@@ -94,17 +94,14 @@ struct BodyIdentity: Equatable {
 
     /// The regular file at `path` as it is now.
     init(_ path: String) throws {
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw SystemError(operation: "stat \(path)", errno: errno) }
+        let info = try Posix.status(of: path)
         guard (info.st_mode & S_IFMT) == S_IFREG else { throw SystemError(operation: "\(path) is not a regular file", errno: EINVAL) }
         self.init(info)
     }
 
     /// The open file behind `descriptor` as it is now (whatever its path names meanwhile).
     init(descriptor: Int32, shown path: String) throws {
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else { throw SystemError(operation: "stat \(path)", errno: errno) }
-        self.init(info)
+        self.init(try Posix.status(of: descriptor, shown: path))
     }
 
     private init(_ info: stat) {

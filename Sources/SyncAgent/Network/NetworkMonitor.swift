@@ -1,4 +1,3 @@
-import CLinuxShims
 import Foundation
 import Logging
 import SyncAgentCore
@@ -42,9 +41,10 @@ final class NetworkMonitor {
 
     init(logger: Logger) {
         self.logger = logger
-        netlink = sa_netlink_route_socket()
-        if netlink < 0 {
-            logger.warning("no routing events (rtnetlink): the network is taken to be up", metadata: ["error": "\(String(cString: strerror(errno)))"])
+        do {
+            netlink = try Posix.routeEvents()
+        } catch {
+            logger.warning("no routing events (rtnetlink): the network is taken to be up", metadata: ["error": "\(Self.words(error))"])
         }
         connectBus(quiet: false)
         reading = read()
@@ -53,20 +53,38 @@ final class NetworkMonitor {
     }
 
     deinit {
-        if netlink >= 0 { close(netlink) }
-        if bus >= 0 { sa_nm_close() }
+        Posix.close(netlink)
+        if bus >= 0 { Posix.disconnectNetworkManager() }
     }
+
+    private static func words(_ error: Error) -> String { Posix.words((error as? SystemError)?.errno ?? EIO) }
 
     private func connectBus(quiet: Bool) {
         nextBusAttemptMs = FileSystem.monotonicMs + Self.busRetryMs
-        let opened = sa_nm_open()
-        guard opened >= 0 else {
-            if !quiet { logger.debug("no system bus for NetworkManager", metadata: ["error": "\(String(cString: strerror(-opened)))"]) }
+        do {
+            bus = try Posix.connectNetworkManager()
+        } catch {
+            if !quiet { logger.debug("no system bus for NetworkManager", metadata: ["error": "\(Self.words(error))"]) }
             return
         }
-        bus = opened
-        // Signals that come during the first read wait in sd-bus's queue, not on the fd.
-        _ = sa_nm_process()
+        // Signals that come during the first read wait in sd-bus's queue, not
+        // on the fd: processed now (whether one came does not matter, the
+        // first read follows), so that the fd polls readable for the next.
+        _ = busSignalled()
+    }
+
+    /// Whether NetworkManager signalled something since the last call. A
+    /// bus that fails is let go (logged), and connected again later.
+    private func busSignalled() -> Bool {
+        do {
+            return try Posix.networkManagerSignalled()
+        } catch {
+            logger.warning("lost the system bus: NetworkManager is followed again when it comes back",
+                           metadata: ["error": "\(Self.words(error))"])
+            Posix.disconnectNetworkManager()
+            bus = -1
+            return false
+        }
     }
 
     /// After a poll: reads again if a routing event or a NetworkManager
@@ -74,18 +92,21 @@ final class NetworkMonitor {
     func refresh(ready: Set<Int32>) -> Reading? {
         var look = false
         if netlink >= 0, ready.contains(netlink) {
-            // Lost events (ENOBUFS) only mean: look again, as we do anyway.
-            _ = sa_netlink_drain(netlink)
+            do {
+                try Posix.drainRouteEvents(netlink)
+            } catch let error as SystemError where error.errno == ENOBUFS {
+                // Lost events only mean: look again, as we do anyway.
+            } catch {
+                // A socket that fails would poll readable for ever: let go, as
+                // if there had never been one (the network is taken to be up).
+                logger.warning("routing events (rtnetlink) failed: the network is taken to be up", metadata: ["error": "\(Self.words(error))"])
+                Posix.close(netlink)
+                netlink = -1
+            }
             look = true
         }
         if bus >= 0, ready.contains(bus) {
-            let processed = sa_nm_process()
-            if processed < 0 {
-                logger.warning("lost the system bus: NetworkManager is followed again when it comes back",
-                               metadata: ["error": "\(String(cString: strerror(-processed)))"])
-                sa_nm_close()
-                bus = -1
-            }
+            _ = busSignalled()
             look = true
         }
         return look ? probe() : nil
@@ -98,7 +119,7 @@ final class NetworkMonitor {
         if bus < 0, FileSystem.monotonicMs >= nextBusAttemptMs { connectBus(quiet: true) }
         var fresh = read()
         // A read is a method call: signals that came meanwhile wait in sd-bus's queue, not on the fd.
-        while bus >= 0, sa_nm_process() == 1 { fresh = read() }
+        while bus >= 0, busSignalled() { fresh = read() }
         guard fresh != reading else { return nil }
         defer { reading = fresh }
         return reading
@@ -124,10 +145,11 @@ final class NetworkMonitor {
         routes = fresh
         // Without routing events nothing would say the network came back: it is taken to be up.
         var result = Reading(online: netlink < 0 || routes.online)
-        var state: UInt32 = 0, metered: UInt32 = 0
-        if bus >= 0, sa_nm_read(&state, &metered) == 0 {
+        // State that cannot be read: no NetworkManager runs (the bus answers for it), and nothing is known of metering.
+        if bus >= 0, let networkManager = try? Posix.networkManagerState() {
             result.networkManager = true
             // NMMetered: 1 yes, 3 guess-yes; 2 no, 4 guess-no; 0 unknown.
+            let metered = networkManager.metered
             result.metered = [1, 3].contains(metered) ? true : [2, 4].contains(metered) ? false : nil
         }
         return result
@@ -142,25 +164,10 @@ final class NetworkMonitor {
         return word == "up" || word == "unknown"
     }
 
-    /// This machine's own addresses (a server on one of them is not across the network).
+    /// This machine's own addresses (a server on one of them is not across
+    /// the network). None when they cannot be listed: a server is then
+    /// judged by the routes alone.
     private static func localAddresses() -> [[UInt8]] {
-        var list: UnsafeMutablePointer<ifaddrs>?
-        guard getifaddrs(&list) == 0 else { return [] }
-        defer { freeifaddrs(list) }
-        var found: [[UInt8]] = []
-        var entry = list
-        while let current = entry {
-            if let address = current.pointee.ifa_addr {
-                switch Int32(address.pointee.sa_family) {
-                case AF_INET:
-                    address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { found.append(withUnsafeBytes(of: $0.pointee.sin_addr) { Array($0) }) }
-                case AF_INET6:
-                    address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { found.append(withUnsafeBytes(of: $0.pointee.sin6_addr) { Array($0) }) }
-                default: break
-                }
-            }
-            entry = current.pointee.ifa_next
-        }
-        return found
+        (try? Posix.interfaceAddresses()) ?? []
     }
 }

@@ -53,12 +53,12 @@ public enum Compactor {
             tasksPruned.formUnion(step.tasks)
             if deleted > 0 { CrashPoint.compactDeleting.reached() }
             if step.rows < pacing.rowsPerTransaction { break }
-            if pacing.pauseMicroseconds > 0 { usleep(pacing.pauseMicroseconds) }
+            if pacing.pauseMicroseconds > 0 { Posix.sleep(microseconds: Int(pacing.pauseMicroseconds)) }
         }
 
         if try store.shrinksIncrementally {
             while !stopRequested(), try store.releaseFreePages(pacing.pagesPerTransaction) {
-                if pacing.pauseMicroseconds > 0 { usleep(pacing.pauseMicroseconds) }
+                if pacing.pauseMicroseconds > 0 { Posix.sleep(microseconds: Int(pacing.pauseMicroseconds)) }
             }
         } else if !pacing.besideAgent, deleted > 0 {
             // A log from before snapshots existed: rewritten once, it shrinks by itself from then on.

@@ -71,10 +71,9 @@ public final class EventStore {
         // agent, or the one about to open), and an outside reader could then
         // delete the WAL from under the agent.
         if !FileSystem.exists(path) {
-            let fd = try syscall("create event log \(path)") { Glibc.open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600) }
-            Glibc.close(fd)
+            Posix.close(try Posix.create(path, O_RDWR | O_EXCL, mode: 0o600, shown: "event log \(path)"))
         }
-        try syscall("chmod 0600 \(path)") { chmod(path, 0o600) }
+        try Posix.setMode(path, 0o600)
         try open(flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
         // A new log gives freed pages back to the file system as `compact`
         // frees them (this can only be chosen before the first table).
@@ -809,14 +808,14 @@ final class SnapshotBuffer {
     init(count: Int) throws {
         self.count = count
         mapped = max(count, 1)
-        guard let address = mmap(nil, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0),
-              address != MAP_FAILED else {
-            throw StoreError(message: "cannot map \(count) bytes for a snapshot: \(String(cString: strerror(errno)))")
+        do {
+            start = try Posix.mapMemory(mapped, shown: "\(count) bytes for a snapshot")
+        } catch {
+            throw StoreError(message: "cannot map \(count) bytes for a snapshot: \(Posix.words((error as? SystemError)?.errno ?? ENOMEM))")
         }
-        start = address
     }
 
-    deinit { munmap(start, mapped) }
+    deinit { Posix.unmapMemory(start, mapped) }
 
     func withUnsafeBytes<T>(_ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
         try body(UnsafeRawBufferPointer(start: start, count: count))

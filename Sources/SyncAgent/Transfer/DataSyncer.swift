@@ -27,6 +27,10 @@ final class DataSyncer {
         var complete: Bool
         /// Set when the sync failed (errno): nothing may be claimed.
         var error: Int32? = nil
+
+        /// What this sync made durable: every byte before it, or nothing at
+        /// all when it failed (a failed sync never becomes claimed progress).
+        var durableOffset: Int64? { error == nil ? offset : nil }
     }
 
     /// Readable when syncs have finished: poll it beside curl's sockets.
@@ -48,21 +52,31 @@ final class DataSyncer {
     /// syncs its own duplicate, so the caller may close `descriptor` meanwhile.
     func sync(_ descriptor: Int32, _ done: Done) {
         group.enter()
-        let duplicate = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
-        guard duplicate >= 0 else {
+        let shown = "the file of task \(done.taskID)"
+        let duplicate: Int32
+        do {
+            duplicate = try Posix.duplicate(descriptor, shown: shown)
+        } catch {
             // Reported like a failed sync: a task must never wait for one that never ran.
-            report(done, error: errno)
+            report(done, error: Self.errno(of: error))
             return
         }
         queue.async { [self] in
             var error: Int32?
-            while fdatasync(duplicate) != 0 {
-                if errno != EINTR { error = errno; break }
+            do {
+                try Posix.dataSync(duplicate, shown: shown)
+            } catch let failure {
+                // Never tried again: after a failed fdatasync the kernel may
+                // have dropped the dirty pages, and a second one would succeed
+                // over data that is gone.
+                error = Self.errno(of: failure)
             }
-            close(duplicate)
+            Posix.close(duplicate)
             report(done, error: error)
         }
     }
+
+    private static func errno(of error: Error) -> Int32 { (error as? SystemError)?.errno ?? EIO }
 
     private func report(_ done: Done, error: Int32?) {
         var result = done

@@ -1,4 +1,3 @@
-import CLinuxShims
 import Foundation
 import SyncAgentCore
 #if canImport(Glibc)
@@ -25,16 +24,14 @@ final class DownloadRoot {
 
     init(path: String) throws {
         self.path = path
-        fd = try syscall("open download_dir \(path)") { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        fd = try Posix.open(path, O_RDONLY | O_DIRECTORY, shown: "download_dir \(path)")
     }
 
-    deinit { close(fd) }
+    deinit { Posix.close(fd) }
 
     /// The folder opened (device, inode), whatever its path names meanwhile.
     func identity() throws -> FileIdentity {
-        var info = stat()
-        try syscall("stat download_dir \(path)") { fstat(fd, &info) }
-        return FileIdentity(info)
+        FileIdentity(try Posix.status(of: fd, shown: "download_dir \(path)"))
     }
 
     /// Whether `file` lies beneath download_dir itself.
@@ -78,20 +75,27 @@ final class DownloadRoot {
     private func former(_ file: String) throws -> (folder: String, descriptor: Int32, relative: String)? {
         guard var folder = formerFolders.first(where: { PathRules.isInside(file, $0) }) else { return nil }
         while true {
-            let descriptor = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            if descriptor >= 0, FileSystem.realPath(of: descriptor).map({ !PathRules.isSame($0, folder) }) ?? true {
-                close(descriptor)
+            let descriptor: Int32
+            do {
+                descriptor = try Posix.open(folder, O_RDONLY | O_DIRECTORY)
+            } catch let error as SystemError {
+                let above = (folder as NSString).deletingLastPathComponent
+                guard error.errno == ENOENT, !above.isEmpty, above != folder else {
+                    throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: error.errno)
+                }
+                folder = above
+                continue
+            }
+            if FileSystem.realPath(of: descriptor).map({ !PathRules.isSame($0, folder) }) ?? true {
+                Posix.close(descriptor)
                 throw SystemError(operation: "open \(folder) (a symbolic link on the way to a folder of a task made under an "
                                   + "earlier download_dir is never followed)", errno: ELOOP)
             }
-            if descriptor >= 0, let relative = Self.relative(file, to: folder) { return (folder, descriptor, relative) }
-            let error = errno
-            let above = (folder as NSString).deletingLastPathComponent
-            guard descriptor < 0, error == ENOENT, !above.isEmpty, above != folder else {
-                if descriptor >= 0 { close(descriptor) }
-                throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: error)
+            guard let relative = Self.relative(file, to: folder) else {
+                Posix.close(descriptor)
+                throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: EINVAL)
             }
-            folder = above
+            return (folder, descriptor, relative)
         }
     }
 
@@ -110,34 +114,52 @@ final class DownloadRoot {
         guard let name = parts.last else { throw SystemError(operation: "\(file) names no file", errno: EINVAL) }
         let folders = parts.dropLast()
         if folders.isEmpty {
-            return (try syscall("open download_dir \(basePath)") { dup(base) }, name)
+            return (try Self.duplicate(base, named: basePath), name)
         }
         let joined = folders.joined(separator: "/")
-        let direct = sa_openat_beneath(base, joined, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0)
-        if direct >= 0 { return (direct, name) }
-        let firstError = errno
-        guard firstError == ENOSYS || (firstError == ENOENT && create) else {
-            throw SystemError(operation: "open \(basePath)/\(joined) \(Self.words(firstError))", errno: firstError)
+        do {
+            return (try Posix.openBeneath(base, joined, O_RDONLY | O_DIRECTORY, shown: "\(basePath)/\(joined)"), name)
+        } catch let error as SystemError where error.errno == ENOSYS || (error.errno == ENOENT && create) {
+            // Walked below.
+        } catch let error as SystemError {
+            throw SystemError(operation: "open \(basePath)/\(joined) \(Self.words(error.errno))", errno: error.errno)
         }
         // One component at a time: made if missing, never a symlink.
-        var current = try syscall("open download_dir \(basePath)") { dup(base) }
+        var current = try Self.duplicate(base, named: basePath)
         var walked = basePath
         for folder in folders {
             walked += "/" + folder
-            if create, mkdirat(current, folder, 0o755) != 0, errno != EEXIST {
-                let error = SystemError(operation: "create directory \(walked)", errno: errno)
-                close(current)
-                throw error
-            }
-            let next = openat(current, folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            let error = errno
-            close(current)
-            guard next >= 0 else {
-                throw SystemError(operation: "open \(walked) \(Self.words(error))", errno: error)
+            var next: Int32 = -1
+            do {
+                defer { Posix.close(current) }
+                if create { try Self.makeDirectory(folder, in: current, shown: walked) }
+                do {
+                    next = try Posix.open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, at: current)
+                } catch let error as SystemError {
+                    throw SystemError(operation: "open \(walked) \(Self.words(error.errno))", errno: error.errno)
+                }
             }
             current = next
         }
         return (current, name)
+    }
+
+    /// A descriptor of the folder `base` of its own, to close when done.
+    private static func duplicate(_ base: Int32, named basePath: String) throws -> Int32 {
+        do {
+            return try Posix.duplicate(base, shown: "download_dir \(basePath)")
+        } catch let error as SystemError {
+            throw SystemError(operation: "open download_dir \(basePath)", errno: error.errno)
+        }
+    }
+
+    /// mkdir of `name` in `directory`; one that is there already is fine.
+    private static func makeDirectory(_ name: String, in directory: Int32, shown: String) throws {
+        do {
+            try Posix.makeDirectory(name, mode: 0o755, at: directory, shown: shown)
+        } catch let error as SystemError where error.errno == EEXIST {
+            // Made before (or meanwhile): the open that follows checks what it is.
+        }
     }
 
     /// Says why a symlink stopped us, in the words a user needs.
@@ -151,15 +173,15 @@ final class DownloadRoot {
     @discardableResult
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
         if beneath(file) == nil, let (folder, descriptor, relative) = try former(file) {
-            defer { close(descriptor) }
+            defer { Posix.close(descriptor) }
             let (directory, name) = try parent(of: file, relative: relative, create: create, beneath: descriptor, named: folder)
-            defer { close(directory) }
+            defer { Posix.close(directory) }
             return try body(directory, name)
         }
         let relative = try relative(file)
         if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(fd, relative) }
         let (directory, name) = try parent(of: file, relative: relative, create: create)
-        defer { close(directory) }
+        defer { Posix.close(directory) }
         return try body(directory, name)
     }
 
@@ -184,11 +206,12 @@ final class DownloadRoot {
     func lockPartial(_ file: String) throws -> Int32 {
         try withParent(of: file, create: true) { directory, name in
             let descriptor = try Self.openRegular(directory, name, O_RDONLY | O_CREAT, mode: 0o644, shown: file)
-            guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-                let error = errno
-                close(descriptor)
-                if error == EWOULDBLOCK { throw Busy(path: file) }
-                throw SystemError(operation: "lock \(file)", errno: error)
+            do {
+                try Posix.lock(descriptor, LOCK_EX | LOCK_NB, shown: file)
+            } catch let error as SystemError {
+                Posix.close(descriptor)
+                if error.errno == EWOULDBLOCK { throw Busy(path: file) }
+                throw error
             }
             return descriptor
         }
@@ -198,7 +221,7 @@ final class DownloadRoot {
     /// truncates it, never follows a symlink.
     func makeFile(_ file: String, mode: mode_t) throws {
         try withParent(of: file, create: true) { directory, name in
-            close(try Self.openRegular(directory, name, O_WRONLY | O_CREAT, mode: mode, shown: file))
+            Posix.close(try Self.openRegular(directory, name, O_WRONLY | O_CREAT, mode: mode, shown: file))
         }
     }
 
@@ -213,12 +236,12 @@ final class DownloadRoot {
             // new, of the mode asked for, and written from byte 0.
             do {
                 // The file may exist already (its lock created it, under the umask).
-                if opened.permissions != mode { try syscall("chmod \(file)") { fchmod(descriptor, mode) } }
-                if opened.size != offset { try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) } }
+                if opened.permissions != mode { try Posix.setMode(descriptor, mode, shown: file) }
+                if opened.size != offset { try Posix.truncate(descriptor, to: offset, shown: file) }
                 // A new descriptor starts at 0; sequential writers (HLS) go on from `offset`.
-                if offset != 0 { try syscall("seek \(file) to \(offset)") { lseek(descriptor, off_t(offset), SEEK_SET) } }
+                if offset != 0 { try Posix.seek(descriptor, to: offset, shown: file) }
             } catch {
-                close(descriptor)
+                Posix.close(descriptor)
                 throw error
             }
             return descriptor
@@ -232,11 +255,11 @@ final class DownloadRoot {
         }
     }
 
-    /// lstat beneath the root; nil if absent or unreachable.
+    /// lstat beneath the root; nil if absent or unreachable (through a
+    /// symbolic link, say): either way nothing the agent may touch is there.
     func status(_ file: String) -> stat? {
         try? withParent(of: file) { directory, name in
-            var info = stat()
-            return fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) == 0 ? info : nil
+            try Posix.status(of: name, at: directory, flags: AT_SYMLINK_NOFOLLOW, shown: file)
         }
     }
 
@@ -248,9 +271,12 @@ final class DownloadRoot {
     /// often than not, and opening its folders each time cost 6,000
     /// instructions a task.)
     func exists(_ file: String) -> Bool {
-        var info = stat()
         let (folder, name) = beneath(file).map { (fd, $0) } ?? (AT_FDCWD, file)
-        if fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) != 0, errno == ENOENT { return false }
+        do {
+            if try Posix.statusIfPresent(of: name, at: folder, flags: AT_SYMLINK_NOFOLLOW, shown: file) == nil { return false }
+        } catch {
+            // Not ENOENT (a symbolic link on the way, say): asked beneath the root below.
+        }
         return status(file) != nil
     }
 
@@ -271,16 +297,18 @@ final class DownloadRoot {
             } catch let error as SystemError where error.errno == ENOENT {
                 return
             }
-            defer { close(descriptor) }
-            try syscall("truncate \(file) to \(offset)") { ftruncate(descriptor, off_t(offset)) }
+            defer { Posix.close(descriptor) }
+            try Posix.truncate(descriptor, to: offset, shown: file)
         }
     }
 
     /// Removes a file; absent is fine.
     func remove(_ file: String) throws {
         try withParent(of: file) { directory, name in
-            if unlinkat(directory, name, 0) != 0, errno != ENOENT {
-                throw SystemError(operation: "remove \(file)", errno: errno)
+            do {
+                try Posix.unlink(name, at: directory, shown: file)
+            } catch let error as SystemError where error.errno == ENOENT {
+                // Absent is fine.
             }
         }
     }
@@ -294,17 +322,19 @@ final class DownloadRoot {
         try withParent(of: from) { fromDirectory, fromName in
             try withParent(of: to, create: true) { toDirectory, toName in
                 if replacing {
-                    try syscall("move \(from) to \(to)") { renameat(fromDirectory, fromName, toDirectory, toName) }
+                    try Posix.rename(fromName, at: fromDirectory, to: toName, at: toDirectory, shown: "move \(from) to \(to)")
                     return
                 }
-                if sa_rename_noreplace(fromDirectory, fromName, toDirectory, toName) == 0 { return }
-                let error = errno
-                guard error == EINVAL || error == ENOSYS else {
-                    throw SystemError(operation: "move \(from) to \(to)" + (error == EEXIST ? ", where something else now is" : ""),
-                                      errno: error)
+                do {
+                    try Posix.renameNoReplace(fromName, at: fromDirectory, to: toName, at: toDirectory, shown: "move \(from) to \(to)")
+                    return
+                } catch let error as SystemError where error.errno == EINVAL || error.errno == ENOSYS {
+                    // No RENAME_NOREPLACE here: a link, which fails on a taken name, then an unlink.
+                } catch let error as SystemError where error.errno == EEXIST {
+                    throw SystemError(operation: "move \(from) to \(to), where something else now is", errno: EEXIST)
                 }
-                try syscall("link \(from) as \(to)") { linkat(fromDirectory, fromName, toDirectory, toName, 0) }
-                try syscall("remove \(from), linked as \(to)") { unlinkat(fromDirectory, fromName, 0) }
+                try Posix.link(fromName, at: fromDirectory, to: toName, at: toDirectory, shown: "link \(from) as \(to)")
+                try Posix.unlink(fromName, at: fromDirectory, shown: "\(from), linked as \(to)")
             }
         }
     }
@@ -312,7 +342,7 @@ final class DownloadRoot {
     /// fsync of the directory that holds `file`.
     func syncDirectory(of file: String) throws {
         try withParent(of: file) { directory, _ in
-            try syscall("sync the directory of \(file)") { fsync(directory) }
+            try Posix.sync(directory, shown: "the directory of \(file)")
         }
     }
 
@@ -324,9 +354,7 @@ final class DownloadRoot {
     /// Makes `folder` (and its parents) beneath the root.
     func makeDirectory(_ folder: String) throws {
         try withParent(of: folder, create: true) { directory, name in
-            if mkdirat(directory, name, 0o755) != 0, errno != EEXIST {
-                throw SystemError(operation: "create directory \(folder)", errno: errno)
-            }
+            try Self.makeDirectory(name, in: directory, shown: folder)
         }
     }
 
@@ -337,45 +365,35 @@ final class DownloadRoot {
     }
 
     private static func removeTree(_ name: String, in parent: Int32, shown: String) throws {
-        let folder = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        if folder < 0 {
-            if errno == ENOENT { return }
-            if errno == ENOTDIR || errno == ELOOP {
-                try syscall("remove \(shown)") { unlinkat(parent, name, 0) }
-                return
-            }
-            throw SystemError(operation: "open \(shown)", errno: errno)
+        let folder: Int32
+        do {
+            folder = try Posix.open(name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, at: parent, shown: shown)
+        } catch let error as SystemError where error.errno == ENOENT {
+            return
+        } catch let error as SystemError where error.errno == ENOTDIR || error.errno == ELOOP {
+            // A file, or a symbolic link: removed itself, never followed.
+            try Posix.unlink(name, at: parent, shown: shown)
+            return
         }
-        guard let stream = fdopendir(folder) else {
-            close(folder)
-            throw SystemError(operation: "list \(shown)", errno: errno)
-        }
-        var entries: [(String, Bool)] = []
-        while let entry = readdir(stream) {
-            let child = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if child != ".", child != ".." { entries.append((child, entry.pointee.d_type == UInt8(DT_DIR))) }
-        }
-        defer { closedir(stream) }
-        for (child, isFolder) in entries {
+        defer { Posix.close(folder) }
+        for (child, isFolder) in try Posix.entries(of: folder, shown: shown) {
             if isFolder {
                 try removeTree(child, in: folder, shown: shown + "/" + child)
             } else {
-                try syscall("remove \(shown)/\(child)") { unlinkat(folder, child, 0) }
+                try Posix.unlink(child, at: folder, shown: "\(shown)/\(child)")
             }
         }
-        try syscall("remove \(shown)") { unlinkat(parent, name, AT_REMOVEDIR) }
+        try Posix.removeDirectory(name, at: parent, shown: shown)
     }
 
     /// A whole (small) file, read without following a symlink.
     func read(_ file: String, limit: Int) throws -> [UInt8] {
         let fd = try openForReading(file)
-        defer { close(fd) }
+        defer { Posix.close(fd) }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
         while true {
-            let count = try chunk.withUnsafeMutableBytes { buffer in
-                try syscall("read \(file)") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
-            }
+            let count = try chunk.withUnsafeMutableBytes { try Posix.read(fd, into: $0, shown: file) }
             if count == 0 { return bytes }
             bytes += chunk[0..<count]
             guard bytes.count <= limit else { throw SystemError(operation: "\(file) is over \(limit) bytes", errno: EFBIG) }

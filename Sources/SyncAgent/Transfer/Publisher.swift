@@ -86,7 +86,7 @@ enum Publisher {
     /// Streams the file through SHA-256 (and MD5 when asked): memory stays flat.
     static func hash(_ path: String, md5 wantsMD5: Bool, root: DownloadRoot) throws -> (sha256: String, md5: String?) {
         let fd = try root.openForReading(path)
-        defer { close(fd) }
+        defer { Posix.close(fd) }
         return try FileDigest.digests(of: fd, path: path, md5: wantsMD5)
     }
 }
@@ -97,7 +97,7 @@ public enum FileDigest {
     public static func sha256(ofFile path: String) throws -> String {
         // Only a regular file, never waited on: a FIFO there must not hang `replay --verify`.
         let fd = try FileSystem.openRegular(path, O_RDONLY | O_NOFOLLOW, shown: path).descriptor
-        defer { close(fd) }
+        defer { Posix.close(fd) }
         return try digests(of: fd, path: path, md5: false).sha256
     }
 
@@ -107,7 +107,7 @@ public enum FileDigest {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         while true {
-            let count = try syscall("read \(path)") { read(fd, buffer.baseAddress, buffer.count) }
+            let count = try Posix.read(fd, into: buffer, shown: path)
             if count == 0 { break }
             let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
             sha.update(bufferPointer: chunk)

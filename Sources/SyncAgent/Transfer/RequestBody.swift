@@ -26,7 +26,7 @@ final class RequestBody {
         // A FIFO named as body_file must not hold the loop until someone writes to it.
         let (file, fileSize, _) = try FileSystem.openRegular(path, O_RDONLY, shown: "body_file \(path)")
         if let slice, slice.end > fileSize {
-            close(file)
+            Posix.close(file)
             throw SystemError(operation: "body_file \(path) has \(fileSize) bytes, fewer than the upload needs (\(slice.end))",
                               errno: EINVAL)
         }
@@ -37,7 +37,7 @@ final class RequestBody {
         do {
             opened = try BodyIdentity(descriptor: file, shown: path)
         } catch {
-            close(file)
+            Posix.close(file)
             throw error
         }
     }
@@ -49,28 +49,34 @@ final class RequestBody {
     /// The file was written to (or grew, or shrank) since the attempt opened it.
     var changedSinceOpened: Bool { (try? BodyIdentity(descriptor: fd, shown: path)) != opened }
 
-    deinit { close(fd) }
+    deinit { Posix.close(fd) }
 
     /// Set when the file ended before the size announced as Content-Length
     /// (it shrank while being sent): the attempt was aborted, not finished.
     private(set) var shrank = false
+    /// Set when reading the file failed (EIO, say): the attempt was aborted, not finished.
+    private(set) var readFailure: SystemError?
 
     /// curl's read callback: fills `buffer`, returns 0 at the end, or aborts.
     /// Never more than the size announced, never fewer without aborting.
     func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
         let wanted = Int(min(Int64(capacity), max(0, size - position)))
         guard wanted > 0 else { return 0 }
-        while true {
-            let got = pread(fd, buffer, wanted, off_t(start + position))
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else {
-                if got == 0 { shrank = true }
-                return Int(CURL_READFUNC_ABORT)
-            }
-            position += Int64(got)
-            onRead?(position)
-            return got
+        let got: Int
+        do {
+            got = try Posix.read(fd, into: UnsafeMutableRawBufferPointer(start: buffer, count: wanted), at: start + position,
+                                 shown: "body_file \(path)")
+        } catch {
+            readFailure = error as? SystemError ?? SystemError(operation: "read body_file \(path)", errno: EIO)
+            return Int(CURL_READFUNC_ABORT)
         }
+        guard got > 0 else {
+            shrank = true
+            return Int(CURL_READFUNC_ABORT)
+        }
+        position += Int64(got)
+        onRead?(position)
+        return got
     }
 
     /// False: curl may not rewind and send the body again by itself (it does, on a
@@ -109,11 +115,11 @@ final class RequestBody {
         var done: Int64 = 0
         while done < size {
             let wanted = Int(min(Int64(buffer.count), size - done))
-            let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, wanted, off_t(start + done)) }
-            if got < 0, errno == EINTR { continue }
-            guard got > 0 else {
-                throw SystemError(operation: "read body_file \(path)", errno: got == 0 ? EIO : errno)
+            let got = try buffer.withUnsafeMutableBytes {
+                try Posix.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[..<wanted]), at: start + done, shown: "body_file \(path)")
             }
+            // The file ended early: it shrank since the attempt opened it.
+            guard got > 0 else { throw SystemError(operation: "read body_file \(path)", errno: EIO) }
             hash.update(data: buffer[0..<got])
             done += Int64(got)
         }
