@@ -286,6 +286,7 @@ public final class Agent {
         // Before a taken job's file goes or a file is published: the events that
         // vouch for them must go into the log someone reads, naming the folder there is.
         if tookJobs || publishes { try held.check() }
+        if tookJobs { try intake.makeMovesDurable() }
         try log.commit()
         lastCommitMs = Posix.monotonicMs
         announcements.committed()

@@ -35,6 +35,9 @@ enum FileSystem {
             return
         }
         try Posix.setMode(path, mode)
+        // A new folder is a new name in its parent: durable only once the parent is synced (a power
+        // cut on btrfs, or ext4 without a journal, would otherwise take the folder and all in it).
+        try syncDirectory(of: path)
     }
 
     /// The agent's own folder `path` (an inbox's `rejected/`, `.taken/`):
@@ -126,7 +129,12 @@ enum FileSystem {
     /// A rename is only durable once its directory is synced.
     static func syncDirectory(of path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
-        let fd = try Posix.open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY, shown: directory)
+        try sync(directory: directory.isEmpty ? "." : directory)
+    }
+
+    /// The entries of `directory` (made, renamed in or out, removed) on disk.
+    static func sync(directory: String) throws {
+        let fd = try Posix.open(directory, O_RDONLY | O_DIRECTORY, shown: directory)
         defer { Posix.close(fd) }
         try Posix.sync(fd, shown: directory)
     }

@@ -80,7 +80,9 @@ enum DiskCheck {
         if task.spec.behaviour.fansOut {
             guard task.phase == .finished, let dest = task.dest else { return [] }
             let exists = fileManager.fileExists(atPath: task.spec.hls?.output == .file ? dest : dest + "/index.m3u8")
-            return exists ? [] : ["\(task.id): \(dest) is missing"]
+            // Finished and not yet renamed (a crash or a power cut after the commit): its start renames it.
+            let staged = HLSFanOut.workDirectory(of: task).map { fileManager.fileExists(atPath: $0 + "/out") } ?? false
+            return exists || staged ? [] : ["\(task.id): \(dest) is missing"]
         }
         // An upload or a data task without dest keeps no file to check.
         // Nor does a task that skipped its transfer (`overwrite = "skip"`).
@@ -90,7 +92,10 @@ enum DiskCheck {
             // Superseded by a later publication (replace, update), or left as it was (a 304):
             // the fold knows who published the path last, and that one is checked.
             guard state.published[dest]?.task == task.id else { return [] }
-            guard let actual = size(dest) else { return ["\(task.id): \(dest) is missing"] }
+            guard let actual = size(dest) else {
+                // Finished and not yet renamed (a crash or a power cut after the commit): the next start renames it.
+                return size(part) == task.bytes ? [] : ["\(task.id): \(dest) is missing"]
+            }
             if actual != task.bytes { return ["\(task.id): \(dest) has \(actual) bytes, the log says \(task.bytes)"] }
             // A job's sha256 says what the bytes must be.
             if let expected = task.spec.sha256, let digest = try? FileDigest.sha256(ofFile: dest), digest != expected {

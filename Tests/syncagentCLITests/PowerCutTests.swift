@@ -12,38 +12,12 @@ import Glibc
 /// checks of `PowerCutChecks` run on what survived.
 ///
 /// `SYNCAGENT_POWER_CUTS=N` sets the number of cuts (default 12, under two
-/// minutes); `make torture` runs 100. Checks that fail today for a known
-/// reason (the findings of issue 41, each with a test of its own in
-/// `PowerCutFindingsTests`) are recorded as known issues; any other fails.
+/// minutes); `make torture` runs 100. Every violation fails the test; what
+/// each check found is printed either way.
 @Suite("power cuts at any instant", .serialized)
 struct PowerCutTests {
     static var cuts: Int { Int(ProcessInfo.processInfo.environment["SYNCAGENT_POWER_CUTS"] ?? "") ?? 12 }
 
-    /// `SYNCAGENT_POWER_CUT_ASSUME=intake,downloads`: before each cut the test
-    /// syncs the inbox's folders, or every folder beneath download_dir, as a
-    /// fixed agent would have: a diagnostic, to see past findings 1-4.
-    static func syncAsIfFixed(_ world: PowerCutWorld) throws {
-        let assume = Set((ProcessInfo.processInfo.environment["SYNCAGENT_POWER_CUT_ASSUME"] ?? "").split(separator: ","))
-        let harness = world.harness
-        if assume.contains("intake") {
-            for folder in [harness.inbox + "/.taken", harness.inbox + "/rejected", harness.inbox] where FileManager.default.fileExists(atPath: folder) {
-                try Durably.syncDirectory(folder)
-            }
-        }
-        if assume.contains("downloads") {
-            var folders = [harness.downloads]
-            var index = 0
-            while index < folders.count {
-                for name in (try? FileManager.default.contentsOfDirectory(atPath: folders[index])) ?? [] {
-                    var isFolder: ObjCBool = false
-                    let path = folders[index] + "/" + name
-                    if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue { folders.append(path) }
-                }
-                index += 1
-            }
-            for folder in folders.reversed() { try Durably.syncDirectory(folder) }
-        }
-    }
 
     @Test func everyJobSurvivesPowerCutsExactlyOnce() throws {
         let started = Date()
@@ -79,7 +53,6 @@ struct PowerCutTests {
             usleep(UInt32.random(in: 200_000...2_000_000, using: &random))
             agent.signal(SIGKILL)
             #expect(agent.wait(seconds: 10) != nil)
-            try Self.syncAsIfFixed(world)
             try world.cut(nil)
             cuts += 1
             try checks.afterCut(cuts)
@@ -335,8 +308,9 @@ struct PowerCutChecks {
                     if FileManager.default.contents(atPath: dest + ".part") == data {
                         pendingRenames.insert(dest)
                         // After the last run, uncut, a rename still pending is one no start will make.
-                        violation(cut > PowerCutTests.cuts ? "finished-never-published" : "finished-rename-pending", dest,
-                                  "\(task): still at DEST.part", cut: cut)
+                        if cut > PowerCutTests.cuts {
+                            violation("finished-never-published", dest, "\(task): still at DEST.part", cut: cut)
+                        }
                     } else {
                         violation("finished-file-missing", dest, "\(task) (\(PowerCutWorld.source(of: created) ?? "submitted"))", cut: cut)
                     }
@@ -432,34 +406,11 @@ struct PowerCutChecks {
         return nil
     }
 
-    /// The finding of issue 41 (each with its own test in PowerCutFindingsTests) that explains a violation, if one does.
-    static func finding(_ check: String, _ subject: String) -> String? {
-        let taken = "issue 41 finding 1: the move into .taken/ is never dir-synced; after a cut the job is back in the inbox and taken again"
-        let part = "issue 41 finding 2: DEST.part's name is not dir-synced before its progress is claimed"
-        let folders = "issue 41 finding 3: folders made beneath download_dir are never synced into their parents"
-        let rejected = "issue 41 finding 4: the moves of a rejected job are never dir-synced; it is rejected again"
-        let hls = "issue 41 finding 6: the HLS work folder DEST.part/ is not synced into download_dir"
-        switch check {
-        case "job-taken-twice": return subject == "bad.job" ? rejected : taken
-        case "finished-never-published":
-            return "issue 41 finding 9: the publish recovery compares an mtime that fdatasync never made durable"
-        case "finished-rename-pending", "verify-failed-rename-pending":
-            return "issue 41 finding 7: between a committed finished and its rename, replay --verify reports the file missing"
-        case "progress-beyond-part": return part
-        case "finished-file-missing", "verify-failed":
-            // The folders made for a dest, the HLS work folder, or a DEST.part whose name was never durable.
-            if subject.contains("/nested/") { return folders }
-            if subject.contains("/video") { return hls }
-            return subject.contains(".part") || subject.hasSuffix(" is missing") || check == "finished-file-missing" ? part : nil
-        default: return nil
-        }
-    }
-
     static let checks = ["job-lost", "job-taken-twice", "finished-file-missing", "finished-file-wrong", "finished-upload-missing",
-                         "finished-rename-pending", "finished-never-published", "progress-beyond-part", "hook-ran-twice", "notified-twice", "log-unreadable",
+                         "finished-never-published", "progress-beyond-part", "hook-ran-twice", "notified-twice", "log-unreadable",
                          "verify-failed", "verify-failed-rename-pending", "not-finished-at-the-end"]
 
-    /// What each check found, printed; each violation a known issue where a finding explains it, else a failure.
+    /// What each check found, printed; every violation a failure.
     func report(cuts: Int, seconds: Double) throws {
         let events = try harness.events()
         let hooks = ((try? String(contentsOfFile: hooksRan, encoding: .utf8)) ?? "").split(separator: "\n").count
@@ -474,22 +425,9 @@ struct PowerCutChecks {
             }
         }
         print(lines.joined(separator: "\n"))
-        // One issue per finding (and per check no finding explains), naming what it covers.
-        var byFinding: [String: [String]] = [:]
-        var unexplained: [String: [String]] = [:]
-        for (check, violations) in found {
-            for (subject, violation) in violations.sorted(by: { $0.key < $1.key }) {
-                let text = "\(check): \(subject): \(violation.first)"
-                if let finding = Self.finding(check, subject) { byFinding[finding, default: []].append(text) } else { unexplained[check, default: []].append(text) }
-            }
-        }
-        for (finding, texts) in byFinding.sorted(by: { $0.key < $1.key }) {
-            withKnownIssue(Comment(rawValue: finding), isIntermittent: true) {
-                Issue.record(Comment(rawValue: "\(texts.count) violations, e.g. " + texts.prefix(3).joined(separator: " | ")))
-            }
-        }
-        for (check, texts) in unexplained.sorted(by: { $0.key < $1.key }) {
-            Issue.record(Comment(rawValue: "\(check): \(texts.count) violations no finding explains: " + texts.prefix(5).joined(separator: " | ")))
+        for (check, violations) in found.sorted(by: { $0.key < $1.key }) where !violations.isEmpty {
+            let texts = violations.sorted(by: { $0.key < $1.key }).map { "\($0.key): \($0.value.first)" }
+            Issue.record(Comment(rawValue: "\(check): \(texts.count) violations: " + texts.prefix(5).joined(separator: " | ")))
         }
     }
 }

@@ -211,20 +211,26 @@ final class Intake {
             let sentence = (error as? KeyError)?.description ?? "the job file cannot be read: \(error)"
             // Known by what lstat says: a restart between the commit and the move must not reject it twice.
             let identity = JobFile.unreadableIdentity(takenPath)
-            if let identity, log.state.rejectedSources.contains(identity) {
-                return moveRecordedRejection(takenPath, name: name, identity: identity)
+            if let identity, let recorded = identity.forms.first(where: log.state.rejectedSources.contains) {
+                return moveRecordedRejection(takenPath, name: name, identity: recorded)
             }
-            reject(takenPath, name: name, sentence, identity: identity)
+            reject(takenPath, name: name, sentence, identity: identity?.forms[0])
             return
         }
 
-        if log.state.hasTaken(file.identity) {
+        if file.recordedForms.contains(where: log.state.hasTaken) {
             // The agent died after recording this job and before removing it.
             takenAwaitingCommit.append(takenPath)
             return
         }
-        if log.state.rejectedSources.contains(file.identity) {
-            return moveRecordedRejection(takenPath, name: name, identity: file.identity)
+        if let recorded = file.recordedForms.first(where: log.state.rejectedSources.contains) {
+            return moveRecordedRejection(takenPath, name: name, identity: recorded)
+        }
+        if file.links > 1, isInRejected(file.inode) {
+            // A power cut fell between its move to rejected/ and the sync of `.taken/`: one file,
+            // two names, its rename having changed what its identity was when it was rejected.
+            takenAwaitingCommit.append(takenPath)
+            return
         }
 
         let source = JobSource(file: name, identity: file.identity)
@@ -308,11 +314,31 @@ final class Intake {
 
     var hasTakenFiles: Bool { !takenAwaitingCommit.isEmpty || !rejectedAwaitingCommit.isEmpty }
 
+    /// Called before the commit that records taken jobs: their moves out of
+    /// the inbox are made durable first. Otherwise a power cut could put a
+    /// job back in the inbox once its task is on disk, and its next move
+    /// (a new ctime, a new identity) would make it a second task.
+    func makeMovesDurable() throws {
+        guard hasTakenFiles else { return }
+        try FileSystem.sync(directory: takenDirectory)
+        try FileSystem.sync(directory: inbox)
+    }
+
     /// Called after the log committed: a taken job is removed (or moved to
     /// rejected/) only when its event is durable, so a crash in between
     /// loses nothing (and the identity check keeps it from becoming two).
     func removeTakenFiles() {
         for pending in rejectedAwaitingCommit { moveToRejected(pending.takenPath, target: pending.target, name: pending.name) }
+        if !rejectedAwaitingCommit.isEmpty {
+            // The new name first, then the old one gone: a power cut in between leaves both names of
+            // one file, which `process` knows again (`isInRejected`); the other way round, neither.
+            do {
+                try FileSystem.sync(directory: rejectedDirectory)
+                try FileSystem.sync(directory: takenDirectory)
+            } catch {
+                logger.error("cannot sync rejected/", metadata: ["folder": "\(rejectedDirectory)", "error": "\(error)"])
+            }
+        }
         rejectedAwaitingCommit.removeAll()
         if let backlog {
             backlog.remove(takenAwaitingCommit)
@@ -420,6 +446,14 @@ final class Intake {
         moveToRejected(takenPath, target: target, name: name)
     }
 
+    /// Whether rejected/ holds a name of the file `inode` (looked for only
+    /// for a job file with more than one name, which is rare).
+    private func isInRejected(_ inode: UInt64) -> Bool {
+        InboxWatcher.entries(of: rejectedDirectory).contains { entry in
+            (try? Posix.status(of: rejectedDirectory + "/" + entry.name.text, flags: AT_SYMLINK_NOFOLLOW)).map { UInt64($0.st_ino) } == inode
+        }
+    }
+
     /// A rejected job whose event is committed, out of `.taken/` into rejected/.
     private func moveToRejected(_ takenPath: String, target: String, name: String) {
         do {
@@ -450,18 +484,31 @@ final class Intake {
     }
 }
 
-/// A job file's bytes and the identity that makes intake exactly-once.
+/// A job file's bytes and the identity that makes intake exactly-once:
+/// its inode, ctime and a digest of its bytes. Not its device number,
+/// which a FUSE or btrfs file system may get anew at each mount (a job
+/// recorded and still in `.taken/` was taken again after such a boot).
 struct JobFile {
     var bytes: [UInt8]
     var identity: String
+    /// The identity as an earlier build wrote it too (with the device
+    /// first): a job it recorded and left in `.taken/` is known by it.
+    var formerIdentity: String
     var modifiedMs: Int64
+    var inode: UInt64
+    /// Its names (hard links).
+    var links: Int
+
+    /// Every form the log may hold this file's identity in.
+    var recordedForms: [String] { [identity, formerIdentity] }
 
     /// The identity of a file that cannot be read as a job (a FIFO, a
     /// directory, a symlink, over 64 KiB): its inode and ctime, no content.
     /// Nil when it cannot be looked at either (gone meanwhile).
-    static func unreadableIdentity(_ path: String) -> String? {
+    static func unreadableIdentity(_ path: String) -> (forms: [String], device: UInt64)? {
         guard let info = try? Posix.status(of: path, flags: AT_SYMLINK_NOFOLLOW) else { return nil }
-        return "\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):unreadable"
+        let identity = "\(info.st_ino):\(info.st_ctim.nanoseconds):unreadable"
+        return ([identity, "\(info.st_dev):" + identity], UInt64(info.st_dev))
     }
 
     /// A writer still has the job open: it is read once closed.
@@ -513,8 +560,9 @@ struct JobFile {
         let digest = Hex.encode(SHA256.hash(data: bytes).prefix(12))
         // Kept for the task's life (its spec, the taken set): copied out of
         // the interpolation's buffer, which grew to twice the text.
-        let identity = String(decoding: Array("\(info.st_dev):\(info.st_ino):\(info.st_ctim.nanoseconds):\(digest)".utf8), as: UTF8.self)
+        let identity = String(decoding: Array("\(info.st_ino):\(info.st_ctim.nanoseconds):\(digest)".utf8), as: UTF8.self)
         let modifiedMs = info.st_mtim.milliseconds
-        return JobFile(bytes: bytes, identity: identity, modifiedMs: modifiedMs)
+        return JobFile(bytes: bytes, identity: identity, formerIdentity: "\(info.st_dev):" + identity, modifiedMs: modifiedMs,
+                       inode: UInt64(info.st_ino), links: Int(info.st_nlink))
     }
 }

@@ -15,6 +15,8 @@ final class DownloadRunner: TransferRunner {
     private var segmented: SegmentedDownload?
     /// The download whose complete body is being made durable.
     private var completedDownload: SegmentedDownload?
+    /// The partial file's name was made durable with a sync of this attempt.
+    private var namesDurable = false
 
     override var isBusy: Bool { super.isBusy || segmented != nil }
     override var extraConnections: Int { max(0, (segmented?.runningCount ?? 0) - 1) }
@@ -60,6 +62,7 @@ final class DownloadRunner: TransferRunner {
             releaseLockIfIdle()
             return true
         }
+        namesDurable = false
         let download = SegmentedDownload(taskID: taskID, fd: descriptor, limit: wanted, total: missing == nil ? nil : task.total,
                                          validator: validator, done: done, missing: missing)
         segmented = download
@@ -154,8 +157,10 @@ final class DownloadRunner: TransferRunner {
     /// One fdatasync for all connections, off the loop (DataSyncer).
     private func syncSegments(_ download: SegmentedDownload) {
         let serial = Exchange.makeSerial()
-        guard download.beginSync(serial: serial) else { return }
-        context.syncer.sync(download.fd, .init(taskID: taskID, attempt: serial, offset: 0, complete: false))
+        guard download.beginSync(serial: serial), let part = context.state[taskID]?.partPath else { return }
+        context.syncer.sync(download.fd, .init(taskID: taskID, attempt: serial, offset: 0, complete: false),
+                            naming: namesDurable ? nil : (part, context.root))
+        namesDurable = true
     }
 
     override func synced(_ done: DataSyncer.Done) {

@@ -19,6 +19,9 @@ class TransferRunner: TaskRunner {
     private var preparingAttempt: Int?
     /// An update whose 304 could not be believed: the next attempt asks for the whole file.
     private var fetchWhole = false
+    /// The partial file of this attempt has a durable name (its directory
+    /// was synced with its first sync): only then may its bytes be claimed.
+    private var partNamed = false
     /// The lock on the partial file (`DownloadRoot.lockPartial`), held while the task may write it:
     /// a second process writing the same file is refused, never mixed in.
     private var partLock: Int32 = -1
@@ -102,11 +105,13 @@ class TransferRunner: TaskRunner {
 
     /// Wires an exchange to this runner and hands it to curl.
     func run(_ exchange: Exchange) {
+        partNamed = false
         let id = taskID, serial = exchange.serial
         exchange.onProgress = { [unowned self] progress in context.record(.progressed(progress), task: id) }
         exchange.onRedirected = { [unowned self] hop in context.record(.redirected(hop), task: id) }
-        exchange.onSyncWanted = { [unowned self] descriptor, offset in
-            context.syncer.sync(descriptor, .init(taskID: id, attempt: serial, offset: offset, complete: false))
+        exchange.onSyncWanted = { [unowned self, unowned exchange] descriptor, offset in
+            context.syncer.sync(descriptor, .init(taskID: id, attempt: serial, offset: offset, complete: false),
+                                naming: naming(exchange.partialFile))
         }
         exchange.onEnded = { [unowned self] exchange, outcome in ended(exchange, outcome) }
         do {
@@ -145,7 +150,16 @@ class TransferRunner: TaskRunner {
     func awaitDurability(of exchange: Exchange, bytes: Int64) {
         completing = (exchange, bytes)
         context.syncer.sync(exchange.partialFile?.descriptor ?? -1,
-                            .init(taskID: taskID, attempt: exchange.serial, offset: bytes, complete: true))
+                            .init(taskID: taskID, attempt: exchange.serial, offset: bytes, complete: true),
+                            naming: naming(exchange.partialFile))
+    }
+
+    /// The partial file's name for a sync to make durable too, the first time
+    /// in this attempt (its file may have just been made).
+    func naming(_ file: PartialFile?) -> (path: String, root: DownloadRoot)? {
+        guard let file, !partNamed else { return nil }
+        partNamed = true
+        return (file.path, context.root)
     }
 
     /// What the DataSyncer made durable: progress is claimed by the exchange

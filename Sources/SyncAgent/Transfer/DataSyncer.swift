@@ -50,7 +50,11 @@ final class DataSyncer {
 
     /// Flushes the file behind `descriptor` in the background. The worker
     /// syncs its own duplicate, so the caller may close `descriptor` meanwhile.
-    func sync(_ descriptor: Int32, _ done: Done) {
+    /// A complete body gets a full fsync: its modification time, which
+    /// `finished` records and a restart compares, is durable with it.
+    /// - Parameter name: the file's name, made durable too (its directory
+    ///   synced beneath `root`): a new file's bytes are nothing without it.
+    func sync(_ descriptor: Int32, _ done: Done, naming name: (path: String, root: DownloadRoot)? = nil) {
         group.enter()
         let shown = "the file of task \(done.taskID)"
         let duplicate: Int32
@@ -64,7 +68,8 @@ final class DataSyncer {
         queue.async { [self] in
             var error: Int32?
             do {
-                try Posix.dataSync(duplicate, shown: shown)
+                if done.complete { try Posix.sync(duplicate, shown: shown) } else { try Posix.dataSync(duplicate, shown: shown) }
+                if let name { try name.root.syncDirectory(of: name.path) }
             } catch let failure {
                 // Never tried again: after a failed fdatasync the kernel may
                 // have dropped the dirty pages, and a second one would succeed

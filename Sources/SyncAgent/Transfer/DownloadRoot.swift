@@ -154,12 +154,16 @@ final class DownloadRoot {
     }
 
     /// mkdir of `name` in `directory`; one that is there already is fine.
+    /// A folder made is a new name in `directory`, synced at once: a power
+    /// cut would otherwise take it, and every finished file in it, away.
     private static func makeDirectory(_ name: String, in directory: Int32, shown: String) throws {
         do {
             try Posix.makeDirectory(name, mode: 0o755, at: directory, shown: shown)
         } catch let error as SystemError where error.errno == EEXIST {
             // Made before (or meanwhile): the open that follows checks what it is.
+            return
         }
+        try Posix.sync(directory, shown: "the folder holding \(shown)")
     }
 
     /// Says why a symlink stopped us, in the words a user needs.

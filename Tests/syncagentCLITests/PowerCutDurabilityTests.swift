@@ -5,16 +5,14 @@ import TestSupport
 import Glibc
 #endif
 
-/// What the power-cut torture found (issue 41), each finding reproduced
-/// alone, deterministically, on forgetfs. They fail today: each runs under
-/// `withKnownIssue`, so the suite stays green while the finding stands and
-/// turns red ("known issue was not recorded") once the engine is fixed —
-/// then drop the `withKnownIssue` and keep the test.
-@Suite("power-cut findings of issue 41", .serialized)
-struct PowerCutFindingsTests {
-    /// Finding 1: the move into `INBOX/.taken/` (and the unlink after the
-    /// commit) is never made durable. After a cut the job is back in the
-    /// inbox, with a new ctime once moved again, so a new identity: a second task.
+/// What survives a power cut under strict POSIX rules (a name is durable
+/// only once its folder is synced): each window the power-cut torture found
+/// open, reproduced alone and deterministically on forgetfs, and kept shut.
+@Suite("What survives a power cut", .serialized)
+struct PowerCutDurabilityTests {
+    /// A job's move into `INBOX/.taken/` is durable before its task is
+    /// committed: after a cut it is not back in the inbox, to be taken
+    /// again with a new ctime (a new identity) as a second task.
     @Test func aJobTakenBeforeACutIsNotTakenAgainAfterIt() throws {
         guard let world = try PowerCutWorld() else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -25,16 +23,13 @@ struct PowerCutFindingsTests {
         try world.cut(nil)
         #expect(try world.runUntilIdle() == 0)
         let tasks = try world.created(from: "a.job").count
-        withKnownIssue("issue 41 finding 1: the move into .taken/ is not dir-synced; the job comes back and runs twice") {
-            #expect(tasks == 1)
-            #expect(!FileManager.default.fileExists(atPath: world.harness.downloads + "/a.1.bin"))
-        }
+        #expect(tasks == 1)
+        #expect(!FileManager.default.fileExists(atPath: world.harness.downloads + "/a.1.bin"))
     }
 
-    /// Finding 2: `DEST.part` is created and fdatasynced, and its progress
-    /// claimed, but its name is durable only once `download_dir` is synced,
-    /// which happens at a publish. After a cut the log claims bytes of a file
-    /// that is not there: `replay --verify` fails, the restart fetches from 0.
+    /// A partial file's name is durable before any of its progress is
+    /// claimed: after a cut the log never vouches for bytes of a file that
+    /// is not there (`replay --verify` clean, the restart resumes).
     @Test func aPartialFileKeepsItsNameOnceItsProgressIsClaimed() throws {
         guard let world = try PowerCutWorld() else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -49,15 +44,13 @@ struct PowerCutFindingsTests {
         let bytes = try world.harness.events().last { $0.type == "progressed" }?.data["bytes"] as? Int ?? 0
         let part = world.harness.downloads + "/big.bin.part"
         let verify = try world.harness.run(["replay", "--verify"])
-        withKnownIssue("issue 41 finding 2: DEST.part's creation is not dir-synced before its progress is claimed") {
-            #expect(world.size(part) >= bytes, "\(bytes) bytes claimed, \(world.size(part)) held")
-            #expect(verify.status == 0, "\(verify.stdout)")
-        }
+        #expect(world.size(part) >= bytes, "\(bytes) bytes claimed, \(world.size(part)) held")
+        #expect(verify.status == 0, "\(verify.stdout)")
     }
 
-    /// Finding 3: folders made for a destination (`dest = "a/b/f.bin"`) are
-    /// never synced into their parents: the finished file, whose own name
-    /// was synced, is lost with its folder.
+    /// Folders made for a destination (`dest = "a/b/f.bin"`) are synced
+    /// into their parents as they are made: a finished file is not lost with
+    /// its folder.
     @Test func aFinishedFileInAFolderMadeForItSurvivesACut() throws {
         guard let world = try PowerCutWorld() else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -66,15 +59,13 @@ struct PowerCutFindingsTests {
         #expect(try world.runUntilIdle() == 0)
         try world.cut(nil)
         let verify = try world.harness.run(["replay", "--verify"])
-        withKnownIssue("issue 41 finding 3: folders made beneath download_dir are not synced into their parents") {
-            #expect(FileManager.default.contents(atPath: world.harness.downloads + "/made/for/n.bin") == data)
-            #expect(verify.status == 0, "\(verify.stdout)")
-        }
+        #expect(FileManager.default.contents(atPath: world.harness.downloads + "/made/for/n.bin") == data)
+        #expect(verify.status == 0, "\(verify.stdout)")
     }
 
-    /// Finding 4: a rejected job's move from `.taken/` to `rejected/` is never
-    /// synced (nor the move into `.taken/`): after a cut the job is back in the
-    /// inbox and rejected a second time.
+    /// A rejected job is rejected once across a cut: its moves are
+    /// durable, and a job left with two names by a cut between them (its
+    /// rename changed its ctime) is known again by its inode in rejected/.
     @Test func aRejectedJobIsRejectedOnceAcrossACut() throws {
         guard let world = try PowerCutWorld() else { return }
         try world.drop("bad.job", "url = \"http://127.0.0.1:9/x\"\nbogus = 1\n")
@@ -82,14 +73,11 @@ struct PowerCutFindingsTests {
         try world.cut(nil)
         #expect(try world.runUntilIdle() == 0)
         let rejected = try world.harness.events().filter { $0.type == "rejected" && $0.data["file"] as? String == "bad.job" }
-        withKnownIssue("issue 41 finding 4: the move to rejected/ is not dir-synced; the job is rejected again") {
-            #expect(rejected.count == 1)
-        }
+        #expect(rejected.count == 1)
     }
 
-    /// Finding 5: the state dir the agent makes (and its parents) is never
-    /// synced into its parent: after a cut the whole log is gone, with every
-    /// task it held, though their jobs left the inbox and their files stay.
+    /// The state dir the agent makes survives a cut: a folder made is
+    /// synced into its parent, or the whole log would go with it.
     @Test func theStateDirTheAgentMadeSurvivesACut() throws {
         guard let world = try PowerCutWorld(stateDirMade: false) else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -98,15 +86,13 @@ struct PowerCutFindingsTests {
         #expect(try world.runUntilIdle() == 0)
         try world.cut(nil)
         let tasks = (try? world.created(from: "s.job").count) ?? 0
-        withKnownIssue("issue 41 finding 5: the state dir the agent makes is not synced into its parent") {
-            #expect(FileManager.default.fileExists(atPath: world.harness.stateDir + "/events.sqlite"))
-            #expect(tasks == 1)
-        }
+        #expect(FileManager.default.fileExists(atPath: world.harness.stateDir + "/events.sqlite"))
+        #expect(tasks == 1)
     }
 
-    /// Finding 6: an HLS parent's work folder (`DEST.part/`, where its
-    /// children's segments land) is made and never synced into download_dir:
-    /// a cut loses the segments of children the log calls finished.
+    /// An HLS video's work folder (`DEST.part/`, where its segments land)
+    /// is synced into download_dir as it is made: a cut does not lose the
+    /// segments of children the log calls finished.
     @Test func theSegmentsOfFinishedHLSChildrenSurviveACut() throws {
         guard let world = try PowerCutWorld() else { return }
         let server = try FaultServer(in: world.harness.directory)
@@ -131,17 +117,14 @@ struct PowerCutFindingsTests {
         let status = try world.runUntilIdle(seconds: 120)
         let parent = try world.harness.statusTasks().first { $0["id"] as? String == "v" }
         let published = segments.indices.map { FileManager.default.contents(atPath: world.harness.downloads + "/video/\($0).ts") }
-        withKnownIssue("issue 41 finding 6: the HLS work folder DEST.part/ is not synced into download_dir") {
-            #expect(verify.status == 0, "\(verify.stdout)")
-            #expect(status == 0, "the video: \(parent?["state"] ?? "") \(parent?["error"] ?? "")")
-            #expect(published == segments.map { Optional($0) })
-        }
+        #expect(verify.status == 0, "\(verify.stdout)")
+        #expect(status == 0, "the video: \(parent?["state"] ?? "") \(parent?["error"] ?? "")")
+        #expect(published == segments.map { Optional($0) })
     }
 
-    /// Finding 2 at its worst: `finished` is committed before the rename (by
-    /// design: the next start completes it), but the partial file's name was
-    /// never made durable. Cut in that window, the log calls the task
-    /// finished and no byte of it is anywhere: the next start cannot publish it.
+    /// `finished` is committed before the rename (the next start completes
+    /// it): the partial file's name and bytes are durable by then, so a cut
+    /// in that window leaves a file the next start publishes.
     @Test func aTaskCommittedFinishedKeepsItsBytesWhenTheCutFallsBeforeItsRename() throws {
         guard let world = try PowerCutWorld() else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -155,15 +138,12 @@ struct PowerCutFindingsTests {
         #expect(finished)
         let part = world.size(world.harness.downloads + "/f.bin.part")
         #expect(try world.runUntilIdle() == 0)
-        withKnownIssue("issue 41 finding 2: DEST.part's name is not dir-synced before finished is committed") {
-            #expect(part == data.count, "DEST.part after the cut")
-            #expect(FileManager.default.contents(atPath: world.harness.downloads + "/f.bin") == data)
-        }
+        #expect(part == data.count, "DEST.part after the cut")
+        #expect(FileManager.default.contents(atPath: world.harness.downloads + "/f.bin") == data)
     }
 
-    /// Finding 7: in the same window with the partial file durable (here by
-    /// a syncfs before the cut), the next start publishes it; until then
-    /// `replay --verify` calls the file missing rather than a publish pending.
+    /// Between a committed `finished` and its rename, `replay --verify`
+    /// knows the next start publishes the partial file: not a mismatch.
     @Test func replayVerifyKnowsAPublishThatThePendingRenameCompletes() throws {
         guard let world = try PowerCutWorld() else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -178,14 +158,11 @@ struct PowerCutFindingsTests {
         let verify = try world.harness.run(["replay", "--verify"])
         #expect(try world.runUntilIdle() == 0)
         #expect(FileManager.default.contents(atPath: world.harness.downloads + "/g.bin") == data, "the next start publishes it")
-        withKnownIssue("issue 41 finding 7: replay --verify reports a pending publish as a missing file") {
-            #expect(verify.status == 0, "\(verify.stdout)")
-        }
+        #expect(verify.status == 0, "\(verify.stdout)")
     }
 
-    /// Finding 8: `submit` makes a missing inbox (mkdir 0700) and syncs it
-    /// after writing its jobs, but never syncs the inbox's parent: the ids it
-    /// printed name jobs that a cut takes away with the folder.
+    /// `submit` into an inbox it makes: the inbox is synced into its parent,
+    /// so the ids it printed name jobs a cut cannot take away.
     @Test func aJobSubmitPrintedSurvivesACutWhenSubmitMadeTheInbox() throws {
         guard let world = try PowerCutWorld() else { return }
         let inbox = world.harness.inbox
@@ -196,19 +173,13 @@ struct PowerCutFindingsTests {
         let id = submit.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         try world.cut(nil)
         let jobs = ((try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []).filter { $0.hasSuffix(".job") }
-        withKnownIssue("issue 41 finding 8: submit makes a missing inbox without syncing its parent") {
-            #expect(jobs.contains { (try? String(contentsOfFile: inbox + "/" + $0, encoding: .utf8))?.contains("\"\(id)\"") == true },
-                    "the job of \(id) after the cut: \(jobs)")
-        }
+        #expect(jobs.contains { (try? String(contentsOfFile: inbox + "/" + $0, encoding: .utf8))?.contains("\"\(id)\"") == true },
+                "the job of \(id) after the cut: \(jobs)")
     }
 
-    /// Finding 9: a restart completes a rename `finished` vouches for only if
-    /// `DEST.part` has the modification time `finished` recorded. fdatasync
-    /// does not make an mtime durable (the file's bytes and size only): when
-    /// the part file's name was made durable mid-download (here by the test,
-    /// as any other publish into the folder does), a cut after the commit
-    /// leaves it with all its bytes and an older mtime, and the task stays
-    /// finished and unpublished for good ("not the body this task finished with").
+    /// A restart completes a rename `finished` vouches for only if the part
+    /// file has the modification time `finished` recorded: the complete body
+    /// gets a full fsync (not fdatasync), so that time is durable with it.
     @Test func aFinishedBodyIsPublishedAfterACutThatKeptItsBytesButNotItsMtime() throws {
         guard let world = try PowerCutWorld() else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -225,18 +196,12 @@ struct PowerCutFindingsTests {
         #expect(FileManager.default.contents(atPath: part) == data, "every byte was flushed before finished")
         #expect(try world.runUntilIdle() == 0)
         let published = FileManager.default.contents(atPath: world.harness.downloads + "/m.bin")
-        withKnownIssue("issue 41 finding 9: the publish recovery compares an mtime that fdatasync never made durable") {
-            #expect(published == data)
-        }
+        #expect(published == data)
     }
 
-    /// Finding 10: a job's identity is `st_dev:st_ino:ctime:digest`, and
-    /// st_dev is not a disk's to keep: a FUSE or btrfs mount gets an
-    /// anonymous device number, another after a reboot if another mount took
-    /// its number first (it happened in the torture, with other tests'
-    /// mounts beside it). A job recorded and left in `.taken/` (the crash
-    /// window `intake-committed`), all of it durable (a syncfs, as a fixed
-    /// agent would), is taken again after such a boot.
+    /// A job's identity is its inode, ctime and bytes, not its device
+    /// number, which a FUSE or btrfs mount may get anew at each boot: a job
+    /// recorded and left in `.taken/` is known after such a boot.
     @Test func aRecordedJobIsKnownAfterABootThatRenumberedTheDevice() throws {
         guard let world = try PowerCutWorld() else { return }
         let nginx = try Nginx(in: world.harness.directory)
@@ -261,8 +226,6 @@ struct PowerCutFindingsTests {
         #expect(try world.runUntilIdle() == 0)
         let tasks = try world.created(from: "d.job").count
         withExtendedLifetime(other) {}
-        withKnownIssue("issue 41 finding 10: a job's identity holds st_dev, which a FUSE or btrfs mount may renumber at a boot") {
-            #expect(tasks == 1)
-        }
+        #expect(tasks == 1)
     }
 }
