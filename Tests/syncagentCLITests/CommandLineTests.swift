@@ -235,4 +235,29 @@ struct StoppedControlTests {
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/c.bin"))
         #expect(try harness.events().filter { $0.type == "started" }.count == 1)
     }
+
+    @Test func everyControlJobHasAnOutcomeAndResumeRunsAFailedTaskAgain() throws {
+        let harness = try AgentHarness(config: "retries = 0\n")
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("c.bin", size: 20_000)
+        let data = try server.serve("flaky.bin", size: 30_000)
+        try harness.drop("done.job", "id = \"done\"\nurl = \"\(server.url("c.bin"))\"\ndest = \"done.bin\"\n")
+        try harness.drop("flaky.job", "id = \"flaky\"\nurl = \"\(server.url("flaky.bin", "fail_status=503&fail_times=1"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        #expect(try harness.tasksByID()["flaky"]?["state"] as? String == "failed")
+
+        for action in ["pause", "resume", "cancel"] {
+            #expect(try harness.run([action, "done"]).status == 0)
+        }
+        #expect(try harness.run(["resume", "flaky"]).status == 0)
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0, "a control job on an ended task must not wedge --exit-when-idle")
+        let outcomes = try harness.events().filter { $0.type == "controlled" }.compactMap { $0.data["outcome"] as? String }
+        #expect(outcomes == ["done: nothing to do: task already finished", "done: nothing to do: task already finished",
+                             "done: nothing to do: task already finished", "flaky: runs again from byte 0"], "\(outcomes)")
+        #expect(try harness.tasksByID()["flaky"]?["state"] as? String == "finished")
+        #expect(contents("\(harness.downloads)/flaky.bin") == data)
+        #expect(harness.jobFiles().isEmpty)
+        try expectVerifyClean(harness)
+    }
 }
