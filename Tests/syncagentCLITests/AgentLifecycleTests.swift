@@ -10,6 +10,82 @@ import Glibc
 /// log, and the signals it is sent.
 @Suite("The running agent: its lock, log, folders and signals", .serialized)
 struct AgentLifecycleTests {
+    /// A file where the agent's folder goes was reported with whatever
+    /// errno ran last ("Inappropriate ioctl for device").
+    @Test func aFileWhereAFolderGoesIsNamedAsSuch() throws {
+        let harness = try AgentHarness()
+        for folder in [harness.stateDir, harness.downloads] {
+            try? FileManager.default.removeItem(atPath: harness.stateDir)
+            try Data("x".utf8).write(to: URL(fileURLWithPath: folder))
+            let result = try harness.run(["run", "--exit-when-idle"], seconds: 30)
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("create directory \(folder) (something other than a folder is in the way): Not a directory"),
+                    "\(result.stderr)")
+            try FileManager.default.removeItem(atPath: folder)
+        }
+    }
+
+    /// A state directory deleted under the running agent took the log with
+    /// it: the agent went on taking jobs into a file nothing reads, deleting
+    /// each job file, and a second agent could start beside it.
+    @Test func aStateDirectoryDeletedUnderTheAgentStopsItAndLosesNoJob() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("late.bin", size: 4000)
+        let agent = try harness.startAgent()
+        #expect(harness.pastStartUp())
+        try FileManager.default.removeItem(atPath: harness.stateDir)
+        try harness.drop("late.job", "id = \"late\"\nurl = \"\(server.url("late.bin"))\"\n")
+        #expect(agent.wait(seconds: 30) == 1)
+        #expect(agent.stderr.contains("the event log \(harness.stateDir)/events.sqlite was deleted, moved or replaced while the agent ran"),
+                "\(agent.stderr.suffix(1500))")
+        // The job waits (in the inbox, or taken but not yet recorded in a log anyone reads): the next agent runs it.
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(try harness.tasksByID()["late"]?["state"] as? String == "finished")
+        #expect(contents(harness.downloads + "/late.bin") == data)
+    }
+
+    /// download_dir or the inbox replaced under the running agent: it
+    /// published into the folder moved away (the log naming the new one), or
+    /// never saw a job dropped into the new inbox. It stops, and the next
+    /// start works in the folders now there.
+    @Test(arguments: ["downloads", "inbox", "inbox/.taken"])
+    func aFolderReplacedUnderTheAgentStopsItAndTheNextStartUsesTheNewOne(_ folder: String) throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("r.bin", size: 4000)
+        let agent = try harness.startAgent()
+        #expect(harness.pastStartUp())
+        let path = harness.directory.file(folder)
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".old")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        try harness.drop("r.job", "id = \"r\"\nurl = \"\(server.url("r.bin"))\"\n")
+        #expect(agent.wait(seconds: 30) == 1)
+        #expect(agent.stderr.contains("\(path) was deleted, moved or replaced while the agent ran"), "\(agent.stderr.suffix(1500))")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        #expect(try harness.tasksByID()["r"]?["state"] as? String == "finished")
+        #expect(contents(harness.downloads + "/r.bin") == data)
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + ".old/r.bin"))
+    }
+
+    /// "task finished" is said only of a `finished` that was committed: an agent that stops at the
+    /// check of its folders first never says it. (Without that rule, this fails unless the 2 s check
+    /// happens to fall in the 0.3 s the download has left.)
+    @Test func aFinishTheAgentNeverCommittedIsNeverSaid() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("slow.bin", size: 600_000)
+        let agent = try harness.startAgent()
+        #expect(harness.pastStartUp())
+        try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=1000000"))\"\n")
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["slow"]?["state"] as? String == "running" })
+        try FileManager.default.moveItem(atPath: harness.downloads, toPath: harness.downloads + ".old")
+        try FileManager.default.createDirectory(atPath: harness.downloads, withIntermediateDirectories: false)
+        #expect(agent.wait(seconds: 30) == 1)
+        #expect(try harness.tasksByID()["slow"]?["state"] as? String != "finished")
+        #expect(!agent.stderr.contains("task finished"), "\(agent.stderr.suffix(1500))")
+    }
+
     @Test func aDamagedLogIsAnErrorNeverAnEmptyLog() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

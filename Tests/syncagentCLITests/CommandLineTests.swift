@@ -204,6 +204,19 @@ struct CommandLineTests {
         #expect(verify.status == 5)
         #expect(verify.stdout.contains("mismatch: r: \(harness.downloads)/r.bin is missing"))
     }
+
+    @Test func verifyChecksTheSha256AJobGave() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("s.bin", size: 5000)
+        try harness.drop("s.job", "url = \"\(nginx.url("s.bin"))\"\nsha256 = \"\(sha256Hex(data))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        try expectVerifyClean(harness)
+        try Data(repeating: 0x41, count: 5000).write(to: URL(fileURLWithPath: harness.downloads + "/s.bin"))
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.status == 5)
+        #expect(verify.stdout.contains("the job asked for \(sha256Hex(data))"))
+    }
 }
 
 @Suite("Control while the agent is stopped", .serialized)

@@ -69,6 +69,51 @@ struct DestinationTests {
         try expectVerifyClean(harness)
     }
 
+    /// A job for a destination whose previous task has just finished (its
+    /// body renamed at the next commit, a few ms later) is taken: the agent's
+    /// own finished body is not a stranger's file.
+    @Test func aJobForADestinationJustFinishedIsTakenNotRefused() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        var bodies: [String: Data] = [:]
+        for index in 0..<30 {
+            bodies["a\(index)"] = try nginx.serve("a\(index).bin", size: 4000 + index)
+            bodies["b\(index)"] = try nginx.serve("b\(index).bin", size: 5000 + index)
+        }
+        let agent = try harness.startAgent()
+        #expect(eventually { harness.statusSaysAgentRuns })
+        for index in 0..<30 {
+            for (name, file) in [("a", "a\(index).bin"), ("b", "b\(index).bin")] {
+                try harness.drop("\(name)\(index).job", "id = \"\(name)\(index)\"\nurl = \"\(nginx.url(file))\"\n"
+                                 + "dest = \"d\(index).bin\"\noverwrite = \"replace\"\n")
+                // Spread over the few milliseconds a download takes, so that some land between a finish and its rename.
+                usleep(UInt32(1000 * (index % 6)))
+            }
+        }
+        #expect(eventually(within: 60) {
+            ((try? harness.statusTasks()) ?? []).filter { ["finished", "failed"].contains($0["state"] as? String ?? "") }.count == 60
+        })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 20) == 0)
+        let tasks = try harness.tasksByID()
+        // Dropped a before b, but a loaded machine may take them in either order: the file holds the body of
+        // whichever finished last in the log.
+        let finishedSeq = Dictionary(try harness.events().filter { $0.type == "finished" }.compactMap { event in
+            event.task.map { ($0, event.seq) }
+        }, uniquingKeysWith: max)
+        for index in 0..<30 {
+            let (a, b) = ("a\(index)", "b\(index)")
+            // The later one is refused only while the other is live, never because of its finished body.
+            for (task, other) in [(a, b), (b, a)] where tasks[task]?["state"] as? String == "failed" {
+                #expect((tasks[task]?["error"] as? String)?.contains("is the destination of task \(other)") == true, "\(tasks[task] ?? [:])")
+            }
+            let last = [a, b].filter { finishedSeq[$0] != nil }.max { finishedSeq[$0]! < finishedSeq[$1]! }
+            #expect(last != nil, "neither \(a) nor \(b) finished")
+            if let last { #expect(contents(harness.downloads + "/d\(index).bin") == bodies[last], "d\(index).bin") }
+        }
+        try expectVerifyClean(harness)
+    }
+
     @Test func aSymlinkedFolderInsideDownloadDirIsNeverFollowed() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)
@@ -123,5 +168,103 @@ struct DestinationTests {
         #expect(try harness.events().filter { $0.type == "created" }.isEmpty)
         // The log is still a log: status reads it.
         #expect(try harness.run(["status"]).status == 0)
+    }
+
+    /// download_dir changed (SIGHUP says it needs a restart) and the agent restarted: tasks made
+    /// before the change finish where they were going, from their bytes, rather than fail "is not
+    /// inside download_dir" with their bytes reset to 0 (and `resume` then refuse their own
+    /// partial files).
+    @Test func tasksMadeBeforeDownloadDirChangedFinishWhereTheyWereGoing() throws {
+        let harness = try AgentHarness(config: "max_active = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        let big = try server.serve("big.bin", size: 3_000_000, seed: 1)
+        let small = try server.serve("small.bin", size: 5000, seed: 2)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\ndest = \"sub/big.bin\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { ((try? harness.statusTasks().first?["bytes"] as? Int) ?? 0) > 0 })
+        // Queued behind it (max_active = 1): made under the old folder, never started there.
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(server.url("small.bin"))\"\ndest = \"queued/small.bin\"\n")
+        // … and one whose folder is not made yet (reached from that folder, then missing).
+        try harness.drop("n.job", "id = \"n\"\nurl = \"\(server.url("small.bin"))\"\ndest = \"new/deeper/n.bin\"\n")
+        try harness.drop("s.job", "id = \"s\"\nurl = \"\(server.url("small.bin"))\"\ndest = \"link/deeper/s.bin\"\n")
+        #expect(eventually(within: 20) { ["b", "n", "s"].allSatisfy { id in (try? harness.tasksByID()[id]) != nil } })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        let paused = try #require(try harness.tasksByID()["a"]?["bytes"] as? Int)
+        #expect(paused > 0)
+
+        // A symbolic link planted in the old folder is not followed: the task would write outside both.
+        let outside = harness.directory.file("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: harness.downloads + "/link", withDestinationPath: outside)
+        let moved = harness.directory.file("elsewhere")
+        try "download_dir = \"\(moved)\"\n".write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(server.url("small.bin"))\"\ndest = \"c.bin\"\n")
+        let restarted = try harness.startAgent(exitWhenIdle: true)
+        #expect(restarted.wait(seconds: 60) == 4, "\(restarted.stderr.suffix(2000))")
+        let linked = try #require(try harness.tasksByID()["s"])
+        #expect((linked["error"] as? String)?.contains("a symbolic link on the way") == true, "\(linked)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
+        #expect(contents(harness.downloads + "/sub/big.bin") == big)
+        #expect(contents(harness.downloads + "/queued/small.bin") == small)
+        #expect(contents(harness.downloads + "/new/deeper/n.bin") == small)
+        #expect(contents(moved + "/c.bin") == small)
+        // Resumed where the log said, not from 0.
+        let starts = try harness.events().filter { $0.type == "started" && $0.task == "a" }.compactMap { $0.data["offset"] as? Int }
+        #expect(starts.last.map { $0 >= paused } == true, "\(starts)")
+    }
+
+    @Test func aPublishThatCannotHappenIsAFailureNotAFinish() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("x.bin", size: 3000)
+        try FileManager.default.createDirectory(atPath: harness.downloads + "/adir", withIntermediateDirectories: true)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"adir\"\noverwrite = \"replace\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        let task = try #require(try harness.tasksByID()["a"])
+        #expect(task["state"] as? String == "failed")
+        #expect((task["error"] as? String)?.contains("is a folder") == true)
+        try expectVerifyClean(harness)
+    }
+
+    /// The download folder made immutable as a download ends: `finished` is committed and the
+    /// rename fails. A running agent tries again every 2 s, and an idle exit with one left out
+    /// says so in its status, 4.
+    @Test func aFinishedFileThatCouldNotBeMovedIntoPlaceIsMovedOnceItCan() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("big.bin", size: 2_000_000)
+        let folder = harness.downloads + "/sub"
+        // Its own ext4, where chattr works whatever the file system of the test's folder (overlayfs, tmpfs).
+        guard let disk = TestMount(failingExt4At: folder, backing: harness.directory.file("backing"),
+                                   imageSize: "32M", backingSize: "40m") else { return }
+        defer { chattr("-i", folder); withExtendedLifetime(disk) {} }
+        for (round, exitWhenIdle) in [(1, false), (2, true)] {
+            try harness.drop("r\(round).job", "id = \"r\(round)\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\n"
+                             + "dest = \"sub/r\(round).bin\"\n")
+            let agent = try harness.startAgent(exitWhenIdle: exitWhenIdle)
+            #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: folder + "/r\(round).bin.part") })
+            try #require(chattr("+i", folder), "chattr +i is not supported here")
+            #expect(eventually(within: 30) { (try? harness.tasksByID()["r\(round)"]?["state"] as? String) == "finished" })
+            #expect(!FileManager.default.fileExists(atPath: folder + "/r\(round).bin"))
+            if exitWhenIdle {
+                #expect(agent.wait(seconds: 30) == 4)
+                // The next start, with the folder still so, says 4 too …
+                #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+                #expect(chattr("-i", folder))
+                // … and one with another download_dir moves the file.
+                try "download_dir = \"\(harness.directory.file("elsewhere"))\"\n"
+                    .write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+                #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+            } else {
+                Thread.sleep(forTimeInterval: 1)
+                #expect(chattr("-i", folder))
+                #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: folder + "/r\(round).bin") })
+                agent.signal(SIGTERM)
+                #expect(agent.wait(seconds: 10) == 0)
+            }
+            #expect(contents(folder + "/r\(round).bin") == data)
+        }
+        try expectVerifyClean(harness)
     }
 }

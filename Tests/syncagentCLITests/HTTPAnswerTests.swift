@@ -46,6 +46,25 @@ struct HTTPAnswerTests {
         try expectVerifyClean(harness)
     }
 
+    @Test func contentLengthsCurlWouldMisreadAreRefused() throws {
+        let harness = try AgentHarness(config: "retries = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("n.bin", size: 100_000)
+        for (id, faults) in [("sci", "content_length=1e5"), ("plus", "content_length=%2B100000"),
+                             ("huge", "content_length=99999999999999999999999&drop_after=10"), ("garbage", "not_http=1")] {
+            try harness.drop("\(id).job", "id = \"\(id)\"\nurl = \"\(server.url("n.bin", faults))\"\ndest = \"\(id).bin\"\n")
+        }
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        let tasks = try harness.tasksByID()
+        for id in ["sci", "plus", "huge"] {
+            #expect(tasks[id]?["state"] as? String == "failed")
+            #expect((tasks[id]?["error"] as? String)?.contains("unreadable Content-Length") == true, "\(id): \(tasks[id]?["error"] ?? "")")
+            #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/\(id).bin"))
+        }
+        #expect((tasks["garbage"]?["error"] as? String)?.contains("is not HTTP") == true, "\(tasks["garbage"]?["error"] ?? "")")
+        #expect(tasks["garbage"]?["error_code"] as? String == "retries_exhausted")
+    }
+
     @Test func aPartialAnswerToAPlainRequestIsNeverPublished() throws {
         let harness = try AgentHarness(config: "retries = 2\n")
         let server = try FaultServer(in: harness.directory)
@@ -77,5 +96,17 @@ struct HTTPAnswerTests {
         let retry = try #require(try harness.events().first { $0.type == "retrying" })
         // Asked for about 4 s (one second of it may pass in whole-second dates); the backoff alone is under 1 s.
         #expect((retry.data["delay_ms"] as? Int ?? 0) >= 2000, "\(retry.data)")
+    }
+
+    /// A header over curl's 100 KB limit is named as such, not "Out of
+    /// memory", which would send the user looking at the machine.
+    @Test func aHeaderTooLongForCurlIsNamedAsSuch() throws {
+        let harness = try AgentHarness(config: "retries = 0\n")
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("h.bin", size: 100)
+        try harness.drop("h.job", "id = \"h\"\nurl = \"\(server.url("h.bin", "header_bytes=200000"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        let error = try #require(try harness.tasksByID()["h"]?["error"] as? String)
+        #expect(error.contains("a response header from") && error.contains("is longer than curl accepts (100 KB"), "\(error)")
     }
 }

@@ -34,6 +34,20 @@ struct IntakeTests {
         #expect(harness.jobFiles().isEmpty)
     }
 
+    @Test func hardLinkedJobsAreTakenWhileTheAgentRuns() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("l.bin", size: 2000)
+        let agent = try harness.startAgent()
+        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        let source = harness.directory.file("linked.job")
+        try "url = \"\(nginx.url("l.bin"))\"\n".write(toFile: source, atomically: true, encoding: .utf8)
+        #expect(link(source, harness.inbox + "/linked.job") == 0)
+        #expect(eventually(within: 10) { contents(harness.downloads + "/l.bin") == data })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
     @Test func jobNamesThatAreNotUTF8AreTakenOrRejected() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)
@@ -81,6 +95,32 @@ struct IntakeTests {
         #expect(harness.jobFiles().isEmpty)
     }
 
+    /// A job rejected again and again under one name (a cron job with a
+    /// typo) probed rejected/ from NAME.job each time: every rejection cost
+    /// more than the one before. The agent goes on from the last number it
+    /// gave; a number the user freed meanwhile is not probed again.
+    @Test func aJobRejectedAgainAndAgainTakesTheNextNumber() throws {
+        let harness = try AgentHarness()
+        let agent = try harness.startAgent()
+        let rejected = harness.inbox + "/rejected"
+        for round in 0..<12 {
+            try harness.drop("bad.job", "colour = \"red\"\n")
+            let name = round == 0 ? "bad.job" : "bad.\(round).job"
+            #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: "\(rejected)/\(name).error") }, "\(name)")
+            if round == 5 { #expect(unlink("\(rejected)/bad.3.job") == 0 && unlink("\(rejected)/bad.3.job.error") == 0) }
+        }
+        try harness.drop("bad.job", "colour = \"red\"\n")
+        #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: "\(rejected)/bad.12.job.error") })
+        #expect(!FileManager.default.fileExists(atPath: "\(rejected)/bad.3.job"))
+        let errors = try FileManager.default.contentsOfDirectory(atPath: rejected).filter { $0.hasSuffix(".error") }
+        #expect(errors.count == 12)
+        for error in errors {
+            #expect(try String(contentsOfFile: "\(rejected)/\(error)", encoding: .utf8).contains("colour"), "\(error)")
+        }
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
     @Test func aRejectedFolderDeletedWhileRunningIsMadeAgain() throws {
         let harness = try AgentHarness()
         let agent = try harness.startAgent()
@@ -94,6 +134,38 @@ struct IntakeTests {
         #expect(agent.wait(seconds: 10) == 0, "\(agent.stderr.suffix(2000))")
         #expect(try harness.events().filter { $0.type == "rejected" }.count == 1)
         #expect(FileManager.default.fileExists(atPath: harness.inbox + "/rejected/bad.job"))
+    }
+
+    /// A job rejected while rejected/ could not be made (a file was there)
+    /// stayed in .taken/, as it should; the next start moved it to rejected/
+    /// without the `.error` that says why.
+    @Test func aJobRejectedWhileRejectedCouldNotBeMadeGetsItsErrorLater() throws {
+        let harness = try AgentHarness()
+        let agent = try harness.startAgent()
+        // (A file in rejected/'s way during start-up stops the agent.)
+        #expect(harness.pastStartUp())
+        try? FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
+        try Data("in the way".utf8).write(to: URL(fileURLWithPath: harness.inbox + "/rejected"))
+        try harness.drop("bad.job", "url = \"ftp://x/y\"\n")
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "rejected" }) ?? false })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 30) == 0)
+        try FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(FileManager.default.fileExists(atPath: harness.inbox + "/rejected/bad.job"))
+        let error = try String(contentsOfFile: harness.inbox + "/rejected/bad.job.error", encoding: .utf8)
+        #expect(error.hasPrefix("bad.job: ") && error.contains("ftp"), "\(error)")
+    }
+
+    @Test func aSymlinkedRejectedFolderIsNeverFollowed() throws {
+        let harness = try AgentHarness()
+        let outside = harness.directory.file("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: harness.inbox + "/rejected", withDestinationPath: outside)
+        try harness.drop("bad.job", "colour = \"red\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
+        #expect(FileManager.default.fileExists(atPath: harness.inbox + "/rejected/bad.job.error"))
     }
 }
 

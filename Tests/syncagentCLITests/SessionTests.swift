@@ -390,4 +390,56 @@ struct SessionTests {
         // skip and fail never touch the network.
         #expect(nginx.requests.count == 2)
     }
+
+    @Test func anUploadWhoseFileShrinksFailsInsteadOfHanging() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.bin")
+        try Data(count: 8 << 20).write(to: URL(fileURLWithPath: body))
+        try harness.drop("u.job", "id = \"u\"\nkind = \"upload\"\nurl = \"\(server.url("up"))\"\nbody_file = \"\(body)\"\nmax_speed = \"1M\"\n"
+                         + "retries = 0\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "progressed" && $0.task == "u" }) ?? false })
+        #expect(truncate(body, 1 << 20) == 0)
+        #expect(agent.wait(seconds: 30) == 4, "must not wait for idle_timeout")
+        let task = try #require(try harness.tasksByID()["u"])
+        #expect(task["error_code"] as? String == "body_changed")
+        #expect(task["state"] as? String == "failed", "the short body is never called finished")
+    }
+
+    /// A body file overwritten in place mid-send reached the server as a
+    /// mix of both versions, and the upload was called finished.
+    @Test func anUploadWhoseFileIsOverwrittenWhileSentIsSentAgainWhole() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.bin")
+        try Data(repeating: 0x41, count: 4 << 20).write(to: URL(fileURLWithPath: body))
+        try harness.drop("u.job", "id = \"u\"\nkind = \"upload\"\nurl = \"\(server.url("up"))\"\nbody_file = \"\(body)\"\nmax_speed = \"1M\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "progressed" && $0.task == "u" }) ?? false })
+        // In place, same size: only the file's times say it changed.
+        let newer = Data(repeating: 0x5A, count: 4 << 20)
+        let handle = try #require(FileHandle(forWritingAtPath: body))
+        try handle.write(contentsOf: newer)
+        try handle.close()
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(1500))")
+        #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
+        // What the server kept last is the file as it is now, whole.
+        #expect(server.received.last?["sha256"] as? String == sha256Hex(newer))
+        #expect(try harness.events().contains { ($0.data["reason"] as? String)?.contains("was modified while it was being sent") == true })
+    }
+
+    /// A server's 200 before it read the body ended the upload as finished,
+    /// with the bytes sent so far as its size.
+    @Test func anUploadAnsweredBeforeItsBodyWasSentIsNotFinished() throws {
+        let harness = try AgentHarness(config: "retries = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.bin")
+        try Data(count: 8 << 20).write(to: URL(fileURLWithPath: body))
+        try harness.drop("u.job", "id = \"u\"\nkind = \"upload\"\nurl = \"\(server.url("up", "answer_after=65536"))\"\nbody_file = \"\(body)\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        let task = try #require(try harness.tasksByID()["u"])
+        #expect(task["state"] as? String == "failed")
+        #expect((task["error"] as? String)?.contains("the rest was never sent") == true, "\(task["error"] ?? "")")
+    }
 }
