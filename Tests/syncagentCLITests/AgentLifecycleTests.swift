@@ -10,6 +10,21 @@ import Glibc
 /// log, and the signals it is sent.
 @Suite("The running agent: its lock, log, folders and signals", .serialized)
 struct AgentLifecycleTests {
+    /// Deleting `agent.lock` once let a second agent start on the same log
+    /// (and lose a job): the lock is on the state directory itself.
+    @Test func deletingTheLockFileLetsNoSecondAgentIn() throws {
+        let harness = try AgentHarness()
+        let first = try harness.startAgent()
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
+        try FileManager.default.removeItem(atPath: harness.stateDir + "/agent.lock")
+        #expect(try harness.run(["status"]).stdout.hasPrefix("agent: running"), "the directory's lock still tells")
+        let second = try harness.startAgent()
+        #expect(second.wait(seconds: 10) == 3, "\(second.stderr)")
+        #expect(first.isRunning)
+        first.signal(SIGTERM)
+        #expect(first.wait(seconds: 10) == 0)
+    }
+
     /// A file where the agent's folder goes was reported with whatever
     /// errno ran last ("Inappropriate ioctl for device").
     @Test func aFileWhereAFolderGoesIsNamedAsSuch() throws {
@@ -106,6 +121,21 @@ struct AgentLifecycleTests {
             #expect(agent.wait(seconds: 30) != 0)
             #expect(agent.stderr.contains(log))
             #expect(contents(log) == damaged, "run must not start a fresh log over a damaged one")
+        }
+    }
+
+    /// A SIGHUP a service manager sends while the agent is still starting is
+    /// a reload, never a death by the default action.
+    @Test func aSighupDuringStartUpDoesNotKillTheAgent() throws {
+        let harness = try AgentHarness()
+        for _ in 0..<5 {
+            let agent = try harness.startAgent()
+            usleep(UInt32.random(in: 0...30_000))
+            agent.signal(SIGHUP)
+            usleep(300_000)
+            #expect(agent.isRunning, "exit \(agent.wait(seconds: 0) ?? -1): \(agent.stderr)")
+            agent.signal(SIGTERM)
+            #expect(agent.wait(seconds: 10) == 0)
         }
     }
 
