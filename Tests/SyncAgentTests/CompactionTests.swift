@@ -393,17 +393,6 @@ struct CompactionTests {
     }
 
     func sqlValue(_ statements: String, file: String? = nil) throws -> String {
-        let script = """
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1], isolation_level=None)
-            rows = []
-            for statement in sys.argv[2].split(';'):
-                if statement.strip(): rows = db.execute(statement).fetchall()
-            print(rows[0][0] if rows else '')
-            """
-        let child = try ChildProcess("/usr/bin/python3", ["-c", script, file ?? path, statements],
-                                     environment: ProcessInfo.processInfo.environment, outputIn: directory.path)
-        guard child.wait(seconds: 30) == 0 else { throw StoreError(message: "python sqlite3: \(child.stderr)") }
-        return child.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try pythonSQLite(file ?? path, statements)
     }
 }

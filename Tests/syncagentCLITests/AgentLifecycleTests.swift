@@ -93,7 +93,7 @@ struct AgentLifecycleTests {
         let agent = try harness.startAgent()
         #expect(harness.pastStartUp())
         try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=1000000"))\"\n")
-        #expect(eventually(within: 10) { (try? harness.tasksByID())?["slow"]?["state"] as? String == "running" })
+        #expect(eventually(within: 10) { harness.state(of: "slow") == "running" })
         try FileManager.default.moveItem(atPath: harness.downloads, toPath: harness.downloads + ".old")
         try FileManager.default.createDirectory(atPath: harness.downloads, withIntermediateDirectories: false)
         #expect(agent.wait(seconds: 30) == 1)
@@ -142,19 +142,16 @@ struct AgentLifecycleTests {
     @Test func sighupReloadsTheConfigAndKeepsTheOldOneIfItIsBroken() throws {
         let harness = try AgentHarness(config: "retries = 3\n")
         let agent = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         try "download_dir = \"\(harness.downloads)\"\nretries = 7\nmax_speed = \"1M\"\ninbox = \"/elsewhere\"\n"
             .write(toFile: harness.configFile, atomically: true, encoding: .utf8)
         agent.signal(SIGHUP)
-        #expect(eventually { (try? harness.events().contains { $0.type == "config_reloaded" }) ?? false })
+        #expect(harness.waitForEvent("config_reloaded"))
         try "download_dir = \"\(harness.downloads)\"\ncolour = \"red\"\n".write(toFile: harness.configFile, atomically: true, encoding: .utf8)
         agent.signal(SIGHUP)
         // The CLI reads the same (now broken) config: read the log without it.
         let reloads = { () -> [[String: Any]] in
-            let result = try? harness.run(["events", "--json", "--state-dir", harness.stateDir], flags: false)
-            return (result?.stdout ?? "").split(separator: "\n").compactMap {
-                (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
-            }.filter { $0["type"] as? String == "config_reloaded" }.compactMap { $0["data"] as? [String: Any] }
+            ((try? harness.events(readingConfig: false)) ?? []).filter { $0.type == "config_reloaded" }.map(\.data)
         }
         #expect(eventually { reloads().count == 2 })
         #expect(agent.isRunning)

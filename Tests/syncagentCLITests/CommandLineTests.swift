@@ -72,7 +72,7 @@ struct CommandLineTests {
     @Test func oneAgentPerStateDirectory() throws {
         let harness = try AgentHarness()
         let first = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         let second = try harness.run(["run"], seconds: 30)
         #expect(second.status == 3)
         #expect(second.stderr.contains("agent pid \(first.pid) is already running on state dir \(harness.stateDir)"))
@@ -87,7 +87,7 @@ struct CommandLineTests {
         let harness = try AgentHarness()
         let other = try AgentHarness()
         let first = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         let second = try other.run(["run", "--config", other.configFile, "--state-dir", other.stateDir, "--inbox", harness.inbox],
                                    seconds: 30, flags: false)
         #expect(second.status == 3)
@@ -143,23 +143,20 @@ struct CommandLineTests {
         try harness.drop("slow.job", "url = \"\(nginx.url("slow.bin"))\"\nid = \"slow\"\nmax_speed = \"1M\"\n")
         try harness.drop("other.job", "url = \"\(nginx.url("other.bin"))\"\nid = \"other\"\nmax_speed = \"1M\"\n")
         let agent = try harness.startAgent()
-        func state(_ id: String) -> String? {
-            (try? harness.statusTasks().first { $0["id"] as? String == id }?["state"] as? String) ?? nil
-        }
-        #expect(eventually(within: 20) { state("slow") == "running" && state("other") == "running" })
+        #expect(eventually(within: 20) { harness.state(of: "slow") == "running" && harness.state(of: "other") == "running" })
 
         let pause = try harness.run(["pause", "slow"])
         #expect(pause.status == 0)
         #expect(pause.stdout.hasPrefix("pause requested for task slow"))
-        #expect(eventually { state("slow") == "paused" })
+        #expect(eventually { harness.state(of: "slow") == "paused" })
         #expect(FileManager.default.fileExists(atPath: "\(harness.downloads)/slow.bin.part"))
 
         #expect(try harness.run(["cancel", "other"]).status == 0)
-        #expect(eventually { state("other") == "cancelled" })
+        #expect(eventually { harness.state(of: "other") == "cancelled" })
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/other.bin.part"))
 
         #expect(try harness.run(["resume", "--all"]).status == 0)
-        #expect(eventually(within: 30) { state("slow") == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "slow") == "finished" })
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/slow.bin")
             == FileManager.default.contents(atPath: "\(nginx.root)/slow.bin"))
 
@@ -352,15 +349,15 @@ struct CommandLineTests {
         #expect((outcome?.data["outcome"] as? String)?.contains("cancel it first") == true)
         // Run again after being forgotten: a live transfer is listed again.
         try harness.drop("nf.job", "id = \"nf\"\nurl = \"\(nginx.url("not-yet.bin"))\"\n")
-        #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"]?["state"] as? String == "failed" })
+        #expect(eventually(within: 10) { harness.state(of: "nf") == "failed" })
         #expect(try harness.run(["forget", "nf"]).status == 0)
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"] == nil })
         try nginx.serve("not-yet.bin", size: 1000)
         #expect(try harness.run(["resume", "nf"]).status == 0)
-        #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"]?["state"] as? String == "finished" }, "resumed, so listed again")
+        #expect(eventually(within: 10) { harness.state(of: "nf") == "finished" }, "resumed, so listed again")
         // "all" means what the user still sees: a forgotten failure is not run again by resume --all.
         try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("never.bin"))\"\n")
-        #expect(eventually(within: 10) { (try? harness.tasksByID())?["gone"]?["state"] as? String == "failed" })
+        #expect(eventually(within: 10) { harness.state(of: "gone") == "failed" })
         #expect(try harness.run(["forget", "gone"]).status == 0)
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["gone"] == nil })
         #expect(try harness.run(["resume", "--all"]).status == 0)

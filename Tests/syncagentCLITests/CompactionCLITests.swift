@@ -69,7 +69,7 @@ struct CompactionCLITests {
         #expect(try harness.run(["compact", "--older-than", "0"]).status == 0)
         #expect(try table() == raw)
         #expect(try harness.run(["pause", "q55"]).status == 0)
-        #expect(eventually { (try? harness.events().contains { $0.type == "paused" && $0.task == "q55" }) == true })
+        #expect(harness.waitForEvent("paused", task: "q55"))
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 30) == 0)
         let afterPause = try table()
@@ -124,12 +124,7 @@ struct CompactionCLITests {
         for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: harness.stateDir + "/events.sqlite" + suffix) {
             try FileManager.default.copyItem(atPath: harness.stateDir + "/events.sqlite" + suffix, toPath: copy.stateDir + "/events.sqlite" + suffix)
         }
-        let removal = try ChildProcess("/usr/bin/python3", ["-c", """
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1])
-            db.execute("DELETE FROM snapshots"); db.execute("DELETE FROM snapshot_parts"); db.commit()
-            """, copy.stateDir + "/events.sqlite"], environment: copy.environment, outputIn: copy.directory.path)
-        #expect(removal.wait(seconds: 30) == 0, "\(removal.stderr)")
+        try pythonSQLite(copy.stateDir + "/events.sqlite", "DELETE FROM snapshots; DELETE FROM snapshot_parts")
         #expect(try Self.replayed(copy) == fromSnapshot)
         #expect(try copy.replayTasks().count == 10_000)
     }
@@ -139,16 +134,7 @@ struct CompactionCLITests {
     @Test func theAgentsStartRemovesThePartsOfASnapshotCutShort() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\n")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
-        func python(_ sql: String) throws -> String {
-            let run = try ChildProcess("/usr/bin/python3", ["-c", """
-                import sqlite3, sys
-                db = sqlite3.connect(sys.argv[1])
-                rows = db.execute(sys.argv[2]).fetchall(); db.commit()
-                print(rows[0][0] if rows else "")
-                """, harness.stateDir + "/events.sqlite", sql], environment: harness.environment, outputIn: harness.directory.path)
-            #expect(run.wait(seconds: 30) == 0, "\(run.stderr)")
-            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
+        func python(_ sql: String) throws -> String { try pythonSQLite(harness.stateDir + "/events.sqlite", sql) }
         _ = try python("INSERT INTO snapshot_parts VALUES (99, 0, X'00')")
         #expect(try python("SELECT count(*) FROM snapshot_parts") == "1")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
@@ -241,7 +227,7 @@ struct CompactionCLITests {
 
         let data = try nginx.serve("after.bin", size: 100_000, seed: 99)
         try harness.drop("after.job", "url = \"\(nginx.url("after.bin"))\"\nid = \"after\"\n")
-        #expect(eventually(within: 30) { (try? harness.tasksByID())?["after"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "after") == "finished" })
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/after.bin") == data)
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
@@ -292,13 +278,10 @@ struct CompactionCLITests {
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
-        let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('select max(seq) from events').fetchall(); c.close()"
-        let outsider = try ChildProcess("/usr/bin/python3", ["-c", script, "\(harness.stateDir)/events.sqlite"],
-                                        environment: harness.environment, outputIn: harness.directory.path)
-        #expect(outsider.wait(seconds: 30) == 0, "\(outsider.stderr)")
+        try pythonSQLite("\(harness.stateDir)/events.sqlite", "select max(seq) from events")
         _ = try nginx.serve("late.bin", size: 5_000, seed: 5)
         try harness.drop("late.job", "url = \"\(nginx.url("late.bin"))\"\nid = \"late\"\n")
-        #expect(eventually(within: 30) { (try? harness.tasksByID())?["late"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "late") == "finished" })
         agent.signal(SIGKILL)
         #expect(agent.wait(seconds: 10) != nil)
         #expect(try harness.tasksByID()["late"]?["state"] as? String == "finished", "the job survives the kill")

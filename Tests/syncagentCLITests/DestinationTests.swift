@@ -46,7 +46,7 @@ struct DestinationTests {
         // loaded CI machine once took the last of them after `a` had ended: `dest_exists`, not `dest_reserved`.)
         try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("slow.bin", "rate=50000"))\"\ndest = \"x.bin\"\n")
         let agent = try harness.startAgent(exitWhenIdle: true)
-        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "started" && $0.task == "a" }) ?? false })
+        #expect(harness.waitForEvent("started", task: "a", within: 20))
         for mode in ["replace", "skip", "fail"] {
             try harness.drop("\(mode).job", "id = \"\(mode)\"\nurl = \"\(server.url("other.bin"))\"\ndest = \"x.bin\"\noverwrite = \"\(mode)\"\n")
         }
@@ -245,7 +245,7 @@ struct DestinationTests {
             let agent = try harness.startAgent(exitWhenIdle: exitWhenIdle)
             #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: folder + "/r\(round).bin.part") })
             try #require(chattr("+i", folder), "chattr +i is not supported here")
-            #expect(eventually(within: 30) { (try? harness.tasksByID()["r\(round)"]?["state"] as? String) == "finished" })
+            #expect(eventually(within: 30) { harness.state(of: "r\(round)") == "finished" })
             #expect(!FileManager.default.fileExists(atPath: folder + "/r\(round).bin"))
             if exitWhenIdle {
                 #expect(agent.wait(seconds: 30) == 4)

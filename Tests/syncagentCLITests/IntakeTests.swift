@@ -16,7 +16,7 @@ struct IntakeTests {
         let nginx = try Nginx(in: harness.directory)
         try nginx.serve("r.bin", size: 100)
         let agent = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         let watch = try InboxAccessWatch(harness.inbox)
         let rounds = 15
         for round in 0..<rounds {
@@ -39,7 +39,7 @@ struct IntakeTests {
         let nginx = try Nginx(in: harness.directory)
         let data = try nginx.serve("l.bin", size: 2000)
         let agent = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         let source = harness.directory.file("linked.job")
         try "url = \"\(nginx.url("l.bin"))\"\n".write(toFile: source, atomically: true, encoding: .utf8)
         #expect(link(source, harness.inbox + "/linked.job") == 0)
@@ -147,7 +147,7 @@ struct IntakeTests {
         try? FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
         try Data("in the way".utf8).write(to: URL(fileURLWithPath: harness.inbox + "/rejected"))
         try harness.drop("bad.job", "url = \"ftp://x/y\"\n")
-        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "rejected" }) ?? false })
+        #expect(harness.waitForEvent("rejected", within: 20))
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 30) == 0)
         try FileManager.default.removeItem(atPath: harness.inbox + "/rejected")

@@ -41,7 +41,7 @@ struct NotificationTests {
         #expect(eventually(within: 20) { daemon.notifyCalls.count == 1 })
         // The server sits on a's notice: b is taken and finished all the same.
         try harness.drop("b.job", "url = \"\(nginx.url("b.bin"))\"\nid = \"b\"\n")
-        #expect(eventually(within: 10) { (try? harness.tasksByID())?["b"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 10) { harness.state(of: "b") == "finished" })
         agent.signal(SIGKILL)
         agent.wait(seconds: 5)
         let again = try harness.startAgent()

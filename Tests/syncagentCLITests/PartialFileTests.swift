@@ -70,7 +70,7 @@ struct PartialFileTests {
         try second.drop("blocker.job", "id = \"blocker\"\nurl = \"\(server.url("blocker.bin", "rate=50000"))\"\n")
         try second.drop("r.job", "id = \"two\"\nurl = \"\(server.url("two.bin"))\"\ndest = \"r.bin\"\n")
         let secondAgent = try second.startAgent(exitWhenIdle: true)
-        #expect(eventually(within: 20) { (try? second.events().contains { $0.type == "created" && $0.task == "two" }) ?? false })
+        #expect(second.waitForEvent("created", task: "two", within: 20))
         // … and the first agent writes r.bin.part meanwhile.
         try first.drop("r.job", "id = \"one\"\nurl = \"\(server.url("one.bin", "rate=100000"))\"\ndest = \"r.bin\"\n")
         let firstAgent = try first.startAgent(exitWhenIdle: true)
@@ -92,7 +92,7 @@ struct PartialFileTests {
         try server.serve("f.bin", size: 300_000)
         try harness.drop("f.job", "id = \"f\"\nurl = \"\(server.url("f.bin", "rate=150000"))\"\n")
         let agent = try harness.startAgent(exitWhenIdle: true)
-        #expect(eventually(within: 20) { ((try? harness.events()) ?? []).contains { $0.type == "progressed" && $0.task == "f" } })
+        #expect(harness.waitForEvent("progressed", task: "f", within: 20))
         let part = harness.downloads + "/f.bin.part", foreign = Data("FOREIGN".utf8)
         try foreign.write(to: URL(fileURLWithPath: harness.downloads + "/swap"))
         #expect(rename(harness.downloads + "/swap", part) == 0)

@@ -384,7 +384,7 @@ struct CrashWindowTests {
         let nginx = try Nginx(in: harness.directory)
         let data = try nginx.serve("L1.bin", size: 4000)
         let agent = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         // Another process holds the log: nothing can be committed.
         let holder = try ChildProcess("/usr/bin/python3", ["-c", """
             import sqlite3, time

@@ -40,7 +40,7 @@ struct SpeedLimitTests {
         let config = try String(contentsOfFile: harness.configFile, encoding: .utf8)
         try (config + "max_speed = \"20K\"\n").write(toFile: harness.configFile, atomically: true, encoding: .utf8)
         agent.signal(SIGHUP)
-        #expect(eventually(within: 10) { (try? harness.events().contains { $0.type == "config_reloaded" }) ?? false })
+        #expect(harness.waitForEvent("config_reloaded", within: 10))
         // What the socket and curl's buffer held comes first; then 20 KB/s. At the server's
         // 2 MB/s, 4 s would bring 8 MB: a bound far from both.
         Thread.sleep(forTimeInterval: 1)

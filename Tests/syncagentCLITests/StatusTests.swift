@@ -18,7 +18,7 @@ struct StatusTests {
 
         try harness.drop("big.job", "id = \"big\"\nurl = \"\(nginx.url("big.bin"))\"\nmax_speed = \"200K\"\n")
         let agent = try harness.startAgent()
-        #expect(eventually(within: 20) { (try? harness.tasksByID()["big"]?["state"] as? String) == "running" })
+        #expect(eventually(within: 20) { harness.state(of: "big") == "running" })
         let running = try harness.run(["status"])
         #expect(running.stdout.hasPrefix("agent: running (pid \(agent.pid), since "), "\(running.stdout)")
         #expect(running.stdout.contains(" running "))
@@ -50,7 +50,7 @@ struct StatusTests {
         #expect(pause.stderr.contains("no agent is running") && pause.stderr.contains("waits"), "\(pause.stderr)")
         let again = try harness.startAgent()
         for _ in 0..<20 { _ = try harness.run(["status"]) }
-        #expect(eventually(within: 20) { (try? harness.tasksByID()["big"]?["state"] as? String) == "paused" })
+        #expect(eventually(within: 20) { harness.state(of: "big") == "paused" })
         #expect(again.isRunning, "\(again.stderr)")
         again.signal(SIGTERM)
         #expect(again.wait(seconds: 10) == 0)
@@ -77,13 +77,7 @@ struct StatusTests {
         // A day later (the clock moved by faking the log's times is not possible: move the
         // ends back instead, through SQLite, as a year-old log would have them).
         let database = harness.stateDir + "/events.sqlite"
-        let aged = try ChildProcess("/usr/bin/python3", ["-c", """
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1])
-            db.execute("UPDATE events SET at_ms = at_ms - 2*86400000")
-            db.commit()
-            """, database], environment: harness.environment, outputIn: harness.directory.path)
-        #expect(aged.wait(seconds: 10) == 0, "\(aged.stderr)")
+        try pythonSQLite(database, "UPDATE events SET at_ms = at_ms - 2*86400000")
         let recent = try harness.run(["status"])
         #expect(!recent.stdout.contains("one ") && recent.stdout.contains("2 ended over a day ago not shown (--all)"), "\(recent.stdout)")
         let everything = try harness.run(["status", "--all"])

@@ -118,12 +118,6 @@ struct TortureTests {
 
     /// Drops every event after `seq`, with Python's sqlite3 (not the agent's code).
     func truncateLog(_ path: String, after seq: Int) throws {
-        let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('DELETE FROM events WHERE seq > ?', (int(sys.argv[2]),)); c.commit()"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", script, path, "\(seq)"]
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw TestFailure("could not cut the log at \(seq)") }
+        try pythonSQLite(path, "DELETE FROM events WHERE seq > \(seq)")
     }
 }

@@ -203,7 +203,7 @@ import Glibc
         try harness.drop("p1.job", "id = \"p1\"\nurl = \"\(nginx.url("s.bin"))\"\ndest = \"p.bin\"\noverwrite = \"update\"\nnot_before = \"2099-01-01T00:00:00Z\"\n")
         try harness.drop("p2.job", "id = \"p2\"\nurl = \"\(nginx.url("other.bin"))\"\ndest = \"p.bin\"\noverwrite = \"update\"\n")
         let agent = try harness.startAgent()
-        #expect(eventually(within: 20) { (try? harness.tasksByID()["p2"]?["state"] as? String) == "failed" })
+        #expect(eventually(within: 20) { harness.state(of: "p2") == "failed" })
         #expect(try harness.tasksByID()["p2"]?["error_code"] as? String == "dest_reserved")
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
