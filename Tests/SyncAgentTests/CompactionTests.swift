@@ -257,10 +257,11 @@ struct CompactionTests {
             import sqlite3, sys, time
             db = sqlite3.connect(sys.argv[1], isolation_level=None)
             db.execute('BEGIN'); db.execute('SELECT count(*) FROM events').fetchall()
+            print('reading', flush=True)
             time.sleep(3)
             db.execute('COMMIT')
             """, path], environment: ProcessInfo.processInfo.environment, outputIn: directory.path)
-        usleep(500_000)
+        _ = eventually { reader.stdout.contains("reading") }
         _ = try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: events.last!.atMs + 1, trigger: "log_size", pacing: .besideAgent)
         #expect(reader.wait(seconds: 30) == 0, "\(reader.stderr)")
         // The agent writes on: its next checkpoints catch up and the WAL is cut back.

@@ -103,7 +103,8 @@ struct CompactionCLITests {
             (try? harness.events())?.first { $0.type == "compacted" && $0.data["error"] == nil }
         }
         #expect(eventually(within: 180) { intakeSnapshot() != nil })
-        // Given time to make a second, the agent makes none: one intake, one snapshot.
+        // Given time to make a second, the agent makes none: one intake, one snapshot. (Slept: the
+        // absence of an event over time is what is checked.)
         usleep(2_000_000)
         let report = try #require(intakeSnapshot())
         let events = try harness.events()
@@ -365,6 +366,7 @@ struct CompactionCLITests {
         #expect(eventually(within: 30) {
             agent.stderr.split(separator: "\n").contains { $0.contains("trigger=requested") && $0.hasSuffix("compaction started") }
         }, "\(agent.stderr.suffix(1500))")
+        // An instant some way into it: nothing is logged between its start and its end.
         usleep(200_000)
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
@@ -402,6 +404,7 @@ struct CompactionCLITests {
             let name = "r\(round).bin"
             served[name] = try nginx.serve(name, size: 300_000 + round, seed: UInt64(round + 7))
             try harness.drop("r\(round).job", "url = \"\(nginx.url(name))\"\nid = \"r\(round)\"\n")
+            // A seeded random instant: the kill may land anywhere, the compaction included.
             usleep(UInt32.random(in: 50_000...1_500_000, using: &random))
             agent.signal(SIGKILL)
             #expect(agent.wait(seconds: 10) != nil)

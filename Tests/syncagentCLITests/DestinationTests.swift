@@ -257,7 +257,8 @@ struct DestinationTests {
                     .write(toFile: harness.configFile, atomically: true, encoding: .utf8)
                 #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
             } else {
-                Thread.sleep(forTimeInterval: 1)
+                // The rename after the commit has been tried and refused: what follows is the retry's.
+                _ = eventually(within: 10) { agent.stderr.contains("cannot publish") }
                 #expect(chattr("-i", folder))
                 #expect(eventually(within: 10) { FileManager.default.fileExists(atPath: folder + "/r\(round).bin") })
                 agent.signal(SIGTERM)

@@ -106,6 +106,7 @@ struct NetworkTests {
         }
         #expect(harness.waitForEvent("paused", task: "w", within: 30) { $0.data["reason"] as? String == "waiting_for_network" },
                 "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        // Time passing is the point: still waiting, and still running, `seconds` later.
         usleep(seconds * 1_000_000)
         #expect(harness.events("resumed", task: "w").isEmpty, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
         #expect(agent.isRunning, "an agent told to exit when idle still waits for the network", sourceLocation: sourceLocation)
@@ -130,7 +131,7 @@ struct NetworkTests {
         }
         #expect(eventually(within: 30) { hasMadeProgress(harness, task: "f") })
         // Short outages in a row: TCP backs off its retransmissions, and idle_timeout (2 s)
-        // can end the attempt after the link is back.
+        // can end the attempt after the link is back. (Slept: the outages' lengths are the test.)
         for flap in 0..<24 {
             try lab.setLink(up: false)
             usleep(UInt32(100_000 * (1 + flap % 4)))

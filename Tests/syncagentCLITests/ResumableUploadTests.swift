@@ -62,6 +62,7 @@ struct ResumableUploadTests {
             let before = try harness.events().filter { $0.type == "progressed" }.count
             // Killed once this run has had a chunk confirmed, in the middle of the next one.
             let confirmed = eventually(within: 30) { ((try? harness.events()) ?? []).filter { $0.type == "progressed" }.count > before }
+            // (An instant, not an event: 0.1 s into the next chunk, which nothing logs.)
             usleep(100_000)
             agent.signal(SIGKILL)
             _ = agent.wait(seconds: 10)

@@ -395,6 +395,9 @@ struct CrashWindowTests {
             """], environment: [:], outputIn: harness.directory.path, name: "locker")
         #expect(eventually { holder.stdout.contains("locked") })
         try harness.drop("L1.job", "url = \"\(nginx.url("L1.bin"))\"\ndest = \"L1.bin\"\n")
+        // The agent has the job (moved out of the inbox to be read) and cannot record it. Then time
+        // passing is the point: for 1.5 s, while the log stays locked, no transfer may start.
+        _ = eventually { harness.jobFiles().isEmpty }
         usleep(1_500_000)
         #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/L1.bin.part"), "a file named by an unrecorded task")
         agent.signal(SIGKILL)

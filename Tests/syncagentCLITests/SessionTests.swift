@@ -354,6 +354,7 @@ struct SessionTests {
         #expect(harness.waitForEvent("started", within: 20))
         agent.signal(SIGKILL)
         agent.wait(seconds: 10)
+        // Time passing is the point: total_timeout (2 s) runs out while no agent runs.
         usleep(2_500_000)
         // The deadline ran out while no agent ran: the next one fails the task without a request.
         agent = try harness.startAgent(exitWhenIdle: true)

@@ -42,7 +42,8 @@ struct SpeedLimitTests {
         agent.signal(SIGHUP)
         #expect(harness.waitForEvent("config_reloaded", within: 10))
         // What the socket and curl's buffer held comes first; then 20 KB/s. At the server's
-        // 2 MB/s, 4 s would bring 8 MB: a bound far from both.
+        // 2 MB/s, 4 s would bring 8 MB: a bound far from both. (Slept: bytes over time are
+        // what a cap is, and nothing is logged per chunk to wait on instead.)
         Thread.sleep(forTimeInterval: 1)
         let before = written()
         Thread.sleep(forTimeInterval: 4)

@@ -104,7 +104,8 @@ struct StatusTests {
 
         let piped = try ChildProcess(syncagentBinary, ["status"] + harness.globalFlags + ["--watch"], environment: harness.environment,
                                      outputIn: harness.directory.path, name: "piped-watch")
-        usleep(2_500_000)
+        // Piped, it prints a whole snapshot a second, its last line the count: three of them.
+        _ = eventually(within: 20) { piped.stdout.components(separatedBy: "60 queued · 10 more not listed (--all)").count > 3 }
         piped.signal(SIGKILL)
         _ = piped.wait(seconds: 5)
         #expect(!piped.stdout.contains("\u{1B}"), "no escape codes when piped")

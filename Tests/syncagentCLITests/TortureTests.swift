@@ -41,6 +41,7 @@ struct TortureTests {
             // Jobs arrive while the agent starts, runs and dies: intake is under fire too.
             for job in pending.prefix(10) { try harness.drop(job.name, job.text) }
             pending = pending.dropFirst(10)
+            // A seeded random instant: the kill must be able to land anywhere.
             usleep(UInt32.random(in: 100_000...900_000, using: &random))
             agent.signal(SIGKILL)
             #expect(agent.wait(seconds: 10) != nil)
