@@ -334,4 +334,29 @@ struct FoldTests {
         #expect(prefix["t"]?.bytes == 100)
         #expect(prefix.lastSeq == 3)
     }
+
+    @Test func runningAFailedTaskAgainGivesFreshRetriesAndTimeout() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/t")), task: "t")
+        _ = log.add(.retrying(Retrying(attempt: 1, reason: "503", delayMs: .max, bytes: 0)), task: "t")
+        #expect(log.state["t"]?.notBeforeMs == .max)
+        _ = log.add(.started(Started(attempt: 2, offset: 0, url: "http://h/t")), task: "t")
+        _ = log.add(.failed(Failed(reason: "gave up", code: .retriesExhausted, bytes: 0)), task: "t")
+        _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "t")
+        let task = log.state["t"]!
+        #expect(task.phase == .queued)
+        #expect(task.attemptsBeforeRerun == 2)
+        #expect(task.firstStartedAtMs == nil)
+        #expect(log.state.activeCount == 1)
+    }
+
+    @Test func aDamagedLogCannotOverflowTheFold() {
+        var log = LogBuilder()
+        log.create("t")
+        _ = log.add(.progressed(Progressed(bytes: .max, total: .max)), task: "t", afterMs: 1)
+        _ = log.add(.progressed(Progressed(bytes: .min)), task: "t", afterMs: 1)
+        _ = log.add(.progressed(Progressed(bytes: .max)), task: "t", afterMs: 1)
+        #expect(log.state["t"]?.bytes == .max)
+    }
 }

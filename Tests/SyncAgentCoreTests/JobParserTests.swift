@@ -241,6 +241,35 @@ struct JobParserTests {
         #expect(ByteCount.parse("lots") == nil)
         #expect(ByteCount.format(1536) == "1.5 KiB")
     }
+
+    @Test func headerAndFormValuesCannotCarryLineBreaks() throws {
+        let parser = JobParser(downloadDir: "/dl")
+        for value in ["a\\r\\nX-Injected: 1", "a\\nb", "a\\rb", "a\\u0000b"] {
+            let job = "url = \"http://h/x\"\n[headers]\nX-A = \"\(value)\"\n"
+            #expect(throws: KeyError(key: "headers.X-A", "must not contain CR, LF or NUL")) { try parser.parse(Array(job.utf8)) }
+        }
+        let form = "url = \"http://h/x\"\nkind = \"upload\"\nbody_file = \"/etc/hostname\"\nform_field = \"f\"\n[form]\nt = \"a\\r\\nb\"\n"
+        #expect(throws: KeyError(key: "form.t", "must not contain CR, LF or NUL")) { try parser.parse(Array(form.utf8)) }
+        let url = "url = \"http://h/x\\r\\nX-Injected: 1\"\n"
+        #expect(throws: KeyError.self) { try parser.parse(Array(url.utf8)) }
+        #expect(throws: KeyError(key: "user_agent", "must not contain CR, LF, NUL or other control characters")) {
+            try AgentConfig.parse("user_agent = \"a\\r\\nX-Injected: 1\"")
+        }
+    }
+
+    @Test func destinationsNeverLandInTheAgentsOwnFolders() throws {
+        let parser = JobParser(downloadDir: "/home/me", forbiddenDirs: ["/home/me/.local/state/syncagent", "/home/me/inbox"])
+        #expect(throws: KeyError(key: "dest", "\".local/state/syncagent/events.sqlite\" is inside the agent's own folder /home/me/.local/state/syncagent")) {
+            try parser.parse(Array("url = \"http://h/x\"\ndest = \".local/state/syncagent/events.sqlite\"\n".utf8))
+        }
+        #expect(throws: KeyError.self) { try parser.parse(Array("url = \"http://h/x\"\ndest = \"inbox/evil.job\"\n".utf8)) }
+        #expect(throws: KeyError.self) { try parser.parse(Array("url = \"http://h/x\"\ndest = \"\(String(repeating: "n", count: 250))\"\n".utf8)) }
+        // A URL whose last segment is too long for a file name still gets a usable default.
+        let long = "http://h/" + String(repeating: "v", count: 300) + ".mp4"
+        guard case .transfer(_, let spec) = try parser.parse(Array("url = \"\(long)\"\n".utf8)) else { Issue.record(); return }
+        #expect(spec.dest?.hasSuffix(".mp4") == true)
+        #expect((spec.dest! as NSString).lastPathComponent.utf8.count <= 200)
+    }
 }
 
 @Suite("config.toml")

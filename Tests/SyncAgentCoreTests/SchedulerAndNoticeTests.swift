@@ -59,6 +59,24 @@ struct SchedulerTests {
         #expect(SchedulerPolicy.retryDelayMs(attempt: 40, retryAfterMs: nil, jitter: 1) == 300_000)
         #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: 2000, jitter: 1) == 2000)
     }
+
+    @Test func retryAfterBeyondTheDeadlineFailsWithAReason() {
+        let decide = { (retryAfter: Int64?) in
+            RetryDecision.decide(reason: "server answered 503", attemptsUsed: 1, retriesAllowed: 5, retryAfterMs: retryAfter,
+                                 nowMs: 1_000_000, deadlineMs: 1_060_000, totalTimeoutS: 60, jitter: 0.5)
+        }
+        #expect(decide(nil) == .retry(delayMs: 750))
+        #expect(decide(30_000) == .retry(delayMs: 30_000))
+        guard case .fail(let reason, let code) = decide(.max) else { Issue.record(); return }
+        #expect(code == .totalTimeout)
+        #expect(reason.hasPrefix("server asked to wait more than ten years before trying again (Retry-After), more than the 60 s left of total_timeout (60 s); last attempt: server answered 503"))
+        #expect(RetryDecision.decide(reason: "x", attemptsUsed: 6, retriesAllowed: 5, retryAfterMs: nil, nowMs: 0,
+                                     deadlineMs: .max, totalTimeoutS: 60, jitter: 0)
+                == .fail(reason: "gave up after 6 attempts: x", code: .retriesExhausted))
+        #expect(RetryDecision.decide(reason: "x", attemptsUsed: 1, retriesAllowed: 0, retryAfterMs: nil, nowMs: 0,
+                                     deadlineMs: .max, totalTimeoutS: 60, jitter: 0)
+                == .fail(reason: "gave up after 1 attempt: x", code: .retriesExhausted))
+    }
 }
 
 @Suite("What a control job did")

@@ -257,10 +257,11 @@ struct CompactionTests {
             import sqlite3, sys, time
             db = sqlite3.connect(sys.argv[1], isolation_level=None)
             db.execute('BEGIN'); db.execute('SELECT count(*) FROM events').fetchall()
+            print('reading', flush=True)
             time.sleep(3)
             db.execute('COMMIT')
             """, path], environment: ProcessInfo.processInfo.environment, outputIn: directory.path)
-        usleep(500_000)
+        _ = eventually { reader.stdout.contains("reading") }
         _ = try Compactor.compact(eventLog: path, olderThanS: 0, nowMs: events.last!.atMs + 1, trigger: "log_size", pacing: .besideAgent)
         #expect(reader.wait(seconds: 30) == 0, "\(reader.stderr)")
         // The agent writes on: its next checkpoints catch up and the WAL is cut back.
@@ -393,17 +394,6 @@ struct CompactionTests {
     }
 
     func sqlValue(_ statements: String, file: String? = nil) throws -> String {
-        let script = """
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1], isolation_level=None)
-            rows = []
-            for statement in sys.argv[2].split(';'):
-                if statement.strip(): rows = db.execute(statement).fetchall()
-            print(rows[0][0] if rows else '')
-            """
-        let child = try ChildProcess("/usr/bin/python3", ["-c", script, file ?? path, statements],
-                                     environment: ProcessInfo.processInfo.environment, outputIn: directory.path)
-        guard child.wait(seconds: 30) == 0 else { throw StoreError(message: "python sqlite3: \(child.stderr)") }
-        return child.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try pythonSQLite(file ?? path, statements)
     }
 }

@@ -10,9 +10,9 @@ struct InboxWatcherTests {
     /// inotify delivers asynchronously: read until the names arrive or 2 s pass.
     func drainUntil(_ watcher: InboxWatcher, count: Int) -> [String] {
         var names: [String] = []
-        for _ in 0..<200 where names.count < count {
+        _ = eventually(within: 2) {
             names += watcher.drain().names.map(\.text)
-            if names.count < count { usleep(10_000) }
+            return names.count >= count
         }
         return names
     }

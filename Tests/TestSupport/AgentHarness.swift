@@ -123,9 +123,10 @@ public final class AgentHarness {
         public var data: [String: Any]
     }
 
-    /// `events --json`, one object per line.
-    public func events() throws -> [LoggedEvent] {
-        let result = try run(["events", "--json"])
+    /// `events --json`, one object per line; `readingConfig: false` reads it with the state dir
+    /// alone, as a test must once the config file no longer parses.
+    public func events(readingConfig: Bool = true) throws -> [LoggedEvent] {
+        let result = try run(["events", "--json"] + (readingConfig ? [] : ["--state-dir", stateDir]), flags: readingConfig)
         guard result.status == 0 else { throw TestFailure("events failed: \(result.stderr)") }
         return try result.stdout.split(separator: "\n").map { line in
             guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {

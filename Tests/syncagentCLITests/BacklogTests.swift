@@ -80,7 +80,7 @@ struct BacklogTests {
 
         let harness = try AgentHarness()
         let agent = try harness.startAgent()
-        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+        #expect(harness.waitForEvent("agent_started", within: 30))
         if lowered { try original.write(toFile: limitFile, atomically: false, encoding: .utf8); lowered = false }
 
         agent.signal(SIGSTOP)
@@ -118,7 +118,7 @@ struct BacklogTests {
         try server.serve("slow.bin", size: 20_000_000)
         try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=200000"))\"\n")
         let agent = try harness.startAgent()
-        #expect(eventually(within: 30) { ((try? harness.events()) ?? []).contains { $0.type == "progressed" && $0.task == "slow" } })
+        #expect(harness.waitForEvent("progressed", task: "slow", within: 30))
         if lowered { try original.write(toFile: limitFile, atomically: false, encoding: .utf8); lowered = false }
 
         agent.signal(SIGSTOP)
@@ -160,7 +160,7 @@ struct BacklogTests {
         var agent: ChildProcess?
         if found == "live" {
             agent = try harness.startAgent()
-            #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+            #expect(harness.waitForEvent("agent_started", within: 30))
         }
         try writer.run()
         if found == "scan" {
@@ -169,7 +169,7 @@ struct BacklogTests {
         }
         writer.waitUntilExit()
         #expect(writer.terminationStatus == 0)
-        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "created" }) ?? false) })
+        #expect(harness.waitForEvent("created", within: 30))
         agent?.signal(SIGTERM)
         #expect(agent?.wait(seconds: 30) == 0)
         let created = try harness.events().filter { $0.type == "created" }
@@ -187,7 +187,7 @@ struct BacklogTests {
     @Test func aStopDuringABurstEndsItAndTheRestIsTakenLater() throws {
         let harness = try AgentHarness()
         let agent = try harness.startAgent()
-        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+        #expect(harness.waitForEvent("agent_started", within: 30))
         agent.signal(SIGSTOP)
         // Two events a job (created, closed): 4,000 fit the default queue of 16,384.
         let good = 4_000
@@ -239,7 +239,7 @@ struct BacklogTests {
         let staging = harness.directory.file("staging")
         try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
         let agent = try harness.startAgent()
-        #expect(eventually(within: 30) { ((try? harness.events().contains { $0.type == "agent_started" }) ?? false) })
+        #expect(harness.waitForEvent("agent_started", within: 30))
         let good = 50
         for index in 0..<good {
             let name = String(format: "j%05d.job", index)

@@ -72,7 +72,7 @@ struct CommandLineTests {
     @Test func oneAgentPerStateDirectory() throws {
         let harness = try AgentHarness()
         let first = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         let second = try harness.run(["run"], seconds: 30)
         #expect(second.status == 3)
         #expect(second.stderr.contains("agent pid \(first.pid) is already running on state dir \(harness.stateDir)"))
@@ -87,7 +87,7 @@ struct CommandLineTests {
         let harness = try AgentHarness()
         let other = try AgentHarness()
         let first = try harness.startAgent()
-        #expect(eventually { (try? harness.events().contains { $0.type == "agent_started" }) ?? false })
+        #expect(harness.waitForEvent("agent_started"))
         let second = try other.run(["run", "--config", other.configFile, "--state-dir", other.stateDir, "--inbox", harness.inbox],
                                    seconds: 30, flags: false)
         #expect(second.status == 3)
@@ -143,23 +143,20 @@ struct CommandLineTests {
         try harness.drop("slow.job", "url = \"\(nginx.url("slow.bin"))\"\nid = \"slow\"\nmax_speed = \"1M\"\n")
         try harness.drop("other.job", "url = \"\(nginx.url("other.bin"))\"\nid = \"other\"\nmax_speed = \"1M\"\n")
         let agent = try harness.startAgent()
-        func state(_ id: String) -> String? {
-            (try? harness.statusTasks().first { $0["id"] as? String == id }?["state"] as? String) ?? nil
-        }
-        #expect(eventually(within: 20) { state("slow") == "running" && state("other") == "running" })
+        #expect(eventually(within: 20) { harness.state(of: "slow") == "running" && harness.state(of: "other") == "running" })
 
         let pause = try harness.run(["pause", "slow"])
         #expect(pause.status == 0)
         #expect(pause.stdout.hasPrefix("pause requested for task slow"))
-        #expect(eventually { state("slow") == "paused" })
+        #expect(eventually { harness.state(of: "slow") == "paused" })
         #expect(FileManager.default.fileExists(atPath: "\(harness.downloads)/slow.bin.part"))
 
         #expect(try harness.run(["cancel", "other"]).status == 0)
-        #expect(eventually { state("other") == "cancelled" })
+        #expect(eventually { harness.state(of: "other") == "cancelled" })
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/other.bin.part"))
 
         #expect(try harness.run(["resume", "--all"]).status == 0)
-        #expect(eventually(within: 30) { state("slow") == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "slow") == "finished" })
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/slow.bin")
             == FileManager.default.contents(atPath: "\(nginx.root)/slow.bin"))
 
@@ -204,6 +201,173 @@ struct CommandLineTests {
         #expect(verify.status == 5)
         #expect(verify.stdout.contains("mismatch: r: \(harness.downloads)/r.bin is missing"))
     }
+
+    @Test func verifyChecksTheSha256AJobGave() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("s.bin", size: 5000)
+        try harness.drop("s.job", "url = \"\(nginx.url("s.bin"))\"\nsha256 = \"\(sha256Hex(data))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        try expectVerifyClean(harness)
+        try Data(repeating: 0x41, count: 5000).write(to: URL(fileURLWithPath: harness.downloads + "/s.bin"))
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.status == 5)
+        #expect(verify.stdout.contains("the job asked for \(sha256Hex(data))"))
+    }
+
+    /// libcurl is opened by the agent, not linked: a command that only
+    /// reads the log starts without it (and its 30 libraries). Here it is
+    /// made unloadable (an empty file mounted over it, in a mount namespace
+    /// of this run): `status` and `submit` still work, and `run` stops at
+    /// once saying what is missing, before it takes a job.
+    @Test func commandsThatReadTheLogRunWithoutLibcurlAndTheAgentSaysItIsMissing() throws {
+        let harness = try AgentHarness()
+        let probe = try ChildProcess("/usr/bin/unshare", ["--mount", "/bin/true"], environment: harness.environment,
+                                     outputIn: harness.directory.path)
+        guard probe.wait(seconds: 10) == 0 else {
+            print("skipped: no mount namespace can be made here (it needs root): \(probe.stderr)")
+            return
+        }
+        try harness.drop("a.job", "id = \"a\"\nurl = \"http://127.0.0.1:9/a.bin\"\nretries = 0\n")
+        func withoutLibcurl(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+            let script = """
+                library=$(/sbin/ldconfig -p | awk '/libcurl[.]so[.]4 / { print $NF; exit }')
+                [ -n "$library" ] || { echo "no libcurl.so.4 known to ldconfig" >&2; exit 97; }
+                mount --bind /dev/null "$(readlink -f "$library")" || exit 98
+                exec "$@"
+                """
+            let child = try ChildProcess("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh",
+                                                              syncagentBinary] + [arguments[0]] + harness.globalFlags + arguments.dropFirst(),
+                                         environment: harness.environment, outputIn: harness.directory.path)
+            guard let status = child.wait(seconds: 30) else { throw TestFailure("syncagent \(arguments) still running after 30 s") }
+            return (status, child.stdout, child.stderr)
+        }
+        let status = try withoutLibcurl(["status"])
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.hasPrefix("agent: not running\n"), "\(status.stdout)")
+        let submitted = try withoutLibcurl(["submit", "--id", "b", "--retries", "0", "http://127.0.0.1:9/b.bin"])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+
+        let agent = try withoutLibcurl(["run", "--exit-when-idle"])
+        #expect(agent.status != 0)
+        #expect(agent.stderr.contains("cannot load libcurl.so.4 (install libcurl4)"), "\(agent.stderr)")
+        #expect(harness.jobFiles().count == 2 && harness.jobFiles().contains("a.job"),
+                "no job is taken by an agent that cannot transfer: \(harness.jobFiles())")
+
+        // With libcurl back, the same jobs are taken and tried (port 9 refuses them).
+        let restored = try harness.run(["run", "--exit-when-idle"], seconds: 60)
+        #expect(harness.jobFiles().isEmpty, "\(restored.stderr)")
+        #expect(try harness.tasksByID()["a"]?["state"] as? String == "failed")
+        #expect(try harness.tasksByID()["b"]?["state"] as? String == "failed")
+    }
+
+    @Test func errorsAreOneLineNamingWhatIsWrong() throws {
+        let harness = try AgentHarness(config: "max_actve = 3\n")
+        let status = try harness.run(["status"])
+        #expect(status.status != 0)
+        let lines = status.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines[0].contains(harness.configFile) && lines[0].contains("max_actve"), "\(status.stderr)")
+        #expect(!status.stderr.contains("Usage"))
+
+        let missing = try harness.run(["status", "--config", harness.directory.file("nope.toml")], flags: false)
+        #expect(missing.stderr.contains("nope.toml: cannot read the config file: No such file or directory"), "\(missing.stderr)")
+
+        let fine = try AgentHarness(config: "retries = 0\n")
+        #expect(try fine.run(["submit", "http://127.0.0.1:9/x"]).status == 0)
+        #expect(try fine.startAgent(exitWhenIdle: true).wait(seconds: 60) != nil)
+        let events = try fine.run(["events", "--task", "nope"])
+        #expect(events.status != 0 && events.stderr == "syncagent: no task has the id \"nope\"\n")
+        let pause = try fine.run(["pause", "--all", "abc"])
+        #expect(pause.status != 0 && pause.stderr.contains("not both") && !pause.stderr.contains("Usage"))
+        // --help is never preceded by a complaint about what it was not given.
+        for command in ["submit", "pause", "resume", "forget", "status"] {
+            let help = try fine.run([command, "--help"], flags: false)
+            #expect(help.status == 0 && help.stderr.isEmpty && help.stdout.contains("USAGE:"), "\(command): \(help.stderr)")
+        }
+    }
+
+    /// Ids as the agent would read them: "*" is no id (it would act on every
+    /// task); a job still in the inbox cannot be forgotten (the agent would
+    /// refuse it); a symlinked job the agent refuses holds no id against
+    /// submit; `events --task --follow` of an unknown id says it waits; an
+    /// id repeated within one list is blamed on the list, not the log.
+    @Test func idsOnTheCommandLineAreWhatTheAgentWouldSay() throws {
+        let harness = try AgentHarness()
+        for (command, hint) in [(["cancel", "*"], ""), (["pause", "*"], "--all"), (["resume", "*"], "--all"), (["forget", "*"], "--ended")] {
+            let result = try harness.run(command)
+            #expect(result.status != 0 && result.stderr.contains("\"*\" is not a task id") && (hint.isEmpty || result.stderr.contains(hint)), "\(command): \(result.stderr)")
+        }
+        #expect(harness.jobFiles().isEmpty)
+
+        #expect(try harness.run(["submit", "http://127.0.0.1:9/a", "--id", "waiting"]).status == 0)
+        let forget = try harness.run(["forget", "waiting"])
+        #expect(forget.status != 0 && forget.stderr.contains("task waiting is waiting in"), "\(forget.stderr)")
+        #expect(try harness.run(["pause", "waiting"]).status == 0, "a job waiting in the inbox can be paused")
+        let noEvents = try harness.run(["events", "--task", "waiting"])
+        #expect(noEvents.status == 0 && noEvents.stdout.isEmpty && noEvents.stderr.contains("task waiting is a job waiting in"), "\(noEvents.stderr)")
+
+        let elsewhere = harness.directory.file("elsewhere.job")
+        try "url = \"http://127.0.0.1:9/b\"\nid = \"linked\"\n".write(toFile: elsewhere, atomically: true, encoding: .utf8)
+        #expect(symlink(elsewhere, harness.inbox + "/linked.job") == 0)
+        #expect(try harness.run(["submit", "http://127.0.0.1:9/b", "--id", "linked"]).status == 0, "the agent would refuse the link")
+
+        let list = harness.directory.file("twice.txt")
+        try "http://127.0.0.1:9/c\n  id=twice\nhttp://127.0.0.1:9/d\n  id=twice\n".write(toFile: list, atomically: true, encoding: .utf8)
+        let twice = try harness.run(["submit", "-i", list])
+        #expect(twice.status != 0 && twice.stderr.contains("an earlier URL of this submit"), "\(twice.stderr)")
+
+        let follow = try ChildProcess(syncagentBinary, ["events", "--task", "nosuch", "--follow"] + harness.globalFlags,
+                                      environment: harness.environment, outputIn: harness.directory.path)
+        #expect(eventually(within: 10) { follow.stderr.contains("no task has the id \"nosuch\" yet; waiting for its events") }, "\(follow.stderr)")
+        follow.signal(SIGTERM)
+        follow.wait(seconds: 10)
+    }
+
+    @Test func forgetTakesEndedTasksOffTheListAndKeepsTheirHistory() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("f.bin", size: 1000)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("f.bin"))\"\ndest = \"a.bin\"\n")
+        try harness.drop("b.job", "id = \"b\"\nurl = \"\(nginx.url("f.bin"))\"\ndest = \"b.bin\"\n")
+        try harness.drop("later.job", "id = \"later\"\nurl = \"\(nginx.url("f.bin"))\"\nnot_before = \"2099-01-01T00:00:00Z\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { (try? harness.tasksByID())?.values.filter { $0["state"] as? String == "finished" }.count == 2 })
+
+        #expect(try harness.run(["forget", "a"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["a"] == nil })
+        #expect(!(try harness.run(["status"])).stdout.contains("a.bin"))
+        #expect(try harness.events().contains { $0.task == "a" && $0.type == "finished" }, "the log keeps the fact")
+        #expect(try harness.run(["status", "--task", "a"]).stdout.contains("forgotten:   yes"))
+
+        // A live task is refused at once (and by the agent, were the job dropped by hand).
+        let live = try harness.run(["forget", "later"])
+        #expect(live.status != 0 && live.stderr.contains("task later is queued; only an ended task can be forgotten"), "\(live.stderr)")
+        try harness.drop("forget-later.job", "action = \"forget\"\ntask = \"later\"\n")
+        #expect(try harness.run(["forget", "--ended"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID()).map { Array($0.keys) } == ["later"] })
+        let outcome = try harness.events().last { $0.type == "controlled" && $0.task == "later" }
+        #expect((outcome?.data["outcome"] as? String)?.contains("cancel it first") == true)
+        // Run again after being forgotten: a live transfer is listed again.
+        try harness.drop("nf.job", "id = \"nf\"\nurl = \"\(nginx.url("not-yet.bin"))\"\n")
+        #expect(eventually(within: 10) { harness.state(of: "nf") == "failed" })
+        #expect(try harness.run(["forget", "nf"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["nf"] == nil })
+        try nginx.serve("not-yet.bin", size: 1000)
+        #expect(try harness.run(["resume", "nf"]).status == 0)
+        #expect(eventually(within: 10) { harness.state(of: "nf") == "finished" }, "resumed, so listed again")
+        // "all" means what the user still sees: a forgotten failure is not run again by resume --all.
+        try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("never.bin"))\"\n")
+        #expect(eventually(within: 10) { harness.state(of: "gone") == "failed" })
+        #expect(try harness.run(["forget", "gone"]).status == 0)
+        #expect(eventually(within: 10) { (try? harness.tasksByID())?["gone"] == nil })
+        #expect(try harness.run(["resume", "--all"]).status == 0)
+        #expect(eventually(within: 10) { ((try? harness.events()) ?? []).filter { $0.type == "controlled" && $0.data["action"] as? String == "resume" && $0.data["target"] as? String == "*" }.count == 1 })
+        #expect(try harness.events().filter { $0.task == "gone" && $0.type == "resumed" }.isEmpty)
+        let both = try harness.run(["forget", "--ended", "a"])
+        #expect(both.status != 0 && both.stderr.contains("not both"))
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
 }
 
 @Suite("Control while the agent is stopped", .serialized)
@@ -234,5 +398,30 @@ struct StoppedControlTests {
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/k.bin") == data)
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/c.bin"))
         #expect(try harness.events().filter { $0.type == "started" }.count == 1)
+    }
+
+    @Test func everyControlJobHasAnOutcomeAndResumeRunsAFailedTaskAgain() throws {
+        let harness = try AgentHarness(config: "retries = 0\n")
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("c.bin", size: 20_000)
+        let data = try server.serve("flaky.bin", size: 30_000)
+        try harness.drop("done.job", "id = \"done\"\nurl = \"\(server.url("c.bin"))\"\ndest = \"done.bin\"\n")
+        try harness.drop("flaky.job", "id = \"flaky\"\nurl = \"\(server.url("flaky.bin", "fail_status=503&fail_times=1"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        #expect(try harness.tasksByID()["flaky"]?["state"] as? String == "failed")
+
+        for action in ["pause", "resume", "cancel"] {
+            #expect(try harness.run([action, "done"]).status == 0)
+        }
+        #expect(try harness.run(["resume", "flaky"]).status == 0)
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(agent.wait(seconds: 30) == 0, "a control job on an ended task must not wedge --exit-when-idle")
+        let outcomes = try harness.events().filter { $0.type == "controlled" }.compactMap { $0.data["outcome"] as? String }
+        #expect(outcomes == ["done: nothing to do: task already finished", "done: nothing to do: task already finished",
+                             "done: nothing to do: task already finished", "flaky: runs again from byte 0"], "\(outcomes)")
+        #expect(try harness.tasksByID()["flaky"]?["state"] as? String == "finished")
+        #expect(contents("\(harness.downloads)/flaky.bin") == data)
+        #expect(harness.jobFiles().isEmpty)
+        try expectVerifyClean(harness)
     }
 }

@@ -69,7 +69,7 @@ struct CompactionCLITests {
         #expect(try harness.run(["compact", "--older-than", "0"]).status == 0)
         #expect(try table() == raw)
         #expect(try harness.run(["pause", "q55"]).status == 0)
-        #expect(eventually { (try? harness.events().contains { $0.type == "paused" && $0.task == "q55" }) == true })
+        #expect(harness.waitForEvent("paused", task: "q55"))
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 30) == 0)
         let afterPause = try table()
@@ -103,7 +103,8 @@ struct CompactionCLITests {
             (try? harness.events())?.first { $0.type == "compacted" && $0.data["error"] == nil }
         }
         #expect(eventually(within: 180) { intakeSnapshot() != nil })
-        // Given time to make a second, the agent makes none: one intake, one snapshot.
+        // Given time to make a second, the agent makes none: one intake, one snapshot. (Slept: the
+        // absence of an event over time is what is checked.)
         usleep(2_000_000)
         let report = try #require(intakeSnapshot())
         let events = try harness.events()
@@ -124,12 +125,7 @@ struct CompactionCLITests {
         for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: harness.stateDir + "/events.sqlite" + suffix) {
             try FileManager.default.copyItem(atPath: harness.stateDir + "/events.sqlite" + suffix, toPath: copy.stateDir + "/events.sqlite" + suffix)
         }
-        let removal = try ChildProcess("/usr/bin/python3", ["-c", """
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1])
-            db.execute("DELETE FROM snapshots"); db.execute("DELETE FROM snapshot_parts"); db.commit()
-            """, copy.stateDir + "/events.sqlite"], environment: copy.environment, outputIn: copy.directory.path)
-        #expect(removal.wait(seconds: 30) == 0, "\(removal.stderr)")
+        try pythonSQLite(copy.stateDir + "/events.sqlite", "DELETE FROM snapshots; DELETE FROM snapshot_parts")
         #expect(try Self.replayed(copy) == fromSnapshot)
         #expect(try copy.replayTasks().count == 10_000)
     }
@@ -139,16 +135,7 @@ struct CompactionCLITests {
     @Test func theAgentsStartRemovesThePartsOfASnapshotCutShort() throws {
         let harness = try AgentHarness(config: "notify = \"none\"\n")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
-        func python(_ sql: String) throws -> String {
-            let run = try ChildProcess("/usr/bin/python3", ["-c", """
-                import sqlite3, sys
-                db = sqlite3.connect(sys.argv[1])
-                rows = db.execute(sys.argv[2]).fetchall(); db.commit()
-                print(rows[0][0] if rows else "")
-                """, harness.stateDir + "/events.sqlite", sql], environment: harness.environment, outputIn: harness.directory.path)
-            #expect(run.wait(seconds: 30) == 0, "\(run.stderr)")
-            return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
+        func python(_ sql: String) throws -> String { try pythonSQLite(harness.stateDir + "/events.sqlite", sql) }
         _ = try python("INSERT INTO snapshot_parts VALUES (99, 0, X'00')")
         #expect(try python("SELECT count(*) FROM snapshot_parts") == "1")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
@@ -241,7 +228,7 @@ struct CompactionCLITests {
 
         let data = try nginx.serve("after.bin", size: 100_000, seed: 99)
         try harness.drop("after.job", "url = \"\(nginx.url("after.bin"))\"\nid = \"after\"\n")
-        #expect(eventually(within: 30) { (try? harness.tasksByID())?["after"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "after") == "finished" })
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/after.bin") == data)
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
@@ -292,13 +279,10 @@ struct CompactionCLITests {
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
-        let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('select max(seq) from events').fetchall(); c.close()"
-        let outsider = try ChildProcess("/usr/bin/python3", ["-c", script, "\(harness.stateDir)/events.sqlite"],
-                                        environment: harness.environment, outputIn: harness.directory.path)
-        #expect(outsider.wait(seconds: 30) == 0, "\(outsider.stderr)")
+        try pythonSQLite("\(harness.stateDir)/events.sqlite", "select max(seq) from events")
         _ = try nginx.serve("late.bin", size: 5_000, seed: 5)
         try harness.drop("late.job", "url = \"\(nginx.url("late.bin"))\"\nid = \"late\"\n")
-        #expect(eventually(within: 30) { (try? harness.tasksByID())?["late"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "late") == "finished" })
         agent.signal(SIGKILL)
         #expect(agent.wait(seconds: 10) != nil)
         #expect(try harness.tasksByID()["late"]?["state"] as? String == "finished", "the job survives the kill")
@@ -382,6 +366,7 @@ struct CompactionCLITests {
         #expect(eventually(within: 30) {
             agent.stderr.split(separator: "\n").contains { $0.contains("trigger=requested") && $0.hasSuffix("compaction started") }
         }, "\(agent.stderr.suffix(1500))")
+        // An instant some way into it: nothing is logged between its start and its end.
         usleep(200_000)
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
@@ -419,6 +404,7 @@ struct CompactionCLITests {
             let name = "r\(round).bin"
             served[name] = try nginx.serve(name, size: 300_000 + round, seed: UInt64(round + 7))
             try harness.drop("r\(round).job", "url = \"\(nginx.url(name))\"\nid = \"r\(round)\"\n")
+            // A seeded random instant: the kill may land anywhere, the compaction included.
             usleep(UInt32.random(in: 50_000...1_500_000, using: &random))
             agent.signal(SIGKILL)
             #expect(agent.wait(seconds: 10) != nil)

@@ -128,21 +128,20 @@ struct DiskFaultTests {
         // In a folder still to be made: the worker waits on the disk before its file exists.
         try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"sub/a.bin\"\n")
         try harness.drop("b.job", "id = \"b\"\nurl = \"\(nginx.url("b.bin"))\"\n")
-        func state(_ id: String) -> String? { (try? harness.tasksByID())?[id]?["state"] as? String }
         // Both start (their files wait for the disk); the loop still answers.
-        #expect(eventually(within: 20) { state("a") == "running" && state("b") == "running" })
+        #expect(eventually(within: 20) { harness.state(of: "a") == "running" && harness.state(of: "b") == "running" })
         #expect(try harness.run(["pause", "b"]).status == 0)
-        #expect(eventually(within: 20) { state("b") == "paused" }, "a stalled disk must not hold up a pause")
+        #expect(eventually(within: 20) { harness.state(of: "b") == "paused" }, "a stalled disk must not hold up a pause")
         // Cancelled before its file exists: the worker makes it after the thaw, and it must go.
         #expect(try harness.run(["cancel", "a"]).status == 0)
-        #expect(eventually(within: 20) { state("a") == "cancelled" })
+        #expect(eventually(within: 20) { harness.state(of: "a") == "cancelled" })
         #expect(disk.thaw())
         // The worker makes the files in order: once b's is there, a's was made (and must go).
         #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: harness.downloads + "/b.bin.part") })
         #expect(eventually(within: 5) { !FileManager.default.fileExists(atPath: harness.downloads + "/sub/a.bin.part") },
                 "a cancelled task's partial file is gone, whenever the disk made it")
         #expect(try harness.run(["resume", "b"]).status == 0)
-        #expect(eventually(within: 20) { state("b") == "finished" })
+        #expect(eventually(within: 20) { harness.state(of: "b") == "finished" })
         #expect(FileManager.default.contents(atPath: harness.downloads + "/b.bin") == data)
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 20) == 0)
@@ -154,9 +153,9 @@ struct DiskFaultTests {
         #expect(eventually { harness.statusSaysAgentRuns })
         guard disk.freeze() else { Issue.record("fsfreeze failed"); return }
         try harness.drop("c.job", "id = \"c\"\nurl = \"\(nginx.url("c.bin"))\"\n")
-        #expect(eventually(within: 20) { state("c") == "running" })
+        #expect(eventually(within: 20) { harness.state(of: "c") == "running" })
         again.signal(SIGTERM)
-        #expect(eventually(within: 10) { ((try? harness.events()) ?? []).filter { $0.type == "agent_stopped" }.count == 2 && state("c") == "paused" })
+        #expect(eventually(within: 10) { ((try? harness.events()) ?? []).filter { $0.type == "agent_stopped" }.count == 2 && harness.state(of: "c") == "paused" })
         #expect(disk.thaw())
         #expect(again.wait(seconds: 20) == 0)
     }

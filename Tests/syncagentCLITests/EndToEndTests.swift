@@ -23,7 +23,7 @@ struct EndToEndTests {
         // The first job is throttled so the agent is surely running when the rest arrive.
         try harness.drop("job00.job", "url = \"\(nginx.url("file0.bin"))\"\nmax_speed = \"512K\"\n")
         let agent = try harness.startAgent(exitWhenIdle: true)
-        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "started" }) ?? false })
+        #expect(harness.waitForEvent("started", within: 20))
 
         let staging = harness.directory.file("staging")
         try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)

@@ -26,13 +26,9 @@ struct NetworkTests {
         }
     }
 
-    func events(_ harness: AgentHarness, _ type: String, task: String) -> [AgentHarness.LoggedEvent] {
-        ((try? harness.events()) ?? []).filter { $0.type == type && $0.task == task }
-    }
-
     /// Some bytes of `task` are logged as durable.
     func hasMadeProgress(_ harness: AgentHarness, task: String) -> Bool {
-        events(harness, "progressed", task: task).contains { ($0.data["bytes"] as? Int ?? 0) > 0 }
+        harness.hasEvent("progressed", task: task) { ($0.data["bytes"] as? Int ?? 0) > 0 }
     }
 
     @Test func offlineTasksWaitForTheNetworkWithoutSpendingARetry() throws {
@@ -52,14 +48,12 @@ struct NetworkTests {
 
         // Offline mid-transfer: the connection stalls, idle_timeout ends the attempt, and the task waits.
         try lab.setLink(up: false)
-        #expect(eventually(within: 30) {
-            events(harness, "paused", task: "a").contains { $0.data["reason"] as? String == "waiting_for_network" }
-        }, "\(agent.stderr.suffix(2000))")
+        #expect(harness.waitForEvent("paused", task: "a", within: 30) { $0.data["reason"] as? String == "waiting_for_network" },
+                "\(agent.stderr.suffix(2000))")
         // A job dropped while offline cannot connect: it waits too.
         try harness.drop("b.job", "id = \"b\"\nurl = \"\(server.url("b.bin"))\"\ndest = \"b.bin\"\n")
-        #expect(eventually(within: 30) {
-            events(harness, "paused", task: "b").contains { $0.data["reason"] as? String == "waiting_for_network" }
-        }, "\(agent.stderr.suffix(2000))")
+        #expect(harness.waitForEvent("paused", task: "b", within: 30) { $0.data["reason"] as? String == "waiting_for_network" },
+                "\(agent.stderr.suffix(2000))")
         let waiting = try harness.tasksByID()
         #expect(waiting["a"]?["pause_reason"] as? String == "waiting_for_network")
         #expect(try harness.run(["status"]).stdout.contains("waiting for the network"))
@@ -71,17 +65,17 @@ struct NetworkTests {
             let tasks = (try? harness.tasksByID()) ?? [:]
             return tasks["a"]?["state"] as? String == "finished" && tasks["b"]?["state"] as? String == "finished"
         }, "\(agent.stderr.suffix(2000))")
-        if let resumed = events(harness, "resumed", task: "a").last, resumed.data["reason"] as? String == "the network is back" {
+        if let resumed = harness.events("resumed", task: "a").last, resumed.data["reason"] as? String == "the network is back" {
             print("network back → resumed after \(Int(Date(timeIntervalSince1970: Double(resumed.atMs) / 1000).timeIntervalSince(backAt) * 1000)) ms")
         }
-        #expect(events(harness, "resumed", task: "a").contains { $0.data["reason"] as? String == "the network is back" })
-        #expect(events(harness, "resumed", task: "b").contains { $0.data["reason"] as? String == "the network is back" })
+        #expect(harness.events("resumed", task: "a").contains { $0.data["reason"] as? String == "the network is back" })
+        #expect(harness.events("resumed", task: "b").contains { $0.data["reason"] as? String == "the network is back" })
         let all = try harness.events()
         #expect(!all.contains { $0.type == "retrying" || $0.type == "failed" })
         #expect(FileManager.default.contents(atPath: harness.downloads + "/a.bin") == first)
         #expect(FileManager.default.contents(atPath: harness.downloads + "/b.bin") == second)
         // The bytes a had before the link went down were not fetched again.
-        let resumedFrom = events(harness, "started", task: "a").last?.data["offset"] as? Int ?? 0
+        let resumedFrom = harness.events("started", task: "a").last?.data["offset"] as? Int ?? 0
         #expect(resumedFrom > 0)
     }
 
@@ -110,11 +104,11 @@ struct NetworkTests {
             agent.signal(SIGTERM)
             _ = agent.wait(seconds: 10)
         }
-        #expect(eventually(within: 30) {
-            events(harness, "paused", task: "w").contains { $0.data["reason"] as? String == "waiting_for_network" }
-        }, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        #expect(harness.waitForEvent("paused", task: "w", within: 30) { $0.data["reason"] as? String == "waiting_for_network" },
+                "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        // Time passing is the point: still waiting, and still running, `seconds` later.
         usleep(seconds * 1_000_000)
-        #expect(events(harness, "resumed", task: "w").isEmpty, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
+        #expect(harness.events("resumed", task: "w").isEmpty, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
         #expect(agent.isRunning, "an agent told to exit when idle still waits for the network", sourceLocation: sourceLocation)
         try network(true)
         #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(2000))", sourceLocation: sourceLocation)
@@ -137,14 +131,14 @@ struct NetworkTests {
         }
         #expect(eventually(within: 30) { hasMadeProgress(harness, task: "f") })
         // Short outages in a row: TCP backs off its retransmissions, and idle_timeout (2 s)
-        // can end the attempt after the link is back.
+        // can end the attempt after the link is back. (Slept: the outages' lengths are the test.)
         for flap in 0..<24 {
             try lab.setLink(up: false)
             usleep(UInt32(100_000 * (1 + flap % 4)))
             try lab.setLink(up: true)
             usleep(UInt32(100_000 * (1 + (flap + 2) % 4)))
         }
-        #expect(eventually(within: 60) { (try? harness.tasksByID())?["f"]?["state"] as? String == "finished" }, "\(agent.stderr.suffix(2000))")
+        #expect(eventually(within: 60) { harness.state(of: "f") == "finished" }, "\(agent.stderr.suffix(2000))")
         let all = try harness.events()
         #expect(!all.contains { $0.type == "retrying" || $0.type == "failed" })
         // The outages did break attempts: each went on at once or when the link came back.
@@ -166,8 +160,8 @@ struct NetworkTests {
             agent.signal(SIGTERM)
             _ = agent.wait(seconds: 10)
         }
-        #expect(eventually(within: 20) { !events(harness, "retrying", task: "s").isEmpty }, "\(agent.stderr.suffix(2000))")
-        #expect(events(harness, "paused", task: "s").isEmpty, "\(agent.stderr.suffix(3000))")
+        #expect(harness.waitForEvent("retrying", task: "s", within: 20), "\(agent.stderr.suffix(2000))")
+        #expect(harness.events("paused", task: "s").isEmpty, "\(agent.stderr.suffix(3000))")
     }
 
     /// A cable pulled out keeps the address and the routes (marked linkdown):
@@ -193,7 +187,7 @@ struct NetworkTests {
         #expect(eventually(within: 20) { (try? harness.tasksByID())?["r"]?["pause_reason"] as? String == "metered" })
         try "download_dir = \"\(harness.downloads)\"\nallow_metered = true\n".write(toFile: harness.configFile, atomically: true, encoding: .utf8)
         agent.signal(SIGHUP)
-        #expect(eventually(within: 20) { (try? harness.tasksByID())?["r"]?["state"] as? String == "finished" }, "\(agent.stderr.suffix(2000))")
+        #expect(eventually(within: 20) { harness.state(of: "r") == "finished" }, "\(agent.stderr.suffix(2000))")
         #expect(FileManager.default.contents(atPath: harness.downloads + "/r.bin") == data)
     }
 
@@ -215,16 +209,16 @@ struct NetworkTests {
             _ = agent.wait(seconds: 10)
         }
         // Metered: the one that may use it finishes; the other waits, and says why.
-        #expect(eventually(within: 30) { (try? harness.tasksByID())?["free"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "free") == "finished" })
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["held"]?["pause_reason"] as? String == "metered" },
                 "\(agent.stderr.suffix(2000))")
         #expect(try harness.run(["status"]).stdout.contains("the link is metered"))
 
         // No longer metered: it goes on.
         try manager.setMetered(2)
-        #expect(eventually(within: 30) { (try? harness.tasksByID())?["held"]?["state"] as? String == "finished" },
+        #expect(eventually(within: 30) { harness.state(of: "held") == "finished" },
                 "\(agent.stderr.suffix(2000))")
-        #expect(events(harness, "resumed", task: "held").contains { $0.data["reason"] as? String == "the link is no longer metered" })
+        #expect(harness.events("resumed", task: "held").contains { $0.data["reason"] as? String == "the link is no longer metered" })
 
         // Metered again while one runs: it pauses at its durable bytes, then finishes when allowed.
         try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=1000000"))\"\nallow_metered = false\n")
@@ -232,7 +226,7 @@ struct NetworkTests {
         try manager.setMetered(1)
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["slow"]?["pause_reason"] as? String == "metered" })
         try manager.setMetered(2)
-        #expect(eventually(within: 30) { (try? harness.tasksByID())?["slow"]?["state"] as? String == "finished" })
+        #expect(eventually(within: 30) { harness.state(of: "slow") == "finished" })
         #expect(FileManager.default.contents(atPath: harness.downloads + "/held.bin") == held)
         #expect(FileManager.default.contents(atPath: harness.downloads + "/free.bin") == free)
         #expect(FileManager.default.contents(atPath: harness.downloads + "/slow.bin") == slow)

@@ -44,11 +44,6 @@ struct ResumableUploadTests {
         return server
     }
 
-    func run(_ harness: AgentHarness, seconds: Double = 90, sourceLocation: SourceLocation = #_sourceLocation) throws {
-        let agent = try harness.startAgent(exitWhenIdle: true)
-        #expect(agent.wait(seconds: seconds) == 0, "\(agent.stderr.suffix(3000))", sourceLocation: sourceLocation)
-    }
-
     // MARK: - A real tus server
 
     /// The test: a 200 MiB upload killed with SIGKILL three times
@@ -67,6 +62,7 @@ struct ResumableUploadTests {
             let before = try harness.events().filter { $0.type == "progressed" }.count
             // Killed once this run has had a chunk confirmed, in the middle of the next one.
             let confirmed = eventually(within: 30) { ((try? harness.events()) ?? []).filter { $0.type == "progressed" }.count > before }
+            // (An instant, not an event: 0.1 s into the next chunk, which nothing logs.)
             usleep(100_000)
             agent.signal(SIGKILL)
             _ = agent.wait(seconds: 10)
@@ -76,7 +72,7 @@ struct ResumableUploadTests {
             #expect(plan.contains("plan: ask http://127.0.0.1:\(tus.port)/uploads/") && plan.contains("how far the upload got"), "\(plan)")
         }
         #expect(kills == 3)
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(FileManager.default.contents(atPath: tus.uploadDir + "/" + (path as NSString).lastPathComponent) == data)
         let patches = tus.requests.filter { $0.method == "PATCH" }
         let sent = patches.map(\.bodyBytes).reduce(0, +)
@@ -98,7 +94,7 @@ struct ResumableUploadTests {
         let size = 6 << 20
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("tus/", "drop_after=1500000&drop_times=2"), body: path, extra: "chunk_size = \"2M\""))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         // The server offers checksums, so a chunk cut short is dropped whole: each drop costs one
         // chunk at most, and curl never sends a chunk again by itself.
@@ -119,7 +115,7 @@ struct ResumableUploadTests {
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("tus/", "drop_after=1500000&extensions=creation,termination"), body: path,
                                       extra: "chunk_size = \"2M\""))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         // Not one byte twice: the HEAD after the drop says 1,500,000 and the next chunk starts there.
         #expect(server.requests.filter { $0.method == "PATCH" }.map(\.bytesSent).reduce(0, +) == size)
@@ -134,7 +130,7 @@ struct ResumableUploadTests {
         let (path, data) = try bodyFile(harness, size: size)
         // After two chunks the server forgets the upload: 404 from then on.
         try harness.drop("u.job", job(server.url("tus/", "expire_after=2&only_upload=1"), body: path, extra: "chunk_size = \"1M\""))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let events = try harness.events()
         let creations = events.filter { $0.type == "upload_created" }
@@ -166,7 +162,7 @@ struct ResumableUploadTests {
         let size = 1 << 20
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("tus/", "extensions=creation"), body: path, extra: "chunk_size = \"1K\""))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         #expect(server.requests.filter { $0.method == "PATCH" }.count == 1024)
         let progress = try harness.events().filter { $0.type == "progressed" }
@@ -211,7 +207,7 @@ struct ResumableUploadTests {
         let size = 3 << 20
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("tus/", "corrupt_times=2"), body: path, extra: "chunk_size = \"1M\""))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let statuses = server.requests.filter { $0.method == "PATCH" }.map(\.status)
         #expect(statuses == [460, 460, 204, 204, 204], "\(statuses)")
@@ -226,7 +222,7 @@ struct ResumableUploadTests {
         let (path, data) = try bodyFile(harness, size: size)
         // A drop, then a HEAD claiming more than the file holds: never believed, never a crash.
         try harness.drop("u.job", job(server.url("tus/", "drop_after=300000&offset_lies=1&only_upload=1"), body: path))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let reasons = try harness.events().filter { $0.type == "upload_created" }.compactMap { $0.data["reason"] as? String }
         #expect(reasons.contains { $0.contains("claims") }, "\(reasons)")
@@ -243,7 +239,7 @@ struct ResumableUploadTests {
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("\(name)/", "fail_status=500&fail_times=1&head_offset=3000000&only_upload=1"),
                                       body: path, protocol: name, extra: "chunk_size = \"1M\""))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let reasons = try harness.events().filter { $0.type == "upload_created" }.compactMap { $0.data["reason"] as? String }
         #expect(reasons.contains { $0.contains("claims 3000000 bytes") }, "\(reasons)")
@@ -263,7 +259,7 @@ struct ResumableUploadTests {
         #expect(eventually(within: 20) { server.requests.contains { $0.method == "PATCH" && $0.status == 0 } }, "\(server.requests)")
         agent.signal(SIGKILL)
         _ = agent.wait(seconds: 10)
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let reasons = try harness.events().filter { $0.type == "upload_created" }.compactMap { $0.data["reason"] as? String }
         #expect(reasons.contains { $0.contains("claims \(claim) bytes") }, "\(reasons)")
@@ -275,7 +271,7 @@ struct ResumableUploadTests {
         let (path, _) = try bodyFile(harness, size: 4 << 20)
         try harness.drop("u.job", job(server.url("tus/", "stall_after=1000&stall=20"), body: path))
         let agent = try harness.startAgent()
-        #expect(eventually(within: 20) { ((try? harness.events()) ?? []).contains { $0.type == "upload_created" } })
+        #expect(harness.waitForEvent("upload_created", within: 20))
         #expect(try harness.run(["cancel", "u"]).status == 0)
         #expect(eventually(within: 10) { server.requests.contains { $0.method == "DELETE" && $0.status == 204 } }, "\(server.requests)")
         agent.signal(SIGTERM)
@@ -289,7 +285,7 @@ struct ResumableUploadTests {
         let size = 2 << 20
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("tus/", "stall_after=500000&stall=30&only_upload=1"), body: path))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let retry = try harness.events().first { $0.type == "retrying" }
         #expect((retry?.data["reason"] as? String)?.contains("idle_timeout") == true)
@@ -342,7 +338,7 @@ struct ResumableUploadTests {
         // The second part's first two chunks are answered 503.
         try harness.drop("u.job", job(server.url("tus/", "fail_status=503&fail_times=2&only_upload=2"), body: path,
                                       extra: "parallel = 4\nchunk_size = \"1M\""))
-        try run(harness)
+        try harness.runUntilIdle()
         let final = try #require(completed(server, size: size))
         #expect(final["sha256"] as? String == sha256Hex(data))
         #expect((final["concat"] as? [String])?.count == 4)
@@ -380,7 +376,7 @@ struct ResumableUploadTests {
             crashes += 1
         }
         harness.extraEnvironment["SYNCAGENT_CRASHPOINT"] = nil
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let finals = server.received.filter { $0["concat"] != nil }
@@ -454,7 +450,7 @@ struct ResumableUploadTests {
         let size = 3 << 20
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("tus/", "extensions=creation,termination"), body: path, extra: "parallel = 4"))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         #expect(server.requests.filter { $0.method == "POST" }.count == 1)
         #expect(try harness.run(["status", "--task", "u"]).stdout.contains("does not offer tus concatenation"))
@@ -472,7 +468,7 @@ struct ResumableUploadTests {
         let failed = try harness.tasksByID()
         #expect(failed["u"]?["state"] as? String == "failed")
         #expect(try harness.run(["resume", "u"]).status == 0)
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
     }
@@ -488,7 +484,7 @@ struct ResumableUploadTests {
         // No checksums: the file is read once, as it is sent.
         try harness.drop("u.job", job(server.url("tus/", "extensions=creation,concatenation"), body: path, extra: "parallel = 4"))
         let agent = try harness.startAgent()
-        #expect(eventually(within: 240) { (try? harness.tasksByID()["u"]?["state"] as? String) == "finished" })
+        #expect(eventually(within: 240) { harness.state(of: "u") == "finished" })
         let status = (try? String(contentsOfFile: "/proc/\(agent.pid)/status", encoding: .utf8)) ?? ""
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
@@ -515,7 +511,7 @@ struct ResumableUploadTests {
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("ietf/", "drop_after=700000"), body: path, protocol: "ietf",
                                       extra: "chunk_size = \"2M\""))
-        try run(harness)
+        try harness.runUntilIdle()
         let done = try #require(completed(server, size: size))
         #expect(done["sha256"] as? String == sha256Hex(data))
         #expect(done["content_disposition"] as? String == "inline; filename=\"\((path as NSString).lastPathComponent)\"")
@@ -566,7 +562,7 @@ struct ResumableUploadTests {
         defer { server.signal(SIGKILL) }
         let (path, _) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job("http://127.0.0.1:\(port)/up/", body: path, protocol: "ietf", extra: "retries = 0"))
-        try run(harness)
+        try harness.runUntilIdle()
         let lines = (try? String(contentsOfFile: appends, encoding: .utf8)) ?? ""
         #expect(lines == "\(size) ?1\n0 ?1\n", "\(lines)")
         #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
@@ -578,7 +574,7 @@ struct ResumableUploadTests {
         let size = 3 << 20
         let (path, data) = try bodyFile(harness, size: size)
         try harness.drop("u.job", job(server.url("ietf/", "max_append_size=300000&no_104=1"), body: path, protocol: "ietf"))
-        try run(harness)
+        try harness.runUntilIdle()
         #expect(completed(server, size: size)?["sha256"] as? String == sha256Hex(data))
         let patches = server.requests.filter { $0.method == "PATCH" }
         #expect(!patches.isEmpty && patches.allSatisfy { $0.bytesSent <= 300_000 && $0.status < 300 }, "\(patches)")
@@ -587,7 +583,7 @@ struct ResumableUploadTests {
         let bigger = try FaultServer(in: other.directory)
         let (otherPath, otherData) = try bodyFile(other, size: size)
         try other.drop("u.job", job(bigger.url("ietf/", "min_append_size=2000000"), body: otherPath, protocol: "ietf"))
-        try run(other)
+        try other.runUntilIdle()
         #expect(completed(bigger, size: size)?["sha256"] as? String == sha256Hex(otherData))
         let appended = bigger.requests.filter { $0.method == "PATCH" }.map(\.bytesSent)
         #expect(appended.dropLast().allSatisfy { $0 >= 2_000_000 }, "\(appended)")

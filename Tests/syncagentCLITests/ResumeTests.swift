@@ -212,6 +212,24 @@ struct ResumeTests {
         // Each request stalls after 1 MiB; each retry resumes where the last stopped.
         #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-", "bytes=\(2 * dropAt)-"])
     }
+
+    /// A server sending in bursts (64 KiB, then nothing for 13 s at 5 KB/s): the burst is made
+    /// durable within the progress interval, not at the next write, or a kill -9 meanwhile would
+    /// lose it, against SPEC §6 (never more than a progress interval fetched again).
+    @Test func bytesFromABurstyServerAreDurableWithinTheProgressInterval() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("slow.bin", size: 100_000)
+        try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(server.url("slow.bin", "rate=5000"))\"\n")
+        let agent = try harness.startAgent()
+        defer {
+            agent.signal(SIGKILL)
+            _ = agent.wait(seconds: 10)
+        }
+        #expect(eventually(within: 6) {
+            ((try? harness.events()) ?? []).contains { $0.type == "progressed" && ($0.data["bytes"] as? Int ?? 0) == 65_536 }
+        }, "\(agent.stderr.suffix(2000))")
+    }
 }
 
 /// Kill -9 inside each narrow window, on purpose (SYNCAGENT_CRASHPOINT):
@@ -359,5 +377,36 @@ struct CrashWindowTests {
         #expect(daemon.notifyCalls.count == 1)
         #expect(try harness.events().filter { $0.type == "notified" }.count == 1)
         #expect(try harness.events().filter { $0.type == "finished" }.count == 1)
+    }
+
+    @Test func aTransferNeverStartsBeforeItsTaskIsOnDisk() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        let data = try nginx.serve("L1.bin", size: 4000)
+        let agent = try harness.startAgent()
+        #expect(harness.waitForEvent("agent_started"))
+        // Another process holds the log: nothing can be committed.
+        let holder = try ChildProcess("/usr/bin/python3", ["-c", """
+            import sqlite3, time
+            db = sqlite3.connect("\(harness.stateDir)/events.sqlite", isolation_level=None, timeout=10)
+            db.execute("BEGIN EXCLUSIVE")
+            print("locked", flush=True)
+            time.sleep(30)
+            """], environment: [:], outputIn: harness.directory.path, name: "locker")
+        #expect(eventually { holder.stdout.contains("locked") })
+        try harness.drop("L1.job", "url = \"\(nginx.url("L1.bin"))\"\ndest = \"L1.bin\"\n")
+        // The agent has the job (moved out of the inbox to be read) and cannot record it. Then time
+        // passing is the point: for 1.5 s, while the log stays locked, no transfer may start.
+        _ = eventually { harness.jobFiles().isEmpty }
+        usleep(1_500_000)
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/L1.bin.part"), "a file named by an unrecorded task")
+        agent.signal(SIGKILL)
+        _ = agent.wait(seconds: 10)
+        holder.signal(SIGKILL)
+        _ = holder.wait(seconds: 10)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        #expect(contents(harness.downloads + "/L1.bin") == data)
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/L1.1.bin"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.downloads) == ["L1.bin"])
     }
 }

@@ -47,10 +47,10 @@ struct SessionTests {
 
         let agent = try harness.startAgent()
         try harness.drop("small.job", "url = \"\(server.url("up/small.bin"))\"\nkind = \"upload\"\nid = \"small\"\nbody_file = \"\(small)\"\n")
-        #expect(eventually(within: 60) { (try? harness.events().contains { $0.task == "small" && $0.type == "finished" }) ?? false })
+        #expect(harness.waitForEvent("finished", task: "small", within: 60))
         let afterSmall = try #require(peakRSSkB(agent.pid))
         try harness.drop("big.job", "url = \"\(server.url("up/big.bin"))\"\nkind = \"upload\"\nid = \"big\"\nbody_file = \"\(big)\"\n")
-        #expect(eventually(within: 120) { (try? harness.events().contains { $0.task == "big" && $0.type == "finished" }) ?? false })
+        #expect(harness.waitForEvent("finished", task: "big", within: 120))
         let afterBig = try #require(peakRSSkB(agent.pid))
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)
@@ -351,9 +351,10 @@ struct SessionTests {
         try server.serve("slow.bin", size: 4 << 20)
         try harness.drop("slow.job", "url = \"\(server.url("slow.bin", "rate=262144"))\"\nid = \"slow\"\n")
         var agent = try harness.startAgent()
-        #expect(eventually(within: 20) { (try? harness.events().contains { $0.type == "started" }) ?? false })
+        #expect(harness.waitForEvent("started", within: 20))
         agent.signal(SIGKILL)
         agent.wait(seconds: 10)
+        // Time passing is the point: total_timeout (2 s) runs out while no agent runs.
         usleep(2_500_000)
         // The deadline ran out while no agent ran: the next one fails the task without a request.
         agent = try harness.startAgent(exitWhenIdle: true)
@@ -389,5 +390,57 @@ struct SessionTests {
         #expect(tasks["fail"]?["error"] as? String == "\(harness.downloads)/fail.txt already exists (overwrite = \"fail\")")
         // skip and fail never touch the network.
         #expect(nginx.requests.count == 2)
+    }
+
+    @Test func anUploadWhoseFileShrinksFailsInsteadOfHanging() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.bin")
+        try Data(count: 8 << 20).write(to: URL(fileURLWithPath: body))
+        try harness.drop("u.job", "id = \"u\"\nkind = \"upload\"\nurl = \"\(server.url("up"))\"\nbody_file = \"\(body)\"\nmax_speed = \"1M\"\n"
+                         + "retries = 0\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(harness.waitForEvent("progressed", task: "u", within: 20))
+        #expect(truncate(body, 1 << 20) == 0)
+        #expect(agent.wait(seconds: 30) == 4, "must not wait for idle_timeout")
+        let task = try #require(try harness.tasksByID()["u"])
+        #expect(task["error_code"] as? String == "body_changed")
+        #expect(task["state"] as? String == "failed", "the short body is never called finished")
+    }
+
+    /// A body file overwritten in place mid-send reached the server as a
+    /// mix of both versions, and the upload was called finished.
+    @Test func anUploadWhoseFileIsOverwrittenWhileSentIsSentAgainWhole() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.bin")
+        try Data(repeating: 0x41, count: 4 << 20).write(to: URL(fileURLWithPath: body))
+        try harness.drop("u.job", "id = \"u\"\nkind = \"upload\"\nurl = \"\(server.url("up"))\"\nbody_file = \"\(body)\"\nmax_speed = \"1M\"\n")
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        #expect(harness.waitForEvent("progressed", task: "u", within: 20))
+        // In place, same size: only the file's times say it changed.
+        let newer = Data(repeating: 0x5A, count: 4 << 20)
+        let handle = try #require(FileHandle(forWritingAtPath: body))
+        try handle.write(contentsOf: newer)
+        try handle.close()
+        #expect(agent.wait(seconds: 60) == 0, "\(agent.stderr.suffix(1500))")
+        #expect(try harness.tasksByID()["u"]?["state"] as? String == "finished")
+        // What the server kept last is the file as it is now, whole.
+        #expect(server.received.last?["sha256"] as? String == sha256Hex(newer))
+        #expect(try harness.events().contains { ($0.data["reason"] as? String)?.contains("was modified while it was being sent") == true })
+    }
+
+    /// A server's 200 before it read the body ended the upload as finished,
+    /// with the bytes sent so far as its size.
+    @Test func anUploadAnsweredBeforeItsBodyWasSentIsNotFinished() throws {
+        let harness = try AgentHarness(config: "retries = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        let body = harness.directory.file("body.bin")
+        try Data(count: 8 << 20).write(to: URL(fileURLWithPath: body))
+        try harness.drop("u.job", "id = \"u\"\nkind = \"upload\"\nurl = \"\(server.url("up", "answer_after=65536"))\"\nbody_file = \"\(body)\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        let task = try #require(try harness.tasksByID()["u"])
+        #expect(task["state"] as? String == "failed")
+        #expect((task["error"] as? String)?.contains("the rest was never sent") == true, "\(task["error"] ?? "")")
     }
 }

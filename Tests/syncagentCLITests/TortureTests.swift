@@ -41,6 +41,7 @@ struct TortureTests {
             // Jobs arrive while the agent starts, runs and dies: intake is under fire too.
             for job in pending.prefix(10) { try harness.drop(job.name, job.text) }
             pending = pending.dropFirst(10)
+            // A seeded random instant: the kill must be able to land anywhere.
             usleep(UInt32.random(in: 100_000...900_000, using: &random))
             agent.signal(SIGKILL)
             #expect(agent.wait(seconds: 10) != nil)
@@ -118,12 +119,6 @@ struct TortureTests {
 
     /// Drops every event after `seq`, with Python's sqlite3 (not the agent's code).
     func truncateLog(_ path: String, after seq: Int) throws {
-        let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('DELETE FROM events WHERE seq > ?', (int(sys.argv[2]),)); c.commit()"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = ["-c", script, path, "\(seq)"]
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw TestFailure("could not cut the log at \(seq)") }
+        try pythonSQLite(path, "DELETE FROM events WHERE seq > \(seq)")
     }
 }

@@ -1,0 +1,56 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Desktop notices through the real libnotify, to python-dbusmock's
+/// notification daemon on a private bus.
+@Suite("Notifications", .serialized)
+struct NotificationTests {
+    @Test func notificationsCarryACategoryAnIconAndTheFailedNames() throws {
+        let harness = try AgentHarness()
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("ok.bin", size: 1000)
+        try harness.drop("ok.job", "url = \"\(nginx.url("ok.bin"))\"\n")
+        try harness.drop("gone.job", "url = \"\(nginx.url("gone.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        #expect(daemon.notifyCalls.count == 1, "\(daemon.notifyCalls)")
+        // The whole call as dbusmock logged it (the body spans lines): icon, body, hints.
+        let call = try String(contentsOfFile: daemon.callLog, encoding: .utf8)
+        #expect(call.contains("\"dialog-error\"") && call.contains("\"category\": \"transfer.error\""), "\(call)")
+        #expect(call.contains("✗ gone.bin: server answered 404") && call.contains("✓ ok.bin"), "\(call)")
+    }
+
+    /// A notification server answering only at D-Bus's timeout must not freeze the agent (no job
+    /// taken, no byte written, SIGTERM after 44 s), and a kill -9 while it waits must not post the
+    /// notice again: notices go out on a thread of their own, recorded first.
+    @Test func aSlowNotificationServerHoldsNothingUpAndIsNeverPostedTwice() throws {
+        let harness = try AgentHarness()
+        let daemon = try NotificationDaemon(in: harness.directory, answerAfter: 20)
+        harness.busAddress = daemon.busAddress
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("a.bin", size: 1000)
+        try nginx.serve("b.bin", size: 1000)
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL) }
+        try harness.drop("a.job", "url = \"\(nginx.url("a.bin"))\"\nid = \"a\"\n")
+        #expect(eventually(within: 20) { daemon.notifyCalls.count == 1 })
+        // The server sits on a's notice: b is taken and finished all the same.
+        try harness.drop("b.job", "url = \"\(nginx.url("b.bin"))\"\nid = \"b\"\n")
+        #expect(eventually(within: 10) { harness.state(of: "b") == "finished" })
+        agent.signal(SIGKILL)
+        agent.wait(seconds: 5)
+        let again = try harness.startAgent()
+        defer { again.signal(SIGKILL) }
+        #expect(eventually(within: 10) { harness.statusSaysAgentRuns })
+        again.signal(SIGTERM)
+        #expect(again.wait(seconds: 5) == 0, "a stop waits for no notification server")
+        // Each notice the log says was posted went out once at most: a's exactly once.
+        let notified = try harness.events().filter { $0.type == "notified" }.count
+        #expect(daemon.notifyCalls.count >= 1 && daemon.notifyCalls.count <= notified, "\(daemon.notifyCalls)")
+    }
+}

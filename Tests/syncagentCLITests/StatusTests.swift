@@ -1,0 +1,209 @@
+import Foundation
+import Testing
+import TestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `status`: whether an agent runs, a table that scales and hides old
+/// ends, and `--watch` under a pseudo-terminal of any size and piped.
+@Suite("status", .serialized)
+struct StatusTests {
+    @Test func statusTellsWhetherTheAgentRunsBeforeAndAfterKill9() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("big.bin", size: 4_000_000)
+        let before = try harness.run(["status"])
+        #expect(before.stdout.hasPrefix("agent: not running\n"), "\(before.stdout)")
+
+        try harness.drop("big.job", "id = \"big\"\nurl = \"\(nginx.url("big.bin"))\"\nmax_speed = \"200K\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { harness.state(of: "big") == "running" })
+        let running = try harness.run(["status"])
+        #expect(running.stdout.hasPrefix("agent: running (pid \(agent.pid), since "), "\(running.stdout)")
+        #expect(running.stdout.contains(" running "))
+        let json = try statusDocument(harness)
+        let live = json["agent"] as? [String: Any]
+        #expect(live?["running"] as? Bool == true)
+        #expect(live?["pid"] as? Int == Int(agent.pid))
+        #expect((live?["started_at_ms"] as? Int ?? 0) > 0)
+
+        agent.signal(SIGKILL)
+        _ = agent.wait(seconds: 10)
+        let dead = try harness.run(["status"])
+        #expect(dead.stdout.hasPrefix("agent: not running\n"), "\(dead.stdout)")
+        #expect(dead.stdout.contains(" interrupted "), "\(dead.stdout)")
+        #expect(!dead.stdout.contains("/s "), "a dead agent's speed is not shown: \(dead.stdout)")
+        let deadJSON = try statusDocument(harness)
+        let gone = deadJSON["agent"] as? [String: Any]
+        #expect(gone?["running"] as? Bool == false)
+        #expect(gone?["pid"] is NSNull && gone?["started_at_ms"] is NSNull, "null keys stay present")
+        // The log still says running: the JSON state is the log's, but nothing moves.
+        #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["state"] as? String == "running")
+        #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["speed"] as? Int == 0)
+        #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["eta_s"] is NSNull)
+        #expect(((deadJSON["tasks"] as? [[String: Any]])?.first?.keys).map { $0.contains("error") } == true)
+
+        // Control with no agent says the request waits; a new agent starts despite status probing the lock.
+        let pause = try harness.run(["pause", "big"])
+        #expect(pause.status == 0)
+        #expect(pause.stderr.contains("no agent is running") && pause.stderr.contains("waits"), "\(pause.stderr)")
+        let again = try harness.startAgent()
+        for _ in 0..<20 { _ = try harness.run(["status"]) }
+        #expect(eventually(within: 20) { harness.state(of: "big") == "paused" })
+        #expect(again.isRunning, "\(again.stderr)")
+        again.signal(SIGTERM)
+        #expect(again.wait(seconds: 10) == 0)
+    }
+
+    @Test func statusHidesOldEndsFiltersByStateAndShowsSizesInWords() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("one.bin", size: 3_000_000)
+        try harness.drop("one.job", "id = \"one\"\nurl = \"\(nginx.url("one.bin"))\"\n")
+        try harness.drop("bad.job", "id = \"bad\"\nurl = \"\(nginx.url("absent.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+
+        let detail = try harness.run(["status", "--task", "one"])
+        #expect(detail.stdout.contains("bytes:       2.9 MiB (3000000 bytes) of 2.9 MiB (3000000 bytes)"), "\(detail.stdout)")
+        let failed = try harness.run(["status", "--state", "failed"])
+        #expect(failed.stdout.contains("bad ") && !failed.stdout.contains("one "), "\(failed.stdout)")
+        #expect(failed.stdout.hasSuffix("1 failed\n"), "\(failed.stdout)")
+        let both = try harness.run(["status", "--state", "failed,finished"])
+        #expect(both.stdout.contains("bad ") && both.stdout.contains("one "))
+        let wrong = try harness.run(["status", "--state", "done"])
+        #expect(wrong.status != 0 && wrong.stderr.contains("--state \"done\" is not a state"))
+
+        // A day later (the clock moved by faking the log's times is not possible: move the
+        // ends back instead, through SQLite, as a year-old log would have them).
+        let database = harness.stateDir + "/events.sqlite"
+        try pythonSQLite(database, "UPDATE events SET at_ms = at_ms - 2*86400000")
+        let recent = try harness.run(["status"])
+        #expect(!recent.stdout.contains("one ") && recent.stdout.contains("2 ended over a day ago not shown (--all)"), "\(recent.stdout)")
+        let everything = try harness.run(["status", "--all"])
+        #expect(everything.stdout.contains("one ") && everything.stdout.contains("bad "))
+        #expect(try harness.statusTasks().count == 2, "--json lists every task")
+    }
+
+    /// 60 queued tasks with long destinations: under an 80×24 pseudo-terminal
+    /// every frame fits (no line over 80 columns, at most 24 lines) and keeps
+    /// its header; piped, the snapshots carry no escape code.
+    @Test func watchFitsATerminalAndPrintsPlainSnapshotsWhenPiped() throws {
+        let harness = try AgentHarness()
+        try logQueuedTasks(harness, 60, id: "w") { "a/rather/long/folder/name/that/goes/on/and/on/and/on/file-number-\($0).bin" }
+
+        let frames = try underTerminal(harness, ["status", "--watch"], columns: 80, rows: 24, seconds: 2.5)
+        let frame = try #require(frames.last)
+        #expect(frame.count <= 24, "\(frame.count) lines")
+        #expect(frame.allSatisfy { $0.count <= 80 }, "\(frame.filter { $0.count > 80 })")
+        #expect(frame.first == "agent: not running")
+        #expect(frame.dropFirst().first?.hasPrefix("ID ") == true, "header kept: \(frame)")
+        #expect(frame.contains { $0.contains("…") && $0.contains("file-number-") }, "paths shortened: \(frame)")
+        #expect(frame.last?.hasPrefix("60 queued") == true, "\(frame.last ?? "")")
+        #expect(frame.contains { $0.hasPrefix("… ") && $0.contains("more") }, "what does not fit is counted")
+
+        let piped = try ChildProcess(syncagentBinary, ["status"] + harness.globalFlags + ["--watch"], environment: harness.environment,
+                                     outputIn: harness.directory.path, name: "piped-watch")
+        // Piped, it prints a whole snapshot a second, its last line the count: three of them.
+        _ = eventually(within: 20) { piped.stdout.components(separatedBy: "60 queued · 10 more not listed (--all)").count > 3 }
+        piped.signal(SIGKILL)
+        _ = piped.wait(seconds: 5)
+        #expect(!piped.stdout.contains("\u{1B}"), "no escape codes when piped")
+        #expect(piped.stdout.contains("ID  "))
+        // The head of the queue, as `status` lists it, and the rest counted.
+        #expect((0..<50).allSatisfy { piped.stdout.contains("w\($0) ") }, "the first 50 queued in a plain snapshot")
+        #expect(!piped.stdout.contains("w50 ") && piped.stdout.contains("60 queued · 10 more not listed (--all)"), "\(piped.stdout.suffix(300))")
+
+        // Colour on a terminal, none with NO_COLOR.
+        var colourless = harness.environment
+        colourless["NO_COLOR"] = "1"
+        let plain = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, environment: colourless,
+                                      keepEscapes: true)
+        #expect(!(plain.last ?? []).joined().contains("\u{1B}[3"), "NO_COLOR honoured")
+        let coloured = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, keepEscapes: true)
+        #expect((coloured.last ?? []).joined().contains("\u{1B}[36mqueued"), "queued in colour on a terminal")
+    }
+
+    @Test func watchCountsWideCharactersAndTinyTerminals() throws {
+        let harness = try AgentHarness()
+        try logQueuedTasks(harness, 8, id: "c") { "日本語のファイル名前がとても長いフォルダ/動画ファイル📼\($0).bin" }
+        for (columns, rows) in [(80, 24), (40, 6), (20, 3), (10, 2), (30, 1)] {
+            let frame = try #require(try underTerminal(harness, ["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
+            #expect(frame.count <= rows, "\(columns)x\(rows): \(frame)")
+            #expect(frame.allSatisfy { cells($0) <= columns }, "\(columns)x\(rows): \(frame)")
+            if rows >= 3 { #expect(frame.first?.hasPrefix("agent") == true || columns < 8) }
+        }
+    }
+
+    /// `count` tasks queued until 2099 (ids `ID0`, `ID1` …, a URL nobody
+    /// answers), taken into the log by an agent that is then stopped.
+    private func logQueuedTasks(_ harness: AgentHarness, _ count: Int, id: String, dest: (Int) -> String) throws {
+        for index in 0..<count {
+            try harness.drop("\(id)\(index).job", """
+                id = "\(id)\(index)"
+                url = "http://127.0.0.1:9/file-\(index).bin"
+                dest = "\(dest(index))"
+                not_before = "2099-01-01T00:00:00Z"
+                """)
+        }
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { ((try? harness.statusTasks()) ?? []).count == count })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
+    private func cells(_ line: String) -> Int {
+        line.reduce(0) { total, character in
+            let wide = character.unicodeScalars.contains { $0.properties.isEmojiPresentation || (0x2E80...0x9FFF).contains($0.value) }
+            return total + (wide ? 2 : 1)
+        }
+    }
+
+    private func statusDocument(_ harness: AgentHarness) throws -> [String: Any] {
+        let result = try harness.run(["status", "--json"])
+        return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
+    }
+
+    /// Runs a command under a pseudo-terminal of the given size for a while
+    /// and returns the frames it drew (split at cursor-home), each as lines
+    /// with escape codes removed unless `keepEscapes`.
+    private func underTerminal(_ harness: AgentHarness, _ arguments: [String], columns: Int, rows: Int, seconds: Double,
+                               environment: [String: String]? = nil, keepEscapes: Bool = false) throws -> [[String]] {
+        let output = harness.directory.file("pty-\(UUID().uuidString).out")
+        let script = """
+            import fcntl, os, pty, select, struct, sys, termios, time
+            out, seconds, rows, cols = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+            pid, fd = pty.fork()
+            if pid == 0:
+                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                os.execv(sys.argv[5], sys.argv[5:])
+            data, end = b"", time.time() + seconds
+            while time.time() < end:
+                ready, _, _ = select.select([fd], [], [], 0.1)
+                if ready:
+                    try:
+                        data += os.read(fd, 65536)
+                    except OSError:
+                        break
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            open(out, "wb").write(data)
+            """
+        let arguments = [arguments[0]] + harness.globalFlags + arguments.dropFirst()
+        let child = try ChildProcess("/usr/bin/python3", ["-c", script, output, "\(seconds)", "\(rows)", "\(columns)", syncagentBinary]
+                                     + arguments, environment: environment ?? harness.environment, outputIn: harness.directory.path)
+        guard child.wait(seconds: seconds + 20) == 0 else { throw TestFailure("pty run failed: \(child.stderr)") }
+        let text = try String(contentsOfFile: output, encoding: .utf8)
+        let frames = text.components(separatedBy: "\u{1B}[H").dropFirst().filter { !$0.isEmpty }
+        // The last frame may be cut mid-draw by the kill: keep whole ones (ended by clear-to-end).
+        let whole = frames.filter { $0.hasSuffix("\u{1B}[J") }
+        return whole.map { frame in
+            let lines = frame.replacingOccurrences(of: "\r", with: "").components(separatedBy: "\n")
+            return keepEscapes ? lines : lines.map(stripEscapes)
+        }
+    }
+
+    private func stripEscapes(_ line: String) -> String {
+        line.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+    }
+}
