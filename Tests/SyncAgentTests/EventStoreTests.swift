@@ -24,6 +24,36 @@ struct EventStoreTests {
         #expect(walMode == 0o600)
     }
 
+    /// A store error keeps SQLite's result code: the agent can tell a log it
+    /// must not trust from a disk that only needs room.
+    @Test func aDamagedLogAndAFullDiskAreToldApart() throws {
+        try Data(repeating: 0x5A, count: 8192).write(to: URL(fileURLWithPath: path))
+        do {
+            let store = try EventStore(writingTo: path)
+            _ = try store.replay()
+            Issue.record("a file of garbage opened as an event log")
+        } catch let error as StoreError {
+            #expect(error.isDamaged && !error.isDiskFull, "\(error) (code \(error.sqliteCode.map(String.init) ?? "none"))")
+        }
+
+        let folder = directory.file("small")
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        guard let mount = TestMount(tmpfsAt: folder, size: "256k") else { return }  // (Mounting needs root.)
+        let store = try EventStore(writingTo: folder + "/events.sqlite")
+        let spec = TaskSpec(url: "http://h/" + String(repeating: "x", count: 2000), dest: "/d/x")
+        var seq: Int64 = 0
+        var full: StoreError?
+        while full == nil, seq < 10_000 {
+            do {
+                try store.append((1...20).map { _ in seq += 1; return event(seq, .created(spec), task: "t\(seq)") })
+            } catch let error as StoreError {
+                full = error
+            }
+        }
+        #expect(full?.isDiskFull == true && full?.isDamaged == false, "\(full.map(String.init(describing:)) ?? "never full")")
+        withExtendedLifetime(mount) {}
+    }
+
     @Test func appendedEventsReadBackInOrderAfterReopen() throws {
         let spec = TaskSpec(url: "http://h/x", dest: "/d/x")
         let events = [

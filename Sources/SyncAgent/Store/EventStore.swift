@@ -7,7 +7,24 @@ import Glibc
 
 public struct StoreError: Error, CustomStringConvertible {
     public var message: String
+    /// SQLite's extended result code, when SQLite said why (nil: the agent's own check).
+    public var sqliteCode: Int32?
+
+    public init(message: String, sqliteCode: Int32? = nil) {
+        self.message = message
+        self.sqliteCode = sqliteCode
+    }
+
     public var description: String { message }
+
+    /// The disk (or the quota) is full: freeing space is the cure, and nothing is damaged.
+    public var isDiskFull: Bool { primaryCode == SQLITE_FULL }
+    /// The file is not a log this agent can trust (damaged, or not SQLite at all).
+    public var isDamaged: Bool { primaryCode == SQLITE_CORRUPT || primaryCode == SQLITE_NOTADB }
+    /// The disk failed a read or a write.
+    public var isIOError: Bool { primaryCode == SQLITE_IOERR }
+
+    private var primaryCode: Int32? { sqliteCode.map { $0 & 0xFF } }
 }
 
 /// The SQLite event log (SPEC §6): WAL, mode 0600, versioned migrations,
@@ -137,13 +154,13 @@ public final class EventStore {
         let code = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, nil)
         guard code == SQLITE_OK else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "error \(code)"
-            throw StoreError(message: "cannot open event log \(path): \(message)")
+            throw StoreError(message: "cannot open event log \(path): \(message)", sqliteCode: db.map(sqlite3_extended_errcode) ?? code)
         }
         guard sqlite3_busy_timeout(db, 5000) == SQLITE_OK else { throw error("cannot set a busy timeout") }
     }
 
     private func error(_ what: String) -> StoreError {
-        StoreError(message: "\(what) in \(path): \(String(cString: sqlite3_errmsg(db)))")
+        StoreError(message: "\(what) in \(path): \(String(cString: sqlite3_errmsg(db)))", sqliteCode: sqlite3_extended_errcode(db))
     }
 
     private func execute(_ sql: String) throws {
