@@ -3,7 +3,6 @@ import PackageDescription
 
 let package = Package(
     name: "syncagent",
-    platforms: [.macOS(.v13)],
     products: [
         .executable(name: "syncagent", targets: ["syncagent"]),
     ],
@@ -15,8 +14,7 @@ let package = Package(
     ],
     targets: [
         // Pure: events, the fold, job parsing, scheduling and recovery decisions. No I/O.
-        .target(name: "SyncAgentCore", dependencies: [.product(name: "DequeModule", package: "swift-collections")],
-                swiftSettings: [.swiftLanguageMode(.v6)]),
+        .target(name: "SyncAgentCore", dependencies: [.product(name: "DequeModule", package: "swift-collections")]),
         // C edge: libcurl, opened as the agent starts (not linked: every command would load it),
         // and typed wrappers for its variadic functions.
         .target(
@@ -52,12 +50,13 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["SyncAgentCore"], path: "Tests/TestSupport",
                 exclude: ["fault_server.py", "tus_server.py", "forgetfs"]),
         // The fuzz target's body: every parser of outside input, fed one input.
-        .target(name: "SyncAgentFuzzing", dependencies: ["SyncAgentCore"], swiftSettings: [.swiftLanguageMode(.v6)]),
+        .target(name: "SyncAgentFuzzing", dependencies: ["SyncAgentCore"]),
         .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore", "SyncAgentFuzzing", "TestSupport"]),
         .testTarget(name: "SyncAgentTests", dependencies: ["SyncAgent", "SyncAgentCore", "TestSupport"]),
         .testTarget(name: "syncagentCLITests", dependencies: ["SyncAgentCore", "TestSupport"]),
     ],
-    swiftLanguageModes: [.v5]
+    // Data-race checks on across the loop and its worker threads; Linux only.
+    swiftLanguageModes: [.v6]
 )
 
 // `make fuzz` only: libFuzzer's driver around SyncAgentFuzzing, built with

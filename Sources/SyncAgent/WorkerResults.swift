@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -7,12 +8,11 @@ import Glibc
 /// the event loop: workers `post` results under a lock and write a byte to
 /// a pipe; the loop polls `fd` beside curl's sockets and `drain`s. Only
 /// values cross threads; the loop alone acts on them.
-final class WorkerResults<Result> {
+final class WorkerResults<Result: Sendable>: Sendable {
     /// Readable when results are waiting.
     let fd: Int32
     private let wakeWriter: Int32
-    private let lock = NSLock()
-    private var results: [Result] = []
+    private let results = Mutex<[Result]>([])
 
     init() throws {
         (fd, wakeWriter) = try Posix.pipe(shown: "the wake-up pipe")
@@ -27,9 +27,7 @@ final class WorkerResults<Result> {
 
     /// From any thread.
     func post(_ result: Result) {
-        lock.lock()
-        results.append(result)
-        lock.unlock()
+        results.withLock { $0.append(result) }
         let byte: [UInt8] = [1]
         do {
             // nil: the pipe is full, and so already holds a wake-up.
@@ -52,10 +50,9 @@ final class WorkerResults<Result> {
             // As for `post`: only a closed pipe fails; the results are there all the same.
             assertionFailure("\(error)")
         }
-        lock.lock()
-        defer { lock.unlock() }
-        let drained = results
-        results.removeAll()
-        return drained
+        return results.withLock { results in
+            defer { results.removeAll() }
+            return results
+        }
     }
 }

@@ -61,7 +61,7 @@ struct EventsCommand: ParsableCommand {
             // Rows of other tasks still move the cursor on.
             last = max(last, store.lastSeq)
             if follow {
-                fflush(stdout)
+                fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 200)
             }
         } while follow

@@ -199,12 +199,12 @@ struct StatusCommand: ParsableCommand {
                 let lines = screen(state, selection, agent, style: style, height: size.rows)
                 // Home, each line cleared to its end, the rest of the screen cleared: no flicker.
                 print("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", terminator: "")
-                fflush(stdout)
+                fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 500)
             } else {
                 let time = CivilTime.iso8601(ms: Int64(Date().timeIntervalSince1970 * 1000))
                 print(([time] + screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
-                fflush(stdout)
+                fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 1000)
             }
         }

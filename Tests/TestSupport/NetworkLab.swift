@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,15 +22,19 @@ public final class NetworkLab {
     public let remoteAddress: String
     private let inner: String
     private let outer: String
-    private static var made = 0
+    /// Labs made by this process: each takes a number of its own, whatever thread makes it.
+    private static let made = Mutex(0)
 
     public init() throws {
-        Self.made += 1
-        let tag = "\(getpid() % 100_000)\(Self.made)"
+        let number = Self.made.withLock { count in
+            count += 1
+            return count
+        }
+        let tag = "\(getpid() % 100_000)\(number)"
         namespace = "sa-test-\(tag)"
         inner = "sai\(tag)"
         outer = "sao\(tag)"
-        let subnet = Int(getpid() % 200) + Self.made
+        let subnet = Int(getpid() % 200) + number
         hostAddress = "10.213.\(subnet % 250).1"
         innerAddress = "10.213.\(subnet % 250).2"
         remoteAddress = "10.214.\(subnet % 250).1"

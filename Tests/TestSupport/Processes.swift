@@ -104,7 +104,7 @@ public func canConnect(port: Int, host: String = "127.0.0.1") -> Bool {
     }
 }
 
-public final class TempDirectory {
+public final class TempDirectory: Sendable {
     public let path: String
 
     public init() {

@@ -6,8 +6,9 @@ import Glibc
 /// Moves job files out of the inbox into `.taken/` (SPEC §4.1), under
 /// names unique within this agent's life that keep the job's own name for
 /// a restart to read back. One thread at a time: the loop's, or the
-/// backlog reader's while the loop waits for it.
-final class TakenMover {
+/// backlog reader's while the loop waits for it — a hand-over the type
+/// system cannot see, hence unchecked.
+final class TakenMover: @unchecked Sendable {
     let inbox: String
     let takenDirectory: String
     /// The inbox and `.taken/`, opened once: a move is one renameat.
@@ -84,7 +85,8 @@ final class TakenMover {
 ///
 /// At most `capacity` jobs wait in `.taken/` unrecorded, as one did
 /// before: a crash leaves them there and the next start takes them.
-final class BacklogReader {
+/// Its state is guarded by `condition`, which the compiler cannot check.
+final class BacklogReader: @unchecked Sendable {
     struct Fetched {
         var name: InboxName
         var outcome: TakenMover.Outcome

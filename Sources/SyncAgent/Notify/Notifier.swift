@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 import SyncAgentCore
 #if canImport(Glibc)
@@ -7,7 +8,7 @@ import Glibc
 
 /// Where notices go. The agent records the outcome either way, so a
 /// notice is never posted twice.
-protocol NoticePosting {
+protocol NoticePosting: Sendable {
     /// nil when delivered; otherwise why not, in words.
     func post(_ notice: Notice) -> String?
 }
@@ -15,7 +16,7 @@ protocol NoticePosting {
 /// Posts notices one at a time on a thread of their own: a notification
 /// server that answers only at D-Bus's timeout (25 s) holds up no transfer,
 /// intake or stop. Only the notices cross threads.
-final class BackgroundNoticePoster: @unchecked Sendable {
+final class BackgroundNoticePoster: Sendable {
     private let notifier: NoticePosting
     private let queue = DispatchQueue(label: "syncagent.notify")
     private let group = DispatchGroup()
@@ -40,26 +41,33 @@ final class BackgroundNoticePoster: @unchecked Sendable {
 /// that may run for days before it has anything to say (measured).
 final class DesktopNotifier: NoticePosting {
     private let logger: Logger
-    private var library: Libnotify?
-    private var loadFailure: String?
-    private var warned = false
+    /// libnotify once loaded (or why it could not be), and whether that was said: touched by the
+    /// poster's one thread, under a lock all the same, so the compiler can check it.
+    private struct Loaded {
+        var library: Libnotify?
+        var loadFailure: String?
+        var warned = false
+    }
+    private let loaded = Mutex(Loaded())
 
     init(logger: Logger) { self.logger = logger }
 
-    deinit { library?.uninit() }
+    deinit { loaded.withLock { $0.library?.uninit() } }
 
     func post(_ notice: Notice) -> String? {
-        if library == nil && loadFailure == nil {
-            do { library = try Libnotify.load() } catch { loadFailure = "\(error)" }
+        loaded.withLock { loaded in
+            if loaded.library == nil && loaded.loadFailure == nil {
+                do { loaded.library = try Libnotify.load() } catch { loaded.loadFailure = "\(error)" }
+            }
+            guard let library = loaded.library else { return warnOnce(loaded.loadFailure ?? "libnotify is not available", &loaded) }
+            if let problem = library.show(notice) { return warnOnce(problem, &loaded) }
+            return nil
         }
-        guard let library else { return warnOnce(loadFailure ?? "libnotify is not available") }
-        if let problem = library.show(notice) { return warnOnce(problem) }
-        return nil
     }
 
-    private func warnOnce(_ message: String) -> String {
-        if !warned {
-            warned = true
+    private func warnOnce(_ message: String, _ loaded: inout Loaded) -> String {
+        if !loaded.warned {
+            loaded.warned = true
             logger.warning("\(message); transfers go on without notifications")
         }
         return message

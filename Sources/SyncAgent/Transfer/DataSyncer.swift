@@ -15,7 +15,7 @@ import Glibc
 /// Only file descriptors cross threads. The worker reports a finished sync
 /// by appending it under a lock and writing a byte to a pipe the loop polls;
 /// the loop alone touches agent state.
-final class DataSyncer {
+final class DataSyncer: Sendable {
     /// What a finished sync makes true.
     struct Done {
         var taskID: String

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
@@ -16,11 +17,12 @@ import Glibc
 /// Tasks created under an earlier `download_dir` keep their destinations:
 /// the folders holding them are admitted (`admitFormer`) and reached the
 /// same way, beneath the folder, opened by path when asked.
-final class DownloadRoot {
+final class DownloadRoot: Sendable {
     let path: String
     private let fd: Int32
-    /// Folders outside `path` holding files of tasks made before download_dir changed.
-    private var formerFolders: [String] = []
+    /// Folders outside `path` holding files of tasks made before download_dir changed: admitted by
+    /// the loop at start-up, looked up by the workers that make, join and sync files beneath them.
+    private let formerFolders = Mutex<[String]>([])
 
     init(path: String) throws {
         self.path = path
@@ -41,10 +43,12 @@ final class DownloadRoot {
     /// earlier download_dir (nothing to do for one beneath the current root).
     func admitFormer(folderOf file: String) {
         let folder = (file as NSString).deletingLastPathComponent
-        guard !folder.isEmpty, beneath(file) == nil, !formerFolders.contains(where: { PathRules.isSame(folder, $0) || PathRules.isInside(folder, $0) })
-        else { return }
-        formerFolders.removeAll { PathRules.isInside($0, folder) }
-        formerFolders.append(folder)
+        guard !folder.isEmpty, beneath(file) == nil else { return }
+        formerFolders.withLock { folders in
+            guard !folders.contains(where: { PathRules.isSame(folder, $0) || PathRules.isInside(folder, $0) }) else { return }
+            folders.removeAll { PathRules.isInside($0, folder) }
+            folders.append(folder)
+        }
     }
 
     /// `file` relative to the root, or an error if it is not beneath it
@@ -73,7 +77,7 @@ final class DownloadRoot {
     /// between): an adversary planted one in the old folder, and the task
     /// wrote outside both download_dirs.
     private func former(_ file: String) throws -> (folder: String, descriptor: Int32, relative: String)? {
-        guard var folder = formerFolders.first(where: { PathRules.isInside(file, $0) }) else { return nil }
+        guard var folder = formerFolders.withLock({ $0.first { PathRules.isInside(file, $0) } }) else { return nil }
         while true {
             let descriptor: Int32
             do {

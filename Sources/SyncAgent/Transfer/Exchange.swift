@@ -1,5 +1,6 @@
 import CCurlShims
 import Foundation
+import Synchronization
 import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
@@ -121,11 +122,10 @@ final class Exchange {
     /// It failed before a connection was tried: no address for its host (or proxy's) name.
     private(set) var nameUnresolved = false
 
-    private static var nextSerial: UInt64 = 0
+    private static let lastSerial = Atomic<UInt64>(0)
     /// A new serial: exchanges and the syncs of segmented downloads draw from one counter.
     static func makeSerial() -> UInt64 {
-        nextSerial += 1
-        return nextSerial
+        lastSerial.wrappingAdd(1, ordering: .relaxed).newValue
     }
 
     /// - Parameters:
