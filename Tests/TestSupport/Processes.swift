@@ -26,8 +26,8 @@ public final class ChildProcess {
          name: String = UUID().uuidString) throws {
         stdoutPath = "\(directory)/\(name).out"
         stderrPath = "\(directory)/\(name).err"
-        FileManager.default.createFile(atPath: stdoutPath, contents: nil)
-        FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        try Data().write(to: URL(fileURLWithPath: stdoutPath))
+        try Data().write(to: URL(fileURLWithPath: stderrPath))
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.environment = environment

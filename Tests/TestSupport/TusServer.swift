@@ -23,7 +23,7 @@ public final class TusServer {
         uploadDir = directory.file("tus-uploads")
         requestLog = directory.file("tus-requests.log")
         try FileManager.default.createDirectory(atPath: uploadDir, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: requestLog, contents: nil)
+        try Data().write(to: URL(fileURLWithPath: requestLog))
         port = freePort()
         server = try ChildProcess(python, [here.appendingPathComponent("tus_server.py").path, "--host", "127.0.0.1", "--port", "\(port)",
                                            "--dir", uploadDir, "--log", requestLog, "--allow-overwrite"],
