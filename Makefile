@@ -34,7 +34,7 @@ define venv_install
 endef
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test torture bench fuzz build release manual-tool install uninstall deps test-deps bench-deps clean check-syscalls
+.PHONY: run test torture bench bench-ab fuzz build release manual-tool install uninstall deps test-deps bench-deps clean check-syscalls
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -232,6 +232,10 @@ fuzz: deps
 # Compares syncagent with curl, aria2c and URLSession in one run; writes bench/results.md.
 bench: bench-deps
 	YTDLP=$(CURDIR)/$(VENV)/bin/yt-dlp python3 bench/run.py
+
+# make bench-ab BEFORE=REVISION: that revision's build against the working tree's, same run.
+bench-ab: bench-deps
+	python3 bench/ab.py --before $(BEFORE)
 
 clean:
 	rm -rf .build $(FUZZ_BUILD) $(INSTALL_TEST_BUILD) $(VENV)
