@@ -53,6 +53,20 @@ struct DurableDigestsTests {
         #expect(book.records.count == 2)
     }
 
+    /// Which records a claim makes: one at each chunk boundary it crosses,
+    /// and one at its end, so a check can say chunk by chunk where bytes
+    /// differ even when the whole file was claimed at once.
+    @Test func aClaimRecordsEachChunkBoundaryItCrosses() {
+        let chunk = Self.chunk
+        #expect(DigestBook.recordEnds(after: 0, upTo: 100) == [100])
+        #expect(DigestBook.recordEnds(after: 100, upTo: 2 * chunk + 5) == [chunk, 2 * chunk, 2 * chunk + 5])
+        #expect(DigestBook.recordEnds(after: chunk, upTo: 2 * chunk) == [2 * chunk])
+        #expect(DigestBook.recordEnds(after: 5, upTo: 5).isEmpty)
+        // A chain's records, kept one per chunk, cover it chunk by chunk.
+        let book = DigestBook(DigestBook.recordEnds(after: 0, upTo: 3 * chunk + 1).map { Self.record(0, $0) })
+        #expect(book.records.map(\.to) == [chunk, 2 * chunk, 3 * chunk, 3 * chunk + 1])
+    }
+
     /// Chains of a segmented download are kept apart, each in order.
     @Test func chainsOfRangesAreKeptApart() {
         let chunk = Self.chunk

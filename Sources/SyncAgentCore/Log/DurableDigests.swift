@@ -100,6 +100,22 @@ public struct DigestBook: Equatable, Sendable {
     /// The chunk a record ending at `to` counts in (`to` itself excluded).
     static func chunk(ending to: Int64) -> Int64 { (to - 1) / chunkSize }
 
+    /// Where the records of hashing bytes `position ..< to` end: at each
+    /// chunk boundary past `position`, and at `to`. A claim records them
+    /// all, so a check can say chunk by chunk where bytes were damaged,
+    /// however seldom progress was claimed.
+    public static func recordEnds(after position: Int64, upTo to: Int64) -> [Int64] {
+        guard to > position else { return [] }
+        var ends: [Int64] = []
+        var boundary = (position / chunkSize + 1) * chunkSize
+        while boundary < to {
+            ends.append(boundary)
+            boundary += chunkSize
+        }
+        ends.append(to)
+        return ends
+    }
+
     /// Adds a record of a claim: it supersedes the record of its chain
     /// that ended in the same chunk, and any that ended after it (a chain
     /// that was cut back and goes on).
@@ -224,16 +240,7 @@ public struct ChainCheck: Equatable, Sendable {
     public var adopts: Bool { records.isEmpty }
 
     /// Where an adopted span's records end: at each chunk boundary within it, and at its end.
-    public var adoptedEnds: [Int64] {
-        var ends: [Int64] = []
-        var boundary = (from / DigestBook.chunkSize + 1) * DigestBook.chunkSize
-        while boundary < to {
-            ends.append(boundary)
-            boundary += DigestBook.chunkSize
-        }
-        ends.append(to)
-        return ends
-    }
+    public var adoptedEnds: [Int64] { DigestBook.recordEnds(after: from, upTo: to) }
 }
 
 extension ByteSpan {
