@@ -253,7 +253,10 @@ class TransferRunner: TaskRunner {
             if let error = done.error {
                 context.exchanges.remove(exchange)
                 ended(exchange, exchange.syncFailed(errno: error))
-            } else if !done.unvouched {
+            } else if done.unvouched {
+                // Its chain went past this claim (a later one overtook it): that one claims.
+                exchange.syncDropped()
+            } else {
                 exchange.claim(upTo: done.offset, digests: done.digests)
             }
             return

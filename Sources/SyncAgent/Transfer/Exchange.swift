@@ -686,6 +686,11 @@ final class Exchange {
         onProgress(progress)
     }
 
+    /// A progress sync returned with nothing to claim: the next write may ask for another.
+    func syncDropped() {
+        syncPending = false
+    }
+
     /// A progress sync failed: nothing is claimed, and the exchange ends
     /// with the disk's error (its runner stops it).
     func syncFailed(errno error: Int32) -> AttemptOutcome {
