@@ -23,11 +23,11 @@ final class SharedSyncs: @unchecked Sendable {
     private let condition = NSCondition()
     private var folders: [String: Folder] = [:]
 
-    /// Returns once a run of `sync` for `key` that started after this call
+    /// Returns once a run of `flush` for `key` that started after this call
     /// has finished: its own run, or one it shares. Throws what that run
     /// threw (or a later one's failure: a caller is never told a failed
     /// sync covered it).
-    func sync(_ key: String, _ sync: () throws -> Void) throws {
+    func sync(_ key: String, _ flush: () throws -> Void) throws {
         condition.lock()
         defer {
             folders[key]!.users -= 1
@@ -46,7 +46,7 @@ final class SharedSyncs: @unchecked Sendable {
             let number = folders[key]!.started
             condition.unlock()
             var failure: Error?
-            do { try sync() } catch { failure = error }
+            do { try flush() } catch { failure = error }
             condition.lock()
             folders[key]!.running = false
             folders[key]!.finished = number
