@@ -258,6 +258,23 @@ public final class EventStore {
         }
     }
 
+    /// The seq just before the last `count` events (of `task`, or of all):
+    /// where `events -n COUNT` starts. 0 when the log holds no more than that.
+    public func seq(beforeLast count: Int, task: String? = nil) throws -> Int64 {
+        guard db != nil, try schemaVersion() > 0 else { return 0 }
+        let filter = task == nil ? "" : " WHERE task = ?2"
+        let statement = try prepare("SELECT seq FROM events\(filter) ORDER BY seq DESC LIMIT 1 OFFSET ?1")
+        defer { sqlite3_finalize(statement) }
+        guard sqlite3_bind_int64(statement, 1, Int64(count)) == SQLITE_OK,
+              task.map({ sqlite3_bind_text(statement, 2, $0, -1, SQLITE_TRANSIENT) == SQLITE_OK }) ?? true
+        else { throw error("cannot bind the last \(count) events") }
+        switch sqlite3_step(statement) {
+        case SQLITE_DONE: return 0
+        case SQLITE_ROW: return sqlite3_column_int64(statement, 0)
+        default: throw error("cannot read the last \(count) events")
+        }
+    }
+
     /// Streams raw rows (for `events`).
     public func forEachRow(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
                            _ body: (Row) throws -> Void) throws {
