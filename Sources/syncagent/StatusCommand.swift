@@ -161,7 +161,7 @@ struct StatusCommand: ParsableCommand {
         if one.createdSeq <= (try store.prunedThrough()), !events.contains(where: { $0.seq == one.createdSeq }) {
             print("history:     compacted (syncagent compact kept the task's state and dropped its raw events)")
         }
-        print("attempts:")
+        print("attempt history:")
         for record in history {
             let ending = record.endedBy ?? (one.phase == .running ? (agentRunning ? "running" : "interrupted") : "no end recorded")
             print("  #\(record.attempt) from byte \(record.offset), \(ending): " + (record.metrics?.words ?? "no metrics"))
