@@ -51,17 +51,25 @@ struct SharedSyncsTests {
         }
     }
 
+    /// One caller's sync held running while `count` more arrive; then the
+    /// first let go and the next sync (held in turn) begun. Returns the
+    /// first caller's results and the late callers'.
+    func lateCallers(_ count: Int, _ syncs: SharedSyncs, _ held: HeldSync) throws -> (first: () -> [Bool], late: () -> [Bool]) {
+        let first = callers(1, syncs, held)
+        try held.awaitRun()
+        let late = callers(count, syncs, held)
+        try waitUntil(syncs, has: count + 1)
+        held.release.signal()
+        try held.awaitRun()
+        return (first, late)
+    }
+
     @Test func callersArrivingDuringASyncShareTheNextOneNotTheRunningOne() throws {
         let syncs = SharedSyncs()
         let held = HeldSync()
-        let first = callers(1, syncs, held)
-        try held.awaitRun()
         // Five files made while the first sync runs: it started before their
         // names existed, so it cannot cover them; one more sync covers all five.
-        let late = callers(5, syncs, held)
-        try waitUntil(syncs, has: 6)
-        held.release.signal()
-        try held.awaitRun()
+        let (first, late) = try lateCallers(5, syncs, held)
         held.release.signal()
         #expect(first() == [true])
         #expect(late() == Array(repeating: true, count: 5))
@@ -72,12 +80,7 @@ struct SharedSyncsTests {
     @Test func aFailedSharedSyncFailsEveryCallerItWasToCoverAndTheNextCallSyncsAgain() throws {
         let syncs = SharedSyncs()
         let held = HeldSync()
-        let first = callers(1, syncs, held)
-        try held.awaitRun()
-        let late = callers(3, syncs, held)
-        try waitUntil(syncs, has: 4)
-        held.release.signal()
-        try held.awaitRun()
+        let (first, late) = try lateCallers(3, syncs, held)
         held.failing.withLock { $0 = true }
         held.release.signal()
         #expect(first() == [true])
