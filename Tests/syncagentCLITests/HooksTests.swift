@@ -192,6 +192,29 @@ struct HooksTests {
         #expect(refused.status != 0 && refused.stderr.contains("on_task_end") && refused.stderr.contains("absolute path"))
     }
 
+    /// A hook that writes 10 MB in one run: hooks.log is held to its 4 MiB,
+    /// the previous part kept as hooks.log.1. (Rotated only as the next hook
+    /// started, one chatty run grew the file without bound: 1 GB seen.)
+    @Test func aChattyHookKeepsHooksLogToItsLimit() throws {
+        let written = 10_000_000
+        let harness = try AgentHarness(config: """
+            on_task_end = ["/bin/sh", "-c", "head -c \(written) /dev/zero | tr '\\\\0' x; echo last-line"]
+            """)
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("w.bin", size: 100)
+        try harness.drop("w.job", "id = \"w\"\nurl = \"\(nginx.url("w.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 0)
+        let ended = try harness.events().first { $0.type == "hook_ended" }
+        #expect(ended?.data["exit_status"] as? Int == 0, "\(ended?.data ?? [:])")
+        let limit = 4 << 20
+        func size(_ name: String) -> Int { (try? FileManager.default.attributesOfItem(atPath: harness.stateDir + "/" + name)[.size] as? Int) ?? 0 }
+        let (log, previous) = (size("hooks.log"), size("hooks.log.1"))
+        // (A file is rotated before a write would take it past the limit: it may end a pipe's read short of it.)
+        #expect(log <= limit && previous <= limit && previous > limit - (64 << 10), "hooks.log \(log) bytes, hooks.log.1 \(previous)")
+        // What is kept is the newest output, to the hook's last line.
+        #expect(try String(contentsOfFile: harness.stateDir + "/hooks.log", encoding: .utf8).hasSuffix("xlast-line\n"))
+    }
+
     /// SIGHUP arms a hook (and a cap) for the ends that follow, logged.
     @Test func sighupSetsHooksAndCapsForWhatFollows() throws {
         let records = TempDirectory()
