@@ -103,6 +103,7 @@ public final class Agent {
 
         log.record(.agentStarted(AgentStarted(pid: Posix.processID, version: SyncAgentVersion.current, hooks: config.hooks)))
         Recovery.resumeInterruptedTasks(in: context)
+        announcements.recordHooksLeftUnended()
         announcements.announceOwedBatches()
         try log.commit()
         // Waiting jobs live in the log, not in memory: read back, as each task
