@@ -305,6 +305,13 @@ public enum IDRules {
 }
 
 public enum URLRules {
+    /// Whether the URL names http or https (whatever else may be wrong with it): a URL refused for
+    /// its scheme is said so, one refused for anything else in the words of `checkTransferURL`.
+    public static func hasHTTPScheme(_ url: String) -> Bool {
+        guard let colon = url.firstIndex(of: ":") else { return false }
+        return ["http", "https"].contains(url[..<colon].lowercased())
+    }
+
     /// HTTP and HTTPS only, with a host: for the job URL and every redirect.
     public static func checkTransferURL(_ url: String, key: String) throws {
         // Redacted only when an error shows it: intake checks every job's URL.
