@@ -60,14 +60,10 @@ struct TOMLReader {
     /// terminal. The rule of `dest` (`Printable.isControl`), said the same way.
     func name(_ key: String) throws -> String? {
         guard let text = try string(key) else { return nil }
-        try Self.checkName(text, key: prefix + key)
-        return text
-    }
-
-    static func checkName(_ text: String, key: String) throws {
         if text.unicodeScalars.contains(where: Printable.isControl) {
-            throw KeyError(key: key, "must not contain control characters (a line break, NUL, an escape …): \"\(Printable.escaping(text))\"")
+            throw KeyError(key: prefix + key, "must not contain control characters (a line break, NUL, an escape …): \"\(Printable.escaping(text))\"")
         }
+        return text
     }
 
     func int(_ key: String, in range: ClosedRange<Int>? = nil) throws -> Int? {
