@@ -103,6 +103,7 @@ public final class Agent {
 
         log.record(.agentStarted(AgentStarted(pid: Posix.processID, version: SyncAgentVersion.current, hooks: config.hooks)))
         Recovery.resumeInterruptedTasks(in: context)
+        announcements.recordHooksLeftUnended()
         announcements.announceOwedBatches()
         try log.commit()
         // Waiting jobs live in the log, not in memory: read back, as each task
@@ -156,7 +157,7 @@ public final class Agent {
         network = NetworkWatch(context: context)
         context.network = network
         compaction = try CompactionScheduler(eventLog: paths.eventLog, snapshotSeq: snapshotSeq, context: context)
-        announcements = Announcements(context: context, notifier: notifier, hooks: HookRunner(stateDir: paths.stateDir))
+        announcements = Announcements(context: context, notifier: notifier, hooks: try HookRunner(stateDir: paths.stateDir))
         control = ControlDesk(context: context, compaction: compaction)
     }
 
@@ -214,7 +215,8 @@ public final class Agent {
                 context.needsScheduling = true
             }
             if let wake = nextTimedWakeMs, wake <= Posix.nowMs { context.needsScheduling = true }
-            if let wake = hooks.nextWakeMs, wake <= Posix.monotonicMs || hooks.fds.contains(where: ready.contains) {
+            // (Output alone wakes it too: a hook's output pipe left readable would spin the loop.)
+            if hooks.fds.contains(where: ready.contains) || hooks.nextWakeMs.map({ $0 <= Posix.monotonicMs }) == true {
                 announcements.reapHooks()
             }
             try context.exchanges.perform()

@@ -87,12 +87,17 @@ struct StatusCommand: ParsableCommand {
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
             // Streamed: a report is made and printed per task, never the whole document in memory.
-            TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report) {
+            TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report,
+                                 hookRuns: state.hookRunsThatMayNotHaveRun(agentRunning: agent.running)) {
                 print($0, terminator: "")
             }
             print()
         } else {
-            print(screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
+            var lines = screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running))
+            // Above the summary line: a hook run that may not have run is said as plainly as a failure.
+            lines.insert(contentsOf: StatusView.hookNotes(state, listed: selection.tasks, agentRunning: agent.running, all: all, nowMs: nowMs),
+                         at: lines.count - 1)
+            print(lines.joined(separator: "\n"))
         }
         // Done: exit (stdio flushes) rather than free every task one by one,
         // which took 5% of a `status` on 10,000 tasks.
@@ -158,6 +163,7 @@ struct StatusCommand: ParsableCommand {
             return
         }
         print(TaskTable.detail(one, in: state, agentRunning: agentRunning))
+        if let run = state.taskHookMayNotHaveRun(id, agentRunning: agentRunning) { print("hook:        " + Printable.escaping(run.words)) }
         if one.createdSeq <= (try store.prunedThrough()), !events.contains(where: { $0.seq == one.createdSeq }) {
             print("history:     compacted (syncagent compact kept the task's state and dropped its raw events)")
         }

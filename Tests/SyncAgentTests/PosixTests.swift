@@ -193,9 +193,9 @@ final class PosixFaultTests {
     @Test func aHooksLogThatCannotBeRotatedIsSaid() throws {
         _ = try file("hooks.log", bytes: Int(HookRunner.logLimit) + 1)
         let capture = LogCapture()
-        let hooks = HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
+        let hooks = try HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
         Posix.inject(.init(.rename, errno: EIO, matching: directory.file("hooks.log"), times: 1))
-        guard case .success = hooks.spawn(run(), command: ["true"], timeoutS: 10) else {
+        guard case .success = hooks.spawn(run(), command: ["echo", "output"], timeoutS: 10) else {
             Issue.record("the hook did not start")
             return
         }
@@ -207,9 +207,9 @@ final class PosixFaultTests {
 
     @Test func hookOutputThatCannotBeWrittenIsSaid() throws {
         let capture = LogCapture()
-        let hooks = HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
+        let hooks = try HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
         Posix.inject(.init(.open, errno: EACCES, matching: directory.file("hooks.log"), times: 1))
-        guard case .success = hooks.spawn(run(), command: ["true"], timeoutS: 10) else {
+        guard case .success = hooks.spawn(run(), command: ["echo", "output"], timeoutS: 10) else {
             Issue.record("the hook did not start")
             return
         }
@@ -219,7 +219,7 @@ final class PosixFaultTests {
     }
 
     @Test func aHookThatCannotBeWaitedForEndsWithTheReason() throws {
-        let hooks = HookRunner(stateDir: directory.path)
+        let hooks = try HookRunner(stateDir: directory.path)
         guard case .success(let pid) = hooks.spawn(run(), command: ["sleep", "30"], timeoutS: 60) else {
             Issue.record("the hook did not start")
             return
@@ -238,8 +238,8 @@ final class PosixFaultTests {
         #expect(hooks.running.isEmpty, "a hook that cannot be waited for must not hold the agent for good")
     }
 
-    @Test func aHookThatCannotStartSaysWhy() {
-        let hooks = HookRunner(stateDir: directory.path)
+    @Test func aHookThatCannotStartSaysWhy() throws {
+        let hooks = try HookRunner(stateDir: directory.path)
         guard case .failure(let failure) = hooks.spawn(run(), command: ["/nonexistent/hook"], timeoutS: 10) else {
             Issue.record("a missing program started")
             return

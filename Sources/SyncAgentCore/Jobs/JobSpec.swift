@@ -79,7 +79,7 @@ public struct JobParser: Sendable {
             return ControlJob(action: .compact, task: "*", olderThanS: try reader.duration("older_than"))
         }
         if reader.has("older_than") { throw KeyError(key: "older_than", "belongs to action = \"compact\" only") }
-        guard let task = try reader.string("task"), !task.isEmpty else {
+        guard let task = try reader.name("task"), !task.isEmpty else {
             throw KeyError(key: "task", "is missing: a control job names a task id, or \"*\" for all")
         }
         return ControlJob(action: action, task: task)
@@ -122,7 +122,7 @@ public struct JobParser: Sendable {
         let sha256 = try reader.string("sha256").map { try Self.hexDigest($0, key: "sha256", length: 64) }
         let md5 = try reader.string("md5").map { try Self.hexDigest($0, key: "md5", length: 32) }
 
-        var batch = try reader.string("batch")
+        var batch = try reader.name("batch")
         if let name = batch {
             if name.isEmpty || name.count > 128 {
                 throw KeyError(key: "batch", "must be a name of 1 to 128 characters")
@@ -252,7 +252,7 @@ public struct JobParser: Sendable {
         if kind == .upload, bodyFile == nil {
             throw KeyError(key: "body_file", "is missing: an upload sends a file")
         }
-        let formField = try reader.string("form_field")
+        let formField = try reader.name("form_field")
         let form = try reader.formFields("form")
         if formField != nil || !form.isEmpty {
             guard kind == .upload else {
@@ -261,8 +261,8 @@ public struct JobParser: Sendable {
             guard let field = formField, !field.isEmpty else {
                 throw KeyError(key: "form_field", "is missing: [form] fields go with the file's form_field")
             }
-            if field.contains(where: { $0 == "\"" || $0 == "\r" || $0 == "\n" }) {
-                throw KeyError(key: "form_field", "must not contain quotes or line breaks")
+            if field.contains("\"") {
+                throw KeyError(key: "form_field", "must not contain quotes")
             }
         }
         return (method, bodyFile, formField, form)
@@ -305,6 +305,13 @@ public enum IDRules {
 }
 
 public enum URLRules {
+    /// Whether the URL names http or https (whatever else may be wrong with it): a URL refused for
+    /// its scheme is said so, one refused for anything else in the words of `checkTransferURL`.
+    public static func hasHTTPScheme(_ url: String) -> Bool {
+        guard let colon = url.firstIndex(of: ":") else { return false }
+        return ["http", "https"].contains(url[..<colon].lowercased())
+    }
+
     /// HTTP and HTTPS only, with a host: for the job URL and every redirect.
     public static func checkTransferURL(_ url: String, key: String) throws {
         // Redacted only when an error shows it: intake checks every job's URL.

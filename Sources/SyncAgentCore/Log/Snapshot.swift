@@ -14,11 +14,12 @@ import Foundation
 public enum Snapshot {
     /// Raised with every change to the layout below. A snapshot of a format
     /// this build does not read is never half-read: it is refused whole.
-    public static let format = 5
+    public static let format = 6
     /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them);
     /// before 4, no task or index carried its length, so `status` could pass over none;
-    /// before 5, the taken sources listed every task's job file too, not only control jobs'.
-    public static let readableFormats: ClosedRange<Int64> = 2...5
+    /// before 5, the taken sources listed every task's job file too, not only control jobs';
+    /// before 6, hook runs were not followed past their start (none is then in flight or lost).
+    public static let readableFormats: ClosedRange<Int64> = 2...6
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
@@ -132,6 +133,12 @@ public enum Snapshot {
         }
         out.int(Int64(state.orphanEvents.count))
         for seq in state.orphanEvents { out.int(seq) }
+        if format >= 6 {
+            for runs in [state.hooksInFlight, state.hooksMayNotHaveRun] {
+                out.int(Int64(runs.count))
+                for run in runs.values.sorted(by: { $0.startedSeq < $1.startedSeq }) { out.hookRun(run) }
+            }
+        }
     }
 
     /// A 64-bit checksum over whole words: a changed byte is found before a
@@ -350,6 +357,16 @@ public enum Snapshot {
             state.owedBatchHooks[seq] = try input.batch()
         }
         for _ in 0..<(try input.count()) { state.orphanEvents.append(try input.int()) }
+        if input.format >= 6 {
+            for _ in 0..<(try input.count()) {
+                let run = try input.hookRun()
+                state.hooksInFlight[run.key] = run
+            }
+            for _ in 0..<(try input.count()) {
+                let run = try input.hookRun()
+                state.hooksMayNotHaveRun[run.key] = run
+            }
+        }
         guard input.atEnd else { throw input.malformed("end of snapshot") }
         return (state, passedOver)
     }
@@ -467,6 +484,11 @@ private struct SnapshotWriter {
     }
 
     mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+
+    mutating func hookRun(_ run: HookRun) {
+        string(run.key.hook.rawValue); optionalString(run.key.task); optionalInt(run.key.batchSeq)
+        optionalString(run.batch); int(run.startedSeq); optionalInt(run.endUnknownSinceMs)
+    }
 
     /// Writes `body`'s bytes after their length (8 bytes, little-endian,
     /// filled in once known), so a reader may pass over them unread.
@@ -871,6 +893,11 @@ private struct SnapshotReader {
         } catch {
             throw malformed("a \(type) payload (\(error))")
         }
+    }
+
+    mutating func hookRun() throws -> HookRun {
+        let key = HookRunKey(hook: try choice(HookKind.self), task: try optionalString(), batchSeq: try optionalInt())
+        return HookRun(key: key, batch: try optionalString(), startedSeq: try int(), endUnknownSinceMs: try optionalInt())
     }
 
     mutating func batch() throws -> BatchFinished {
