@@ -69,9 +69,11 @@ public final class Agent {
     /// Runs until SIGTERM/SIGINT (exit 0) or, with `exitWhenIdle`, until the
     /// inbox is empty and nothing is queued or running (0, or 4 if a task failed).
     public func run(exitWhenIdle: Bool) throws -> Int32 {
-        try FileSystem.makeDirectory(paths.stateDir)
+        try StrictModes.makeTrustedStateDir(paths.stateDir)
         let lock = try StateLock(path: paths.lockFile, stateDir: paths.stateDir)
         let inboxLock = try InboxLock(inbox: paths.inbox, stateDir: paths.stateDir)
+        // Made last (by the intake), checked now: a refusal comes before anything is recorded.
+        try StrictModes.checkOwnFolderIfThere(Intake.rejectedDirectory(of: paths.inbox), what: Intake.rejectedWords)
         defer { withExtendedLifetime((lock, inboxLock)) {} }
         // Blocked before anything slow, so a stop signal during start-up is not lost.
         let signalFd = try Posix.stopSignals()
@@ -80,7 +82,10 @@ public final class Agent {
         runStartedAtMs = Posix.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         defer { log.store.close() }
-        held.hold("the event log", at: paths.eventLog, identity: try FileSystem.identity(of: paths.eventLog))
+        held.hold("the event log", at: paths.eventLog, identity: try FileSystem.identity(of: paths.eventLog),
+                  trusted: ("file in the state dir", false))
+        held.hold("the state dir", at: paths.stateDir, identity: try FileSystem.identity(of: paths.stateDir),
+                  trusted: ("state dir", true))
         var snapshotSeq = try log.store.newestSnapshotSeq()
         // A snapshot the last run was killed while writing: its parts, with no row, go now, not at the next snapshot.
         let unnamedParts = try log.store.removeUnnamedSnapshotParts()
@@ -123,12 +128,13 @@ public final class Agent {
 
         let watcher = try InboxWatcher(directory: paths.inbox)
         // (Looked up after the watch: a folder replaced in between is caught at the first check.)
-        held.hold("the inbox", at: paths.inbox, identity: try FileSystem.identity(of: paths.inbox))
+        held.hold("the inbox", at: paths.inbox, identity: try FileSystem.identity(of: paths.inbox), trusted: ("inbox", true))
         intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
                             exists: { [unowned self] path in context.publishing.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] job, source in control.apply(job, source: source) }
         // Its lock (see InboxLock): `.taken/` deleted or replaced would let a second agent take the inbox.
-        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: try FileSystem.identity(of: intake.takenDirectory))
+        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: try FileSystem.identity(of: intake.takenDirectory),
+                  trusted: (Intake.takenWords, true))
         // Jobs a previous agent had moved out of the inbox but not yet recorded.
         intake.takeLeftovers()
         logger.info("agent started", metadata: [

@@ -114,8 +114,8 @@ final class InboxLock {
 
     init(inbox: String, stateDir: String) throws {
         let taken = Intake.takenDirectory(of: inbox)
-        try FileSystem.makeDirectory(inbox)
-        try FileSystem.makeOwnDirectory(taken)
+        try StrictModes.makeTrusted(inbox, what: "inbox")
+        try FileSystem.makeOwnDirectory(taken, what: Intake.takenWords)
         let folder = try Posix.open(taken, O_RDONLY | O_DIRECTORY)
         do {
             try StateLock.acquire(folder, named: taken, optional: true) {
