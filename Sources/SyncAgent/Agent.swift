@@ -104,7 +104,6 @@ public final class Agent {
         let root = try DownloadRoot(path: paths.downloadDir)
         held.hold("download_dir", at: paths.downloadDir, identity: try root.identity())
         try makeEngine(root: root, snapshotSeq: snapshotSeq)
-        Recovery.admitFormerDownloadDirs(of: log.state, into: root)
 
         log.record(.agentStarted(AgentStarted(pid: Posix.processID, version: SyncAgentVersion.current, hooks: config.hooks)))
         Recovery.resumeInterruptedTasks(in: context)
@@ -129,7 +128,7 @@ public final class Agent {
         let watcher = try InboxWatcher(directory: paths.inbox)
         // (Looked up after the watch: a folder replaced in between is caught at the first check.)
         held.hold("the inbox", at: paths.inbox, identity: try FileSystem.identity(of: paths.inbox), trusted: ("inbox", true))
-        intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
+        intake = try Intake(inbox: paths.inbox, parser: context.rules, log: log, logger: logger,
                             exists: { [unowned self] path in context.publishing.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] job, source in control.apply(job, source: source) }
         // Its lock (see InboxLock): `.taken/` deleted or replaced would let a second agent take the inbox.
@@ -153,7 +152,8 @@ public final class Agent {
         let exchanges = ExchangePool(curl: curl, cookies: cookies, overallCap: config.maxOverallSpeed, logger: logger)
         let publishing = PublishQueue(root: root, log: log, logger: logger)
         context = RunnerContext(log: log, root: root, exchanges: exchanges, syncer: syncer, preparer: preparer, assembler: assembler,
-                                publishing: publishing, logger: logger, config: config, commit: { [unowned self] in try commit() })
+                                publishing: publishing, logger: logger, config: config, rules: jobParser(),
+                                commit: { [unowned self] in try commit() })
         exchanges.deadlineWords = { [unowned self] exchange in
             "\(context.totalTimeoutWords) (\(Redaction.url(log.state[exchange.taskID]?.currentURL ?? "")))"
         }
@@ -314,7 +314,7 @@ public final class Agent {
             guard runners[id]?.isBusy != true else { continue }
             // Its job, let go while it waited, is read back: every step from here on reads it.
             try log.holdJob(of: id)
-            guard let task = log.state[id] else { continue }
+            guard let task = log.state[id], !context.failIfRefused(task) else { continue }
             runners.start(task)
         }
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)
@@ -370,7 +370,8 @@ public final class Agent {
             config = next
             context.config = next
             context.settings = TransferSettings(config: next)
-            intake.parser = jobParser()
+            context.rules = jobParser()
+            intake.parser = context.rules
             log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart, hooks: next.hooks)))
             let capsChanged = applied.contains("max_speed")
             if capsChanged { context.exchanges.followConfigSpeed(next.maxSpeed) }
