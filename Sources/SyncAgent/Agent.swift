@@ -132,8 +132,8 @@ public final class Agent {
                             exists: { [unowned self] path in context.publishing.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] job, source in control.apply(job, source: source) }
         // Its lock (see InboxLock): `.taken/` deleted or replaced would let a second agent take the inbox.
-        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: try FileSystem.identity(of: intake.takenDirectory),
-                  trusted: (Intake.takenWords, true))
+        // (The one locked, looked up as the lock was taken: one put in its place since is caught at the first check.)
+        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: inboxLock.identity, trusted: (Intake.takenWords, true))
         // Jobs a previous agent had moved out of the inbox but not yet recorded.
         intake.takeLeftovers()
         logger.info("agent started", metadata: [

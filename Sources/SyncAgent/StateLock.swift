@@ -111,6 +111,8 @@ final class StateLock {
 /// locks while it writes).
 final class InboxLock {
     private let folder: Int32
+    /// The `.taken/` locked: the one its path must go on naming.
+    let identity: FileIdentity
 
     init(inbox: String, stateDir: String) throws {
         let taken = Intake.takenDirectory(of: inbox)
@@ -121,6 +123,7 @@ final class InboxLock {
             try StateLock.acquire(folder, named: taken, optional: true) {
                 AgentAlreadyRunning(stateDir: stateDir, pid: Self.flockHolder(of: folder), inbox: inbox)
             }
+            identity = FileIdentity(try Posix.status(of: folder, shown: taken))
         } catch {
             Posix.close(folder)
             throw error
