@@ -100,8 +100,18 @@ public enum StrictModes {
                 // Gone since it was listed: nothing to trust.
                 continue
             }
-            let role: FolderTrust.Role = (info.st_mode & S_IFMT) == S_IFLNK ? .link : .own
-            try judge(info, at: shown, role: role, what: "file in the state dir", target: stateDir)
+            guard (info.st_mode & S_IFMT) == S_IFLNK else {
+                try judge(info, at: shown, role: .own, what: "file in the state dir", target: stateDir)
+                continue
+            }
+            // A link of the user's (the log kept on another disk, say): what it names is opened, and judged.
+            try judge(info, at: shown, role: .link, what: "file in the state dir", target: stateDir)
+            do {
+                let named = try Posix.status(of: entry.name, at: folder, shown: shown)
+                try judge(named, at: shown, role: .own, what: "file in the state dir", target: stateDir)
+            } catch let error as SystemError where error.errno == ENOENT {
+                // Dangling: nothing is opened through it.
+            }
         }
     }
 

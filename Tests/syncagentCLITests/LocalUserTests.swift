@@ -172,6 +172,15 @@ struct LocalUserTests {
         #expect(status.status == 0)
         #expect(status.stderr.hasPrefix("syncagent: warning: file in the state dir \(log) is owned by user \(mallory.name)"))
         #expect(status.stdout.contains("failed"))
+
+        // Nor through a link of the user's own: what it names is what is opened.
+        try FileManager.default.moveItem(atPath: log, toPath: copy + ".hers")
+        // (Reading her log as root, `status` left a -wal and -shm that SQLite gave her too.)
+        for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: log + suffix) }
+        #expect(symlink(copy + ".hers", log) == 0)
+        let linked = try harness.run(["run", "--exit-when-idle"], seconds: 30)
+        #expect(linked.status == 1)
+        #expect(linked.stderr.hasPrefix("syncagent: file in the state dir \(log) is owned by user \(mallory.name)"), "\(linked.stderr)")
     }
 
     /// An inbox opened to others while the agent runs stops it, with the

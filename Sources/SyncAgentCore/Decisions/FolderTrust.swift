@@ -114,7 +114,7 @@ public enum FolderTrust {
         case .ownedBy(let uid):
             let fix = role == .own
                 ? "remove it and let syncagent make its own, or chown it to \(userName(me) ?? "uid \(me)")"
-                : "use a \(what) elsewhere, or have its owner give it to you or root"
+                : "use another \(what), or have its owner give it to you or root"
             return "\(place) is owned by \(user(uid)), not by you: \(stake), and they could change it; fix: \(fix)"
         case .writable(let mode):
             let whom = mode & groupWrite != 0 && mode & othersWrite != 0
