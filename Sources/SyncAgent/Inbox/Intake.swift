@@ -77,7 +77,7 @@ final class Intake {
     /// Files in the inbox that are not the agent's user's alone (another
     /// user's, or writable by others), by name, with the inode said once:
     /// each is named in the log once, and left where it is. Bounded: past
-    /// `capacity` names it starts afresh (a file may then be named again).
+    /// 4,096 names it starts afresh (a file may then be named again).
     private var leftAlone: [InboxName: UInt64] = [:]
 
     private func sayLeftAlone(_ name: InboxName, at path: String, _ problem: FolderTrust.Problem, inode: UInt64) {
@@ -208,6 +208,8 @@ final class Intake {
     private func taken(_ name: InboxName, _ outcome: TakenMover.Outcome, file: Result<JobFile?, Error>?, closedAfterWriting: Bool) {
         switch outcome {
         case .moved(let takenPath):
+            // The user's own file under a name another's had: taken, and nothing to skip at an idle exit.
+            leftAlone[name] = nil
             process(takenPath, name: name.text, closedAfterWriting: closedAfterWriting, file: file)
         case .gone:
             return
