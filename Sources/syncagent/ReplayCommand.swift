@@ -36,6 +36,7 @@ struct ReplayCommand: ParsableCommand {
     }
 
     func run() throws {
+        warnIfStateDirIsNotTrusted(try global.resolve().paths)
         let store = try openLog(global)
         let state: AgentState
         do {

@@ -68,6 +68,7 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         try check()
         let resolved = try global.resolve()
+        warnIfStateDirIsNotTrusted(resolved.paths)
         if watch { try watchLoop(resolved.paths) }
         let store = try openLog(global)
         let agent = AgentLiveness.probe(stateDir: resolved.paths.stateDir)
@@ -222,6 +223,16 @@ enum TerminalSize {
     static func current() -> (columns: Int, rows: Int) {
         guard let size = try? Posix.terminalSize(STDOUT_FILENO), size.columns > 0, size.rows > 0 else { return (80, 24) }
         return size
+    }
+}
+
+/// `status`, `replay` and `events` only read the log: from a state dir
+/// that `run` would refuse (SPEC §4.1) they still show what it says, for
+/// whoever inspects it, after one line on stderr saying why it may not be
+/// the agent's. They act on nothing it says and write nothing.
+func warnIfStateDirIsNotTrusted(_ paths: AgentPaths) {
+    for problem in StrictModes.problems(ofStateDir: paths.stateDir) {
+        FileHandle.standardError.write(Data("syncagent: warning: \(problem) (run refuses to start; what follows may not be the agent's log)\n".utf8))
     }
 }
 

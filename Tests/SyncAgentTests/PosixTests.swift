@@ -105,6 +105,22 @@ final class PosixFaultTests {
         return (try DownloadRoot(path: folder), folder)
     }
 
+    /// A path with `..` in it is never reached beneath download_dir, on a
+    /// kernel without openat2 too (ENOSYS, injected): its walk, one name at a
+    /// time, would have gone up the `..` and made the file beside the folder.
+    /// Such a path can only come from a log someone else wrote.
+    @Test func aPathUpADotDotIsNotBeneathDownloadDirEvenWithoutOpenat2() throws {
+        let (root, folder) = try downloads()
+        for file in [folder + "/../escaped.bin", folder + "/sub/../../escaped.bin", folder + "/./escaped.bin", folder + "//escaped.bin"] {
+            Posix.inject(.init(.open, errno: ENOSYS, matching: folder + "/", times: 1))
+            #expect(failure { try root.makeFile(file, mode: 0o644) } != nil, "\(file)")
+            Posix.removeFaults()
+            #expect(!root.exists(file))
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("escaped.bin")))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0 != "sub" }.isEmpty)
+    }
+
     @Test func aFailedRenameInTheDownloadFolderNamesBothPaths() throws {
         let (root, folder) = try downloads()
         let part = folder + "/sub/a.bin.part", dest = folder + "/sub/a.bin"

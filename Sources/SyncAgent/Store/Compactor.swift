@@ -201,7 +201,7 @@ extension Compactor {
     /// Throws `AgentAlreadyRunning` when an agent holds the lock: the
     /// request then goes to that agent instead.
     public static func compactAlone(paths: AgentPaths, olderThanS: Int64) throws -> Compacted {
-        try FileSystem.makeDirectory(paths.stateDir)
+        try StrictModes.makeTrustedStateDir(paths.stateDir)
         let lock = try StateLock(path: paths.lockFile, stateDir: paths.stateDir)
         defer { withExtendedLifetime(lock) {} }
         let report = try compact(eventLog: paths.eventLog, olderThanS: olderThanS, nowMs: FileSystem.nowMs, trigger: "requested",
