@@ -46,7 +46,8 @@ def as_build(binary, run):
 
 
 def race(rounds, builds, run_once):
-    """{build: [wall seconds per round]}, the builds alternating first."""
+    """{name: [wall seconds per round]} of run_once(name, thing) for each
+    (name, thing) of `builds`, which alternate going first."""
     walls = {name: [] for name, _ in builds}
     for round_index in range(rounds):
         order = builds[round_index % len(builds):] + builds[:round_index % len(builds)]
@@ -114,13 +115,7 @@ def main():
 
 def per_round(workload, title, urls, sizes, rounds, tools):
     """transfer_workload's rounds, kept one by one (it returns only medians)."""
-    walls = {name: [] for name, _ in tools}
-    for round_index in range(rounds):
-        order = tools[round_index % len(tools):] + tools[:round_index % len(tools)]
-        for name, run in order:
-            median = workload(title, urls, sizes, 1, [(name, run)])
-            walls[name].append(median[name][0])
-    return walls
+    return race(rounds, tools, lambda name, run: workload(title, urls, sizes, 1, [(name, run)])[name][0])
 
 
 def replay_race(events, rounds, builds):

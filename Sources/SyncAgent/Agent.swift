@@ -69,9 +69,11 @@ public final class Agent {
     /// Runs until SIGTERM/SIGINT (exit 0) or, with `exitWhenIdle`, until the
     /// inbox is empty and nothing is queued or running (0, or 4 if a task failed).
     public func run(exitWhenIdle: Bool) throws -> Int32 {
-        try FileSystem.makeDirectory(paths.stateDir)
+        try StrictModes.makeTrustedStateDir(paths.stateDir)
         let lock = try StateLock(path: paths.lockFile, stateDir: paths.stateDir)
         let inboxLock = try InboxLock(inbox: paths.inbox, stateDir: paths.stateDir)
+        // Made last (by the intake), checked now: a refusal comes before anything is recorded.
+        try StrictModes.checkOwnFolderIfThere(Intake.rejectedDirectory(of: paths.inbox), what: Intake.rejectedWords)
         defer { withExtendedLifetime((lock, inboxLock)) {} }
         // Blocked before anything slow, so a stop signal during start-up is not lost.
         let signalFd = try Posix.stopSignals()
@@ -80,7 +82,10 @@ public final class Agent {
         runStartedAtMs = Posix.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         defer { log.store.close() }
-        held.hold("the event log", at: paths.eventLog, identity: try FileSystem.identity(of: paths.eventLog))
+        held.hold("the event log", at: paths.eventLog, identity: try FileSystem.identity(of: paths.eventLog),
+                  trusted: ("file in the state dir", false))
+        held.hold("the state dir", at: paths.stateDir, identity: try FileSystem.identity(of: paths.stateDir),
+                  trusted: ("state dir", true))
         var snapshotSeq = try log.store.newestSnapshotSeq()
         // A snapshot the last run was killed while writing: its parts, with no row, go now, not at the next snapshot.
         let unnamedParts = try log.store.removeUnnamedSnapshotParts()
@@ -99,10 +104,10 @@ public final class Agent {
         let root = try DownloadRoot(path: paths.downloadDir)
         held.hold("download_dir", at: paths.downloadDir, identity: try root.identity())
         try makeEngine(root: root, snapshotSeq: snapshotSeq)
-        Recovery.admitFormerDownloadDirs(of: log.state, into: root)
 
         log.record(.agentStarted(AgentStarted(pid: Posix.processID, version: SyncAgentVersion.current, hooks: config.hooks)))
         Recovery.resumeInterruptedTasks(in: context)
+        announcements.recordHooksLeftUnended()
         announcements.announceOwedBatches()
         try log.commit()
         // Waiting jobs live in the log, not in memory: read back, as each task
@@ -123,12 +128,13 @@ public final class Agent {
 
         let watcher = try InboxWatcher(directory: paths.inbox)
         // (Looked up after the watch: a folder replaced in between is caught at the first check.)
-        held.hold("the inbox", at: paths.inbox, identity: try FileSystem.identity(of: paths.inbox))
-        intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
+        held.hold("the inbox", at: paths.inbox, identity: try FileSystem.identity(of: paths.inbox), trusted: ("inbox", true))
+        intake = try Intake(inbox: paths.inbox, parser: context.rules, log: log, logger: logger,
                             exists: { [unowned self] path in context.publishing.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] job, source in control.apply(job, source: source) }
         // Its lock (see InboxLock): `.taken/` deleted or replaced would let a second agent take the inbox.
-        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: try FileSystem.identity(of: intake.takenDirectory))
+        // (The one locked, looked up as the lock was taken: one put in its place since is caught at the first check.)
+        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: inboxLock.identity, trusted: (Intake.takenWords, true))
         // Jobs a previous agent had moved out of the inbox but not yet recorded.
         intake.takeLeftovers()
         logger.info("agent started", metadata: [
@@ -147,7 +153,8 @@ public final class Agent {
         let exchanges = ExchangePool(curl: curl, cookies: cookies, overallCap: config.maxOverallSpeed, logger: logger)
         let publishing = PublishQueue(root: root, log: log, logger: logger)
         context = RunnerContext(log: log, root: root, exchanges: exchanges, syncer: syncer, preparer: preparer, assembler: assembler,
-                                publishing: publishing, logger: logger, config: config, commit: { [unowned self] in try commit() })
+                                publishing: publishing, logger: logger, config: config, rules: jobParser(),
+                                commit: { [unowned self] in try commit() })
         exchanges.deadlineWords = { [unowned self] exchange in
             "\(context.totalTimeoutWords) (\(Redaction.url(log.state[exchange.taskID]?.currentURL ?? "")))"
         }
@@ -156,7 +163,7 @@ public final class Agent {
         network = NetworkWatch(context: context)
         context.network = network
         compaction = try CompactionScheduler(eventLog: paths.eventLog, snapshotSeq: snapshotSeq, context: context)
-        announcements = Announcements(context: context, notifier: notifier, hooks: HookRunner(stateDir: paths.stateDir))
+        announcements = Announcements(context: context, notifier: notifier, hooks: try HookRunner(stateDir: paths.stateDir))
         control = ControlDesk(context: context, compaction: compaction)
     }
 
@@ -214,7 +221,8 @@ public final class Agent {
                 context.needsScheduling = true
             }
             if let wake = nextTimedWakeMs, wake <= Posix.nowMs { context.needsScheduling = true }
-            if let wake = hooks.nextWakeMs, wake <= Posix.monotonicMs || hooks.fds.contains(where: ready.contains) {
+            // (Output alone wakes it too: a hook's output pipe left readable would spin the loop.)
+            if hooks.fds.contains(where: ready.contains) || hooks.nextWakeMs.map({ $0 <= Posix.monotonicMs }) == true {
                 announcements.reapHooks()
             }
             try context.exchanges.perform()
@@ -308,7 +316,7 @@ public final class Agent {
             guard runners[id]?.isBusy != true else { continue }
             // Its job, let go while it waited, is read back: every step from here on reads it.
             try log.holdJob(of: id)
-            guard let task = log.state[id] else { continue }
+            guard let task = log.state[id], !context.failIfRefused(task) else { continue }
             runners.start(task)
         }
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)
@@ -364,7 +372,8 @@ public final class Agent {
             config = next
             context.config = next
             context.settings = TransferSettings(config: next)
-            intake.parser = jobParser()
+            context.rules = jobParser()
+            intake.parser = context.rules
             log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart, hooks: next.hooks)))
             let capsChanged = applied.contains("max_speed")
             if capsChanged { context.exchanges.followConfigSpeed(next.maxSpeed) }

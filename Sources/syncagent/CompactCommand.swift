@@ -93,6 +93,13 @@ struct CompactCommand: ParsableCommand {
 
     static func describe(_ report: Compacted) -> String {
         let shrink = report.bytesBefore > 0 ? String(format: " (%.1f%%)", Double(report.bytesAfter) * 100 / Double(report.bytesBefore)) : ""
+        if report.trigger == "requested", report.events == 0 {
+            // As --older-than is written: 7d, 12h, 30m, 45s.
+            let age = [(86_400, "d"), (3_600, "h"), (60, "m")].first { report.olderThanS % Int64($0.0) == 0 && report.olderThanS > 0 }
+                .map { "\(report.olderThanS / Int64($0.0))\($0.1)" } ?? "\(report.olderThanS)s"
+            return "nothing to compact: no ended task older than \(age) has raw events left, "
+                + "nor has the agent; no snapshot written; log \(ByteCount.format(report.bytesBefore)) → \(ByteCount.format(report.bytesAfter))"
+        }
         return "compacted: snapshot at seq \(report.snapshotSeq); raw events of \(report.tasks) ended task(s) dropped "
             + "(\(report.events) events); log \(ByteCount.format(report.bytesBefore)) → \(ByteCount.format(report.bytesAfter))\(shrink)"
     }

@@ -13,6 +13,7 @@ struct EventsCommand: ParsableCommand {
             Example:
               syncagent events --task debian-13
               syncagent events --json --follow
+              syncagent events -n 50
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -26,8 +27,17 @@ struct EventsCommand: ParsableCommand {
     @Flag(help: "Keep printing new events, like tail -f.")
     var follow = false
 
+    @Option(name: [.customShort("n"), .customLong("lines")],
+            help: "Start with the last N events (default: all; with --follow, the last 10, as tail -f).")
+    var lines: Int?
+
+    func validate() throws {
+        if let lines, lines < 0 { throw ValidationError("-n wants a number of events, 0 or more, not \(lines)") }
+    }
+
     func run() throws {
         var last: Int64 = 0
+        warnIfStateDirIsNotTrusted(try global.resolve().paths)
         let store = try openLog(global)
         let pruned = try store.prunedThrough()
         if task == nil, pruned > 0 {
@@ -50,6 +60,9 @@ struct EventsCommand: ParsableCommand {
                 // Which compaction dropped them the log does not keep: only that one did.
                 FileHandle.standardError.write(Data("syncagent: the first events of task \(task) were compacted (syncagent compact); its state is kept\n".utf8))
             }
+        }
+        if let count = lines ?? (follow ? 10 : nil) {
+            last = try store.seq(beforeLast: count, task: task)
         }
         repeat {
             // Re-opened each round: the agent may create the log after we start.

@@ -36,6 +36,7 @@ struct ReplayCommand: ParsableCommand {
     }
 
     func run() throws {
+        warnIfStateDirIsNotTrusted(try global.resolve().paths)
         let store = try openLog(global)
         let state: AgentState
         do {
@@ -50,15 +51,20 @@ struct ReplayCommand: ParsableCommand {
         }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let plans = Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, in: state, nowMs: now)) })
+        // What the log records of hook runs that may not have run (a restart records those it finds unended).
+        let hookRuns = state.hookRunsThatMayNotHaveRun(agentRunning: true).filter { run in task.map { run.key.task == $0 } ?? true }
         if json {
             // Streamed as `status --json` is: a report per task, never the whole document in memory.
-            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state) }) { print($0, terminator: "") }
+            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state) }, hookRuns: hookRuns) {
+                print($0, terminator: "")
+            }
             print()
         } else {
             print("log: \(store.path), replayed through seq \(state.lastSeq)")
             // A video's segments are summed up on its row (replay --task SEGMENT shows one).
             let rows = task != nil ? tasks : tasks.filter { $0.spec.parent.map { state[$0] == nil } ?? true }
             print(TaskTable.render(rows, in: state, plans: plans.mapValues(\.words)), terminator: "")
+            for run in hookRuns { print("! " + Printable.escaping(run.words)) }
         }
         if verify {
             let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state, log: store) }

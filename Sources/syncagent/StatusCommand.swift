@@ -68,6 +68,7 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         try check()
         let resolved = try global.resolve()
+        warnIfStateDirIsNotTrusted(resolved.paths)
         if watch { try watchLoop(resolved.paths) }
         let store = try openLog(global)
         let agent = AgentLiveness.probe(stateDir: resolved.paths.stateDir)
@@ -87,12 +88,17 @@ struct StatusCommand: ParsableCommand {
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
             // Streamed: a report is made and printed per task, never the whole document in memory.
-            TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report) {
+            TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report,
+                                 hookRuns: state.hookRunsThatMayNotHaveRun(agentRunning: agent.running)) {
                 print($0, terminator: "")
             }
             print()
         } else {
-            print(screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
+            var lines = screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running))
+            // Above the summary line: a hook run that may not have run is said as plainly as a failure.
+            lines.insert(contentsOf: StatusView.hookNotes(state, listed: selection.tasks, agentRunning: agent.running, all: all, nowMs: nowMs),
+                         at: lines.count - 1)
+            print(lines.joined(separator: "\n"))
         }
         // Done: exit (stdio flushes) rather than free every task one by one,
         // which took 5% of a `status` on 10,000 tasks.
@@ -158,10 +164,11 @@ struct StatusCommand: ParsableCommand {
             return
         }
         print(TaskTable.detail(one, in: state, agentRunning: agentRunning))
+        if let run = state.taskHookMayNotHaveRun(id, agentRunning: agentRunning) { print("hook:        " + Printable.escaping(run.words)) }
         if one.createdSeq <= (try store.prunedThrough()), !events.contains(where: { $0.seq == one.createdSeq }) {
             print("history:     compacted (syncagent compact kept the task's state and dropped its raw events)")
         }
-        print("attempts:")
+        print("attempt history:")
         for record in history {
             let ending = record.endedBy ?? (one.phase == .running ? (agentRunning ? "running" : "interrupted") : "no end recorded")
             print("  #\(record.attempt) from byte \(record.offset), \(ending): " + (record.metrics?.words ?? "no metrics"))
@@ -216,6 +223,16 @@ enum TerminalSize {
     static func current() -> (columns: Int, rows: Int) {
         guard let size = try? Posix.terminalSize(STDOUT_FILENO), size.columns > 0, size.rows > 0 else { return (80, 24) }
         return size
+    }
+}
+
+/// `status`, `replay` and `events` only read the log: from a state dir
+/// that `run` would refuse (SPEC §4.1) they still show what it says, for
+/// whoever inspects it, after one line on stderr saying why it may not be
+/// the agent's. They act on nothing it says and write nothing.
+func warnIfStateDirIsNotTrusted(_ paths: AgentPaths) {
+    for problem in StrictModes.problems(ofStateDir: paths.stateDir) {
+        FileHandle.standardError.write(Data("syncagent: warning: \(problem) (run refuses to start; what follows may not be the agent's log)\n".utf8))
     }
 }
 

@@ -13,7 +13,7 @@ import TestSupport
 struct FixtureLogReplayTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("../Fixtures/logs").standardizedFileURL.path
-    static let snapshotFormats = [2, 3, 4, 5]
+    static let snapshotFormats = [2, 3, 4, 5, 6]
 
     let directory = TempDirectory()
 
@@ -127,7 +127,7 @@ struct FixtureLogReplayTests {
     /// Each snapshot log holds one snapshot, of its format, marked pruned
     /// (events it covers were deleted: it is the only record of them),
     /// then events after it; replay is that snapshot, decoded, with the
-    /// rows after it folded one by one. Formats 3 to 5 were written from
+    /// rows after it folded one by one. Formats 3 to 6 were written from
     /// the very story the raw log tells: their snapshot holds its fold.
     @Test(arguments: snapshotFormats)
     func aSnapshotLogReplaysFromItsSnapshotAndTheRowsAfterIt(format: Int) throws {

@@ -20,10 +20,10 @@ struct InboxWatcherTests {
     @Test func closedAndMovedInJobsAreReportedTempNamesAreNot() throws {
         let inbox = directory.file("inbox")
         let watcher = try InboxWatcher(directory: inbox)
-        FileManager.default.createFile(atPath: inbox + "/written.job", contents: Data("url = \"http://h/x\"".utf8))
-        FileManager.default.createFile(atPath: inbox + "/.hidden.job", contents: Data())
-        FileManager.default.createFile(atPath: inbox + "/moving.job.tmp", contents: Data())
-        FileManager.default.createFile(atPath: inbox + "/notes.txt", contents: Data())
+        try Data("url = \"http://h/x\"".utf8).write(to: URL(fileURLWithPath: inbox + "/written.job"))
+        try Data().write(to: URL(fileURLWithPath: inbox + "/.hidden.job"))
+        try Data().write(to: URL(fileURLWithPath: inbox + "/moving.job.tmp"))
+        try Data().write(to: URL(fileURLWithPath: inbox + "/notes.txt"))
         #expect(rename(inbox + "/moving.job.tmp", inbox + "/moved.job") == 0)
         let names = drainUntil(watcher, count: 2)
         #expect(names == ["written.job", "moved.job"])
@@ -46,7 +46,7 @@ struct InboxWatcherTests {
         let watcher = try InboxWatcher(directory: inbox)
         for (index, name) in ["b.job", "a.job", "c.job.tmp"].enumerated() {
             let path = inbox + "/" + name
-            FileManager.default.createFile(atPath: path, contents: Data())
+            try Data().write(to: URL(fileURLWithPath: path))
             var times = [timespec(tv_sec: 1_000_000 + index, tv_nsec: 0), timespec(tv_sec: 1_000_000 + index, tv_nsec: 0)]
             utimensat(AT_FDCWD, path, &times, 0)
         }

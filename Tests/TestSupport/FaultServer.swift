@@ -21,7 +21,7 @@ public final class FaultServer {
         requestLog = directory.file("fault-requests.log")
         receivedLog = directory.file("fault-received.jsonl")
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: requestLog, contents: nil)
+        try Data().write(to: URL(fileURLWithPath: requestLog))
         port = freePort()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("fault_server.py").path
         server = try ChildProcess("/usr/bin/python3", [script, "--host", host, "--port", "\(port)", "--root", root, "--log", requestLog,

@@ -124,6 +124,10 @@ public struct RandomLog {
         case 6:
             if let seq = state.owedBatchHooks.keys.min() {
                 add(.hookStarted(HookStarted(hook: .batchEnd, batchSeq: seq, program: "/bin/true")))
+            } else if let run = state.hooksInFlight.values.min(by: { $0.startedSeq < $1.startedSeq }), chance(60) {
+                // Its end; or, as a start after a crash records it, no end seen.
+                add(.hookEnded(HookEnded(hook: run.key.hook, batchSeq: run.key.batchSeq, pid: chance(50) ? 77 : nil, exitStatus: 0,
+                                         durationMs: 5, mayNotHaveRun: chance(40) ? true : nil)), task: run.key.task)
             } else {
                 add(.configReloaded(ConfigReloaded(file: "config.toml", applied: ["max_active"], needRestart: [], hooks: chance(50) ? ["batch_end"] : [])))
             }

@@ -323,6 +323,43 @@ struct CommandLineTests {
         follow.wait(seconds: 10)
     }
 
+    /// `events -n N` prints the last N; `--follow` starts with the last 10,
+    /// as `tail -f` does, instead of the whole log, then goes on with new ones.
+    @Test func eventsStartsWithTheLastOnesWhenAskedAndWhenFollowing() throws {
+        let harness = try AgentHarness()
+        try FileManager.default.createDirectory(atPath: harness.stateDir, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: FixtureLogTests.folder + "/all-events/events.sqlite",
+                                         toPath: harness.stateDir + "/events.sqlite")
+        let all = try harness.run(["events"]).stdout.split(separator: "\n").map(String.init)
+        #expect(all.count > 20)
+        #expect(try harness.run(["events", "-n", "5"]).stdout.split(separator: "\n").map(String.init) == Array(all.suffix(5)))
+        #expect(try harness.run(["events", "-n", "0"]).stdout.isEmpty)
+        #expect(try harness.run(["events", "-n", "100000"]).stdout.split(separator: "\n").map(String.init) == all)
+        let refused = try harness.run(["events", "--lines=-1"])
+        #expect(refused.status != 0 && refused.stderr.contains("-n wants a number of events"), "\(refused.stderr)")
+
+        let oneTask = try harness.run(["events", "--json"]).stdout.split(separator: "\n")
+            .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            .compactMap { $0["task"] as? String }
+        let busiest = try #require(Dictionary(grouping: oneTask, by: { $0 }).max { $0.value.count < $1.value.count }?.key)
+        let ofTask = try harness.run(["events", "--task", busiest]).stdout.split(separator: "\n").map(String.init)
+        #expect(ofTask.count > 3)
+        #expect(try harness.run(["events", "--task", busiest, "-n", "3"]).stdout.split(separator: "\n").map(String.init)
+                == Array(ofTask.suffix(3)))
+
+        let follow = try ChildProcess(syncagentBinary, ["events", "--follow"] + harness.globalFlags,
+                                      environment: harness.environment, outputIn: harness.directory.path)
+        defer { follow.signal(SIGTERM); follow.wait(seconds: 10) }
+        #expect(eventually(within: 10) { follow.stdout.split(separator: "\n").count >= 10 })
+        // A compaction adds an event: it follows the ten, nothing of the older log comes between.
+        #expect(try harness.run(["compact"]).status == 0)
+        #expect(eventually(within: 10) { follow.stdout.contains("\tcompacted\t") && follow.stdout.split(separator: "\n").count > 10 },
+                "\(follow.stdout)")
+        let followed = follow.stdout.split(separator: "\n").map(String.init)
+        #expect(Array(followed.prefix(10)) == Array(all.suffix(10)))
+        #expect(followed.dropFirst(10).allSatisfy { !all.contains($0) })
+    }
+
     @Test func forgetTakesEndedTasksOffTheListAndKeepsTheirHistory() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)

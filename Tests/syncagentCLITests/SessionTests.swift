@@ -12,7 +12,7 @@ import Glibc
 struct SessionTests {
     /// A file of `size` bytes written a MiB at a time (a 200 MiB file never sits in memory).
     func makeFile(_ path: String, size: Int, seed: UInt8 = 1) throws -> String {
-        FileManager.default.createFile(atPath: path, contents: nil)
+        try Data().write(to: URL(fileURLWithPath: path))
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         var block = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed)) })
         var left = size

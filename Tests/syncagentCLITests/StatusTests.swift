@@ -66,6 +66,9 @@ struct StatusTests {
 
         let detail = try harness.run(["status", "--task", "one"])
         #expect(detail.stdout.contains("bytes:       2.9 MiB (3000000 bytes) of 2.9 MiB (3000000 bytes)"), "\(detail.stdout)")
+        // The count and the history each once, under names of their own.
+        #expect(detail.stdout.split(separator: "\n").filter { $0.hasPrefix("attempts:") } == ["attempts:    1"], "\(detail.stdout)")
+        #expect(detail.stdout.contains("attempt history:\n  #1 from byte 0, finished"), "\(detail.stdout)")
         let failed = try harness.run(["status", "--state", "failed"])
         #expect(failed.stdout.contains("bad ") && !failed.stdout.contains("one "), "\(failed.stdout)")
         #expect(failed.stdout.hasSuffix("1 failed\n"), "\(failed.stdout)")

@@ -74,9 +74,17 @@ extension RunnerContext {
     /// next request goes to the new URL without the job's credentials
     /// unless it is the job's own host.
     private func follow(_ task: TaskState, to target: String, status: Int, metrics: AttemptMetrics) {
-        guard (try? URLRules.checkTransferURL(target, key: "Location")) != nil else {
-            fail(task, reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(target)))",
-                 code: .curl(Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue)), metrics: metrics)
+        do {
+            try URLRules.checkTransferURL(target, key: "Location")
+        } catch {
+            if !URLRules.hasHTTPScheme(target) {
+                fail(task, reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(target)))",
+                     code: .curl(Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue)), metrics: metrics)
+            } else {
+                // Whatever else the job URL's rules refuse (a URL too long to ask for, a space …), in their words.
+                fail(task, reason: "refused a redirect: its Location \((error as? KeyError)?.problem ?? "\(error)")",
+                     code: .curl(Int(CURLE_URL_MALFORMAT.rawValue)), metrics: metrics)
+            }
             return
         }
         guard task.redirects < settings.maxRedirects else {

@@ -401,7 +401,8 @@ class TransferRunner: TaskRunner {
 
     /// A crash between committing `finished` and the rename leaves the body at its partial path: renamed now.
     class func tidyAfterRestart(_ task: TaskState, in context: RunnerContext) {
-        guard task.phase == .finished, let part = task.partPath, context.root.exists(part), let dest = task.dest else { return }
+        guard task.phase == .finished, let part = task.partPath, let dest = task.dest else { return }
+        guard context.root.exists(part) else { return context.sayUnreachable(task, file: part) }
         if isUnpublishedBody(of: task, part: part, dest: dest, in: context) {
             context.publishing.completeRename(of: task, from: part, to: dest)
         } else {

@@ -446,6 +446,46 @@ public enum Posix {
     /// This process's id (getpid cannot fail).
     static var processID: pid_t { getpid() }
 
+    /// The user whose rights the process acts with (geteuid cannot fail):
+    /// the one whose folders and jobs the agent trusts.
+    public static var effectiveUserID: uid_t { geteuid() }
+
+    /// Who is in group `gid`: the uids whose primary group it is (every user
+    /// of the user database looked at) and the names it lists; nil when the
+    /// group database has no such group. Not thread-safe (getpwent walks one
+    /// shared cursor): asked on one thread, at start-up and by the loop.
+    static func groupMembers(_ gid: gid_t) -> (primary: [uid_t], listed: [String])? {
+        var entry = group()
+        var found: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 1 << 16)
+        guard getgrgid_r(gid, &entry, &buffer, buffer.count, &found) == 0, found != nil else { return nil }
+        var listed: [String] = []
+        if var member = entry.gr_mem {
+            while let name = member.pointee {
+                listed.append(String(cString: name))
+                member += 1
+            }
+        }
+        var primary: [uid_t] = []
+        setpwent()
+        while let user = getpwent() {
+            if user.pointee.pw_gid == gid { primary.append(user.pointee.pw_uid) }
+        }
+        endpwent()
+        return (primary, listed)
+    }
+
+    /// The login name of `uid`, nil when the user database has none (or
+    /// cannot be read): only for words, never for a decision.
+    public static func userName(of uid: uid_t) -> String? {
+        var entry = passwd()
+        var found: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let status = getpwuid_r(uid, &entry, &buffer, buffer.count, &found)
+        guard status == 0, found != nil, let name = entry.pw_name else { return nil }
+        return String(cString: name)
+    }
+
     /// Ends the process at once: no atexit handler, no buffer flushed, as a
     /// `kill -9` would (crash tests). _exit cannot fail and does not return.
     static func exitImmediately(_ status: Int32) -> Never { _exit(status) }

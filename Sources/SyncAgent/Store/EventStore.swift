@@ -258,6 +258,23 @@ public final class EventStore {
         }
     }
 
+    /// The seq just before the last `count` events (of `task`, or of all):
+    /// where `events -n COUNT` starts. 0 when the log holds no more than that.
+    public func seq(beforeLast count: Int, task: String? = nil) throws -> Int64 {
+        guard db != nil, try schemaVersion() > 0 else { return 0 }
+        let filter = task == nil ? "" : " WHERE task = ?2"
+        let statement = try prepare("SELECT seq FROM events\(filter) ORDER BY seq DESC LIMIT 1 OFFSET ?1")
+        defer { sqlite3_finalize(statement) }
+        guard sqlite3_bind_int64(statement, 1, Int64(count)) == SQLITE_OK,
+              task.map({ sqlite3_bind_text(statement, 2, $0, -1, SQLITE_TRANSIENT) == SQLITE_OK }) ?? true
+        else { throw error("cannot bind the last \(count) events") }
+        switch sqlite3_step(statement) {
+        case SQLITE_DONE: return 0
+        case SQLITE_ROW: return sqlite3_column_int64(statement, 0)
+        default: throw error("cannot read the last \(count) events")
+        }
+    }
+
     /// Streams raw rows (for `events`).
     public func forEachRow(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
                            _ body: (Row) throws -> Void) throws {
@@ -723,6 +740,30 @@ public final class EventStore {
             }
             return (rows, touched)
         }
+    }
+
+    /// Whether `deleteEvents` would delete anything for these arguments: an
+    /// agent event from before `beforeMs` (a compaction's report aside), or
+    /// an event at or below `through` of one of `tasks` that has none after
+    /// it. Stops at the first. Asked before a requested compaction writes its
+    /// snapshot: one with nothing to drop would only add the snapshot's size
+    /// to the log (and keep the pruned one before it, which time travel needs).
+    public func holdsEventsToDrop(tasks: [String], through: Int64, beforeMs: Int64) throws -> Bool {
+        if try scalar("""
+            SELECT EXISTS (SELECT 1 FROM events WHERE task IS NULL AND at_ms < \(beforeMs) AND seq <= \(through) AND type != 'compacted')
+            """) == 1 { return true }
+        let ofTask = try prepare("""
+            SELECT EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq <= ?2) AND NOT EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq > ?2)
+            """)
+        defer { sqlite3_finalize(ofTask) }
+        for task in tasks {
+            sqlite3_reset(ofTask)
+            guard sqlite3_bind_text(ofTask, 1, task, -1, SQLITE_TRANSIENT) == SQLITE_OK,
+                  sqlite3_bind_int64(ofTask, 2, through) == SQLITE_OK else { throw error("cannot bind a task to look up") }
+            guard sqlite3_step(ofTask) == SQLITE_ROW else { throw error("cannot read the event log (the events of task \(task))") }
+            if sqlite3_column_int64(ofTask, 0) == 1 { return true }
+        }
+        return false
     }
 
     /// Gives up to `pages` free pages back to the file system; false once none are left.

@@ -52,7 +52,9 @@ final class DataSyncer: Sendable {
     var fd: Int32 { finished.fd }
     private let finished: WorkerResults<Done>
     private let group = DispatchGroup()
-    private let queue = DispatchQueue(label: "syncagent.fdatasync", attributes: .concurrent)
+    private let threads = FlushThreads(name: "syncagent.sync", limit: 16)
+    /// New parts made side by side share their folder's sync.
+    private let folderSyncs = SharedSyncs()
 
     init() throws {
         finished = try WorkerResults()
@@ -60,6 +62,7 @@ final class DataSyncer: Sendable {
 
     deinit {
         group.wait()
+        threads.stop()
         finished.close()
     }
 
@@ -82,12 +85,15 @@ final class DataSyncer: Sendable {
             report(done, error: Self.errno(of: error))
             return
         }
-        queue.async { [self] in
+        threads.run { [self] in
             var error: Int32?
             var result = done
             do {
                 if done.complete { try Posix.sync(duplicate, shown: shown) } else { try Posix.dataSync(duplicate, shown: shown) }
-                if let name { try name.root.syncDirectory(of: name.path) }
+                if let name {
+                    let folder = (name.path as NSString).deletingLastPathComponent
+                    try folderSyncs.sync(folder) { try name.root.syncDirectory(of: name.path) }
+                }
             } catch let failure {
                 // Never tried again: after a failed fdatasync the kernel may
                 // have dropped the dirty pages, and a second one would succeed

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
@@ -14,15 +13,14 @@ import Glibc
 /// call; kernels before 5.6 get the same rule from `openat` with
 /// O_NOFOLLOW, one component at a time.
 ///
-/// Tasks created under an earlier `download_dir` keep their destinations:
-/// the folders holding them are admitted (`admitFormer`) and reached the
-/// same way, beneath the folder, opened by path when asked.
+/// Nothing outside it is reached, whatever path a task holds: one the log
+/// gives outside it (a task made under another download_dir, or a log not
+/// written by this agent) is refused, never admitted (SPEC §6 rule 3), and so
+/// is a path with a `.` or `..` name in it, which the walk of old kernels
+/// would otherwise follow up and out.
 final class DownloadRoot: Sendable {
     let path: String
     private let fd: Int32
-    /// Folders outside `path` holding files of tasks made before download_dir changed: admitted by
-    /// the loop at start-up, looked up by the workers that make, join and sync files beneath them.
-    private let formerFolders = Mutex<[String]>([])
 
     init(path: String) throws {
         self.path = path
@@ -39,68 +37,26 @@ final class DownloadRoot: Sendable {
     /// Whether `file` lies beneath download_dir itself.
     func holds(_ file: String) -> Bool { beneath(file) != nil }
 
-    /// Admits the folder holding `file`, a destination of a task made under an
-    /// earlier download_dir (nothing to do for one beneath the current root).
-    func admitFormer(folderOf file: String) {
-        let folder = (file as NSString).deletingLastPathComponent
-        guard !folder.isEmpty, beneath(file) == nil else { return }
-        formerFolders.withLock { folders in
-            guard !folders.contains(where: { PathRules.isSame(folder, $0) || PathRules.isInside(folder, $0) }) else { return }
-            folders.removeAll { PathRules.isInside($0, folder) }
-            folders.append(folder)
-        }
-    }
-
     /// `file` relative to the root, or an error if it is not beneath it
     /// (a task created under another download_dir).
     private func relative(_ file: String) throws -> String {
         guard let relative = beneath(file) else {
-            throw SystemError(operation: "\(file) is outside download_dir \(path) (its task was made under another)", errno: EXDEV)
+            throw SystemError(operation: "\(file) is not a plain path beneath download_dir \(path)", errno: EXDEV)
         }
         return relative
     }
 
     /// `file` relative to the root, or nil: for questions, which an
     /// answer of "no" settles without building an error's message.
-    private func beneath(_ file: String) -> String? { Self.relative(file, to: path) }
-
-    private static func relative(_ file: String, to folder: String) -> String? {
-        guard PathRules.isInside(file, folder) else { return nil }
-        return String(decoding: file.utf8.dropFirst(folder == "/" ? 1 : folder.utf8.count + 1), as: UTF8.self)
-    }
-
-    /// The former folder holding `file`, opened, and `file` relative to it.
-    /// A folder not made yet (a queued task's) is reached from the nearest
-    /// one above it that is there, and made beneath it like the root's.
-    /// Opened by path, it must be the folder of that path with no symbolic
-    /// link on the way (asked of the descriptor, so nothing can change in
-    /// between): an adversary planted one in the old folder, and the task
-    /// wrote outside both download_dirs.
-    private func former(_ file: String) throws -> (folder: String, descriptor: Int32, relative: String)? {
-        guard var folder = formerFolders.withLock({ $0.first { PathRules.isInside(file, $0) } }) else { return nil }
-        while true {
-            let descriptor: Int32
-            do {
-                descriptor = try Posix.open(folder, O_RDONLY | O_DIRECTORY)
-            } catch let error as SystemError {
-                let above = (folder as NSString).deletingLastPathComponent
-                guard error.errno == ENOENT, !above.isEmpty, above != folder else {
-                    throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: error.errno)
-                }
-                folder = above
-                continue
-            }
-            if FileSystem.realPath(of: descriptor).map({ !PathRules.isSame($0, folder) }) ?? true {
-                Posix.close(descriptor)
-                throw SystemError(operation: "open \(folder) (a symbolic link on the way to a folder of a task made under an "
-                                  + "earlier download_dir is never followed)", errno: ELOOP)
-            }
-            guard let relative = Self.relative(file, to: folder) else {
-                Posix.close(descriptor)
-                throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: EINVAL)
-            }
-            return (folder, descriptor, relative)
+    private func beneath(_ file: String) -> String? {
+        guard PathRules.isInside(file, path) else { return nil }
+        let relative = file.utf8.dropFirst(path == "/" ? 1 : path.utf8.count + 1)
+        // Names only: no empty one, no `.`, no `..` (checked in place: every open asks).
+        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+        for name in relative.split(separator: slash, omittingEmptySubsequences: false) {
+            if name.isEmpty || (name.first == dot && (name.count == 1 || (name.count == 2 && name.last == dot))) { return nil }
         }
+        return String(decoding: relative, as: UTF8.self)
     }
 
     /// The directory holding `file`, opened beneath the root (created, with
@@ -110,7 +66,7 @@ final class DownloadRoot: Sendable {
         try parent(of: file, relative: relative, create: create, beneath: fd, named: path)
     }
 
-    /// As above, beneath `base` (the root, or a former folder), which is named `basePath`.
+    /// As above, beneath `base`, which is named `basePath`.
     private func parent(of file: String, relative: String, create: Bool, beneath base: Int32,
                         named basePath: String) throws -> (directory: Int32, name: String) {
         // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
@@ -180,12 +136,6 @@ final class DownloadRoot: Sendable {
     /// `dup` of it to close again: each small download asks this six times).
     @discardableResult
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
-        if beneath(file) == nil, let (folder, descriptor, relative) = try former(file) {
-            defer { Posix.close(descriptor) }
-            let (directory, name) = try parent(of: file, relative: relative, create: create, beneath: descriptor, named: folder)
-            defer { Posix.close(directory) }
-            return try body(directory, name)
-        }
         let relative = try relative(file)
         if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(fd, relative) }
         let (directory, name) = try parent(of: file, relative: relative, create: create)
@@ -276,9 +226,8 @@ final class DownloadRoot: Sendable {
     /// path that is not there through any route is absent beneath the root
     /// too; only a path that is there is looked at without symlinks.
     /// (A start asks it of every finished task's partial file: one outside
-    /// the root, a former download_dir's, is absent by its path far more
-    /// often than not, and opening its folders each time cost 6,000
-    /// instructions a task.)
+    /// the root is absent by its path far more often than not, and opening
+    /// its folders each time cost 6,000 instructions a task.)
     func exists(_ file: String) -> Bool {
         let (folder, name) = beneath(file).map { (fd, $0) } ?? (AT_FDCWD, file)
         do {

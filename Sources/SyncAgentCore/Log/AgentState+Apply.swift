@@ -54,11 +54,23 @@ extension AgentState {
             owedNotices[key] = batch
             if armedHooks.contains(.batchEnd) { owedBatchHooks[event.seq] = batch }
         case .hookStarted(let hook):
+            let key = HookRunKey(hook: hook.hook, task: event.task, batchSeq: hook.batchSeq)
+            let batch = hook.batchSeq.flatMap { owedBatchHooks[$0]?.batch }
             switch hook.hook {
             case .taskEnd: if let id = event.task { owedTaskHooks.remove(id) }
             case .batchEnd: if let seq = hook.batchSeq { owedBatchHooks[seq] = nil }
             }
-        case .hookEnded, .compacted:
+            hooksInFlight[key] = HookRun(key: key, batch: batch, startedSeq: event.seq)
+            hooksMayNotHaveRun[key] = nil
+        case .hookEnded(let ended):
+            let key = HookRunKey(hook: ended.hook, task: event.task, batchSeq: ended.batchSeq)
+            let run = hooksInFlight.removeValue(forKey: key)
+            if ended.mayNotHaveRun == true {
+                var lost = run ?? HookRun(key: key, startedSeq: event.seq)
+                lost.endUnknownSinceMs = event.atMs
+                hooksMayNotHaveRun[key] = lost
+            }
+        case .compacted:
             break
         case .notified(let notice):
             if let id = event.task {

@@ -358,6 +358,9 @@ public struct Forgotten: Codable, Equatable, Sendable {
 public enum HookKind: String, Codable, Equatable, Sendable, CaseIterable {
     case taskEnd = "task_end"
     case batchEnd = "batch_end"
+
+    /// The config key that sets it, as people know it: `on_task_end`, `on_batch_end`.
+    public var configKey: String { "on_" + rawValue }
 }
 
 /// A hook is about to start: recorded and committed before the process is
@@ -376,7 +379,8 @@ public struct HookStarted: Codable, Equatable, Sendable {
 
 /// How a hook's process ended: its exit status, or the signal that ended it
 /// (SIGKILL from the agent when it ran past `hook_timeout`: `timedOut`), or
-/// why it could not be started (`error`).
+/// why it could not be started (`error`), or that no end was seen at all
+/// (`mayNotHaveRun`).
 public struct HookEnded: Codable, Equatable, Sendable {
     public var hook: HookKind
     public var batchSeq: Int64?
@@ -386,10 +390,15 @@ public struct HookEnded: Codable, Equatable, Sendable {
     public var timedOut: Bool
     public var durationMs: Int64
     public var error: String?
+    /// Recorded by the next agent's start for a run whose `hook_started` has
+    /// no end: the agent died after that commit, before the spawn or while
+    /// the hook ran. It is not run again (at most once); it may not have run.
+    /// Absent (nil) in every other `hook_ended`, and in logs before it existed.
+    public var mayNotHaveRun: Bool?
     public init(hook: HookKind, batchSeq: Int64? = nil, pid: Int32?, exitStatus: Int32? = nil, signal: Int32? = nil,
-                timedOut: Bool = false, durationMs: Int64, error: String? = nil) {
+                timedOut: Bool = false, durationMs: Int64, error: String? = nil, mayNotHaveRun: Bool? = nil) {
         self.hook = hook; self.batchSeq = batchSeq; self.pid = pid; self.exitStatus = exitStatus; self.signal = signal
-        self.timedOut = timedOut; self.durationMs = durationMs; self.error = error
+        self.timedOut = timedOut; self.durationMs = durationMs; self.error = error; self.mayNotHaveRun = mayNotHaveRun
     }
 }
 

@@ -391,6 +391,11 @@ public struct AgentState: Equatable, Sendable {
     public internal(set) var owedTaskHooks: Set<String> = []
     /// `batch_finished` events (by seq) owed an `on_batch_end` run.
     public internal(set) var owedBatchHooks: [Int64: BatchFinished] = [:]
+    /// Hook runs started whose end is not recorded: running, or left so by an agent that died.
+    public internal(set) var hooksInFlight: [HookRunKey: HookRun] = [:]
+    /// Hook runs whose `hook_ended` says they may not have run, until the
+    /// same hook starts again for the same task (a later end of it).
+    public internal(set) var hooksMayNotHaveRun: [HookRunKey: HookRun] = [:]
 
     public init() {}
 
