@@ -117,12 +117,13 @@ extension RunnerContext {
     /// it was kept), and for upload and data tasks the response's status and headers.
     /// - Parameter modifiedNs: the published file's modification time (a rename keeps the partial file's).
     /// - Parameter received: the bytes all connections of a segmented download received.
-    func recordFinished(_ task: TaskState, _ exchange: Exchange, bytes: Int64, dest: String?, modifiedNs: Int64? = nil,
-                        received: Int64? = nil) {
+    /// - Parameter sha256: the published bytes' SHA-256 (nil when no body is kept).
+    func recordFinished(_ task: TaskState, _ exchange: Exchange, bytes: Int64, dest: String?, sha256: String? = nil,
+                        modifiedNs: Int64? = nil, received: Int64? = nil) {
         var metrics = exchange.metrics
         if let received { metrics.bytesReceived = received }
         let response = task.spec.behaviour.recordsResponse ? exchange.responseHeaders : nil
-        record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256, status: response == nil ? nil : metrics.status,
+        record(.finished(Finished(bytes: bytes, dest: dest, sha256: sha256, status: response == nil ? nil : metrics.status,
                                   responseHeaders: response, metrics: metrics, modifiedNs: modifiedNs)), task: task.id)
         sayAfterCommit(.info, "task finished", ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
                                                 "status": "\(metrics.status)"])

@@ -183,12 +183,13 @@ final class DownloadRoot: Sendable {
         }
     }
 
-    /// The partial file, opened for writing without following a symlink,
-    /// cut back to `offset`: never trust bytes beyond what the log vouches for.
+    /// The partial file, opened for writing (and reading: its durable bytes
+    /// are hashed back through it) without following a symlink, cut back
+    /// to `offset`: never trust bytes beyond what the log vouches for.
     /// - Parameter mode: 0600 for what must not be readable by others (an HLS key).
     func openPartial(_ file: String, truncatingTo offset: Int64, mode: mode_t = 0o644) throws -> Int32 {
         try withParent(of: file, create: true) { directory, name in
-            let opened = try FileSystem.openRegular(name, at: directory, O_WRONLY | O_CREAT | O_NOFOLLOW, mode: mode, shown: file)
+            let opened = try FileSystem.openRegular(name, at: directory, O_RDWR | O_CREAT | O_NOFOLLOW, mode: mode, shown: file)
             let descriptor = opened.descriptor
             // Each call only where it changes something: most part files are
             // new, of the mode asked for, and written from byte 0.

@@ -519,6 +519,7 @@ final class Exchange {
         written = 0
         durable = 0
         validatorsLogged = true
+        partialFile?.chain?.reset()
         onProgress(Progressed(bytes: 0, total: nil, etag: etag, lastModified: lastModified, restartReason: reason))
         return nil
     }
@@ -638,14 +639,22 @@ final class Exchange {
     // MARK: - Durability
 
     /// fdatasync on the loop, then claim the bytes in the log (a pause, a
-    /// stop). A failed sync claims nothing and says why.
+    /// stop), with their digests (hashed here: at most a progress interval's
+    /// bytes). A failed sync or read claims nothing and says why.
     @discardableResult
     func flush() -> AttemptOutcome? {
         guard case .partialFile(let file) = sink, file.descriptor >= 0, isNews(upTo: written) else { return nil }
-        do { try Posix.dataSync(file.descriptor, shown: file.path) } catch {
+        var digests: [SpanDigest] = []
+        do {
+            try Posix.dataSync(file.descriptor, shown: file.path)
+            if let chain = file.chain {
+                guard let records = try chain.extend(file.descriptor, to: written, shown: file.path) else { return nil }
+                digests = records
+            }
+        } catch {
             return localFailure("flush", file.path, (error as? SystemError)?.errno ?? EIO)
         }
-        claim(upTo: written)
+        claim(upTo: written, digests: digests)
         return nil
     }
 
@@ -658,23 +667,28 @@ final class Exchange {
     }
 
     /// After the DataSyncer flushed the complete body: claim every byte written.
-    func claimSynced() {
-        claim(upTo: written)
+    func claimSynced(digests: [SpanDigest]) {
+        claim(upTo: written, digests: digests)
     }
 
-    /// A progress sync returned: bytes before `offset` are durable.
-    func claim(upTo offset: Int64) {
+    /// A progress sync returned: bytes before `offset` are durable, and `digests` vouch for them.
+    func claim(upTo offset: Int64, digests: [SpanDigest]) {
         syncPending = false
         guard isNews(upTo: offset), offset <= written else { return }
         durable = offset
         lastFlushMs = Posix.monotonicMs
-        var progress = Progressed(bytes: durable, total: total)
+        var progress = Progressed(bytes: durable, total: total, digests: digests.isEmpty ? nil : digests)
         if !validatorsLogged {
             progress.etag = etag
             progress.lastModified = lastModified
             validatorsLogged = true
         }
         onProgress(progress)
+    }
+
+    /// A progress sync returned with nothing to claim: the next write may ask for another.
+    func syncDropped() {
+        syncPending = false
     }
 
     /// A progress sync failed: nothing is claimed, and the exchange ends
@@ -765,6 +779,8 @@ final class PartialFile {
     let path: String
     private(set) var descriptor: Int32
     private var make: (() throws -> Int32)?
+    /// The chain of digests this exchange's bytes extend (SPEC §6 rule 3).
+    var chain: DigestChain?
 
     init(path: String, descriptor: Int32) {
         self.path = path

@@ -117,11 +117,19 @@ public struct Progressed: Codable, Equatable, Sendable {
     public var fallback: String?
     /// A resumable upload: the size of the chunk just sent and confirmed (auto-sized ones change).
     public var chunk: Int64?
+    /// The SHA-256 of what this claim made durable (SPEC §6 rule 3), as the
+    /// chain of each part that grew (`SpanDigest`); kept by the fold in a `DigestBook`.
+    public var digests: [SpanDigest]?
+    /// Set when a resume found durable bytes that no longer match their
+    /// digests: which, and how many are fetched again (`bytes` and `ranges`
+    /// say what is left).
+    public var mismatch: String?
     public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
-                restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil) {
+                restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil,
+                digests: [SpanDigest]? = nil, mismatch: String? = nil) {
         self.bytes = bytes; self.total = total; self.etag = etag
         self.lastModified = lastModified; self.restartReason = restartReason; self.ranges = ranges
-        self.fallback = fallback; self.chunk = chunk
+        self.fallback = fallback; self.chunk = chunk; self.digests = digests; self.mismatch = mismatch
     }
 }
 
@@ -187,6 +195,8 @@ public struct Retrying: Codable, Equatable, Sendable {
 public struct Finished: Codable, Equatable, Sendable {
     public var bytes: Int64
     public var dest: String?
+    /// The published bytes' SHA-256, hashed as they were made durable
+    /// (earlier logs: the job's `sha256`, when it gave one).
     public var sha256: String?
     /// Upload and data tasks: the final response's status and headers.
     public var status: Int?
