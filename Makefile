@@ -14,10 +14,11 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # iproute2 (ip netns, veth) takes a test agent offline; libsystemd0 is the sd-bus
 # the agent dlopens to follow NetworkManager (mocked by python3-dbusmock).
 # fuse3 and libfuse3-dev, built with gcc: forgetfs, the test file system that
-# forgets at a power cut what was never made durable (Tests/TestSupport/forgetfs).
+# forgets at a power cut what was never made durable (Tests/TestSupport/forgetfs);
+# bindfs (FUSE) shows an inbox whose files appear as a network mount's do, unseen by inotify.
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
                   man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0 \
-                  python3-venv fuse3 libfuse3-dev gcc
+                  python3-venv fuse3 libfuse3-dev gcc bindfs
 BENCH_PACKAGES := curl aria2 time
 # From PyPI into a virtualenv of our own, made by Debian's python3 (python3-venv),
 # whatever python3 comes first on PATH: aiohttp-tus, the real tus server of the

@@ -37,6 +37,7 @@ public final class Agent {
     private var announcements: Announcements!
     private var control: ControlDesk!
     private var intake: Intake!
+    private var inboxPoller: InboxPoller?
     private var held: HeldFiles
 
     /// When this run began: a task that ended failed since then makes `--exit-when-idle` exit 4.
@@ -140,6 +141,7 @@ public final class Agent {
         logger.info("agent started", metadata: [
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
         intake.startBacklog(scan: watcher.scan)
+        inboxPoller = makeInboxPoller()
         // A stop leaves the rest of a backlog for the next start.
         defer { intake.endBacklog() }
 
@@ -165,6 +167,16 @@ public final class Agent {
         compaction = try CompactionScheduler(eventLog: paths.eventLog, snapshotSeq: snapshotSeq, context: context)
         announcements = Announcements(context: context, notifier: notifier, hooks: try HookRunner(stateDir: paths.stateDir))
         control = ControlDesk(context: context, compaction: compaction)
+    }
+
+    /// A scan of the inbox on an interval, where inotify cannot see every change (or `inbox_poll` asks).
+    private func makeInboxPoller() -> InboxPoller? {
+        let poller = InboxPoller.make(inbox: paths.inbox, configuredS: config.inboxPollS, nowMs: Posix.monotonicMs)
+        if let poller {
+            logger.info("the inbox is also scanned on an interval: \(poller.reason)",
+                        metadata: ["inbox": "\(paths.inbox)", "every": "\(poller.intervalMs / 1000)s"])
+        }
+        return poller
     }
 
     /// Wake, drain, decide, commit — until a stop signal, or idle when asked to stop then.
@@ -212,6 +224,10 @@ public final class Agent {
                 }
             }
             if ready.contains(watcher.fd) { takeJobs(watcher) }
+            if let poller = inboxPoller, poller.isDue(nowMs: Posix.monotonicMs) {
+                intake.take(polled: poller.poll(watcher, nowMs: Posix.monotonicMs))
+                context.needsScheduling = true
+            }
             if intake.isTakingBacklog {
                 try intake.takeBacklogSlice { try commit() }
                 context.needsScheduling = true
@@ -347,6 +363,7 @@ public final class Agent {
         if let wake = nextTimedWakeMs { timeout = min(timeout, wake - Posix.nowMs) }
         if let wake = runners.nextWakeMs { timeout = min(timeout, wake - monotonic) }
         if let hook = announcements.hooks.nextWakeMs { timeout = min(timeout, hook - monotonic) }
+        if let poller = inboxPoller { timeout = min(timeout, poller.nextDueMs - monotonic) }
         return Int32(max(0, timeout))
     }
 
@@ -382,6 +399,7 @@ public final class Agent {
             logger.notice("config reloaded", metadata: ["file": "\(file)", "applied": "\(applied)", "need_restart": "\(needRestart)"])
             // allow_metered may now hold back, or let go, tasks the link had no say over before.
             if applied.contains("allow_metered") { network.applyPolicy() }
+            if applied.contains("inbox_poll") { inboxPoller = makeInboxPoller() }
         } catch {
             log.record(.configReloaded(ConfigReloaded(file: file, applied: [], needRestart: [], error: "\(error)")))
             logger.error("config not reloaded; keeping the running settings", metadata: ["file": "\(file)", "error": "\(error)"])

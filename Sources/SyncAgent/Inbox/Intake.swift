@@ -153,6 +153,20 @@ final class Intake {
         beginBacklog(names, closed: true)
     }
 
+    /// Names a poll of the inbox found standing still (none seen closed):
+    /// taken as a start-up scan's are, after any backlog going on.
+    func take(polled names: [InboxName]) {
+        let names = names.filter { !isStuck($0) }
+        guard !names.isEmpty else { return }
+        if backlog != nil {
+            takesAfterBacklog += names.map { ($0, false) }
+        } else if names.count > Self.backlogSlice {
+            beginBacklog(names, closed: false)
+        } else {
+            for name in names { take(name, closedAfterWriting: false) }
+        }
+    }
+
     private func beginBacklog(_ names: [InboxName], closed: Bool) {
         backlog = BacklogReader(names: names, skipping: stuck, mover: mover)
         backlogWasClosed = closed

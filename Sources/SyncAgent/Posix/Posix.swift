@@ -35,7 +35,7 @@ public struct SystemError: Error, CustomStringConvertible {
 public enum Posix {
     /// The calls a test can make fail, by name.
     enum Call: String, Sendable, CaseIterable {
-        case open, close, read, write, fsync, fdatasync, syncfs, syncFileRange, ftruncate, lseek, stat, rename, link, unlink,
+        case open, close, read, write, fsync, fdatasync, syncfs, syncFileRange, ftruncate, lseek, stat, statfs, rename, link, unlink,
              mkdir, rmdir, chmod, flock, dup, pipe, fcntl, readlink, opendir, kill, waitpid, pidfd, spawn, inotify, signalfd,
              netlink, getifaddrs, clock, access, ioctl, sigprocmask, sigaction, sleep, mmap, lease, mallopt, networkManager
     }
@@ -286,6 +286,13 @@ public enum Posix {
         var info = stat()
         try checked(.stat, "stat \(shown() ?? path)") { fstatat(directory, path, &info, flags) }
         return info
+    }
+
+    /// The type of the file system `path` is on (`statfs`'s `f_type`, a magic number).
+    static func fileSystemType(of path: String) throws -> Int64 {
+        var type: CLongLong = 0
+        try checked(.statfs, "ask which file system \(path) is on") { sa_file_system_type(path, &type) }
+        return Int64(type)
     }
 
     /// As `status(of:)`, nil when nothing is at `path` (ENOENT): asked

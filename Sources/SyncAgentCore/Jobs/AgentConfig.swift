@@ -31,6 +31,9 @@ public struct AgentConfig: Equatable, Sendable {
     public var allowMetered = true
     /// Ended tasks keep their raw events this long; `compact` folds older ones into the snapshot.
     public var keepEndedS = Compaction.defaultKeepEndedS
+    /// Seconds between scans of the inbox beside inotify (0: never; nil: only
+    /// where inotify cannot see every change, `InboxPolling`).
+    public var inboxPollS: Int64?
     public var notify: NotifyMode = .batch
     public var userAgent: String?
     public var cookies: CookieMode = .persistent
@@ -56,7 +59,7 @@ public struct AgentConfig: Equatable, Sendable {
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
-        "allow_metered", "keep_ended",
+        "allow_metered", "keep_ended", "inbox_poll",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
@@ -76,7 +79,7 @@ public struct AgentConfig: Equatable, Sendable {
         note("ca_file", \.caFile); note("headers", \.headers); note("max_overall_speed", \.maxOverallSpeed)
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
         note("connections", \.connections); note("allow_metered", \.allowMetered)
-        note("keep_ended", \.keepEndedS)
+        note("keep_ended", \.keepEndedS); note("inbox_poll", \.inboxPollS)
         return keys
     }
 
@@ -102,6 +105,7 @@ public struct AgentConfig: Equatable, Sendable {
         config.hookTimeout = try reader.seconds("hook_timeout") ?? config.hookTimeout
         config.allowMetered = try reader.bool("allow_metered") ?? config.allowMetered
         config.keepEndedS = try reader.duration("keep_ended") ?? config.keepEndedS
+        config.inboxPollS = try reader.duration("inbox_poll")
         config.connections = try reader.int("connections", in: 1...SegmentPlan.maximumConnections) ?? config.connections
         config.notify = try reader.choice("notify", NotifyMode.self) ?? config.notify
         config.userAgent = try reader.string("user_agent")
