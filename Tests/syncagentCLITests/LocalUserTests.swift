@@ -267,6 +267,60 @@ struct LocalUserTests {
         #expect(contents(part) == partBefore)
     }
 
+    // MARK: The config file
+
+    /// The config names the commands hooks run: a config file she may
+    /// write, or one she owns, is refused by every command, at start and
+    /// at a SIGHUP (found by an adversary: her hook ran as root).
+    @Test func aConfigFileAnotherUserCouldChangeIsRefused() throws {
+        let harness = try harness()
+        let mallory = try LocalUser()
+        let proof = harness.directory.file("pwned")
+        let hook = "on_task_end = [\"/bin/sh\", \"-c\", \"id > \(proof)\"]\n"
+        #expect(chmod(harness.configFile, 0o666) == 0)
+        try mallory.shell("printf '%s' 'download_dir = \"\(harness.downloads)\"\n\(hook)' > \(harness.configFile)", in: harness.directory.path)
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("ok.bin", size: 100)
+        try harness.drop("ok.job", "url = \"\(server.url("ok.bin"))\"\n")
+        for command in [["run", "--exit-when-idle"], ["status"], ["submit", server.url("ok.bin")]] {
+            let refused = try harness.run(command)
+            #expect(refused.status != 0, "\(command)")
+            #expect(refused.stderr.contains("config file \(harness.configFile) is writable by its group and others (mode 0666)")
+                    && refused.stderr.contains("fix: chmod go-w \(harness.configFile)"), "\(command): \(refused.stderr)")
+        }
+        #expect(chmod(harness.configFile, 0o644) == 0)
+        try mallory.own(harness.configFile)
+        let owned = try harness.run(["run", "--exit-when-idle"])
+        #expect(owned.status != 0 && owned.stderr.contains("is owned by user \(mallory.name)"), "\(owned.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: proof), "her hook never runs")
+        #expect(server.requests.isEmpty)
+    }
+
+    @Test func aConfigFileMadeWritableWhileRunningIsNotReloaded() throws {
+        let harness = try harness()
+        let mallory = try LocalUser()
+        let agent = try harness.startAgent()
+        #expect(harness.waitForEvent("agent_started"))
+        let proof = harness.directory.file("pwned")
+        #expect(chmod(harness.configFile, 0o666) == 0)
+        try mallory.shell("printf '%s' 'download_dir = \"\(harness.downloads)\"\non_task_end = [\"/bin/touch\", \"\(proof)\"]\n' > \(harness.configFile)",
+                          in: harness.directory.path)
+        agent.signal(SIGHUP)
+        // Read with the state dir alone: the config file is refused to every command now.
+        func logged() -> [AgentHarness.LoggedEvent] { (try? harness.events(readingConfig: false)) ?? [] }
+        #expect(eventually(within: 10) { logged().contains { $0.type == "config_reloaded" } })
+        let reload = try #require(logged().last { $0.type == "config_reloaded" })
+        #expect((reload.data["error"] as? String)?.contains("is writable by its group and others") == true, "\(reload.data)")
+        #expect((reload.data["applied"] as? [Any])?.isEmpty != false)
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("ok.bin", size: 100)
+        try harness.drop("ok.job", "id = \"ok\"\nurl = \"\(server.url("ok.bin"))\"\n")
+        #expect(eventually(within: 10) { logged().contains { $0.type == "finished" && $0.task == "ok" } })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        #expect(!FileManager.default.fileExists(atPath: proof), "her hook never runs")
+    }
+
     // MARK: submit
 
     /// A job may carry credentials: `submit` writes it for its user alone,
