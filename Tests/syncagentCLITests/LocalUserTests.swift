@@ -267,6 +267,27 @@ struct LocalUserTests {
         #expect(contents(part) == partBefore)
     }
 
+    /// A refused task ends without taking its slot: the task queued behind
+    /// it (max_active = 1) runs (found by an adversary: the queue stalled).
+    @Test func aTaskRefusedFromTheLogLeavesItsSlotToTheNext() throws {
+        let harness = try harness(config: "max_active = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        let small = try server.serve("small.bin", size: 5000)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        // Two tasks written into the log by another hand, never started: the first goes outside download_dir.
+        for (task, dest) in [("bad", harness.directory.file("outside/x.bin")), ("good", harness.downloads + "/ok.bin")] {
+            let data = "{\"dest\":\"\(dest)\",\"form\":[],\"headers\":[],\"kind\":\"download\",\"notify\":\"batch\","
+                + "\"overwrite\":\"replace\",\"priority\":0,\"url\":\"\(server.url("small.bin"))\"}"
+            try pythonSQLite(harness.stateDir + "/events.sqlite",
+                             "INSERT INTO events(at_ms, task, type, data) VALUES (1, '\(task)', 'created', '\(data)')")
+        }
+        let restarted = try harness.startAgent(exitWhenIdle: true)
+        #expect(restarted.wait(seconds: 30) == 4, "\(restarted.stderr.suffix(2000))")
+        #expect(harness.state(of: "bad") == "failed")
+        #expect(harness.state(of: "good") == "finished")
+        #expect(contents(harness.downloads + "/ok.bin") == small)
+    }
+
     // MARK: The config file
 
     /// The config names the commands hooks run: a config file she may
