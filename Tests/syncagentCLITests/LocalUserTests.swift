@@ -288,6 +288,24 @@ struct LocalUserTests {
         #expect(contents(harness.downloads + "/ok.bin") == small)
     }
 
+    /// `replay --verify` reads what the log names: a file placed outside
+    /// download_dir by another hand is not read (found by an adversary: it
+    /// printed the size and SHA-256 of a root-only file).
+    @Test func verifyReadsNoFileTheLogPlacesOutsideDownloadDir() throws {
+        let harness = try harness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("f.bin", size: 100)
+        try harness.drop("f.job", "id = \"f\"\nurl = \"\(server.url("f.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        let secret = harness.directory.file("secret")
+        try String(repeating: "s", count: 100).write(toFile: secret, atomically: true, encoding: .utf8)
+        try pythonSQLite(harness.stateDir + "/events.sqlite",
+                         "UPDATE events SET data = json_set(data, '$.dest', '\(secret)') WHERE type IN ('created', 'finished') AND task = 'f'")
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.stdout.contains("not checked: f: the log's dest \"\(secret)\" is outside download_dir"), "\(verify.stdout)")
+        #expect(!verify.stdout.contains("has sha256"), "\(verify.stdout)")
+    }
+
     // MARK: The config file
 
     /// The config names the commands hooks run: a config file she may
