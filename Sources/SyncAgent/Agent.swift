@@ -332,7 +332,12 @@ public final class Agent {
             guard runners[id]?.isBusy != true else { continue }
             // Its job, let go while it waited, is read back: every step from here on reads it.
             try log.holdJob(of: id)
-            guard let task = log.state[id], !context.failIfRefused(task) else { continue }
+            guard let task = log.state[id] else { continue }
+            if context.failIfRefused(task) {
+                // It ended without taking its slot: another pass gives the slot to the next task.
+                context.needsScheduling = true
+                continue
+            }
             runners.start(task)
         }
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)

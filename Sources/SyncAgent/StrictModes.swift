@@ -21,7 +21,7 @@ public enum StrictModes {
     /// Checks `path` (the state dir or the inbox) and everything on the way
     /// to it. A part of the path that is not there yet is fine: the agent
     /// makes it, 0700, its own.
-    static func checkPath(_ path: String, what: String) throws {
+    static func checkPath(_ path: String, what: String, lastAs lastRole: FolderTrust.Role = .own) throws {
         var pending = components(of: path)
         // The folder names resolved so far: the folder the next name is looked up in.
         var resolved: [String] = []
@@ -54,7 +54,33 @@ public enum StrictModes {
             guard (info.st_mode & S_IFMT) == S_IFDIR else { return }
             resolved.append(name)
         }
-        try checkOwn(absolute(resolved), what: what, shown: path)
+        if lastRole == .own {
+            try checkOwn(absolute(resolved), what: what, shown: path)
+        } else {
+            try check(absolute(resolved), role: lastRole, what: what, target: path)
+        }
+    }
+
+    /// The config file (and the folders on the way to it, which may be
+    /// root's, as /etc is): refused when another user could change it,
+    /// as sshd refuses an authorized_keys others may write.
+    static func checkConfigFile(_ path: String) throws {
+        let folder = path.hasPrefix("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
+        try checkPath(folder.isEmpty ? "/" : folder, what: "config file \(path)", lastAs: .above)
+        guard let info = try Posix.statusIfPresent(of: path, flags: AT_SYMLINK_NOFOLLOW) else { return }
+        var named = info
+        if (info.st_mode & S_IFMT) == S_IFLNK {
+            // A dotfile manager's link: its owner could point it elsewhere, and what it names is what is read.
+            try judge(info, at: path, role: .link, what: "config file", target: path)
+            guard let target = try Posix.statusIfPresent(of: path) else { return }
+            named = target
+        }
+        let gid = named.st_gid
+        let problem = (named.st_mode & S_IFMT) != S_IFREG ? .notAFolder
+            : FolderTrust.configProblem(owner: UInt32(named.st_uid), mode: UInt32(named.st_mode & 0o7777), me: me,
+                                        groupIsPrivate: { isPrivate(gid) })
+        guard let problem else { return }
+        throw Refused(description: FolderTrust.configSentence(problem, path: path, me: me) { Posix.userName(of: uid_t($0)) })
     }
 
     /// The state dir or the inbox, made (0700, the agent's own) where

@@ -52,7 +52,11 @@ enum FileSystem {
             try Posix.unlink(path, shown: "the symbolic link \(path)")
         }
         try makeDirectory(path)
-        try StrictModes.checkOwnFolder(path, what: what)
+        do {
+            try StrictModes.checkOwnFolder(path, what: what)
+        } catch let error as SystemError where error.errno == ENOENT {
+            // Taken away as soon as it was made: nothing there to trust, and it is made again when it is needed.
+        }
     }
 
     /// Each of `folders` as written, and as a path beneath `root` where a

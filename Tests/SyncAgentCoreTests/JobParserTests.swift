@@ -262,7 +262,8 @@ struct JobParserTests {
     /// hook's `env`. Like it, the task a control job names and a form
     /// field's name (the multipart head) hold no control character.
     @Test(arguments: [("a\\nSYNCAGENT_FAILED=0", "a\nSYNCAGENT_FAILED=0"), ("a\\u0000b", "a\u{0}b"), ("a\\rb", "a\rb"),
-                      ("a\\u001B[31mb", "a\u{1B}[31mb"), ("a\\u202Eb", "a\u{202E}b"), ("a\\u0085b", "a\u{85}b"), ("a\\u2028b", "a\u{2028}b")])
+                      ("a\\u001B[31mb", "a\u{1B}[31mb"), ("a\\u202Eb", "a\u{202E}b"), ("a\\u0085b", "a\u{85}b"), ("a\\u2028b", "a\u{2028}b"),
+                      ("a\\u061Cb", "a\u{61C}b")])
     func namesCannotCarryControlCharacters(_ value: String, _ shown: String) throws {
         let parser = JobParser(downloadDir: "/dl")
         let words = "must not contain control characters (a line break, NUL, an escape …): \"\(Printable.escaping(shown))\""

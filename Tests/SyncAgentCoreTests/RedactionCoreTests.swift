@@ -89,7 +89,8 @@ struct RedactionCoreTests {
         #expect(Printable.escaping("plain naïve") == "plain naïve")
         // The edges of printable ASCII, which is passed through without a look at its scalars.
         #expect(Printable.escaping(" ~\u{7F}\u{1F}") == " ~\\x7F\\x1F")
-        #expect(Printable.escaping("a\u{202E}b") == "a\\x202Eb")
+        #expect(Printable.escaping("a\u{202E}b") == "a\\u{202E}b")
+        #expect(Printable.escaping("a\u{2066}b\u{61C}") == "a\\u{2066}b\\u{61C}")
         // JSON keeps its meaning: the escapes decode to the same string.
         let json = "{\"a\" : \"x\u{202E}y\u{7F}\u{85}é\u{1F600}\"}"
         let safe = Printable.jsonSafe(json)

@@ -267,6 +267,99 @@ struct LocalUserTests {
         #expect(contents(part) == partBefore)
     }
 
+    /// A refused task ends without taking its slot: the task queued behind
+    /// it (max_active = 1) runs (found by an adversary: the queue stalled).
+    @Test func aTaskRefusedFromTheLogLeavesItsSlotToTheNext() throws {
+        let harness = try harness(config: "max_active = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        let small = try server.serve("small.bin", size: 5000)
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        // Two tasks written into the log by another hand, never started: the first goes outside download_dir.
+        for (task, dest) in [("bad", harness.directory.file("outside/x.bin")), ("good", harness.downloads + "/ok.bin")] {
+            let data = "{\"dest\":\"\(dest)\",\"form\":[],\"headers\":[],\"kind\":\"download\",\"notify\":\"batch\","
+                + "\"overwrite\":\"replace\",\"priority\":0,\"url\":\"\(server.url("small.bin"))\"}"
+            try pythonSQLite(harness.stateDir + "/events.sqlite",
+                             "INSERT INTO events(at_ms, task, type, data) VALUES (1, '\(task)', 'created', '\(data)')")
+        }
+        let restarted = try harness.startAgent(exitWhenIdle: true)
+        #expect(restarted.wait(seconds: 30) == 4, "\(restarted.stderr.suffix(2000))")
+        #expect(harness.state(of: "bad") == "failed")
+        #expect(harness.state(of: "good") == "finished")
+        #expect(contents(harness.downloads + "/ok.bin") == small)
+    }
+
+    /// `replay --verify` reads what the log names: a file placed outside
+    /// download_dir by another hand is not read (found by an adversary: it
+    /// printed the size and SHA-256 of a root-only file).
+    @Test func verifyReadsNoFileTheLogPlacesOutsideDownloadDir() throws {
+        let harness = try harness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("f.bin", size: 100)
+        try harness.drop("f.job", "id = \"f\"\nurl = \"\(server.url("f.bin"))\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        let secret = harness.directory.file("secret")
+        try String(repeating: "s", count: 100).write(toFile: secret, atomically: true, encoding: .utf8)
+        try pythonSQLite(harness.stateDir + "/events.sqlite",
+                         "UPDATE events SET data = json_set(data, '$.dest', '\(secret)') WHERE type IN ('created', 'finished') AND task = 'f'")
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.stdout.contains("not checked: f: the log's dest \"\(secret)\" is outside download_dir"), "\(verify.stdout)")
+        #expect(!verify.stdout.contains("has sha256"), "\(verify.stdout)")
+    }
+
+    // MARK: The config file
+
+    /// The config names the commands hooks run: a config file she may
+    /// write, or one she owns, is refused by every command, at start and
+    /// at a SIGHUP (found by an adversary: her hook ran as root).
+    @Test func aConfigFileAnotherUserCouldChangeIsRefused() throws {
+        let harness = try harness()
+        let mallory = try LocalUser()
+        let proof = harness.directory.file("pwned")
+        let hook = "on_task_end = [\"/bin/sh\", \"-c\", \"id > \(proof)\"]\n"
+        #expect(chmod(harness.configFile, 0o666) == 0)
+        try mallory.shell("printf '%s' 'download_dir = \"\(harness.downloads)\"\n\(hook)' > \(harness.configFile)", in: harness.directory.path)
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("ok.bin", size: 100)
+        try harness.drop("ok.job", "url = \"\(server.url("ok.bin"))\"\n")
+        for command in [["run", "--exit-when-idle"], ["status"], ["submit", server.url("ok.bin")]] {
+            let refused = try harness.run(command)
+            #expect(refused.status != 0, "\(command)")
+            #expect(refused.stderr.contains("config file \(harness.configFile) is writable by its group and others (mode 0666)")
+                    && refused.stderr.contains("fix: chmod go-w \(harness.configFile)"), "\(command): \(refused.stderr)")
+        }
+        #expect(chmod(harness.configFile, 0o644) == 0)
+        try mallory.own(harness.configFile)
+        let owned = try harness.run(["run", "--exit-when-idle"])
+        #expect(owned.status != 0 && owned.stderr.contains("is owned by user \(mallory.name)"), "\(owned.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: proof), "her hook never runs")
+        #expect(server.requests.isEmpty)
+    }
+
+    @Test func aConfigFileMadeWritableWhileRunningIsNotReloaded() throws {
+        let harness = try harness()
+        let mallory = try LocalUser()
+        let agent = try harness.startAgent()
+        #expect(harness.waitForEvent("agent_started"))
+        let proof = harness.directory.file("pwned")
+        #expect(chmod(harness.configFile, 0o666) == 0)
+        try mallory.shell("printf '%s' 'download_dir = \"\(harness.downloads)\"\non_task_end = [\"/bin/touch\", \"\(proof)\"]\n' > \(harness.configFile)",
+                          in: harness.directory.path)
+        agent.signal(SIGHUP)
+        // Read with the state dir alone: the config file is refused to every command now.
+        func logged() -> [AgentHarness.LoggedEvent] { (try? harness.events(readingConfig: false)) ?? [] }
+        #expect(eventually(within: 10) { logged().contains { $0.type == "config_reloaded" } })
+        let reload = try #require(logged().last { $0.type == "config_reloaded" })
+        #expect((reload.data["error"] as? String)?.contains("is writable by its group and others") == true, "\(reload.data)")
+        #expect((reload.data["applied"] as? [Any])?.isEmpty != false)
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("ok.bin", size: 100)
+        try harness.drop("ok.job", "id = \"ok\"\nurl = \"\(server.url("ok.bin"))\"\n")
+        #expect(eventually(within: 10) { logged().contains { $0.type == "finished" && $0.task == "ok" } })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        #expect(!FileManager.default.fileExists(atPath: proof), "her hook never runs")
+    }
+
     // MARK: submit
 
     /// A job may carry credentials: `submit` writes it for its user alone,

@@ -172,7 +172,7 @@ struct RedactionTests {
             #expect(!output.unicodeScalars.contains { dangerous.contains($0.value) }, "\(command)")
         }
         // Shown escaped; in the log's JSON, the very string.
-        #expect(try harness.statusTasks().first { $0["id"] as? String == "c" }?["headers"] as? [String] == ["X-Note: ba\\x202EX\\x7F\\x9B"])
+        #expect(try harness.statusTasks().first { $0["id"] as? String == "c" }?["headers"] as? [String] == ["X-Note: ba\\u{202E}X\\x7F\\x9B"])
         let created = try harness.events().first { $0.type == "created" && $0.task == "c" }
         #expect((created?.data["headers"] as? [[String: Any]])?.first?["value"] as? String == note)
         let rejected = try FileManager.default.contentsOfDirectory(atPath: harness.inbox + "/rejected").filter { $0.hasSuffix(".error") }

@@ -115,6 +115,12 @@ final class Exchange {
     let startedMs = Posix.monotonicMs
     /// When the server last sent anything (headers or body): the stall detector's clock.
     private(set) var lastActivityMs = Posix.monotonicMs
+    /// `min_speed` over `min_speed_time` (nil: off).
+    private var lowSpeed: LowSpeedWatch?
+    /// Where the request body has got to (an upload's bytes moved).
+    private var sentPosition: Int64 = 0
+    /// The cap curl holds it to now: its share of `max_overall_speed`, else its own.
+    private var speedCapNow: Int64?
     /// It failed on the way to or from the server (no connection, no name, a
     /// reset, a stall) rather than with an answer: what a missing network
     /// looks like. A refused connection is a server's answer.
@@ -139,6 +145,8 @@ final class Exchange {
         self.deadlineMs = deadlineMs
         speedCapOfJob = speedCap
         speedCapOfConfig = settings.maxSpeed
+        speedCapNow = speedCap ?? settings.maxSpeed
+        lowSpeed = settings.minSpeed.map { LowSpeedWatch(minBytesPerS: $0, windowS: settings.minSpeedTimeS, startMs: Posix.monotonicMs) }
         serial = Self.makeSerial()
         currentURL = plan.url
         written = plan.ask.offset
@@ -286,6 +294,7 @@ final class Exchange {
     /// `max_overall_speed`; nil: its own cap, or none). curl reads the
     /// limit afresh as it measures, so a running transfer follows.
     func limitSpeed(to cap: Int64?) -> Bool {
+        speedCapNow = cap ?? ownSpeedCap
         let value = curl_off_t(cap ?? 0)
         return sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, value) == CURLE_OK
             && sa_easy_setopt_off(easy, CURLOPT_MAX_SEND_SPEED_LARGE, value) == CURLE_OK
@@ -298,6 +307,7 @@ final class Exchange {
     private func sent(upTo position: Int64) {
         let now = Posix.monotonicMs
         lastActivityMs = now
+        sentPosition = position
         guard plan.countsSent, let size = body?.size else { return }
         if position == size || position - reportedSent >= settings.progressIntervalBytes
             || now - lastFlushMs >= settings.progressIntervalMs {
@@ -628,6 +638,19 @@ final class Exchange {
     /// over several seconds and fires late.
     func isStalled(nowMs: Int64) -> Bool {
         nowMs - lastActivityMs >= Int64(settings.idleTimeout) * 1000
+    }
+
+    /// `min_speed`: its average speed over the last `min_speed_time` when
+    /// below the bar (nil while fast enough, or not yet watched that long).
+    func crawlingSpeed(nowMs: Int64) -> Int64? {
+        lowSpeed?.observe(nowMs: nowMs, bytes: written - plan.ask.offset + sentPosition, cap: speedCapNow)
+    }
+
+    func crawlingOutcome(speed: Int64) -> AttemptOutcome {
+        if let failure = flush() { return failure }
+        let bar = lowSpeed.map { ByteCount.format($0.threshold(cap: speedCapNow)) } ?? "?"
+        return .retry("slower than \(bar)/s (min_speed) for \(settings.minSpeedTimeS) s: "
+                      + "\(ByteCount.format(speed))/s from \(Redaction.url(currentURL))")
     }
 
     func stalledOutcome() -> AttemptOutcome {

@@ -78,6 +78,35 @@ public enum FolderTrust {
         return mode & othersWrite != 0 ? .writable(mode: mode & 0o7777) : nil
     }
 
+    /// The config file names the commands hooks run, the proxy, the CA and
+    /// the folders: whoever may write it acts as the agent's user. It is
+    /// the user's own or root's (a system-wide file), written by no one
+    /// else (its group only where that group is the user's alone).
+    public static func configProblem(owner: UInt32, mode: UInt32, me: UInt32, groupIsPrivate: () -> Bool = { false }) -> Problem? {
+        guard owner == me || owner == 0 else { return .ownedBy(uid: owner) }
+        guard mode & (groupWrite | othersWrite) != 0 else { return nil }
+        if mode & othersWrite == 0, groupIsPrivate() { return nil }
+        return .writable(mode: mode & 0o7777)
+    }
+
+    /// Why the config file at `path` is not read, with the fix.
+    public static func configSentence(_ problem: Problem, path: String, me: UInt32, userName: (UInt32) -> String?) -> String {
+        let stake = "it names the commands hooks run, the proxy and the folders the agent writes"
+        switch problem {
+        case .ownedBy(let uid):
+            let owner = userName(uid).map { "user \($0) (uid \(uid))" } ?? "uid \(uid)"
+            return "config file \(path) is owned by \(owner), not by you or root: \(stake), and they could change it; "
+                + "fix: chown it to \(userName(me) ?? "uid \(me)"), or use another with --config"
+        case .writable(let mode):
+            let whom = mode & groupWrite != 0 && mode & othersWrite != 0
+                ? "its group and others" : mode & groupWrite != 0 ? "its group" : "others"
+            return "config file \(path) is writable by \(whom) (mode 0\(String(mode, radix: 8))): \(stake), "
+                + "and another user could change it; fix: chmod go-w \(path)"
+        case .notAFolder:
+            return "config file \(path) is not a regular file; fix: put the config in a file"
+        }
+    }
+
     /// Why a job file at `path` is left where it is, unread.
     public static func jobSentence(_ problem: Problem, path: String, userName: (UInt32) -> String?) -> String {
         switch problem {

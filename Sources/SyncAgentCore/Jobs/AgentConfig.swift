@@ -20,6 +20,9 @@ public struct AgentConfig: Equatable, Sendable {
     public var maxSpeed: Int64?
     /// All running transfers together, shared among them (aria2's max-overall-download-limit).
     public var maxOverallSpeed: Int64?
+    /// A transfer moving fewer bytes per second than this over `minSpeedTimeS` retries (nil: never).
+    public var minSpeed: Int64? = LowSpeedWatch.defaultMinBytesPerS
+    public var minSpeedTimeS = LowSpeedWatch.defaultWindowS
     /// Run when a task ends (`on_task_end`) or a batch drains (`on_batch_end`); argv, no shell.
     public var onTaskEnd: [String]?
     public var onBatchEnd: [String]?
@@ -59,7 +62,7 @@ public struct AgentConfig: Equatable, Sendable {
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
-        "allow_metered", "keep_ended", "inbox_poll",
+        "allow_metered", "keep_ended", "inbox_poll", "min_speed", "min_speed_time",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
@@ -80,6 +83,7 @@ public struct AgentConfig: Equatable, Sendable {
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
         note("connections", \.connections); note("allow_metered", \.allowMetered)
         note("keep_ended", \.keepEndedS); note("inbox_poll", \.inboxPollS)
+        note("min_speed", \.minSpeed); note("min_speed_time", \.minSpeedTimeS)
         return keys
     }
 
@@ -100,6 +104,9 @@ public struct AgentConfig: Equatable, Sendable {
         config.maxRedirects = try reader.int("max_redirects", in: 0...100) ?? config.maxRedirects
         config.maxSpeed = try reader.byteCount("max_speed")
         config.maxOverallSpeed = try reader.byteCount("max_overall_speed")
+        // 0 turns the check off: a transfer may then crawl until total_timeout.
+        if reader.isZero("min_speed") { config.minSpeed = nil } else { config.minSpeed = try reader.byteCount("min_speed") ?? config.minSpeed }
+        config.minSpeedTimeS = try reader.seconds("min_speed_time") ?? config.minSpeedTimeS
         config.onTaskEnd = try reader.command("on_task_end")
         config.onBatchEnd = try reader.command("on_batch_end")
         config.hookTimeout = try reader.seconds("hook_timeout") ?? config.hookTimeout

@@ -104,6 +104,14 @@ struct TOMLReader {
     }
 
     /// A byte rate such as `2000000`, `"512K"` or `"2M"` (powers of 1024).
+    /// Whether `key` is set to 0 (or "0"): a limit turned off.
+    func isZero(_ key: String) -> Bool {
+        switch table[key] {
+        case .integer(0)?, .string("0")?: return true
+        default: return false
+        }
+    }
+
     func byteCount(_ key: String) throws -> Int64? {
         guard let value = table[key] else { return nil }
         if case .integer(let int) = value, int > 0 { return Int64(int) }

@@ -132,7 +132,8 @@ public enum Printable {
         for scalar in text.unicodeScalars {
             if isControl(scalar) {
                 let hex = String(scalar.value, radix: 16, uppercase: true)
-                out += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+                // Past a byte, braced: "\x2066" would read as "\x20" and "66".
+                out += scalar.value > 0xFF ? "\\u{" + hex + "}" : "\\x" + (hex.count < 2 ? "0" + hex : hex)
             } else {
                 out.unicodeScalars.append(scalar)
             }
@@ -177,7 +178,8 @@ public enum Printable {
     public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0..<0x20, 0x7F...0x9F: true
-        case 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF: true
+        // Zero-width and bidirectional marks (U+061C, Arabic letter mark, among them): they reorder or hide what is shown.
+        case 0x061C, 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF: true
         default: false
         }
     }
