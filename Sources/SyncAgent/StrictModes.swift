@@ -21,7 +21,9 @@ public enum StrictModes {
     /// Checks `path` (the state dir or the inbox) and everything on the way
     /// to it. A part of the path that is not there yet is fine: the agent
     /// makes it, 0700, its own.
-    static func checkPath(_ path: String, what: String, lastAs lastRole: FolderTrust.Role = .own) throws {
+    /// - Parameter shownAs: the place named in a refusal, when it is not `path` itself (a file in it).
+    static func checkPath(_ path: String, what: String, lastAs lastRole: FolderTrust.Role = .own, shownAs: String? = nil) throws {
+        let named = shownAs ?? path
         var pending = components(of: path)
         // The folder names resolved so far: the folder the next name is looked up in.
         var resolved: [String] = []
@@ -36,12 +38,12 @@ public enum StrictModes {
             }
             // Another user who may rename entries in this folder could swap the next one.
             if checkedAbove.insert(resolved).inserted {
-                try check(absolute(resolved), role: .above, what: what, target: path)
+                try check(absolute(resolved), role: .above, what: what, target: named)
             }
             let current = absolute(resolved + [name])
             guard let info = try Posix.statusIfPresent(of: current, flags: AT_SYMLINK_NOFOLLOW) else { return }
             if (info.st_mode & S_IFMT) == S_IFLNK {
-                try judge(info, at: current, role: .link, what: what, target: path)
+                try judge(info, at: current, role: .link, what: what, target: named)
                 links += 1
                 guard links <= 40 else { throw SystemError(operation: "resolve \(path)", errno: ELOOP) }
                 // A relative target goes on from the link's own folder, as the kernel takes it.
@@ -57,7 +59,7 @@ public enum StrictModes {
         if lastRole == .own {
             try checkOwn(absolute(resolved), what: what, shown: path)
         } else {
-            try check(absolute(resolved), role: lastRole, what: what, target: path)
+            try check(absolute(resolved), role: lastRole, what: what, target: named)
         }
     }
 
@@ -66,7 +68,7 @@ public enum StrictModes {
     /// as sshd refuses an authorized_keys others may write.
     static func checkConfigFile(_ path: String) throws {
         let folder = path.hasPrefix("/") ? String(path[..<path.lastIndex(of: "/")!]) : "."
-        try checkPath(folder.isEmpty ? "/" : folder, what: "config file \(path)", lastAs: .above)
+        try checkPath(folder.isEmpty ? "/" : folder, what: "config file", lastAs: .above, shownAs: path)
         guard let info = try Posix.statusIfPresent(of: path, flags: AT_SYMLINK_NOFOLLOW) else { return }
         var named = info
         if (info.st_mode & S_IFMT) == S_IFLNK {

@@ -39,6 +39,9 @@ struct RedactionCoreTests {
         // Twice escaped, a URL in a URL in a URL.
         #expect(Redaction.url("https://h/a?next=https%3A%2F%2Fx%2F%3Fthen%3Dhttps%253A%252F%252Fy%252F%253Ftoken%253DDEEP")
                 == "https://h/a?next=<redacted>")
+        // A URL itself escaped twice, in a value and in a path (found by an adversary).
+        #expect(Redaction.url("http://h/a?next=http%253A%252F%252Fh%252F%253Fpassword%253DSEC") == "http://h/a?next=<redacted>")
+        #expect(Redaction.url("https://proxy/fetch/https%253A%252F%252Fx%252F%253Fsig%253DSEC") == "https://proxy/fetch/<redacted>")
         // Plain, it stays readable with the secret hidden.
         #expect(Redaction.url("https://h/a?next=https://x/?api_key=SECRET") == "https://h/a?next=https://x/?api_key=<redacted>")
         // In a path (a proxy's way): from the nested URL on.

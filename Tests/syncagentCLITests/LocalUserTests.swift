@@ -109,8 +109,9 @@ struct LocalUserTests {
             ("a state dir open to all", { try FileManager.default.createDirectory(atPath: $0.stateDir, withIntermediateDirectories: true)
                                           #expect(chmod($0.stateDir, 0o777) == 0) },
              { ["state dir \($0.stateDir) is writable by its group and others (mode 0777)", "fix: chmod go-w \($0.stateDir)"] }),
-            ("a folder above both open to all", { #expect(chmod($0.directory.path, 0o777) == 0) },
-             { ["\($0.directory.path), a folder on the way to the state dir \($0.stateDir), is writable by its group and others "
+            // (The config file is there too: it is the first place found open, and refused the same way.)
+            ("a folder above all open to all", { #expect(chmod($0.directory.path, 0o777) == 0) },
+             { ["\($0.directory.path), a folder on the way to the config file \($0.configFile), is writable by its group and others "
                 + "(mode 0777): without the sticky bit", "fix: chmod go-w \($0.directory.path)"] }),
             ("an inbox she made", { harness in
                 try FileManager.default.removeItem(atPath: harness.inbox)

@@ -261,9 +261,15 @@ final class DownloadRoot: Sendable {
     }
 
     /// Removes a file; absent is fine.
+    /// Only a regular file: a partial file is one the agent wrote, and a
+    /// link, FIFO or folder put in its place is someone else's, left alone.
     func remove(_ file: String) throws {
         try withParent(of: file) { directory, name in
             do {
+                guard let info = try Posix.statusIfPresent(of: name, at: directory, flags: AT_SYMLINK_NOFOLLOW, shown: file) else { return }
+                guard (info.st_mode & S_IFMT) == S_IFREG else {
+                    throw SystemError(operation: "remove \(file): it is not a regular file the agent wrote; left where it is", errno: EPERM)
+                }
                 try Posix.unlink(name, at: directory, shown: file)
             } catch let error as SystemError where error.errno == ENOENT {
                 // Absent is fine.

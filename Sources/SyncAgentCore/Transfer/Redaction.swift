@@ -64,13 +64,24 @@ public enum Redaction {
     private static func redactNested(inPath path: Substring, depth: Int) -> String {
         guard let start = nestedURLStart(in: path) else { return String(path) }
         let nested = String(path[start...])
-        let decoded = nested.removingPercentEncoding ?? nested
+        let decoded = decodedFully(nested)
         return String(path[..<start]) + (hidesSomething(decoded, depth: depth) ? placeholder : nested)
     }
 
-    /// Where a URL starts inside `text`: the scheme before a `://`, written plainly or percent-encoded.
+    /// Percent-decoded until nothing changes (at most `deepestNesting` times):
+    /// a URL escaped twice (`http%253A%252F%252F…`) is read as the URL it is.
+    private static func decodedFully(_ text: String) -> String {
+        var current = text
+        for _ in 0..<deepestNesting {
+            guard current.contains("%"), let decoded = current.removingPercentEncoding, decoded != current else { break }
+            current = decoded
+        }
+        return current
+    }
+
+    /// Where a URL starts inside `text`: the scheme before a `://`, written plainly or percent-encoded (once or twice).
     private static func nestedURLStart(in text: Substring) -> Substring.Index? {
-        let marks = ["://", "%3a%2f%2f"].compactMap { text.range(of: $0, options: .caseInsensitive) }
+        let marks = ["://", "%3a%2f%2f", "%253a%252f%252f"].compactMap { text.range(of: $0, options: .caseInsensitive) }
         guard let mark = marks.min(by: { $0.lowerBound < $1.lowerBound }) else { return nil }
         // Backed up over the scheme's letters.
         var start = mark.lowerBound
@@ -91,10 +102,10 @@ public enum Redaction {
         text.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
             guard let equals = pair.firstIndex(of: "=") else { return String(pair) }
             let name = String(pair[..<equals])
-            let decoded = name.removingPercentEncoding ?? name
+            let decoded = decodedFully(name)
             if isSecretName(decoded) { return name + "=" + placeholder }
             let value = String(pair[pair.index(after: equals)...])
-            let decodedValue = value.removingPercentEncoding ?? value
+            let decodedValue = decodedFully(value)
             guard decodedValue.contains("://") else { return String(pair) }
             guard hidesSomething(decodedValue, depth: depth) else { return String(pair) }
             // Written plainly, it stays readable with its secrets hidden; escaped, it goes whole.
