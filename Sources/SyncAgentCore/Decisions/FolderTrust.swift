@@ -98,13 +98,17 @@ public enum FolderTrust {
             return "config file \(path) is owned by \(owner), not by you or root: \(stake), and they could change it; "
                 + "fix: chown it to \(userName(me) ?? "uid \(me)"), or use another with --config"
         case .writable(let mode):
-            let whom = mode & groupWrite != 0 && mode & othersWrite != 0
-                ? "its group and others" : mode & groupWrite != 0 ? "its group" : "others"
+            let whom = writers(of: mode)
             return "config file \(path) is writable by \(whom) (mode 0\(String(mode, radix: 8))): \(stake), "
                 + "and another user could change it; fix: chmod go-w \(path)"
         case .notAFolder:
             return "config file \(path) is not a regular file; fix: put the config in a file"
         }
+    }
+
+    /// Who may write an entry of `mode`, besides its owner, in words.
+    private static func writers(of mode: UInt32) -> String {
+        mode & groupWrite != 0 && mode & othersWrite != 0 ? "its group and others" : mode & groupWrite != 0 ? "its group" : "others"
     }
 
     /// Why a job file at `path` is left where it is, unread.
@@ -146,8 +150,7 @@ public enum FolderTrust {
                 : "use another \(what), or have its owner give it to you or root"
             return "\(place) is owned by \(user(uid)), not by you: \(stake), and they could change it; fix: \(fix)"
         case .writable(let mode):
-            let whom = mode & groupWrite != 0 && mode & othersWrite != 0
-                ? "its group and others" : mode & groupWrite != 0 ? "its group" : "others"
+            let whom = writers(of: mode)
             let octal = "0" + String(mode, radix: 8)
             let why = role != .own ? "without the sticky bit, another user could replace the \(what) with their own"
                 : isFolder ? "another user could put or replace files there: \(stake)" : "another user could change it: \(stake)"
