@@ -109,6 +109,7 @@ public enum RPCJobOptions {
     /// The job key's sentence, naming the aria2 option it came from.
     public static func describe(_ error: KeyError, origins: [String: String]) -> String {
         let root = error.key.map { String($0.split(separator: ".").first ?? "") } ?? ""
+        if root == "url" { return "URI \(error.problem)" }
         guard let option = origins[root], option != jobKey else {
             return error.key == nil ? error.description : "option \(jobKey): \(error.description)"
         }

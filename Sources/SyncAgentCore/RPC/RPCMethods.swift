@@ -310,10 +310,9 @@ public struct RPCMethods: Sendable {
             let speed = context.state.figures(of: task).speed
             if task.spec.behaviour.countsSent { up &+= speed } else { down &+= speed }
         }
-        let stopped = String(context.view.stoppedCount)
         return ["downloadSpeed": .string(String(down)), "uploadSpeed": .string(String(up)),
                 "numActive": .string(String(context.view.active.count)), "numWaiting": .string(String(context.view.waiting.count)),
-                "numStopped": .string(stopped), "numStoppedTotal": .string(stopped)]
+                "numStopped": .string(String(context.view.stoppedCount)), "numStoppedTotal": .string(String(context.view.stoppedSinceStart))]
     }
 }
 

@@ -1,8 +1,8 @@
 /// Which of aria2's notifications committed events make, as aria2 sends
 /// them: `onDownloadStart` when a download begins to run (once, however
 /// many attempts its retries make), `onDownloadPause` when the user pauses
-/// it, and one of `onDownloadComplete`, `onDownloadError`,
-/// `onDownloadStop` (removed) when it ends. Fed only events already in
+/// it while it runs, `onDownloadComplete` and `onDownloadError` when it
+/// ends, `onDownloadStop` when it is removed while it runs. Fed only events already in
 /// the log, so a notification never tells of something a crash could undo.
 public struct RPCNotifier: Equatable, Sendable {
     /// Downloads whose start was told and whose pause or end was not yet.
@@ -20,10 +20,9 @@ public struct RPCNotifier: Equatable, Sendable {
             case .started:
                 method = running.insert(id).inserted ? .start : nil
             case .paused(let paused):
-                // A pause of the agent's own (it stops, the network is gone) is no user's: no notification,
-                // and the next start is told again.
-                running.remove(id)
-                method = paused.reason == .user ? .pause : nil
+                // aria2 tells of a pause, or a removal, only of a download that was running; a pause of
+                // the agent's own (it stops, the network is gone) is no user's, and the next start is told again.
+                method = running.remove(id) != nil && paused.reason == .user ? .pause : nil
             case .finished:
                 running.remove(id)
                 method = .complete
@@ -31,8 +30,7 @@ public struct RPCNotifier: Equatable, Sendable {
                 running.remove(id)
                 method = .error
             case .cancelled:
-                running.remove(id)
-                method = .stop
+                method = running.remove(id) != nil ? .stop : nil
             default:
                 method = nil
             }

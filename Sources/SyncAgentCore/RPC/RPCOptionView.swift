@@ -43,13 +43,12 @@ public enum RPCOptionView {
         var options: [String: JSONValue] = [
             "connect-timeout": .string(String(config.connectTimeout)),
             "timeout": .string(String(config.idleTimeout)),
-            "max-redirect": .string(String(config.maxRedirects)),
+            "user-agent": .string(settings.userAgent),
             "continue": "true",
             "always-resume": "true",
             "auto-file-renaming": "true",
             "allow-overwrite": "false",
         ]
-        if let agent = config.userAgent { options["user-agent"] = .string(agent) }
         if let proxy = config.proxy { options["all-proxy"] = .string(Redaction.url(proxy)) }
         return options
     }

@@ -4,9 +4,12 @@ import Foundation
 public struct RPCSettings: Equatable, Sendable {
     public var downloadDir: String
     public var config: AgentConfig
-    public init(downloadDir: String, config: AgentConfig) {
+    /// What requests go out with (the config's `user_agent`, or the agent's own).
+    public var userAgent: String
+    public init(downloadDir: String, config: AgentConfig, userAgent: String = "syncagent") {
         self.downloadDir = downloadDir
         self.config = config
+        self.userAgent = userAgent
     }
 }
 
@@ -79,8 +82,9 @@ public enum RPCTaskStatus {
 
     /// `aria2.getUris`: the job's URL (credentials left out, as everywhere the agent shows one).
     public static func uris(of task: TaskState) -> JSONValue {
-        let waiting = task.phase == .queued || task.phase == .paused
-        return .array([.object(["uri": .string(Redaction.url(task.spec.url)), "status": waiting ? "waiting" : "used"])])
+        // aria2 calls a URL used once a request went to it.
+        let used = task.attempts > 0 || task.phase.isEnded
+        return .array([.object(["uri": .string(Redaction.url(task.spec.url)), "status": used ? "used" : "waiting"])])
     }
 
     /// `aria2.getServers`, for an active task: the URL it was given and where it is fetched from now.

@@ -23,6 +23,9 @@ public struct RPCView: Equatable, Sendable {
     public private(set) var active: Set<String> = []
     public private(set) var waiting: Set<String> = []
     public private(set) var stoppedCount = 0
+    /// Downloads that stopped since the view was made (aria2's `numStoppedTotal`:
+    /// stops of this session, purged or not).
+    public private(set) var stoppedSinceStart = 0
 
     public init() {}
 
@@ -99,7 +102,10 @@ public struct RPCView: Equatable, Sendable {
         case .waiting?: waiting.insert(id)
         case .stopped?:
             stoppedCount += 1
-            if appendingStopped { stoppedOrder.append(id) }
+            if appendingStopped {
+                stoppedOrder.append(id)
+                stoppedSinceStart += 1
+            }
         case nil: break
         }
         lists[id] = list
