@@ -55,7 +55,7 @@ let package = Package(
         .executableTarget(name: "syncagent-loggen", dependencies: ["SyncAgent", "SyncAgentCore"], path: "bench/LogGen"),
         // Real servers for the tests: nginx, a private D-Bus with dbusmock, the agent binary.
         .target(name: "TestSupport", dependencies: ["SyncAgentCore"], path: "Tests/TestSupport",
-                exclude: ["fault_server.py", "tus_server.py", "forgetfs"]),
+                exclude: ["fault_server.py", "tus_server.py", "rpc_client.py", "forgetfs"]),
         // The fuzz target's body: every parser of outside input, fed one input.
         .target(name: "SyncAgentFuzzing", dependencies: ["SyncAgentCore"]),
         .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore", "SyncAgentFuzzing", "TestSupport"]),

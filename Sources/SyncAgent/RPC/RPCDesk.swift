@@ -66,12 +66,16 @@ final class RPCDesk {
         }
         if log.hasPending {
             answersAfterCommit.append { job.reply(responses) }
+            // Given time, an answer sent now would reach its client before the crash.
+            CrashPoint.rpcRecorded.reached(beforeDying: { Posix.sleep(ms: 300) })
         } else {
             job.reply(responses)
         }
     }
 
-    private var settings: RPCSettings { RPCSettings(downloadDir: downloadDir, config: context.config) }
+    private var settings: RPCSettings {
+        RPCSettings(downloadDir: downloadDir, config: context.config, userAgent: context.settings.userAgent)
+    }
 
     /// Carries out what a call comes to; the answer it then gets.
     private func perform(_ action: RPCAction, peer: String) -> Result<JSONValue, RPCError> {

@@ -189,6 +189,8 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
+        // An upgrade refused (another path, a rebinding Host) comes on as a plain request, answered above.
+        guard !(error is NIOWebSocketUpgradeError) else { return }
         context.close(promise: nil)
     }
 }
@@ -222,6 +224,8 @@ private final class RPCWebSocketHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
+        // A client masks every frame (RFC 6455 §5.1): one that does not is no browser's, nor any library's.
+        guard frame.maskKey != nil else { return sendCloseFrame(context, .protocolError) }
         switch frame.opcode {
         case .text:
             let channel = context.channel
@@ -239,12 +243,19 @@ private final class RPCWebSocketHandler: ChannelInboundHandler {
             sendCloseFrame(context, code)
         case .binary:
             // aria2's requests are JSON text: anything else ends the conversation (RFC 6455 §7.4.1, 1003).
-            var code = context.channel.allocator.buffer(capacity: 2)
-            code.write(webSocketErrorCode: .unacceptableData)
-            sendCloseFrame(context, code)
-        default:
+            sendCloseFrame(context, .unacceptableData)
+        case .pong:
             break
+        default:
+            // A reserved opcode.
+            sendCloseFrame(context, .protocolError)
         }
+    }
+
+    private func sendCloseFrame(_ context: ChannelHandlerContext, _ reason: WebSocketErrorCode) {
+        var code = context.channel.allocator.buffer(capacity: 2)
+        code.write(webSocketErrorCode: reason)
+        sendCloseFrame(context, code)
     }
 
     private func sendCloseFrame(_ context: ChannelHandlerContext, _ code: ByteBuffer) {
