@@ -304,6 +304,25 @@ struct RPCTests {
         #expect(refusal.contains("cannot be changed"))
     }
 
+    /// An `.m3u8` URL with the syncagent option's `kind = "hls"` is a video:
+    /// one download (its segments are its own business), published whole.
+    @Test func anHLSPlaylistIsOneDownloadThroughTheSyncagentOption() throws {
+        let rpc = try RPCAgent()
+        let server = try FaultServer(in: rpc.harness.directory)
+        try FileManager.default.createDirectory(atPath: server.root + "/talk", withIntermediateDirectories: true)
+        let segments = [try server.serve("talk/seg0.ts", size: 40_000, seed: 1), try server.serve("talk/seg1.ts", size: 30_000, seed: 2)]
+        try "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-PLAYLIST-TYPE:VOD\n#EXTINF:2.0,\nseg0.ts\n#EXTINF:2.0,\nseg1.ts\n#EXT-X-ENDLIST\n"
+            .write(toFile: server.root + "/talk/index.m3u8", atomically: true, encoding: .utf8)
+        try rpc.start()
+        let gid = try rpc.result("aria2.addUri", [server.url("talk/index.m3u8")], ["syncagent": ["kind": "hls"]]) as? String ?? ""
+        #expect(rpc.wait(for: gid, ["complete"]))
+        for (index, segment) in segments.enumerated() {
+            #expect(FileManager.default.contents(atPath: rpc.harness.downloads + "/talk/\(index).ts") == segment)
+        }
+        let stopped = try rpc.result("aria2.tellStopped", 0, 10, ["gid", "status"]) as? [[String: String]]
+        #expect(stopped == [["gid": gid, "status": "complete"]])
+    }
+
     // MARK: - Helpers
 
     /// A WebSocket client listening for one download's notifications from now on.
