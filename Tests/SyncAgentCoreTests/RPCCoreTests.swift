@@ -266,6 +266,32 @@ struct RPCCoreTests {
     ])
     func pagesFollowAria2sOffsets(_ offset: Int64, _ count: Int64, _ page: [String]) {
         #expect(RPCMethods.page(["A", "B", "C"], offset: offset, count: count) == page)
+        // A list whose indexes do not start at 0 (the view's deque may not).
+        #expect(RPCMethods.page(["x", "A", "B", "C"].dropFirst(), offset: offset, count: count) == page)
+    }
+
+    /// A batch of list calls over a long log is bounded: per call, and per request.
+    @Test func listsAreBoundedPerCallAndPerRequest() {
+        var log = LogBuilder()
+        for index in 0..<30 {
+            log.create("t\(index)")
+            log.runToEnd("t\(index)")
+        }
+        let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "sid", version: "v")
+        var context = RPCMethods.Context(state: log.state, view: RPCView(state: log.state),
+                                         settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig()),
+                                         parser: JobParser(downloadDir: "/downloads"), isFree: { _ in true })
+        context.listBudget = 50
+        func listed(_ offset: Int64, _ count: Int64) -> Int? {
+            guard case .answer(.success(.array(let items))) = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped",
+                                                                                           params: ["token:s", .int(offset), .int(count), ["gid"]]),
+                                                                             in: &context) else { return nil }
+            return items.count
+        }
+        #expect(listed(0, 1_000_000) == 30)
+        #expect(listed(-1, 10) == 10)
+        #expect(listed(0, 30) == nil)
+        #expect(listed(0, 10) == 10)
     }
 
     // MARK: - Methods
@@ -313,8 +339,10 @@ struct RPCCoreTests {
             ["methodName": "aria2.getVersion", "params": ["token:wrong"]],
             ["methodName": "system.multicall", "params": []],
         ]]), in: &context)
-        #expect(multicall == .multicall([.ok(["version": "v", "enabledFeatures": ["Async DNS", "GZip", "HTTPS", "Message Digest"]]),
-                                         .fail(.unauthorized), .fail(RPCError("Recursive system.multicall forbidden."))]))
+        // Each call is taken when the one before it is done: a multicall's second call sees what its first did.
+        #expect(multicall == .multicall([.success(RPCCall(id: .null, method: "aria2.getVersion", params: ["token:s"])),
+                                         .success(RPCCall(id: .null, method: "aria2.getVersion", params: ["token:wrong"])),
+                                         .failure(RPCError("Recursive system.multicall forbidden."))]))
     }
 
     // MARK: - The view of downloads

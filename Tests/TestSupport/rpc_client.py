@@ -177,6 +177,14 @@ def script(url, secret, files, folder):
     server.call("aria2.purgeDownloadResult")
     server.call("aria2.tellStopped", 0, 10, ["gid"], name="tellStopped purged")
     server.call("aria2.saveSession")
+    # A multicall's calls run one after the other: the second reads what the first added.
+    multi = "00000000000000aa"
+    gids["multi"] = multi
+    names[multi] = "multi"
+    server.call("system.multicall", [
+        {"methodName": "aria2.addUri", "params": [f"token:{secret}", [files + "/small.bin"], {"dir": folder, "out": "multi.bin", "gid": multi}]},
+        {"methodName": "aria2.tellStatus", "params": [f"token:{secret}", multi, ["gid"]]}], token=False, name="multicall adds then reads")
+    server.wait(multi, ["complete"])
     # A call over the WebSocket is answered over it.
     listener.socket.send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "aria2.getGlobalStat", "params": [f"token:{secret}"]}))
     deadline = time.time() + 10

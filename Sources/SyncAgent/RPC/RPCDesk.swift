@@ -46,7 +46,6 @@ final class RPCDesk {
     }
 
     private func handle(_ job: RPCJob) {
-        let methods = server.gate.methods
         var calls = RPCMethods.Context(state: log.state, view: view, settings: settings, parser: parser(),
                                        isFree: { [log] id in log.state[id] == nil })
         var responses: [RPCResponse] = []
@@ -55,13 +54,7 @@ final class RPCDesk {
             case .failure(let failed):
                 responses.append(RPCResponse(id: failed.id, .failure(failed.error)))
             case .success(let call):
-                let action = methods.action(for: call, in: &calls)
-                // The view kept its stopped list tidy while answering; the state is the log's own.
-                view = calls.view
-                let outcome = perform(action, peer: job.peer)
-                responses.append(RPCResponse(id: call.id, outcome))
-                calls.state = log.state
-                calls.view = view
+                responses.append(RPCResponse(id: call.id, answer(call, in: &calls, peer: job.peer)))
             }
         }
         if log.hasPending {
@@ -77,8 +70,20 @@ final class RPCDesk {
         RPCSettings(downloadDir: downloadDir, config: context.config, userAgent: context.settings.userAgent)
     }
 
+    /// Takes a call, carries out what it comes to, and says what it then gets.
+    /// Each call sees what the one before it did.
+    private func answer(_ call: RPCCall, in calls: inout RPCMethods.Context, peer: String) -> Result<JSONValue, RPCError> {
+        let action = server.gate.methods.action(for: call, in: &calls)
+        // The view kept its stopped list tidy while answering; the state is the log's own.
+        view = calls.view
+        let outcome = perform(action, in: &calls, peer: peer)
+        calls.state = log.state
+        calls.view = view
+        return outcome
+    }
+
     /// Carries out what a call comes to; the answer it then gets.
-    private func perform(_ action: RPCAction, peer: String) -> Result<JSONValue, RPCError> {
+    private func perform(_ action: RPCAction, in calls: inout RPCMethods.Context, peer: String) -> Result<JSONValue, RPCError> {
         switch action {
         case .answer(let outcome):
             if case .failure(let error) = outcome, error == .unauthorized { server.gate.refused(peer: peer, nowMs: Posix.monotonicMs) }
@@ -97,14 +102,16 @@ final class RPCDesk {
                 context.needsScheduling = true
             }
             return .success("OK")
-        case .multicall(let actions):
+        case .multicall(let entries):
             // aria2's shape: each result in an array of one, each failure as its struct.
-            return .success(.array(actions.map { action in
-                switch perform(action, peer: peer) {
-                case .success(let value): .array([value])
-                case .failure(let error): error.json
+            var results: [JSONValue] = []
+            for entry in entries {
+                switch entry.flatMap({ answer($0, in: &calls, peer: peer) }) {
+                case .success(let value): results.append(.array([value]))
+                case .failure(let error): results.append(error.json)
                 }
-            }))
+            }
+            return .success(.array(results))
         }
     }
 

@@ -63,7 +63,9 @@ public enum RPCAction: Equatable, Sendable {
     case control(ControlJob.Action, tasks: [String], target: String, answer: JSONValue)
     /// `aria2.changeGlobalOption`: the running agent's settings until the next start.
     case changeSettings(maxActive: Int?, maxOverallSpeed: Int64??, maxSpeed: Int64??)
-    case multicall([RPCAction])
+    /// `system.multicall`: its calls, each taken (`action(for:in:)`) once the one before is carried
+    /// out, as aria2 runs them one after the other; or why one cannot be read.
+    case multicall([Result<RPCCall, RPCError>])
 
     public static func fail(_ error: RPCError) -> RPCAction { .answer(.failure(error)) }
     public static func ok(_ value: JSONValue) -> RPCAction { .answer(.success(value)) }
@@ -91,6 +93,9 @@ public struct RPCMethods: Sendable {
         public var parser: JobParser
         /// Whether an id is free for a new task.
         public var isFree: (String) -> Bool
+        /// Downloads a request may still have described: a batch of list calls
+        /// over a long log must not keep the loop (or the memory) for seconds.
+        public var listBudget = RPCMethods.listBudget
 
         public init(state: AgentState, view: RPCView, settings: RPCSettings, parser: JobParser, isFree: @escaping (String) -> Bool) {
             self.state = state; self.view = view; self.settings = settings; self.parser = parser; self.isFree = isFree
@@ -131,7 +136,7 @@ public struct RPCMethods: Sendable {
         case .listMethods: return .success(.array(RPCMethod.allCases.map { .string($0.rawValue) }))
         case .listNotifications: return .success(.array(RPCNotification.Method.allCases.map { .string($0.rawValue) }))
         case .getVersion:
-            return .success(["version": .string(version), "enabledFeatures": ["Async DNS", "GZip", "HTTPS", "Message Digest"]])
+            return .success(["version": .string(version), "enabledFeatures": ["Async DNS", "HTTPS", "Message Digest"]])
         case .getSessionInfo: return .success(["sessionId": .string(sessionID)])
         // Every change is in the event log before it is answered: there is never anything to save.
         case .saveSession: return .success("OK")
@@ -153,7 +158,7 @@ public struct RPCMethods: Sendable {
 
     /// What `call` comes to, given what the agent holds.
     public func action(for call: RPCCall, in context: inout Context) -> RPCAction {
-        if call.method == RPCMethod.multicall.rawValue { return multicall(call.params, in: &context) }
+        if call.method == RPCMethod.multicall.rawValue { return multicall(call.params) }
         switch authorize(call) {
         case .failure(let error): return .fail(error)
         case .success((nil, _)): return .fail(.noSuchMethod(call.method))
@@ -170,17 +175,16 @@ public struct RPCMethods: Sendable {
     }
 
     /// `system.multicall([{methodName, params}, …])`: each call with its own token.
-    private func multicall(_ params: [JSONValue], in context: inout Context) -> RPCAction {
+    private func multicall(_ params: [JSONValue]) -> RPCAction {
         guard let first = params.first else { return .fail(.missing(0)) }
         guard let calls = first.array else { return .fail(.wrongType(0)) }
         guard calls.count <= RPCRequest.maximumCalls else {
             return .fail(RPCError("A multicall may hold at most \(RPCRequest.maximumCalls) calls."))
         }
         return .multicall(calls.map { entry in
-            guard let name = entry["methodName"]?.string else { return .fail(RPCError("Missing methodName.")) }
-            guard name != RPCMethod.multicall.rawValue else { return .fail(RPCError("Recursive system.multicall forbidden.")) }
-            let nested = entry["params"]?.array ?? []
-            return action(for: RPCCall(id: .null, method: name, params: nested), in: &context)
+            guard let name = entry["methodName"]?.string else { return .failure(RPCError("Missing methodName.")) }
+            guard name != RPCMethod.multicall.rawValue else { return .failure(RPCError("Recursive system.multicall forbidden.")) }
+            return .success(RPCCall(id: .null, method: name, params: entry["params"]?.array ?? []))
         })
     }
 
@@ -200,11 +204,14 @@ public struct RPCMethods: Sendable {
         case .tellActive:
             let keys = try params.keys(0)
             let tasks = context.view.active.compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
+            try context.spend(tasks.count)
             return .ok(.array(tasks.map { RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys) }))
         case .tellWaiting, .tellStopped:
-            let offset = try params.integer(0), count = try params.integer(1), keys = try params.keys(2)
-            let ids = method == .tellWaiting ? waitingOrder(in: context) : context.view.stopped()
-            return .ok(.array(Self.page(ids, offset: offset, count: count).compactMap { context.state[$0] }.map {
+            let offset = try params.integer(0), count = min(try params.integer(1), Self.pageLimit), keys = try params.keys(2)
+            let page = method == .tellWaiting ? Self.page(waitingOrder(in: context), offset: offset, count: count)
+                : Self.page(context.view.stopped(), offset: offset, count: count)
+            try context.spend(page.count)
+            return .ok(.array(page.compactMap { context.state[$0] }.map {
                 RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys)
             }))
         case .getGlobalStat: return .ok(globalStat(in: &context))
@@ -238,7 +245,7 @@ public struct RPCMethods: Sendable {
             let tasks = context.view.waiting.compactMap { context.state[$0] }.filter { $0.phase == .paused && $0.pauseReason == .user }
             return .control(.resume, tasks: tasks.sorted { $0.createdSeq < $1.createdSeq }.map(\.id), target: "*", answer: "OK")
         case .purgeDownloadResult:
-            return .control(.forget, tasks: context.view.stopped(), target: "*", answer: "OK")
+            return .control(.forget, tasks: Array(context.view.stopped()), target: "*", answer: "OK")
         case .changeOption:
             let task = try params.task(0, in: context)
             let options = try params.object(1)
@@ -288,19 +295,25 @@ public struct RPCMethods: Sendable {
         return ordered + paused.map(\.id)
     }
 
+    /// The most downloads one `tellWaiting` or `tellStopped` lists (AriaNg asks for 1,000), and
+    /// one request in all (a batch, a multicall).
+    public static let pageLimit: Int64 = 1000
+    public static let listBudget = 20_000
+
     /// aria2's paging: from `offset` onwards, or, for a negative offset,
     /// from that far before the end backwards (in reverse order).
-    public static func page(_ ids: [String], offset: Int64, count: Int64) -> [String] {
+    public static func page<IDs: RandomAccessCollection<String>>(_ ids: IDs, offset: Int64, count: Int64) -> [String] where IDs.Index == Int {
         guard count > 0, !ids.isEmpty else { return [] }
         let total = Int64(ids.count)
+        let first = Int64(ids.startIndex)
         if offset >= 0 {
             guard offset < total else { return [] }
-            return Array(ids[Int(offset)..<Int(min(total, offset + min(count, total)))])
+            return (offset..<min(total, offset + min(count, total))).map { ids[Int(first + $0)] }
         }
         let start = total + offset
         guard start >= 0 else { return [] }
         let end = max(-1, start - min(count, total))
-        return stride(from: start, to: end, by: -1).map { ids[Int($0)] }
+        return stride(from: start, to: end, by: -1).map { ids[Int(first + $0)] }
     }
 
     private func globalStat(in context: inout Context) -> JSONValue {
@@ -313,6 +326,16 @@ public struct RPCMethods: Sendable {
         return ["downloadSpeed": .string(String(down)), "uploadSpeed": .string(String(up)),
                 "numActive": .string(String(context.view.active.count)), "numWaiting": .string(String(context.view.waiting.count)),
                 "numStopped": .string(String(context.view.stoppedCount)), "numStoppedTotal": .string(String(context.view.stoppedSinceStart))]
+    }
+}
+
+extension RPCMethods.Context {
+    /// Counts `count` downloads described against the request's budget.
+    mutating func spend(_ count: Int) throws {
+        guard count <= listBudget else {
+            throw RPCError("This request asks for more than \(RPCMethods.listBudget) downloads in all; ask for fewer at a time.")
+        }
+        listBudget -= count
     }
 }
 

@@ -73,8 +73,8 @@ public struct RPCView: Equatable, Sendable {
 
     public func list(of id: String) -> List? { lists[id] }
 
-    /// Stopped task ids, least recently stopped first.
-    public mutating func stopped() -> [String] {
+    /// Stopped task ids, least recently stopped first (the list itself: no copy).
+    public mutating func stopped() -> Deque<String> {
         if !stoppedOrderIsExact || stoppedOrder.count != stoppedCount {
             // Each stopped task where it last stopped; those that left the list go.
             var seen = Set<String>()
@@ -83,7 +83,7 @@ public struct RPCView: Equatable, Sendable {
             stoppedOrder = kept
             stoppedOrderIsExact = true
         }
-        return Array(stoppedOrder)
+        return stoppedOrder
     }
 
     private mutating func set(_ id: String, to list: List?, appendingStopped: Bool) {
