@@ -338,7 +338,7 @@ def with_aria2p(port, secret, url, out_name):
                        "total": download.total_length, "completed": download.completed_length,
                        "progress": download.progress_string(), "path": str(download.files[0].path)}
     seen["downloads"] = sorted(d.gid for d in api.get_downloads())
-    slow = api.add_uris([url + "?rate=50000"], options={"out": "slow-" + out_name})
+    slow = api.add_uris([url + "?rate=20000"], options={"out": "slow-" + out_name})
     time.sleep(0.3)
     seen["paused"] = api.pause([slow])
     time.sleep(0.3)
@@ -357,7 +357,7 @@ def with_aria2p(port, secret, url, out_name):
     def run(*args):
         done = subprocess.run(cli + list(args), capture_output=True, text=True, timeout=60)
         return {"code": done.returncode, "out": done.stdout, "err": done.stderr}
-    added = run("add", url + "?rate=50000", "-o", "out=cli-" + out_name)
+    added = run("add", url + "?rate=20000", "-o", "out=cli-" + out_name)
     seen["cli add"] = added
     gid = next((word for word in added["out"].split() if len(word) == 16), "")
     seen["cli gid"] = gid
