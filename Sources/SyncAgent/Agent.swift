@@ -38,6 +38,8 @@ public final class Agent {
     private var control: ControlDesk!
     private var intake: Intake!
     private var inboxPoller: InboxPoller?
+    /// aria2's JSON-RPC, when `rpc = true`.
+    private var rpc: RPCDesk?
     private var held: HeldFiles
 
     /// When this run began: a task that ended failed since then makes `--exit-when-idle` exit 4.
@@ -138,6 +140,8 @@ public final class Agent {
         held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: inboxLock.identity, trusted: (Intake.takenWords, true))
         // Jobs a previous agent had moved out of the inbox but not yet recorded.
         intake.takeLeftovers()
+        if config.rpc { rpc = try startRPC() }
+        defer { rpc?.stop() }
         logger.info("agent started", metadata: [
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
         intake.startBacklog(scan: watcher.scan)
@@ -209,6 +213,7 @@ public final class Agent {
             if exitWhenIdle && isIdle(watcher) { return nil }
 
             let extraFds = [watcher.fd, signalFd, syncer.fd, preparer.fd, assembler.fd, compaction.fd] + hooks.fds + network.fds
+                + (rpc.map { [$0.fd] } ?? [])
             let ready = try context.exchanges.poll(extraFds: extraFds, timeoutMs: pollTimeoutMs())
             network.refresh(ready: ready)
             network.check()
@@ -216,6 +221,7 @@ public final class Agent {
             if ready.contains(preparer.fd) { runners.prepared(preparer.drain()) }
             if ready.contains(assembler.fd) { runners.assembled(assembler.drain()) }
             if ready.contains(compaction.fd) { compaction.drain() }
+            if let rpc, ready.contains(rpc.fd) { rpc.drain() }
             if ready.contains(signalFd), let signal = try Posix.nextSignal(signalFd) {
                 if signal == SIGHUP {
                     reloadConfig()
@@ -410,6 +416,41 @@ public final class Agent {
             logger.error("config not reloaded; keeping the running settings", metadata: ["file": "\(file)", "error": "\(error)"])
         }
         context.needsScheduling = true
+    }
+
+    // MARK: - RPC
+
+    /// Listens for aria2's JSON-RPC on `rpc_listen`, with `rpc_secret` or the
+    /// secret the agent keeps in its state dir (made on the first start).
+    private func startRPC() throws -> RPCDesk {
+        let secret = try RPCSecretFile.secret(configured: config.rpcSecret, stateDir: paths.stateDir, logger: logger)
+        let methods = RPCMethods(secret: RPCSecret(secret), sessionID: String(RPCSecret.random().prefix(40)),
+                                 version: SyncAgentVersion.current)
+        let server = try RPCServer(listen: config.rpcListen, gate: try RPCGate(methods: methods, logger: logger))
+        logger.info("aria2 JSON-RPC listening", metadata: ["rpc.listen": "\(server.address)"])
+        return RPCDesk(server: server, log: log, context: context, intake: intake, control: control, downloadDir: paths.downloadDir,
+                       parser: { [unowned self] in jobParser() },
+                       changeSettings: { [unowned self] in changeSettings(maxActive: $0, maxOverallSpeed: $1, maxSpeed: $2) })
+    }
+
+    /// `aria2.changeGlobalOption`: these settings change for the running
+    /// agent, as a SIGHUP applies them, until the next start or reload.
+    /// Returns the config keys that changed.
+    private func changeSettings(maxActive: Int?, maxOverallSpeed: Int64??, maxSpeed: Int64??) -> [String] {
+        var next = config
+        var applied: [String] = []
+        if let maxActive, maxActive != next.maxActive { next.maxActive = maxActive; applied.append("max_active") }
+        if let maxOverallSpeed, maxOverallSpeed != next.maxOverallSpeed { next.maxOverallSpeed = maxOverallSpeed; applied.append("max_overall_speed") }
+        if let maxSpeed, maxSpeed != next.maxSpeed { next.maxSpeed = maxSpeed; applied.append("max_speed") }
+        guard !applied.isEmpty else { return [] }
+        config = next
+        context.config = next
+        context.settings = TransferSettings(config: next)
+        let capsChanged = applied.contains("max_speed")
+        if capsChanged { context.exchanges.followConfigSpeed(next.maxSpeed) }
+        context.exchanges.overallCap = next.maxOverallSpeed
+        context.exchanges.shareOverallSpeed(capsChanged: capsChanged)
+        return applied
     }
 
     private func jobParser() -> JobParser {

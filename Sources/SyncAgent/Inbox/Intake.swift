@@ -333,8 +333,9 @@ final class Intake {
 
     /// Records the task with the destination it reserves (SPEC §4.2): two
     /// live tasks never share a file. A conflict that `overwrite` settles
-    /// without a transfer ends the task at once, with the reason.
-    private func create(_ spec: TaskSpec, id: String) {
+    /// without a transfer ends the task at once, with the reason. (An RPC
+    /// `addUri` comes here too, as a job file does.)
+    func create(_ spec: TaskSpec, id: String) {
         var spec = spec
         var ending: EventBody?
         if let dest = spec.dest {

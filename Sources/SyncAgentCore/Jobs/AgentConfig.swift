@@ -47,6 +47,11 @@ public struct AgentConfig: Equatable, Sendable {
     public var progressIntervalMs = 1000
     /// … or after this many bytes, whichever comes first (SPEC §6 rule 2).
     public var progressIntervalBytes: Int64 = 8 << 20
+    /// aria2's JSON-RPC (SPEC §12): off unless asked for.
+    public var rpc = false
+    public var rpcListen = RPCListen.default
+    /// Nil: the agent makes one in the state dir (`RPCListen.secretFileName`).
+    public var rpcSecret: String?
 
     public init() {}
 
@@ -63,10 +68,11 @@ public struct AgentConfig: Equatable, Sendable {
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
         "allow_metered", "keep_ended", "inbox_poll", "min_speed", "min_speed_time",
+        "rpc", "rpc_listen", "rpc_secret",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
-    public static let restartKeys: Set<String> = ["inbox", "state_dir", "download_dir", "cookies"]
+    public static let restartKeys: Set<String> = ["inbox", "state_dir", "download_dir", "cookies", "rpc", "rpc_listen", "rpc_secret"]
 
     /// The keys whose values differ, for the reload's log entry.
     public static func changes(from old: AgentConfig, to new: AgentConfig) -> [String] {
@@ -84,6 +90,7 @@ public struct AgentConfig: Equatable, Sendable {
         note("connections", \.connections); note("allow_metered", \.allowMetered)
         note("keep_ended", \.keepEndedS); note("inbox_poll", \.inboxPollS)
         note("min_speed", \.minSpeed); note("min_speed_time", \.minSpeedTimeS)
+        note("rpc", \.rpc); note("rpc_listen", \.rpcListen); note("rpc_secret", \.rpcSecret)
         return keys
     }
 
@@ -124,6 +131,12 @@ public struct AgentConfig: Equatable, Sendable {
         config.proxy = try reader.string("proxy")
         config.caFile = try reader.string("ca_file")
         config.headers = try reader.headers("headers")
+        config.rpc = try reader.bool("rpc") ?? config.rpc
+        if let listen = try reader.string("rpc_listen") { config.rpcListen = try RPCListen(parsing: listen, key: "rpc_listen") }
+        config.rpcSecret = try reader.string("rpc_secret")
+        if let secret = config.rpcSecret, secret.isEmpty || secret.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value == 0x7F }) {
+            throw KeyError(key: "rpc_secret", "must be a word of printable characters, without spaces")
+        }
         return config
     }
 }

@@ -89,7 +89,12 @@ public struct JobParser: Sendable {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw KeyError(key: nil, "the job file is not UTF-8 text (the first bad byte is at offset \(UTF8Text.firstInvalidOffset(bytes) ?? 0))")
         }
-        let reader = try TOMLReader.parse(text)
+        return try parse(table: try TOMLReader.parse(text).table, source: source)
+    }
+
+    /// A job's keys already read (an RPC call's, for one): checked as a file's are.
+    public func parse(table: TOMLTable, source: JobSource? = nil) throws -> Job {
+        let reader = TOMLReader(table)
         if reader.has("action") {
             return .control(try parseControl(reader))
         }
