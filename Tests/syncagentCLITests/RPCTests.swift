@@ -92,7 +92,8 @@ struct RPCTests {
         let server = try FaultServer(in: rpc.harness.directory)
         let data = try server.serve("f.bin", size: 600_000)
         try rpc.start()
-        let gid = try rpc.result("aria2.addUri", [server.url("f.bin", "rate=300000")], ["out": "f.bin"]) as? String ?? ""
+        // Slow enough (10 s) that both listeners, started after the restart, connect before it ends.
+        let gid = try rpc.result("aria2.addUri", [server.url("f.bin", "rate=60000")], ["out": "f.bin"]) as? String ?? ""
         #expect(gid.count == 16)
         rpc.kill9()
         #expect(!FileManager.default.fileExists(atPath: rpc.harness.downloads + "/f.bin"))
