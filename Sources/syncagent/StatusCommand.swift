@@ -32,7 +32,8 @@ struct StatusCommand: ParsableCommand {
     var task: String?
 
     @Option(name: .customLong("state"), parsing: .singleValue,
-            help: ArgumentHelp("Only tasks in this state: queued, running, paused, finished, failed or cancelled; repeatable or comma-separated.",
+            help: ArgumentHelp("Only tasks in this state: queued, running, paused, finished, failed or cancelled, "
+                               + "or rejected for job files the agent refused; repeatable or comma-separated.",
                                valueName: "state"))
     var states: [String] = []
 
@@ -57,12 +58,26 @@ struct StatusCommand: ParsableCommand {
                 if !agentRunning { phases.insert(.running) }
                 continue
             }
+            if name == "rejected" { continue }
             guard let phase = TaskPhase(rawValue: name) else {
-                throw fail("--state \"\(name)\" is not a state; use queued, running, interrupted, paused, finished, failed or cancelled")
+                throw fail("--state \"\(name)\" is not a state; use queued, running, interrupted, paused, finished, failed, cancelled or rejected")
             }
             phases.insert(phase)
         }
         return phases
+    }
+
+    /// Rejected job files are shown unless `--state` names only states of
+    /// tasks other than failed (a rejected job is a submission that failed).
+    private var showsRejections: Bool {
+        let words = states.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+        return words.isEmpty || words.contains("rejected") || words.contains("failed")
+    }
+
+    /// The job files rejected in the time the view covers: the newest `limit`, and how many in all.
+    private func rejections(_ store: EventStore, nowMs: Int64, limit: Int) throws -> (newest: [EventStore.RejectionRow], count: Int) {
+        guard showsRejections else { return ([], 0) }
+        return try store.rejections(sinceMs: StatusView.hiddenEndedBeforeMs(nowMs: nowMs), limit: limit)
     }
 
     func run() throws {
@@ -84,27 +99,38 @@ struct StatusCommand: ParsableCommand {
             : (try store.replay(), Snapshot.PassedOver())
         let selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all || json, children: json,
                                           queuedListed: window ? StatusView.queuedListed : nil, passedOver: passedOver, nowMs: nowMs)
+        let rejected = try rejections(store, nowMs: nowMs, limit: json ? .max : StatusView.rejectionsListed)
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
+            let rejections = rejected.newest.reversed().map {
+                RejectionReport(file: $0.rejection.file, error: $0.rejection.error, atMs: $0.atMs, seq: $0.seq)
+            }
             // Streamed: a report is made and printed per task, never the whole document in memory.
-            TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report) {
+            TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report,
+                                 rejected: rejections) {
                 print($0, terminator: "")
             }
             print()
         } else {
-            print(screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
+            print(screen(state, selection, agent, rejected: rejected, inbox: resolved.paths.inbox,
+                         style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
         }
         // Done: exit (stdio flushes) rather than free every task one by one,
         // which took 5% of a `status` on 10,000 tasks.
         Glibc.exit(EXIT_SUCCESS)
     }
 
-    /// The agent line, the table, the summary line; on a terminal, every
-    /// line fitted to its width and the whole to its height.
+    /// The agent line, the table, the rejected jobs, the summary line; on a
+    /// terminal, every line fitted to its width and the whole to its height.
     private func screen(_ state: AgentState, _ selection: StatusView.Selection, _ agent: AgentLiveness,
+                        rejected: (newest: [EventStore.RejectionRow], count: Int), inbox: String,
                         style: TaskTable.Style, height: Int? = nil) -> [String] {
-        let summary = StatusView.summary(of: selection, in: state, agentRunning: agent.running)
+        var summary = StatusView.summary(of: selection, in: state, agentRunning: agent.running)
+        summary.rejected = rejected.count
         var table = selection.tasks.isEmpty ? [] : TaskTable.lines(selection.tasks, in: state, style: style)
+        var rejections = Self.rejectionLines(rejected, inbox: inbox)
+        // A short terminal keeps its rows for tasks: the summary still counts the rejected jobs.
+        if let height, table.count + rejections.count + 2 > height { rejections = [] }
         if let height {
             if height < 4 {
                 // Too short for rows: what matters most, in the lines there are.
@@ -122,12 +148,26 @@ struct StatusCommand: ParsableCommand {
                 table = Array(table.prefix(shown)) + ["… \(table.count - shown) more (a taller terminal, or status without --watch)"]
             }
         }
-        let lines = [Self.agentLine(agent)] + table + [summary.words]
+        let lines = [Self.agentLine(agent)] + table + rejections + [summary.words]
         guard let width = style.width else { return lines }
         // Table rows are fitted already (and may carry colour); the others are cut here.
         return lines.enumerated().map { index, line in
-            index == 0 || index == lines.count - 1 || line.hasPrefix("… ") ? StatusView.cut(line, to: width) : line
+            index == 0 || index > table.count || line.hasPrefix("… ") ? StatusView.cut(line, to: width) : line
         }
+    }
+
+    /// A heading that says where the files went, then a line per job file,
+    /// newest last: its time, its name, why.
+    static func rejectionLines(_ rejected: (newest: [EventStore.RejectionRow], count: Int), inbox: String) -> [String] {
+        guard !rejected.newest.isEmpty else { return [] }
+        var lines = ["rejected job files (moved to \(Printable.escaping(inbox))/rejected/, each with a .error file):"]
+        if rejected.count > rejected.newest.count {
+            lines.append("  … \(rejected.count - rejected.newest.count) earlier (syncagent status --json lists them all)")
+        }
+        for row in rejected.newest.reversed() {
+            lines.append("  \(clockTime(row.atMs))  " + Printable.escaping(row.rejection.file + ": " + Redaction.text(row.rejection.error)))
+        }
+        return lines
     }
 
     static func agentLine(_ agent: AgentLiveness) -> String {
@@ -192,18 +232,20 @@ struct StatusCommand: ParsableCommand {
                                               queuedListed: all ? nil : StatusView.queuedListed,
                                               nowMs: Int64(Date().timeIntervalSince1970 * 1000))
             selection.tasks = StatusView.forWatching(selection.tasks)
+            let rejected = try rejections(try openLog(global), nowMs: Int64(Date().timeIntervalSince1970 * 1000), limit: 3)
             if terminal {
                 let size = TerminalSize.current()
                 let style = TaskTable.Style(width: size.columns, colour: !noColour, bars: size.columns >= 100,
                                             agentRunning: agent.running)
-                let lines = screen(state, selection, agent, style: style, height: size.rows)
+                let lines = screen(state, selection, agent, rejected: rejected, inbox: paths.inbox, style: style, height: size.rows)
                 // Home, each line cleared to its end, the rest of the screen cleared: no flicker.
                 print("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", terminator: "")
                 fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 500)
             } else {
                 let time = CivilTime.iso8601(ms: Int64(Date().timeIntervalSince1970 * 1000))
-                print(([time] + screen(state, selection, agent, style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
+                print(([time] + screen(state, selection, agent, rejected: rejected, inbox: paths.inbox,
+                                       style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
                 fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 1000)
             }

@@ -88,6 +88,56 @@ struct StatusTests {
         #expect(try harness.statusTasks().count == 2, "--json lists every task")
     }
 
+    /// Job files the agent refused are shown where a user looks: the newest
+    /// of the last day in `status` (under `--state failed` too), every one
+    /// of them in `--json`, a few on the `--watch` screen; not one older.
+    @Test func rejectedJobsShowInStatusJSONAndWatch() throws {
+        let harness = try AgentHarness()
+        let bad = [
+            ("noscheme.job", "url = \"example.com/a.iso\"\n"),
+            ("ftp.job", "url = \"ftp://example.com/a.iso\"\n"),
+            ("typo.job", "url = \"http://127.0.0.1:9/a\"\nsha265 = \"00\"\n"),
+            ("nourl.job", "dest = \"a.iso\"\n"),
+            ("prio.job", "url = \"http://127.0.0.1:9/b\"\npriority = \"high\"\n"),
+            ("kind.job", "url = \"http://127.0.0.1:9/c\"\nkind = \"torrent\"\n"),
+            ("old.job", "url = \"gopher://example.com/\"\n"),
+        ]
+        for (name, text) in bad { try harness.drop(name, text) }
+        try harness.runUntilIdle()
+        // One of them a day and more ago, as a log kept since then would have it.
+        _ = try pythonSQLite(harness.stateDir + "/events.sqlite",
+                             "UPDATE events SET at_ms = at_ms - 2*86400000 WHERE type = 'rejected' AND data LIKE '%old.job%'")
+
+        let status = try harness.run(["status"]).stdout
+        let lines = status.split(separator: "\n").map(String.init)
+        #expect(lines.contains("rejected job files (moved to \(harness.inbox)/rejected/, each with a .error file):"), "\(status)")
+        #expect(lines.contains("  … 1 earlier (syncagent status --json lists them all)"), "\(status)")
+        #expect(lines.contains { $0.contains("kind.job: key \"kind\"") && $0.contains("torrent") }, "\(status)")
+        #expect(lines.contains { $0.contains("typo.job: ") && $0.contains("sha265") }, "\(status)")
+        #expect(lines.filter { $0.contains(".job: ") }.count == 5, "the newest five listed: \(status)")
+        #expect(!status.contains("old.job"), "\(status)")
+        #expect(lines.last == "no tasks · 6 jobs rejected", "\(status)")
+
+        let failed = try harness.run(["status", "--state", "failed"]).stdout
+        #expect(failed.contains("kind.job: ") && failed.hasSuffix("no tasks · 6 jobs rejected\n"), "\(failed)")
+        let finished = try harness.run(["status", "--state", "finished"]).stdout
+        #expect(!finished.contains(".job") && finished.hasSuffix("no tasks\n"), "\(finished)")
+
+        let document = try statusDocument(harness)
+        let rejected = try #require(document["rejected"] as? [[String: Any]])
+        #expect(Set(rejected.compactMap { $0["file"] as? String }) == Set(bad.dropLast().map(\.0)), "every one of the day")
+        #expect(rejected.compactMap { $0["seq"] as? Int } == rejected.compactMap { $0["seq"] as? Int }.sorted(), "oldest first")
+        #expect(rejected.allSatisfy { ($0["error"] as? String)?.isEmpty == false && ($0["at_ms"] as? Int ?? 0) > 0 })
+        #expect((document["tasks"] as? [Any])?.isEmpty == true)
+
+        let frame = try #require(try harness.underTerminal(["status", "--watch"], columns: 100, rows: 20, seconds: 1.5).last)
+        #expect(frame.contains { $0.hasPrefix("rejected job files") }, "\(frame)")
+        let newest = rejected.suffix(3).compactMap { $0["file"] as? String }
+        #expect(frame.filter { $0.contains(".job: ") }.count == 3 && newest.allSatisfy { file in frame.contains { $0.contains(file + ": ") } },
+                "\(frame)")
+        #expect(frame.last == "no tasks · 6 jobs rejected", "\(frame)")
+    }
+
     /// 60 queued tasks with long destinations: under an 80×24 pseudo-terminal
     /// every frame fits (no line over 80 columns, at most 24 lines) and keeps
     /// its header; piped, the snapshots carry no escape code.
@@ -95,7 +145,7 @@ struct StatusTests {
         let harness = try AgentHarness()
         try logQueuedTasks(harness, 60, id: "w") { "a/rather/long/folder/name/that/goes/on/and/on/and/on/file-number-\($0).bin" }
 
-        let frames = try underTerminal(harness, ["status", "--watch"], columns: 80, rows: 24, seconds: 2.5)
+        let frames = try harness.underTerminal(["status", "--watch"], columns: 80, rows: 24, seconds: 2.5)
         let frame = try #require(frames.last)
         #expect(frame.count <= 24, "\(frame.count) lines")
         #expect(frame.allSatisfy { $0.count <= 80 }, "\(frame.filter { $0.count > 80 })")
@@ -120,10 +170,10 @@ struct StatusTests {
         // Colour on a terminal, none with NO_COLOR.
         var colourless = harness.environment
         colourless["NO_COLOR"] = "1"
-        let plain = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, environment: colourless,
+        let plain = try harness.underTerminal(["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, environment: colourless,
                                       keepEscapes: true)
         #expect(!(plain.last ?? []).joined().contains("\u{1B}[3"), "NO_COLOR honoured")
-        let coloured = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, keepEscapes: true)
+        let coloured = try harness.underTerminal(["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, keepEscapes: true)
         #expect((coloured.last ?? []).joined().contains("\u{1B}[36mqueued"), "queued in colour on a terminal")
     }
 
@@ -131,7 +181,7 @@ struct StatusTests {
         let harness = try AgentHarness()
         try logQueuedTasks(harness, 8, id: "c") { "日本語のファイル名前がとても長いフォルダ/動画ファイル📼\($0).bin" }
         for (columns, rows) in [(80, 24), (40, 6), (20, 3), (10, 2), (30, 1)] {
-            let frame = try #require(try underTerminal(harness, ["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
+            let frame = try #require(try harness.underTerminal(["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
             #expect(frame.count <= rows, "\(columns)x\(rows): \(frame)")
             #expect(frame.allSatisfy { cells($0) <= columns }, "\(columns)x\(rows): \(frame)")
             if rows >= 3 { #expect(frame.first?.hasPrefix("agent") == true || columns < 8) }
@@ -165,48 +215,5 @@ struct StatusTests {
     private func statusDocument(_ harness: AgentHarness) throws -> [String: Any] {
         let result = try harness.run(["status", "--json"])
         return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
-    }
-
-    /// Runs a command under a pseudo-terminal of the given size for a while
-    /// and returns the frames it drew (split at cursor-home), each as lines
-    /// with escape codes removed unless `keepEscapes`.
-    private func underTerminal(_ harness: AgentHarness, _ arguments: [String], columns: Int, rows: Int, seconds: Double,
-                               environment: [String: String]? = nil, keepEscapes: Bool = false) throws -> [[String]] {
-        let output = harness.directory.file("pty-\(UUID().uuidString).out")
-        let script = """
-            import fcntl, os, pty, select, struct, sys, termios, time
-            out, seconds, rows, cols = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-            pid, fd = pty.fork()
-            if pid == 0:
-                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-                os.execv(sys.argv[5], sys.argv[5:])
-            data, end = b"", time.time() + seconds
-            while time.time() < end:
-                ready, _, _ = select.select([fd], [], [], 0.1)
-                if ready:
-                    try:
-                        data += os.read(fd, 65536)
-                    except OSError:
-                        break
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            open(out, "wb").write(data)
-            """
-        let arguments = [arguments[0]] + harness.globalFlags + arguments.dropFirst()
-        let child = try ChildProcess("/usr/bin/python3", ["-c", script, output, "\(seconds)", "\(rows)", "\(columns)", syncagentBinary]
-                                     + arguments, environment: environment ?? harness.environment, outputIn: harness.directory.path)
-        guard child.wait(seconds: seconds + 20) == 0 else { throw TestFailure("pty run failed: \(child.stderr)") }
-        let text = try String(contentsOfFile: output, encoding: .utf8)
-        let frames = text.components(separatedBy: "\u{1B}[H").dropFirst().filter { !$0.isEmpty }
-        // The last frame may be cut mid-draw by the kill: keep whole ones (ended by clear-to-end).
-        let whole = frames.filter { $0.hasSuffix("\u{1B}[J") }
-        return whole.map { frame in
-            let lines = frame.replacingOccurrences(of: "\r", with: "").components(separatedBy: "\n")
-            return keepEscapes ? lines : lines.map(stripEscapes)
-        }
-    }
-
-    private func stripEscapes(_ line: String) -> String {
-        line.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
     }
 }

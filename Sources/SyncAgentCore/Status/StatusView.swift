@@ -14,6 +14,11 @@ public enum StatusView {
     /// 100,000 rows waiting their turn say no more than their number.
     public static let queuedListed = 50
 
+    /// The human view lists the newest few job files rejected since
+    /// `hiddenEndedBeforeMs` (the same day ended tasks are shown for), and
+    /// counts the rest; `--json` lists them all.
+    public static let rejectionsListed = 5
+
     public struct Selection: Sendable {
         public var tasks: [TaskState] = []
         /// Ended tasks older than a day, not listed.
@@ -93,6 +98,8 @@ public enum StatusView {
         public var unchanged = 0
         /// Finished tasks `overwrite = "skip"` did not transfer (a file was there), also in `counts`.
         public var skipped = 0
+        /// Job files rejected in the time the view covers (not tasks: they never became one).
+        public var rejected = 0
 
         public var etaSeconds: Int64? {
             guard speed > 0, bytesLeft > 0 else { return nil }
@@ -112,6 +119,7 @@ public enum StatusView {
             }
             if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
             parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
+            if rejected > 0 { parts.append(rejected == 1 ? "1 job rejected" : "\(rejected) jobs rejected") }
             if speed > 0 { parts.append(ByteCount.format(speed) + "/s") }
             if let eta = etaSeconds { parts.append("ETA " + (sizeUnknown ? "≥ " : "") + StatusView.duration(eta)) }
             if notListed > 0 { parts.append("\(notListed) more not listed (--all)") }

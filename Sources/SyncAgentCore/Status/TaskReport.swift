@@ -133,7 +133,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
     /// The same document, handed to `write` a task at a time: `status --json`
     /// of 20,000 tasks built it whole (107 MB) before printing a byte. Each
     /// task is encoded alone, indented as one encoder would have put it.
-    public static func writeJSON<Reports: Sequence>(_ reports: Reports, agent: AgentReport? = nil,
+    public static func writeJSON<Reports: Sequence>(_ reports: Reports, agent: AgentReport? = nil, rejected: [RejectionReport]? = nil,
                                                    to write: (String) -> Void) where Reports.Element == TaskReport {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
@@ -150,6 +150,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         }
         write("{\n")
         if let agent { write("  \"agent\" : " + nested(agent, indent: "  ") + ",\n") }
+        if let rejected { write("  \"rejected\" : " + nested(rejected, indent: "  ") + ",\n") }
         write("  \"tasks\" : [")
         var empty = true
         for report in reports {
@@ -265,6 +266,27 @@ struct PrettyJSONObject {
         newline(indent: indent)
         bytes.append(UInt8(ascii: "}"))
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// `status --json`'s `"rejected"`: a job file the agent refused, and why.
+public struct RejectionReport: Codable, Equatable, Sendable {
+    /// The job file's name when it was dropped (it now sits in `INBOX/rejected/`).
+    public var file: String
+    public var error: String
+    public var atMs: Int64
+    public var seq: Int64
+
+    public init(file: String, error: String, atMs: Int64, seq: Int64) {
+        self.file = file
+        // A reason may quote the job's URL: credentials in it are not shown.
+        self.error = Redaction.text(error)
+        self.atMs = atMs; self.seq = seq
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case file, error, seq
+        case atMs = "at_ms"
     }
 }
 
