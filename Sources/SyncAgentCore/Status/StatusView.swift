@@ -119,9 +119,9 @@ public enum StatusView {
             }
             if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
             parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
-            if rejected > 0 { parts.append(rejected == 1 ? "1 job rejected" : "\(rejected) jobs rejected") }
             if speed > 0 { parts.append(ByteCount.format(speed) + "/s") }
             if let eta = etaSeconds { parts.append("ETA " + (sizeUnknown ? "≥ " : "") + StatusView.duration(eta)) }
+            if rejected > 0 { parts.append(rejected == 1 ? "1 job rejected" : "\(rejected) jobs rejected") }
             if notListed > 0 { parts.append("\(notListed) more not listed (--all)") }
             if hidden > 0 { parts.append("\(hidden) ended over a day ago not shown (--all)") }
             return parts.joined(separator: " · ")
