@@ -194,17 +194,7 @@ struct ForgetCommand: ParsableCommand {
 /// Ids named by jobs still waiting in the inbox: a control job dropped after
 /// them is applied after them, so they count as known.
 func pendingJobIDs(inbox: String, downloadDir: String) -> Set<String> {
-    let parser = JobParser(downloadDir: downloadDir)
-    let names = (try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []
-    var ids = Set<String>()
-    for name in names where InboxRules.isJobFileName(name) {
-        // Only what the agent would take: it refuses a symbolic link, a FIFO or a device.
-        guard let info = try? Posix.status(of: inbox + "/" + name, flags: AT_SYMLINK_NOFOLLOW), info.st_mode & S_IFMT == S_IFREG,
-              let data = FileManager.default.contents(atPath: inbox + "/" + name),
-              case .transfer(let id?, _)? = try? parser.parse([UInt8](data)) else { continue }
-        ids.insert(id)
-    }
-    return ids
+    Set(WaitingJobs.read(inbox: inbox, downloadDir: downloadDir).jobs.compactMap(\.id))
 }
 
 /// Ids of the jobs `submit` wrote that still wait in the inbox, read from

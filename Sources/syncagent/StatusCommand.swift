@@ -32,8 +32,9 @@ struct StatusCommand: ParsableCommand {
     var task: String?
 
     @Option(name: .customLong("state"), parsing: .singleValue,
-            help: ArgumentHelp("Only tasks in this state: queued, running, paused, finished, failed or cancelled, "
-                               + "or rejected for job files the agent refused; repeatable or comma-separated.",
+            help: ArgumentHelp("Only tasks in this state: queued, running, interrupted, paused, finished, failed or cancelled; "
+                               + "rejected for job files the agent refused, waiting for jobs it has not taken yet; "
+                               + "repeatable or comma-separated.",
                                valueName: "state"))
     var states: [String] = []
 
@@ -58,9 +59,11 @@ struct StatusCommand: ParsableCommand {
                 if !agentRunning { phases.insert(.running) }
                 continue
             }
-            if name == "rejected" { continue }
+            // Not tasks' states: job files the agent refused, or has not taken yet.
+            if name == "rejected" || name == "waiting" { continue }
             guard let phase = TaskPhase(rawValue: name) else {
-                throw fail("--state \"\(name)\" is not a state; use queued, running, interrupted, paused, finished, failed, cancelled or rejected")
+                throw fail("--state \"\(name)\" is not a state; use queued, running, interrupted, paused, finished, failed, cancelled, "
+                           + "rejected or waiting")
             }
             phases.insert(phase)
         }
@@ -74,20 +77,44 @@ struct StatusCommand: ParsableCommand {
         return words.isEmpty || words.contains("rejected") || words.contains("failed")
     }
 
-    /// The job files rejected in the time the view covers: the newest `limit`, and how many in all.
-    private func rejections(_ store: EventStore, nowMs: Int64, limit: Int) throws -> (newest: [EventStore.RejectionRow], count: Int) {
-        guard showsRejections else { return ([], 0) }
-        return try store.rejections(sinceMs: StatusView.hiddenEndedBeforeMs(nowMs: nowMs), limit: limit)
+    /// Jobs still in the inbox are shown unless `--state` names only states
+    /// other than queued (what they become) or waiting.
+    private var showsWaiting: Bool {
+        let words = states.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+        return words.isEmpty || words.contains("waiting") || words.contains("queued")
+    }
+
+    /// What the inbox adds to the log's tasks: jobs it holds, and job files rejected.
+    struct InboxView {
+        var path: String
+        /// The newest rejected in the time the view covers, and how many in all.
+        var rejected: (newest: [EventStore.RejectionRow], count: Int) = ([], 0)
+        var waiting = WaitingJobs()
+    }
+
+    /// The jobs waiting in the inbox, read before the log is: one taken in
+    /// between is then in both, and shown once (`complete`), never in neither.
+    private func waitingJobs(_ paths: AgentPaths, limit: Int) -> InboxView {
+        InboxView(path: paths.inbox, waiting: showsWaiting ? WaitingJobs.read(inbox: paths.inbox, downloadDir: paths.downloadDir, limit: limit)
+                                                           : WaitingJobs())
+    }
+
+    /// The rest, once the log is read: the rejected jobs, and no waiting job the log holds.
+    private func complete(_ view: inout InboxView, _ store: EventStore, nowMs: Int64, rejectionsLimit: Int) throws {
+        view.waiting.dropTaken(by: store)
+        guard showsRejections else { return }
+        view.rejected = try store.rejections(sinceMs: StatusView.hiddenEndedBeforeMs(nowMs: nowMs), limit: rejectionsLimit)
     }
 
     func run() throws {
         try check()
         let resolved = try global.resolve()
         if watch { try watchLoop(resolved.paths) }
+        var inbox = waitingJobs(resolved.paths, limit: json || task != nil ? .max : StatusView.queuedListed)
         let store = try openLog(global)
         let agent = AgentLiveness.probe(stateDir: resolved.paths.stateDir)
         if let id = task {
-            try show(id, of: store, in: try store.replay(), agent: agent)
+            try show(id, of: store, in: try store.replay(), agent: agent, waiting: inbox)
             return
         }
         let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
@@ -99,21 +126,21 @@ struct StatusCommand: ParsableCommand {
             : (try store.replay(), Snapshot.PassedOver())
         let selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all || json, children: json,
                                           queuedListed: window ? StatusView.queuedListed : nil, passedOver: passedOver, nowMs: nowMs)
-        let rejected = try rejections(store, nowMs: nowMs, limit: json ? .max : StatusView.rejectionsListed)
+        try complete(&inbox, store, nowMs: nowMs, rejectionsLimit: json ? .max : StatusView.rejectionsListed)
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
-            let rejections = rejected.newest.reversed().map {
+            let rejections = inbox.rejected.newest.reversed().map {
                 RejectionReport(file: $0.rejection.file, error: $0.rejection.error, atMs: $0.atMs, seq: $0.seq)
             }
+            let waiting = inbox.waiting.jobs.map { WaitingReport(file: $0.file, id: $0.id, spec: $0.spec) }
             // Streamed: a report is made and printed per task, never the whole document in memory.
             TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report,
-                                 rejected: rejections) {
+                                 rejected: rejections, waiting: waiting) {
                 print($0, terminator: "")
             }
             print()
         } else {
-            print(screen(state, selection, agent, rejected: rejected, inbox: resolved.paths.inbox,
-                         style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
+            print(screen(state, selection, agent, inbox: inbox, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
         }
         // Done: exit (stdio flushes) rather than free every task one by one,
         // which took 5% of a `status` on 10,000 tasks.
@@ -122,13 +149,14 @@ struct StatusCommand: ParsableCommand {
 
     /// The agent line, the table, the rejected jobs, the summary line; on a
     /// terminal, every line fitted to its width and the whole to its height.
-    private func screen(_ state: AgentState, _ selection: StatusView.Selection, _ agent: AgentLiveness,
-                        rejected: (newest: [EventStore.RejectionRow], count: Int), inbox: String,
+    private func screen(_ state: AgentState, _ selection: StatusView.Selection, _ agent: AgentLiveness, inbox: InboxView,
                         style: TaskTable.Style, height: Int? = nil) -> [String] {
         var summary = StatusView.summary(of: selection, in: state, agentRunning: agent.running)
-        summary.rejected = rejected.count
-        var table = selection.tasks.isEmpty ? [] : TaskTable.lines(selection.tasks, in: state, style: style)
-        var rejections = Self.rejectionLines(rejected, inbox: inbox)
+        summary.rejected = inbox.rejected.count
+        summary.waiting = inbox.waiting.count
+        let waiting = inbox.waiting.asTasks
+        var table = selection.tasks.isEmpty && waiting.isEmpty ? [] : TaskTable.lines(selection.tasks, in: state, style: style, waiting: waiting)
+        var rejections = Self.rejectionLines(inbox.rejected, inbox: inbox.path)
         // A short terminal keeps its rows for tasks: the summary still counts the rejected jobs.
         if let height, table.count + rejections.count + 2 > height { rejections = [] }
         if let height {
@@ -185,9 +213,19 @@ struct StatusCommand: ParsableCommand {
         return formatter.string(from: date)
     }
 
-    private func show(_ id: String, of store: EventStore, in state: AgentState, agent: AgentLiveness) throws {
+    private func show(_ id: String, of store: EventStore, in state: AgentState, agent: AgentLiveness, waiting: InboxView) throws {
         let agentRunning = agent.running
-        guard let one = state[id] else { throw fail("no task has the id \"\(id)\"") }
+        guard let one = state[id] else {
+            // Submitted, not yet taken: `submit` printed this id, and `pause` knows it.
+            guard let job = waiting.waiting.jobs.first(where: { $0.id == id }) else { throw fail("no task has the id \"\(id)\"") }
+            if json {
+                print(TaskReport.json([], agent: AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs),
+                                      waiting: [WaitingReport(file: job.file, id: job.id, spec: job.spec)]))
+            } else {
+                print(TaskTable.detail(waiting: job, inbox: waiting.path))
+            }
+            return
+        }
         var events: [Event] = []
         try store.forEach(task: id) { events.append($0) }
         let history = AttemptRecord.history(of: events)
@@ -226,25 +264,27 @@ struct StatusCommand: ParsableCommand {
         while true {
             // Only the events since the last round are folded (or the newest snapshot, after a compaction).
             // (Opened afresh each round: the agent may create it after we start.)
-            try openLog(global).catchUp(&state)
+            var inbox = waitingJobs(paths, limit: StatusView.queuedListed)
+            let store = try openLog(global)
+            try store.catchUp(&state)
+            try complete(&inbox, store, nowMs: Int64(Date().timeIntervalSince1970 * 1000), rejectionsLimit: 3)
             let agent = AgentLiveness.probe(stateDir: paths.stateDir)
             var selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all,
                                               queuedListed: all ? nil : StatusView.queuedListed,
                                               nowMs: Int64(Date().timeIntervalSince1970 * 1000))
             selection.tasks = StatusView.forWatching(selection.tasks)
-            let rejected = try rejections(try openLog(global), nowMs: Int64(Date().timeIntervalSince1970 * 1000), limit: 3)
             if terminal {
                 let size = TerminalSize.current()
                 let style = TaskTable.Style(width: size.columns, colour: !noColour, bars: size.columns >= 100,
                                             agentRunning: agent.running)
-                let lines = screen(state, selection, agent, rejected: rejected, inbox: paths.inbox, style: style, height: size.rows)
+                let lines = screen(state, selection, agent, inbox: inbox, style: style, height: size.rows)
                 // Home, each line cleared to its end, the rest of the screen cleared: no flicker.
                 print("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", terminator: "")
                 fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 500)
             } else {
                 let time = CivilTime.iso8601(ms: Int64(Date().timeIntervalSince1970 * 1000))
-                print(([time] + screen(state, selection, agent, rejected: rejected, inbox: paths.inbox,
+                print(([time] + screen(state, selection, agent, inbox: inbox,
                                        style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
                 fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 1000)

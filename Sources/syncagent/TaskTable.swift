@@ -19,12 +19,13 @@ enum TaskTable {
     private static let barWidth = 20
 
     /// One line per task (a parent's children are summed up on its row, not
-    /// listed), each followed by its error or recovery plan when it has one.
+    /// listed), each followed by its error or recovery plan when it has one;
+    /// then the jobs `waiting` in the inbox for the agent.
     static func lines(_ tasks: [TaskState], in state: AgentState, style: Style = Style(),
-                      plans: [String: String] = [:]) -> [String] {
+                      plans: [String: String] = [:], waiting: [TaskState] = []) -> [String] {
         var rows: [[String]] = []
         var notes: [Int: [String]] = [:]
-        for task in tasks {
+        for (index, task) in (tasks + waiting).enumerated() {
             let figures = state.figures(of: task)
             var size = figures.total.map { "\(ByteCount.format(figures.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(figures.bytes)
             if let children = figures.children {
@@ -33,7 +34,8 @@ enum TaskTable {
             let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             let interrupted = task.phase == .running && style.agentRunning == false
             let skipped = task.phase == .finished && task.skipReason != nil
-            let phase = interrupted ? "interrupted" : task.unchanged ? "unchanged" : skipped ? "skipped" : task.phase.rawValue
+            let phase = index >= tasks.count ? "waiting" : interrupted ? "interrupted" : task.unchanged ? "unchanged"
+                : skipped ? "skipped" : task.phase.rawValue
             let moving = task.phase == .running && !interrupted
             let speed = moving ? ByteCount.format(figures.speed) + "/s" : "-"
             let eta = moving ? StatusView.etaSeconds(figures, phase: task.phase).map(StatusView.duration) ?? "?" : "-"
@@ -124,12 +126,27 @@ enum TaskTable {
         let code = switch state {
         case "running": "32"
         case "queued": "36"
-        case "paused", "interrupted": "33"
+        case "paused", "interrupted", "waiting": "33"
         case "failed": "31"
         case "cancelled": "2"
         default: ""
         }
         return code.isEmpty ? state : "\u{1B}[\(code)m\(state)\u{1B}[0m"
+    }
+
+    /// `status --task` of a job still in the inbox: what it asks, and that it waits.
+    static func detail(waiting job: WaitingJobs.Job, inbox: String) -> String {
+        var lines = [
+            "id:          \(job.id ?? "- (the agent chooses one)")",
+            "kind:        \(job.spec.kind.rawValue)",
+            "state:       waiting for the agent (its job is \(inbox)/\(job.file); the agent takes it when it runs)",
+            "url:         \(Redaction.url(job.spec.url))",
+            "dest:        \(job.spec.dest ?? "- (the response body is not kept)")",
+            "priority:    \(job.spec.priority)",
+        ]
+        if let batch = job.spec.batch { lines.append("batch:       \(batch)") }
+        for header in job.spec.headers { lines.append("header:      \(header.printable)") }
+        return lines.map(Printable.escaping).joined(separator: "\n")
     }
 
     /// `status --task`: one task in full, sizes in words and exact bytes.

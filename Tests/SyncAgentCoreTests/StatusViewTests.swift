@@ -96,14 +96,18 @@ import TestSupport
     /// What `status --json` printed when it encoded the whole document at once.
     private struct WholeDocument: Encodable {
         var agent: AgentReport?
+        var rejected: [RejectionReport]?
         var tasks: [TaskReport]
+        var waiting: [WaitingReport]?
     }
 
-    private func whole(_ reports: [TaskReport], agent: AgentReport?) throws -> String {
+    private func whole(_ reports: [TaskReport], agent: AgentReport?, rejected: [RejectionReport]? = nil,
+                       waiting: [WaitingReport]? = nil) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
         encoder.keyEncodingStrategy = .convertToSnakeCase
-        return String(decoding: try encoder.encode(WholeDocument(agent: agent, tasks: reports)), as: UTF8.self)
+        return String(decoding: try encoder.encode(WholeDocument(agent: agent, rejected: rejected, tasks: reports, waiting: waiting)),
+                      as: UTF8.self)
     }
 
     /// Streamed a task at a time, the document is byte for byte the one encoded whole.
@@ -119,6 +123,17 @@ import TestSupport
             TaskReport.writeJSON(reports, agent: agent) { pieces.append($0) }
             #expect(pieces.joined() == (try whole(reports, agent: agent)))
             #expect(pieces.count == count + (agent == nil ? 3 : 4), "one write per task")
+        }
+        // `status` adds the job files rejected and those waiting in the inbox, none or some.
+        let agent = AgentReport(running: false, pid: nil, startedAtMs: nil)
+        let someRejected = [RejectionReport(file: "a \"b\".job", error: "key \"url\" is missing", atMs: 5, seq: 2)]
+        let someWaiting = [WaitingReport(file: "submit-x.job", id: "x", spec: TaskSpec(url: "https://u:p@h/a", dest: "/d/a")),
+                           WaitingReport(file: "y.job", id: nil, spec: TaskSpec(url: "https://h/b", kind: .data, dest: nil))]
+        for (rejected, waiting) in [([], []), (someRejected, someWaiting)] {
+            var pieces: [String] = []
+            TaskReport.writeJSON(reports, agent: agent, rejected: rejected, waiting: waiting) { pieces.append($0) }
+            #expect(pieces.joined() == (try whole(reports, agent: agent, rejected: rejected, waiting: waiting)))
+            #expect(!pieces.joined().contains("u:p@"), "credentials in a waiting job's URL are not shown")
         }
     }
 

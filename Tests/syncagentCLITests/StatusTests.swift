@@ -138,6 +138,32 @@ struct StatusTests {
         #expect(frame.last == "no tasks · 6 jobs rejected", "\(frame)")
     }
 
+    /// A job submitted while no agent runs is known by the id `submit`
+    /// printed: `status` lists it as waiting for the agent, `status --task`
+    /// shows it, `--json` lists it under "waiting".
+    @Test func aJobWaitingInTheInboxShowsAsWaitingForTheAgent() throws {
+        let harness = try AgentHarness()
+        let submitted = try harness.run(["submit", "--id", "later", "--dir", "isos", "http://127.0.0.1:9/later.iso"])
+        #expect(submitted.status == 0 && submitted.stdout == "later\n", "\(submitted.stderr)")
+
+        let status = try harness.run(["status"]).stdout
+        let row = status.split(separator: "\n").first { $0.hasPrefix("later ") }
+        #expect(row?.contains(" waiting ") == true && row?.hasSuffix(" \(harness.downloads)/isos/later.iso") == true, "\(status)")
+        #expect(status.hasSuffix("\n1 waiting for the agent\n"), "\(status)")
+
+        let detail = try harness.run(["status", "--task", "later"])
+        #expect(detail.status == 0, "\(detail.stderr)")
+        #expect(detail.stdout.contains("state:       waiting for the agent (its job is \(harness.inbox)/submit-later-"), "\(detail.stdout)")
+        #expect(detail.stdout.contains("url:         http://127.0.0.1:9/later.iso"), "\(detail.stdout)")
+
+        let document = try statusDocument(harness)
+        let waiting = try #require(document["waiting"] as? [[String: Any]])
+        #expect(waiting.count == 1 && waiting.first?["id"] as? String == "later", "\(waiting)")
+        #expect(waiting.first?["dest"] as? String == "\(harness.downloads)/isos/later.iso")
+        #expect(try harness.run(["status", "--state", "finished"]).stdout.hasSuffix("no tasks\n"), "filtered out by state")
+        #expect(try harness.run(["status", "--task", "nope"]).stderr.contains("no task has the id \"nope\""))
+    }
+
     /// 60 queued tasks with long destinations: under an 80×24 pseudo-terminal
     /// every frame fits (no line over 80 columns, at most 24 lines) and keeps
     /// its header; piped, the snapshots carry no escape code.

@@ -100,6 +100,8 @@ public enum StatusView {
         public var skipped = 0
         /// Job files rejected in the time the view covers (not tasks: they never became one).
         public var rejected = 0
+        /// Jobs in the inbox the agent has not taken yet (not tasks yet either).
+        public var waiting = 0
 
         public var etaSeconds: Int64? {
             guard speed > 0, bytesLeft > 0 else { return nil }
@@ -118,6 +120,7 @@ public enum StatusView {
                 return "\(count) \(phase.rawValue)" + (notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")")
             }
             if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
+            if waiting > 0 { named.append("\(waiting) waiting for the agent") }
             parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
             if speed > 0 { parts.append(ByteCount.format(speed) + "/s") }
             if let eta = etaSeconds { parts.append("ETA " + (sizeUnknown ? "≥ " : "") + StatusView.duration(eta)) }

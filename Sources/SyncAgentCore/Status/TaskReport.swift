@@ -124,9 +124,9 @@ public struct TaskReport: Codable, Equatable, Sendable {
     }
 
     /// `{"tasks": [...]}` (and `"agent"` for `status`), keys sorted so output is stable.
-    public static func json(_ reports: [TaskReport], agent: AgentReport? = nil) -> String {
+    public static func json(_ reports: [TaskReport], agent: AgentReport? = nil, waiting: [WaitingReport]? = nil) -> String {
         var document = ""
-        writeJSON(reports, agent: agent) { document += $0 }
+        writeJSON(reports, agent: agent, waiting: waiting) { document += $0 }
         return document
     }
 
@@ -134,6 +134,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
     /// of 20,000 tasks built it whole (107 MB) before printing a byte. Each
     /// task is encoded alone, indented as one encoder would have put it.
     public static func writeJSON<Reports: Sequence>(_ reports: Reports, agent: AgentReport? = nil, rejected: [RejectionReport]? = nil,
+                                                   waiting: [WaitingReport]? = nil,
                                                    to write: (String) -> Void) where Reports.Element == TaskReport {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
@@ -160,7 +161,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
             write((empty ? "\n    " : ",\n    ") + text)
             empty = false
         }
-        write(empty ? "\n\n  ]\n}" : "\n  ]\n}")
+        write((empty ? "\n\n  ]" : "\n  ]") + (waiting.map { ",\n  \"waiting\" : " + nested($0, indent: "  ") } ?? "") + "\n}")
     }
 }
 
@@ -287,6 +288,31 @@ public struct RejectionReport: Codable, Equatable, Sendable {
     enum CodingKeys: String, CodingKey {
         case file, error, seq
         case atMs = "at_ms"
+    }
+}
+
+/// `status --json`'s `"waiting"`: a transfer job in the inbox the agent has not taken yet.
+public struct WaitingReport: Codable, Equatable, Sendable {
+    /// Its file's name in the inbox.
+    public var file: String
+    /// Nil when the job names none: the agent chooses one as it takes it.
+    public var id: String?
+    public var kind: String
+    public var url: String
+    public var dest: String?
+
+    public init(file: String, id: String?, spec: TaskSpec) {
+        self.file = file; self.id = id
+        kind = spec.kind.rawValue
+        url = Redaction.url(spec.url)
+        dest = spec.dest
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        // Every key present, null when it has no value, as a task's are.
+        var keys = encoder.container(keyedBy: CodingKeys.self)
+        try keys.encode(file, forKey: .file); try keys.encode(id, forKey: .id); try keys.encode(kind, forKey: .kind)
+        try keys.encode(url, forKey: .url); try keys.encode(dest, forKey: .dest)
     }
 }
 
