@@ -50,15 +50,23 @@ struct ReplayCommand: ParsableCommand {
         }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let plans = Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, in: state, nowMs: now)) })
+        // The whole log, as `status` reads it: a task left running by an agent that is gone
+        // is interrupted and moves no bytes, whatever speed its last progress had. (A past
+        // point, `--until`, shows the log's words as they were then.)
+        let agentRunning: Bool? = state.lastSeq < store.lastSeq ? nil
+            : AgentLiveness.probe(stateDir: try global.resolve().paths.stateDir).running
         if json {
             // Streamed as `status --json` is: a report per task, never the whole document in memory.
-            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state) }) { print($0, terminator: "") }
+            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state, agentRunning: agentRunning ?? true) }) {
+                print($0, terminator: "")
+            }
             print()
         } else {
             print("log: \(store.path), replayed through seq \(state.lastSeq)")
             // A video's segments are summed up on its row (replay --task SEGMENT shows one).
             let rows = task != nil ? tasks : tasks.filter { $0.spec.parent.map { state[$0] == nil } ?? true }
-            print(TaskTable.render(rows, in: state, plans: plans.mapValues(\.words)), terminator: "")
+            print(TaskTable.render(rows, in: state, style: TaskTable.Style(agentRunning: agentRunning), plans: plans.mapValues(\.words)),
+                  terminator: "")
         }
         if verify {
             let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state) }

@@ -43,6 +43,13 @@ struct StatusTests {
         #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["speed"] as? Int == 0)
         #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["eta_s"] is NSNull)
         #expect(((deadJSON["tasks"] as? [[String: Any]])?.first?.keys).map { $0.contains("error") } == true)
+        // replay reads the same log the same way: interrupted, nothing moving.
+        let replay = try harness.run(["replay"]).stdout
+        let row = replay.split(separator: "\n").first { $0.hasPrefix("big ") }.map(String.init) ?? ""
+        #expect(row.contains(" interrupted ") && !row.contains("/s "), "\(replay)")
+        let replayed = try harness.replayTasks().first
+        #expect(replayed?["state"] as? String == "running" && replayed?["speed"] as? Int == 0 && replayed?["eta_s"] is NSNull,
+                "\(replayed ?? [:])")
 
         // Control with no agent says the request waits; a new agent starts despite status probing the lock.
         let pause = try harness.run(["pause", "big"])
