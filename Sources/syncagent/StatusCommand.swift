@@ -109,12 +109,12 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         try check()
         let resolved = try global.resolve()
-        if watch { try watchLoop(resolved.paths) }
+        if watch { try watchLoop(resolved) }
         var inbox = waitingJobs(resolved.paths, limit: json || task != nil ? .max : StatusView.queuedListed)
         let store = try openLog(global)
         let agent = AgentLiveness.probe(stateDir: resolved.paths.stateDir)
         if let id = task {
-            try show(id, of: store, in: try store.replay(), agent: agent, waiting: inbox)
+            try show(id, of: store, in: try store.replay(), agent: agent, waiting: inbox, retries: resolved.config.retries)
             return
         }
         let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
@@ -140,7 +140,9 @@ struct StatusCommand: ParsableCommand {
             }
             print()
         } else {
-            print(screen(state, selection, agent, inbox: inbox, style: TaskTable.Style(agentRunning: agent.running)).joined(separator: "\n"))
+            print(screen(state, selection, agent, inbox: inbox, style: TaskTable.Style(agentRunning: agent.running,
+                                                                                    retryClock: (nowMs, resolved.config.retries)))
+                .joined(separator: "\n"))
         }
         // Done: exit (stdio flushes) rather than free every task one by one,
         // which took 5% of a `status` on 10,000 tasks.
@@ -213,7 +215,8 @@ struct StatusCommand: ParsableCommand {
         return formatter.string(from: date)
     }
 
-    private func show(_ id: String, of store: EventStore, in state: AgentState, agent: AgentLiveness, waiting: InboxView) throws {
+    private func show(_ id: String, of store: EventStore, in state: AgentState, agent: AgentLiveness, waiting: InboxView,
+                      retries: Int) throws {
         let agentRunning = agent.running
         guard let one = state[id] else {
             // Submitted, not yet taken: `submit` printed this id, and `pause` knows it.
@@ -235,7 +238,8 @@ struct StatusCommand: ParsableCommand {
             print(TaskReport.json([report], agent: AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)))
             return
         }
-        print(TaskTable.detail(one, in: state, agentRunning: agentRunning))
+        print(TaskTable.detail(one, in: state, agentRunning: agentRunning,
+                               retryClock: (Int64(Date().timeIntervalSince1970 * 1000), retries)))
         if one.createdSeq <= (try store.prunedThrough()), !events.contains(where: { $0.seq == one.createdSeq }) {
             print("history:     compacted (syncagent compact kept the task's state and dropped its raw events)")
         }
@@ -257,7 +261,8 @@ struct StatusCommand: ParsableCommand {
     /// On a terminal: the screen redrawn in place, fitted to its size, in
     /// colour unless NO_COLOR. Piped: a plain snapshot every second, with no
     /// escape codes, for a log file or `grep`.
-    private func watchLoop(_ paths: AgentPaths) throws -> Never {
+    private func watchLoop(_ resolved: ResolvedConfig) throws -> Never {
+        let paths = resolved.paths
         let terminal = Posix.isTerminal(STDOUT_FILENO)
         let noColour = !(ProcessInfo.processInfo.environment["NO_COLOR"] ?? "").isEmpty
         var state = AgentState()
@@ -267,7 +272,8 @@ struct StatusCommand: ParsableCommand {
             var inbox = waitingJobs(paths, limit: StatusView.queuedListed)
             let store = try openLog(global)
             try store.catchUp(&state)
-            try complete(&inbox, store, nowMs: Int64(Date().timeIntervalSince1970 * 1000), rejectionsLimit: 3)
+            let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+            try complete(&inbox, store, nowMs: nowMs, rejectionsLimit: 3)
             let agent = AgentLiveness.probe(stateDir: paths.stateDir)
             var selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all,
                                               queuedListed: all ? nil : StatusView.queuedListed,
@@ -276,7 +282,7 @@ struct StatusCommand: ParsableCommand {
             if terminal {
                 let size = TerminalSize.current()
                 let style = TaskTable.Style(width: size.columns, colour: !noColour, bars: size.columns >= 100,
-                                            agentRunning: agent.running)
+                                            agentRunning: agent.running, retryClock: (nowMs, resolved.config.retries))
                 let lines = screen(state, selection, agent, inbox: inbox, style: style, height: size.rows)
                 // Home, each line cleared to its end, the rest of the screen cleared: no flicker.
                 print("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", terminator: "")
@@ -285,7 +291,8 @@ struct StatusCommand: ParsableCommand {
             } else {
                 let time = CivilTime.iso8601(ms: Int64(Date().timeIntervalSince1970 * 1000))
                 print(([time] + screen(state, selection, agent, inbox: inbox,
-                                       style: TaskTable.Style(agentRunning: agent.running))).joined(separator: "\n") + "\n")
+                                       style: TaskTable.Style(agentRunning: agent.running, retryClock: (nowMs, resolved.config.retries))))
+                    .joined(separator: "\n") + "\n")
                 fflush(nil)  // every open stream: the only one written is stdout
                 Posix.sleep(ms: 1000)
             }

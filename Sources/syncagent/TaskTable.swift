@@ -10,6 +10,8 @@ enum TaskTable {
         var bars = false
         /// `status`: whether an agent runs (false: `running` reads `interrupted`). nil: the log's words as they are.
         var agentRunning: Bool?
+        /// `status`: now, and the config's `retries`, to say how long a task waits to retry. nil: the log's words.
+        var retryClock: (nowMs: Int64, retries: Int)?
     }
 
     private static let header = ["ID", "KIND", "STATE", "BYTES", "%", "SPEED", "ETA", "DEST"]
@@ -34,7 +36,8 @@ enum TaskTable {
             let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             let interrupted = task.phase == .running && style.agentRunning == false
             let skipped = task.phase == .finished && task.skipReason != nil
-            let phase = index >= tasks.count ? "waiting" : interrupted ? "interrupted" : task.unchanged ? "unchanged"
+            let retry = style.retryClock.flatMap { StatusView.retryWait(of: task, nowMs: $0.nowMs, retries: $0.retries) }
+            let phase = index >= tasks.count ? "waiting" : interrupted ? "interrupted" : retry != nil ? "retrying" : task.unchanged ? "unchanged"
                 : skipped ? "skipped" : task.phase.rawValue
             let moving = task.phase == .running && !interrupted
             let speed = moving ? ByteCount.format(figures.speed) + "/s" : "-"
@@ -47,7 +50,9 @@ enum TaskTable {
                 dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "] " + dest
             }
             var taskNotes: [String] = []
-            if let error = task.error, task.phase == .failed || task.phase == .queued { taskNotes.append(Redaction.text(error)) }
+            if let error = task.error, task.phase == .failed || task.phase == .queued {
+                taskNotes.append((retry.map { $0.words + ": " } ?? "") + Redaction.text(error))
+            }
             if task.phase == .paused, let words = task.pauseReason.flatMap(NetworkPolicy.waitingWords) { taskNotes.append(words) }
             if let plan = plans[task.id] { taskNotes.append("plan: " + plan) }
             if !taskNotes.isEmpty { notes[rows.count] = taskNotes }
@@ -125,7 +130,7 @@ enum TaskTable {
     static func colour(_ state: String) -> String {
         let code = switch state {
         case "running": "32"
-        case "queued": "36"
+        case "queued", "retrying": "36"
         case "paused", "interrupted", "waiting": "33"
         case "failed": "31"
         case "cancelled": "2"
@@ -150,14 +155,17 @@ enum TaskTable {
     }
 
     /// `status --task`: one task in full, sizes in words and exact bytes.
-    static func detail(_ task: TaskState, in state: AgentState, agentRunning: Bool) -> String {
+    static func detail(_ task: TaskState, in state: AgentState, agentRunning: Bool, retryClock: (nowMs: Int64, retries: Int)) -> String {
         let figures = state.figures(of: task)
         func size(_ bytes: Int64) -> String { "\(ByteCount.format(bytes)) (\(bytes) bytes)" }
         let interrupted = task.phase == .running && !agentRunning
+        let retry = StatusView.retryWait(of: task, nowMs: retryClock.nowMs, retries: retryClock.retries)
+        let phase = interrupted ? "interrupted (running when its agent stopped; the next start resumes it)"
+            : retry.map { "queued, \($0.words)" } ?? task.phase.rawValue
         var lines = [
             "id:          \(task.id)",
             "kind:        \(task.spec.kind.rawValue)",
-            "state:       \(interrupted ? "interrupted (running when its agent stopped; the next start resumes it)" : task.phase.rawValue)",
+            "state:       \(phase)",
             "url:         \(Redaction.url(task.spec.url))",
             "current url: \(Redaction.url(task.currentURL))",
             "dest:        \(task.dest ?? "- (the response body is not kept)")",

@@ -52,12 +52,29 @@ struct SchedulerTests {
         #expect(SchedulerPolicy.tasksToStart(in: log.state, nowMs: log.nowMs, limits: roomy).isEmpty)
     }
 
-    @Test func retryDelayGrowsIsJitteredAndHonoursRetryAfter() {
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: nil, jitter: 1) == 1000)
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: nil, jitter: 0) == 500)
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 3, retryAfterMs: nil, jitter: 1) == 4000)
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 40, retryAfterMs: nil, jitter: 1) == 300_000)
+    /// The waits, attempt by attempt, at both ends of the jitter: from a
+    /// second to minutes, never over five.
+    @Test(arguments: [
+        (1, 1000, 750), (2, 4000, 3000), (3, 16_000, 12_000), (4, 64_000, 48_000), (5, 256_000, 192_000),
+        (6, 300_000, 225_000), (7, 300_000, 225_000), (40, 300_000, 225_000), (Int.max, 300_000, 225_000),
+        (0, 1000, 750), (-3, 1000, 750),
+    ])
+    func retryDelayGrowsToMinutes(attempt: Int, longest: Int64, shortest: Int64) {
+        #expect(SchedulerPolicy.retryDelayMs(attempt: attempt, retryAfterMs: nil, jitter: 1) == longest)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: attempt, retryAfterMs: nil, jitter: 0) == shortest)
+        #expect((shortest...longest).contains(SchedulerPolicy.retryDelayMs(attempt: attempt, retryAfterMs: nil, jitter: 0.5)))
+    }
+
+    /// The default budget (retries = 5) waits out an outage of four minutes
+    /// at least, whatever the jitter; a server's Retry-After wins when longer.
+    @Test func theDefaultBudgetCoversAnOutageOfMinutesAndRetryAfterWins() {
+        let retries = AgentConfig().retries
+        for jitter in [0.0, 0.5, 1.0] {
+            let waited = (1...retries).reduce(Int64(0)) { $0 + SchedulerPolicy.retryDelayMs(attempt: $1, retryAfterMs: nil, jitter: jitter) }
+            #expect(waited >= 240_000 && waited <= 360_000, "jitter \(jitter): \(waited) ms")
+        }
         #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: 2000, jitter: 1) == 2000)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: 5, retryAfterMs: 2000, jitter: 1) == 256_000)
     }
 
     @Test func retryAfterBeyondTheDeadlineFailsWithAReason() {
@@ -65,7 +82,7 @@ struct SchedulerTests {
             RetryDecision.decide(reason: "server answered 503", attemptsUsed: 1, retriesAllowed: 5, retryAfterMs: retryAfter,
                                  nowMs: 1_000_000, deadlineMs: 1_060_000, totalTimeoutS: 60, jitter: 0.5)
         }
-        #expect(decide(nil) == .retry(delayMs: 750))
+        #expect(decide(nil) == .retry(delayMs: 875))
         #expect(decide(30_000) == .retry(delayMs: 30_000))
         guard case .fail(let reason, let code) = decide(.max) else { Issue.record(); return }
         #expect(code == .totalTimeout)

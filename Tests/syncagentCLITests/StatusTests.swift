@@ -171,6 +171,30 @@ struct StatusTests {
         #expect(try harness.run(["status", "--task", "nope"]).stderr.contains("no task has the id \"nope\""))
     }
 
+    /// A task waiting out its backoff reads as retrying, with the time left
+    /// and the attempt to come of those its retries allow, not as queued.
+    @Test func aTaskWaitingToRetrySaysWhenAndWhichAttempt() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("down.bin", size: 1000)
+        try harness.drop("down.job", "id = \"down\"\nurl = \"\(server.url("down.bin", "fail_status=503"))\"\n")
+        let agent = try harness.startAgent()
+        // The second wait is 3 to 4 s long (the first, under one): read while it lasts.
+        #expect(eventually(within: 20) { ((try? harness.events()) ?? []).filter { $0.type == "retrying" }.count == 2 })
+        let status = try harness.run(["status"]).stdout
+        let lines = status.split(separator: "\n").map(String.init)
+        let row = try #require(lines.firstIndex { $0.hasPrefix("down ") }, "\(status)")
+        #expect(lines[row].contains(" retrying "), "\(status)")
+        let note = lines[row + 1].trimmingCharacters(in: .whitespaces)
+        #expect(note.hasPrefix("retrying in ") && note.contains("s (attempt 3/6): server answered 503 Service Unavailable"), "\(status)")
+        let seconds = Int(note.dropFirst("retrying in ".count).prefix { $0.isNumber }) ?? 0
+        #expect((1...4).contains(seconds), "\(note)")
+        let detail = try harness.run(["status", "--task", "down"]).stdout
+        #expect(detail.contains("state:       queued, retrying in ") && detail.contains("(attempt 3/6)"), "\(detail)")
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
     /// 60 queued tasks with long destinations: under an 80×24 pseudo-terminal
     /// every frame fits (no line over 80 columns, at most 24 lines) and keeps
     /// its header; piped, the snapshots carry no escape code.

@@ -69,6 +69,29 @@ public enum StatusView {
         return selection
     }
 
+    /// A queued task waiting out the backoff after a transient failure:
+    /// how long is left, and which attempt comes next of how many its
+    /// retries allow.
+    public struct RetryWait: Equatable, Sendable {
+        public var seconds: Int64
+        public var attempt: Int
+        public var attempts: Int
+
+        /// "retrying in 40s (attempt 4/6)".
+        public var words: String { "retrying in \(StatusView.duration(seconds)) (attempt \(attempt)/\(attempts))" }
+    }
+
+    /// - Parameter retries: the config's `retries`, for a job that sets none.
+    public static func retryWait(of task: TaskState, nowMs: Int64, retries: Int) -> RetryWait? {
+        // A retry is what leaves a task queued with an error and a start time still to come, other than its job's.
+        guard task.phase == .queued, task.error != nil, let wakeMs = task.notBeforeMs, wakeMs > nowMs,
+              wakeMs != task.spec.notBeforeMs else { return nil }
+        let left = (Double(wakeMs) - Double(nowMs)) / 1000
+        let allowed = (task.spec.retries ?? retries).addingReportingOverflow(1)
+        return RetryWait(seconds: Int64(min(left.rounded(.up), 9e15)), attempt: task.attemptsUsed + 1,
+                         attempts: allowed.overflow ? .max : allowed.partialValue)
+    }
+
     /// Seconds left at the current speed; nil when not running, the size is
     /// unknown or nothing moves.
     public static func etaSeconds(_ figures: TaskFigures, phase: TaskPhase) -> Int64? {
