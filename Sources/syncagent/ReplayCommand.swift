@@ -65,8 +65,11 @@ struct ReplayCommand: ParsableCommand {
             print("log: \(store.path), replayed through seq \(state.lastSeq)")
             // A video's segments are summed up on its row (replay --task SEGMENT shows one).
             let rows = task != nil ? tasks : tasks.filter { $0.spec.parent.map { state[$0] == nil } ?? true }
-            print(TaskTable.render(rows, in: state, style: TaskTable.Style(agentRunning: agentRunning), plans: plans.mapValues(\.words)),
-                  terminator: "")
+            // On a terminal, fitted to its width, plans and errors wrapped under their rows.
+            let width = Posix.isTerminal(STDOUT_FILENO) ? TerminalSize.current().columns : nil
+            let style = TaskTable.Style(width: width, wrapNotes: true, home: ProcessInfo.processInfo.environment["HOME"],
+                                        agentRunning: agentRunning)
+            print(TaskTable.render(rows, in: state, style: style, plans: plans.mapValues(\.words)), terminator: "")
         }
         if verify {
             let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state) }

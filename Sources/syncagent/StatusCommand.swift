@@ -140,9 +140,11 @@ struct StatusCommand: ParsableCommand {
             }
             print()
         } else {
-            print(screen(state, selection, agent, inbox: inbox, style: TaskTable.Style(agentRunning: agent.running,
-                                                                                    retryClock: (nowMs, resolved.config.retries)))
-                .joined(separator: "\n"))
+            // On a terminal, fitted to its width: the rows each on one line, errors wrapped under them.
+            let width = Posix.isTerminal(STDOUT_FILENO) ? TerminalSize.current().columns : nil
+            let style = TaskTable.Style(width: width, wrapNotes: true, home: ProcessInfo.processInfo.environment["HOME"],
+                                        agentRunning: agent.running, retryClock: (nowMs, resolved.config.retries))
+            print(screen(state, selection, agent, inbox: inbox, style: style).joined(separator: "\n"))
         }
         // Done: exit (stdio flushes) rather than free every task one by one,
         // which took 5% of a `status` on 10,000 tasks.
@@ -158,7 +160,7 @@ struct StatusCommand: ParsableCommand {
         summary.waiting = inbox.waiting.count
         let waiting = inbox.waiting.asTasks
         var table = selection.tasks.isEmpty && waiting.isEmpty ? [] : TaskTable.lines(selection.tasks, in: state, style: style, waiting: waiting)
-        var rejections = Self.rejectionLines(inbox.rejected, inbox: inbox.path)
+        var rejections = Self.rejectionLines(inbox.rejected, inbox: inbox.path, wrappedTo: style.wrapNotes ? style.width : nil)
         // A short terminal keeps its rows for tasks: the summary still counts the rejected jobs.
         if let height, table.count + rejections.count + 2 > height { rejections = [] }
         if let height {
@@ -179,7 +181,8 @@ struct StatusCommand: ParsableCommand {
             }
         }
         let lines = [Self.agentLine(agent)] + table + rejections + [summary.words]
-        guard let width = style.width else { return lines }
+        // Only a screen redrawn in place must not wrap: elsewhere the terminal wraps a long agent or summary line.
+        guard let width = style.width, height != nil else { return lines }
         // Table rows are fitted already (and may carry colour); the others are cut here.
         return lines.enumerated().map { index, line in
             index == 0 || index > table.count || line.hasPrefix("… ") ? StatusView.cut(line, to: width) : line
@@ -188,14 +191,24 @@ struct StatusCommand: ParsableCommand {
 
     /// A heading that says where the files went, then a line per job file,
     /// newest last: its time, its name, why.
-    static func rejectionLines(_ rejected: (newest: [EventStore.RejectionRow], count: Int), inbox: String) -> [String] {
+    /// - Parameter width: wrap each reason to it, under its own start.
+    static func rejectionLines(_ rejected: (newest: [EventStore.RejectionRow], count: Int), inbox: String,
+                               wrappedTo width: Int? = nil) -> [String] {
         guard !rejected.newest.isEmpty else { return [] }
         var lines = ["rejected job files (moved to \(Printable.escaping(inbox))/rejected/, each with a .error file):"]
         if rejected.count > rejected.newest.count {
             lines.append("  … \(rejected.count - rejected.newest.count) earlier (syncagent status --json lists them all)")
         }
         for row in rejected.newest.reversed() {
-            lines.append("  \(clockTime(row.atMs))  " + Printable.escaping(row.rejection.file + ": " + Redaction.text(row.rejection.error)))
+            let lead = "  \(clockTime(row.atMs))  "
+            let text = Printable.escaping(row.rejection.file + ": " + Redaction.text(row.rejection.error))
+            guard let width, width - lead.count >= 20 else {
+                lines.append(lead + text)
+                continue
+            }
+            let wrapped = TaskTable.wrap(text, to: width - lead.count)
+            lines.append(lead + wrapped[0])
+            lines += wrapped.dropFirst().map { String(repeating: " ", count: lead.count) + $0 }
         }
         return lines
     }
@@ -282,7 +295,8 @@ struct StatusCommand: ParsableCommand {
             if terminal {
                 let size = TerminalSize.current()
                 let style = TaskTable.Style(width: size.columns, colour: !noColour, bars: size.columns >= 100,
-                                            agentRunning: agent.running, retryClock: (nowMs, resolved.config.retries))
+                                            home: ProcessInfo.processInfo.environment["HOME"], agentRunning: agent.running,
+                                            retryClock: (nowMs, resolved.config.retries))
                 let lines = screen(state, selection, agent, inbox: inbox, style: style, height: size.rows)
                 // Home, each line cleared to its end, the rest of the screen cleared: no flicker.
                 print("\u{1B}[H" + lines.map { $0 + "\u{1B}[K" }.joined(separator: "\n") + "\u{1B}[J", terminator: "")

@@ -4,10 +4,14 @@ import SyncAgentCore
 /// The human table of `status` and `replay`.
 enum TaskTable {
     struct Style {
-        /// Columns to fit every line into (`--watch` on a terminal); nil: no limit.
+        /// Columns to fit every line into (on a terminal); nil: no limit.
         var width: Int?
         var colour = false
         var bars = false
+        /// A fitted table's errors and plans: wrapped (`status`, `replay`), or cut to one line (`--watch`).
+        var wrapNotes = false
+        /// A fitted table writes paths beneath this folder (`$HOME`) as `~/…`: room for the names.
+        var home: String?
         /// `status`: whether an agent runs (false: `running` reads `interrupted`). nil: the log's words as they are.
         var agentRunning: Bool?
         /// `status`: now, and the config's `retries`, to say how long a task waits to retry. nil: the log's words.
@@ -26,6 +30,7 @@ enum TaskTable {
     static func lines(_ tasks: [TaskState], in state: AgentState, style: Style = Style(),
                       plans: [String: String] = [:], waiting: [TaskState] = []) -> [String] {
         var rows: [[String]] = []
+        var bars: [String] = []
         var notes: [Int: [String]] = [:]
         for (index, task) in (tasks + waiting).enumerated() {
             let figures = state.figures(of: task)
@@ -45,10 +50,13 @@ enum TaskTable {
             // A resumable upload's requests are its protocol's (POST, PATCH …): it is named by that protocol.
             let how = task.spec.upload.map { "\($0.protocol.rawValue) upload:" } ?? task.spec.effectiveMethod
             var dest = task.dest ?? "\(how) \(Redaction.url(task.spec.url))"
-            if style.bars, let value = figures.percent {
-                let filled = min(barWidth, max(0, Int(value / 100 * Double(barWidth))))
-                dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "] " + dest
+            if style.width != nil, let home = style.home, home.count > 1, dest.hasPrefix(home + "/") {
+                dest = "~" + dest.dropFirst(home.count)
             }
+            bars.append(figures.percent.map { value in
+                let filled = min(barWidth, max(0, Int(value / 100 * Double(barWidth))))
+                return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "]"
+            } ?? "")
             var taskNotes: [String] = []
             if let error = task.error, task.phase == .failed || task.phase == .queued {
                 taskNotes.append((retry.map { $0.words + ": " } ?? "") + Redaction.text(error))
@@ -60,10 +68,24 @@ enum TaskTable {
         }
         // Names and reasons come from jobs and servers: no raw control character reaches the terminal.
         rows = ([header] + rows).map { $0.map(Printable.escaping) }
-        if style.width != nil {
+        var columns = Array(0..<header.count - 1)
+        var notesIndent: Int?
+        if let width = style.width {
             for index in rows.indices { rows[index][0] = StatusView.shorten(rows[index][0], to: fittedIDWidth) }
+            columns.removeAll { Self.tellsNothing(column: $0, of: rows) }
+            // The bar in a column of its own, when the destination keeps its room beside it.
+            if style.bars, bars.contains(where: { !$0.isEmpty }) {
+                let left = columns.reduce(0) { total, column in total + (rows.map { Printable.cells($0[column]) }.max() ?? 0) + 2 }
+                let longestDest = rows.dropFirst().map { Printable.cells($0.last!) }.max() ?? 0
+                if left + barWidth + 4 + min(longestDest, minimumDestWidth) <= width {
+                    for index in rows.indices { rows[index].insert(index == 0 ? "PROGRESS" : bars[index - 1], at: header.count - 1) }
+                    columns.append(header.count - 1)
+                }
+            }
+            // Under the second column, not the last: a reason gets most of the width.
+            notesIndent = (rows.map { Printable.cells($0[0]) }.max() ?? 0) + 2
         }
-        let widths = (0..<header.count - 1).map { column in rows.map { Printable.cells($0[column]) }.max() ?? 0 }
+        let widths = columns.map { column in rows.map { Printable.cells($0[column]) }.max() ?? 0 }
         let destColumn = widths.reduce(0) { $0 + $1 + 2 }
         var out: [String] = []
         out.reserveCapacity(rows.count)
@@ -73,7 +95,7 @@ enum TaskTable {
         for (index, row) in rows.enumerated() {
             plain.removeAll(keepingCapacity: true)
             coloured.removeAll(keepingCapacity: true)
-            for (column, width) in widths.enumerated() {
+            for (column, width) in zip(columns, widths) {
                 let cell = row[column]
                 let padding = repeatElement(UInt8(ascii: " "), count: max(0, width - Printable.cells(cell)) + 2)
                 plain.append(contentsOf: cell.utf8)
@@ -96,13 +118,65 @@ enum TaskTable {
                 out.append(fitted)
             }
             for note in notes[index - 1] ?? [] {
-                var text = "  " + Printable.escaping(note)
-                // A reason reads from its start: cut its end.
-                if let width = style.width { text = StatusView.cut(text, to: width - destColumn) }
-                out.append(fit(indent(destColumn) + text, style: style))
+                let text = Printable.escaping(note)
+                guard let width = style.width, let notesIndent else {
+                    out.append(indent(destColumn) + "  " + text)
+                    continue
+                }
+                if style.wrapNotes {
+                    out += wrap(text, to: width - notesIndent).map { fit(indent(notesIndent) + $0, style: style) }
+                } else {
+                    // A reason reads from its start: cut its end.
+                    out.append(fit(indent(notesIndent) + StatusView.cut(text, to: width - notesIndent), style: style))
+                }
             }
         }
         return out
+    }
+
+    /// A fitted table gives the destination at least this much room before it draws bars.
+    private static let minimumDestWidth = 40
+
+    /// A column a fitted table leaves out: the same value on every row (every
+    /// task a download, none moving), where it tells no row from another and
+    /// takes room the destination needs. With one row, only when it says
+    /// nothing ("-"). The id, the state and the destination always stay.
+    private static func tellsNothing(column: Int, of rows: [[String]]) -> Bool {
+        guard column != 0, column != stateColumn, rows.count > 1 else { return false }
+        let first = rows[1][column]
+        return (rows.count > 2 || first == "-") && rows.dropFirst().allSatisfy { $0[column] == first }
+    }
+
+    /// `text` in lines of at most `width` cells, broken at spaces (a word
+    /// longer than a line, a URL, is broken where it must).
+    static func wrap(_ text: String, to width: Int) -> [String] {
+        guard width > 0 else { return [] }
+        var lines: [String] = []
+        var line = "", cells = 0
+        for word in text.split(separator: " ", omittingEmptySubsequences: false) {
+            var word = Substring(word)
+            var wordCells = Printable.cells(String(word))
+            if cells > 0, cells + 1 + wordCells <= width {
+                line += " " + word
+                cells += 1 + wordCells
+                continue
+            }
+            if cells > 0 { lines.append(line) }
+            line = ""; cells = 0
+            while wordCells > width {
+                var piece = "", pieceCells = 0
+                while let first = word.first, pieceCells + Printable.cells(first) <= width {
+                    piece.append(first); pieceCells += Printable.cells(first)
+                    word = word.dropFirst()
+                }
+                // A character wider than the line (a wide one in one cell) is left out rather than loop.
+                if piece.isEmpty { word = word.dropFirst() } else { lines.append(piece) }
+                wordCells = Printable.cells(String(word))
+            }
+            line = String(word); cells = wordCells
+        }
+        if cells > 0 || lines.isEmpty { lines.append(line) }
+        return lines
     }
 
     /// Indents, made once: `String(repeating:count:)` took thousands of

@@ -47,11 +47,26 @@ import TestSupport
         #expect(StatusView.duration(seconds) == words)
     }
 
-    @Test func shorteningKeepsTheEndOfAPath() {
-        #expect(StatusView.shorten("/home/me/Downloads/talks/keynote.ts", to: 14) == "…ks/keynote.ts")
-        #expect(StatusView.shorten("short", to: 14) == "short")
-        #expect(StatusView.shorten("abc", to: 1) == "…")
-        #expect(StatusView.shorten("abc", to: 0) == "")
+    /// A path keeps its file name whole and the start of its folders; a
+    /// name that cannot stay whole keeps both its ends, more of the last.
+    @Test(arguments: [
+        ("/home/me/Downloads/talks/keynote.ts", 31, "/home/me/Downloads/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 21, "/home/me/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 20, "/home/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 14, "…/keynote.ts"),
+        ("~/Downloads/talks/keynote.ts", 25, "~/Downloads/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 12, "…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 11, "…keynote.ts"),
+        ("/tmp/dl/backup-2026-part01.img", 10, "bac…01.img"),
+        ("debian-13.0.0-amd64-netinst.iso", 16, "debia…etinst.iso"),
+        ("/日本語/動画ファイル.ts", 12, "動画…イル.ts"),
+        ("short", 14, "short"),
+        ("abc", 1, "…"),
+        ("abc", 0, ""),
+    ])
+    func shorteningKeepsBothEnds(text: String, width: Int, shortened: String) {
+        #expect(StatusView.shorten(text, to: width) == shortened)
+        #expect(Printable.cells(StatusView.shorten(text, to: width)) <= max(width, 0))
     }
 }
 

@@ -234,6 +234,64 @@ struct StatusTests {
         #expect((coloured.last ?? []).joined().contains("\u{1B}[36mqueued"), "queued in colour on a terminal")
     }
 
+    /// Three downloads into one long folder and a 404: on terminals of 80,
+    /// 120 and 160 columns the destination gets the room (KIND, the same on
+    /// every row, is left out; the bar has a column of its own, or none) and
+    /// keeps its file name; plain `status` and `replay` wrap the error and
+    /// the plans under their rows instead of running past the edge.
+    @Test func tablesFitEightyAndOneHundredTwentyColumns() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        for part in 1...3 {
+            try nginx.serve("part0\(part).img", size: 4_000_000, seed: UInt64(part))
+            try harness.drop("p\(part).job", """
+                id = "p\(part)"
+                url = "\(nginx.url("part0\(part).img"))"
+                dest = "some/rather/long/folder/name/backup-2026-11-part0\(part).img"
+                max_speed = "100K"
+                """)
+        }
+        try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("reports/2026/november/quarterly-summary-final-v2.pdf"))\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) {
+            let tasks = (try? harness.tasksByID()) ?? [:]
+            return (1...3).allSatisfy { (tasks["p\($0)"]?["bytes"] as? Int ?? 0) > 0 } && tasks["gone"]?["state"] as? String == "failed"
+        })
+
+        for (columns, rows) in [(80, 24), (120, 30), (160, 30)] {
+            let frame = try #require(try harness.underTerminal(["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
+            #expect(frame.allSatisfy { cells($0) <= columns }, "\(columns): \(frame)")
+            let header = frame.first { $0.hasPrefix("ID ") } ?? ""
+            #expect(!header.contains("KIND") && header.contains("STATE") && header.hasSuffix("DEST"), "\(columns): \(header)")
+            for part in 1...3 {
+                let row = frame.first { $0.hasPrefix("p\(part) ") } ?? ""
+                #expect(row.hasSuffix("part0\(part).img"), "\(columns): the name's end is kept: \(row)")
+                // The bar is never glued to the destination: in a column of its own, or not there.
+                #expect(!row.contains("] ") || row.contains("]  "), "\(columns): \(row)")
+            }
+            if columns == 160 {
+                #expect(header.range(of: "PROGRESS +DEST$", options: .regularExpression) != nil, "\(header)")
+                #expect((1...3).allSatisfy { part in frame.contains { $0.hasPrefix("p\(part) ") && $0.contains("[#") } }, "\(frame)")
+            }
+            if columns == 80 { #expect(!header.contains("PROGRESS"), "no room for bars: \(header)") }
+        }
+
+        // Plain status and replay on a terminal: each line within it, the error and plans wrapped whole.
+        for command in ["status", "replay"] {
+            let lines = try harness.printedOnTerminal([command], columns: 80)
+            #expect(lines.allSatisfy { cells($0) <= 80 }, "\(command): \(lines.filter { cells($0) > 80 })")
+            let failed = try #require(lines.firstIndex { $0.hasPrefix("gone ") }, "\(lines)")
+            let under = lines[(failed + 1)...].prefix { $0.hasPrefix(" ") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            let note = under.joined(separator: " ")
+            #expect(note.hasPrefix("server answered 404 Not Found for ") && under.count >= 2, "\(command): \(lines)")
+            #expect(note.replacingOccurrences(of: " ", with: "").contains(nginx.url("reports/2026/november/quarterly-summary-final-v2.pdf")),
+                    "\(command): the whole URL, broken only at the edge: \(under)")
+            #expect(!lines.contains { $0.hasPrefix("ID ") && $0.contains("KIND") }, "\(command): \(lines)")
+        }
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
     @Test func watchCountsWideCharactersAndTinyTerminals() throws {
         let harness = try AgentHarness()
         try logQueuedTasks(harness, 8, id: "c") { "日本語のファイル名前がとても長いフォルダ/動画ファイル📼\($0).bin" }

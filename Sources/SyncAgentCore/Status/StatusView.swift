@@ -210,18 +210,55 @@ public enum StatusView {
         }
     }
 
-    /// Fits `text` into `width` terminal cells, keeping its end (a path's
-    /// file name matters more than its folders): "…/talks/2026/keynote.ts".
+    /// Fits `text` into `width` terminal cells, keeping both its ends: a
+    /// path keeps its file name whole and as many of its first folders as
+    /// fit ("/home/me/…/keynote.ts"); a name too long for that keeps its start
+    /// and, more of, its end ("debi…netinst.iso"), where names that differ
+    /// mostly differ (a part number, an extension).
     public static func shorten(_ text: String, to width: Int) -> String {
         guard width > 0 else { return "" }
-        guard Printable.cells(text) > width else { return text }
-        var kept = Substring(text)
-        var cells = Printable.cells(text)
-        while cells > width - 1, let first = kept.first {
-            cells -= Printable.cells(first)
-            kept = kept.dropFirst()
+        let cells = Printable.cells(text)
+        guard cells > width else { return text }
+        guard width > 1 else { return "…" }
+        let slash = text.lastIndex(of: "/")
+        let name = slash.map { text[text.index(after: $0)...] } ?? Substring(text)
+        let nameCells = Printable.cells(String(name))
+        if let slash, nameCells + 2 <= width {
+            // Whole folders only: "/home/me/…/keynote.ts", not "/home/m…/keynote.ts".
+            let head = leading(text[..<slash], cells: width - 2 - nameCells)
+            let folders = head.lastIndex(of: "/").map { head[...$0] } ?? ""
+            return (folders.count > 1 ? folders : "") + "…/" + name
         }
-        return "…" + kept
+        if nameCells + 1 <= width { return "…" + name }
+        let tail = (width - 1) * 2 / 3
+        return leading(name, cells: width - 1 - tail) + "…" + trailing(name, cells: tail)
+    }
+
+    /// The longest start of `text` that fits in `cells`.
+    private static func leading(_ text: Substring, cells: Int) -> Substring {
+        var used = 0
+        var end = text.startIndex
+        while end < text.endIndex {
+            let next = Printable.cells(text[end])
+            if used + next > cells { break }
+            used += next
+            end = text.index(after: end)
+        }
+        return text[..<end]
+    }
+
+    /// The longest end of `text` that fits in `cells`.
+    private static func trailing(_ text: Substring, cells: Int) -> Substring {
+        var used = 0
+        var start = text.endIndex
+        while start > text.startIndex {
+            let previous = text.index(before: start)
+            let next = Printable.cells(text[previous])
+            if used + next > cells { break }
+            used += next
+            start = previous
+        }
+        return text[start...]
     }
 
     /// Fits `text` into `width` cells, keeping its start (a sentence reads from its beginning).
