@@ -179,6 +179,7 @@ public final class Agent {
                 try announcements.announceDrainedBatches()
                 try announcements.startOwedHooks()
             }
+            announcements.tellFailures()
             // Group commit across wake-ups: one WAL fsync per interval at most,
             // however many events the wake-ups in between recorded.
             if log.hasPending, Posix.monotonicMs - lastCommitMs >= Self.commitIntervalMs {
@@ -339,6 +340,7 @@ public final class Agent {
         if let wake = nextTimedWakeMs { timeout = min(timeout, wake - Posix.nowMs) }
         if let wake = runners.nextWakeMs { timeout = min(timeout, wake - monotonic) }
         if let hook = announcements.hooks.nextWakeMs { timeout = min(timeout, hook - monotonic) }
+        if let notice = announcements.nextFailureNoticeMs { timeout = min(timeout, notice - monotonic) }
         return Int32(max(0, timeout))
     }
 

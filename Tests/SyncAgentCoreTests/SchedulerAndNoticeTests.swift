@@ -112,6 +112,69 @@ struct ControlOutcomeTests {
     }
 }
 
+@Suite("Failures told as they happen")
+struct FailureNoticeTests {
+    /// What only the user can mend is told at once; an outage waits for the batch.
+    @Test(arguments: [
+        (FailureCode.http(404), true), (.http(403), true), (.http(401), true), (.http(410), true), (.http(400), true),
+        (.checksumMismatch, true), (.diskFull, true), (.destExists, true), (.segmentFailed, true), (.curl(60), true),
+        (.http(503), false), (.http(500), false), (.http(429), false), (.http(408), false),
+        (.retriesExhausted, false), (.totalTimeout, false), (.curl(7), false), (.curl(28), false), (.curl(6), false),
+    ])
+    func whatNeedsTheUser(code: FailureCode, told: Bool) {
+        #expect(Notices.needsTheUser(code) == told)
+    }
+
+    private func failing(_ log: inout LogBuilder, _ id: String, code: FailureCode = .http(404)) {
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:8080/\(id)")), task: id)
+        _ = log.add(.failed(Failed(reason: "server answered \(code) for \(id)", code: code, bytes: 0)), task: id)
+    }
+
+    /// Only a task of a batch that goes on, still failed, is told: its own
+    /// notice or its batch's tells the others.
+    @Test func whoIsToldAtOnce() {
+        var log = LogBuilder()
+        log.create("gone")
+        log.create("each", notify: .each)
+        log.create("quiet", notify: .none)
+        log.create("running")
+        log.create("nightly", batch: "nightly")
+        for id in ["gone", "each", "quiet", "nightly"] { failing(&log, id) }
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:8080/running")), task: "running")
+        let state = log.state
+        #expect(["gone", "each", "quiet", "nightly"].filter { Notices.tellsAtOnce(state["\($0)"]!, code: .http(404)) } == ["gone", "nightly"])
+        #expect(!Notices.tellsAtOnce(state["gone"]!, code: .retriesExhausted))
+        // "nightly" has no task left running: its batch notice, due now, names it.
+        #expect(Notices.stillToTell(["gone", "nightly", "gone"], in: state).map(\.id) == ["gone"])
+        // Run again meanwhile: no longer a failure to tell.
+        _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "gone")
+        #expect(Notices.stillToTell(["gone"], in: log.state).isEmpty)
+        // Its batch over: the batch's notice tells it.
+        var ended = LogBuilder()
+        ended.create("a")
+        failing(&ended, "a")
+        #expect(Notices.stillToTell(["a"], in: ended.state).isEmpty)
+    }
+
+    /// One failure names its file and why; several are one critical notice.
+    @Test func oneNoticeNamesItsFileSeveralAreCollapsed() throws {
+        var log = LogBuilder()
+        for id in (1...7).map({ "f\($0)" }) {
+            log.create(id)
+            failing(&log, id)
+        }
+        let tasks = (1...7).compactMap { log.state["f\($0)"] }
+        let one = Notices.failureNotice(for: [tasks[0]])
+        #expect(one.summary == "f1.bin failed" && one.body == "server answered http_404 for f1" && one.critical)
+        let many = Notices.failureNotice(for: tasks)
+        #expect(many.summary == "7 transfers failed" && many.critical)
+        #expect(many.body.split(separator: "\n") == ["✗ f1.bin: server answered http_404 for f1", "✗ f2.bin: server answered http_404 for f2",
+                                                    "✗ f3.bin: server answered http_404 for f3", "✗ f4.bin: server answered http_404 for f4",
+                                                    "✗ f5.bin: server answered http_404 for f5",
+                                                    "… and 2 more (syncagent status --state failed)"])
+    }
+}
+
 @Suite("Batch notifications")
 struct NoticeTests {
     @Test func defaultBatchWaitsForEveryActiveTask() {
