@@ -35,7 +35,8 @@ struct StatusCommand: ParsableCommand {
             help: ArgumentHelp("Only tasks in this state: queued, running, interrupted, paused, finished, failed or cancelled; "
                                + "rejected for job files the agent refused, waiting for jobs it has not taken yet; "
                                + "repeatable or comma-separated.",
-                               valueName: "state"))
+                               valueName: "state"),
+            completion: .list(["queued", "running", "interrupted", "paused", "finished", "failed", "cancelled", "rejected", "waiting"]))
     var states: [String] = []
 
     @Flag(help: "Also list tasks that ended more than a day ago, and every queued task (not only the first \(StatusView.queuedListed)).")

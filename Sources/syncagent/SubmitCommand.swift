@@ -54,7 +54,7 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "The task's id (default: a new short id). One URL only.")
     var id: String?
 
-    @Option(help: "download (default), upload, data or hls.")
+    @Option(help: "download (default), upload, data or hls.", completion: .list(["download", "upload", "data", "hls"]))
     var kind: String?
 
     @Option(help: "Expected SHA-256 of the file, verified before it is published.")
@@ -63,7 +63,8 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Expected MD5 of the file, verified before it is published.")
     var md5: String?
 
-    @Option(help: "When the destination exists: rename (default: name.1.ext), replace, skip, fail or update.")
+    @Option(help: "When the destination exists: rename (default: name.1.ext), replace, skip, fail or update.",
+            completion: .list(["rename", "replace", "skip", "fail", "update"]))
     var overwrite: String?
 
     @Flag(help: "Fetch only if it changed since this agent published it (overwrite = \"update\"; wget -N, curl -z).")
@@ -75,7 +76,7 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Tasks with the same batch are notified together.", valueName: "name"))
     var batch: String?
 
-    @Option(help: "batch (default), each (one notification per task too) or none.")
+    @Option(help: "batch (default), each (one notification per task too) or none.", completion: .list(["batch", "each", "none"]))
     var notify: String?
 
     @Option(help: "Retries after a transient failure (default: the config's retries).")
@@ -85,7 +86,7 @@ struct SubmitCommand: ParsableCommand {
     var connections: Int?
 
     @Option(name: .customLong("allow-metered"), help: ArgumentHelp("false: wait while NetworkManager says the link is metered.",
-                                                                     valueName: "true|false"))
+                                                                     valueName: "true|false"), completion: .list(["true", "false"]))
     var allowMetered: Bool?
 
     @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M.", valueName: "rate"))
@@ -110,7 +111,7 @@ struct SubmitCommand: ParsableCommand {
     var formFields: [String] = []
 
     @Option(name: .customLong("protocol"), help: ArgumentHelp("Upload jobs: plain (default: one request), tus or ietf (resumable).",
-                                                           valueName: "name"))
+                                                           valueName: "name"), completion: .list(["plain", "tus", "ietf"]))
     var uploadProtocol: String?
 
     @Option(name: .customLong("chunk-size"), help: ArgumentHelp("Resumable uploads: auto (default) or a size such as 8M per request.",
@@ -124,7 +125,8 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "HLS jobs: best (default), worst, a BANDWIDTH or a resolution such as 1280x720.")
     var variant: String?
 
-    @Option(help: "HLS jobs: directory (default: DEST/index.m3u8 and its segments) or file (one DEST.ts or DEST.mp4).")
+    @Option(help: "HLS jobs: directory (default: DEST/index.m3u8 and its segments) or file (one DEST.ts or DEST.mp4).",
+            completion: .list(["directory", "file"]))
     var output: String?
 
     @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")

@@ -98,6 +98,30 @@ struct SchedulerTests {
 
 @Suite("What a control job did")
 struct ControlOutcomeTests {
+    /// What each control would change, phase by phase: what completion offers.
+    @Test func whatEachControlWouldChange() {
+        var log = LogBuilder()
+        for id in ["queued", "running", "paused", "offline", "finished", "failed", "cancelled", "forgotten"] { log.create(id) }
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/r")), task: "running")
+        _ = log.add(.paused(Paused(bytes: 0, reason: .user)), task: "paused")
+        _ = log.add(.paused(Paused(bytes: 0, reason: .offline)), task: "offline")
+        log.runToEnd("finished")
+        log.runToEnd("forgotten")
+        _ = log.add(.forgotten(Forgotten()), task: "forgotten")
+        _ = log.add(.failed(Failed(reason: "404", code: .http(404), bytes: 0)), task: "failed")
+        _ = log.add(.cancelled(Cancelled(bytes: 0)), task: "cancelled")
+        var child = TaskSpec(url: "http://h/seg", dest: "/d/v/seg")
+        child.parent = "queued"
+        _ = log.add(.created(child), task: "segment")
+        let state = log.state
+        func changed(by action: ControlJob.Action) -> [String] { state.orderedTasks.filter { action.changes($0) }.map(\.id) }
+        #expect(changed(by: .pause) == ["queued", "running", "offline"])
+        #expect(changed(by: .resume) == ["paused", "offline", "failed"])
+        #expect(changed(by: .cancel) == ["queued", "running", "paused", "offline", "failed"])
+        #expect(changed(by: .forget) == ["finished", "failed", "cancelled"])
+        #expect(changed(by: .compact).isEmpty)
+    }
+
     @Test func fewOutcomesAreNamedEachManyAreCountedByKind() {
         let few = (0..<Controlled.outcomesNamed).map { "t\($0): paused at byte \($0 * 10)" }
         #expect(Controlled.outcome(of: few) == few.joined(separator: "; "))

@@ -18,6 +18,22 @@ public struct ControlJob: Equatable, Sendable {
     }
 }
 
+extension ControlJob.Action {
+    /// Whether this control would change `task` (what shell completion
+    /// offers it for; anything else the agent answers "nothing to do").
+    public func changes(_ task: TaskState) -> Bool {
+        // A video's segments and an upload's parts follow their parent, and are not offered.
+        guard task.parentID == nil else { return false }
+        switch self {
+        case .pause: return task.phase.isActive || (task.phase == .paused && task.pauseReason != .user)
+        case .resume: return task.phase == .paused || task.phase == .failed
+        case .cancel: return !task.phase.isEnded || task.phase == .failed
+        case .forget: return task.phase.isEnded && !task.forgotten
+        case .compact: return false
+        }
+    }
+}
+
 /// Turns the bytes of a job file into a `Job`, or a `KeyError` whose
 /// sentence goes into `INBOX/rejected/NAME.error`. Pure: the caller reads the file.
 public struct JobParser: Sendable {
