@@ -8,9 +8,9 @@ struct CompactCommand: ParsableCommand {
         commandName: "compact",
         abstract: "Fold tasks that ended long ago into a snapshot and drop their raw events; the log shrinks.",
         discussion: """
-            The state stays the same: `status` and `replay` list every task as before. What goes is the
-            event-by-event history (`events`, and the attempts `status --task` lists) of tasks that ended before
-            DURATION ago (default: the config's keep_ended, 7d).
+            The state stays the same: `status` and `replay` list every task as before. What goes is the \
+            event-by-event history (`events`, and the attempts `status --task` lists) of tasks that ended before \
+            DURATION ago (default: the config's keep_ended, 7d). \
             With an agent running, the agent compacts in the background and this command waits for its report.
 
             Example:

@@ -8,7 +8,7 @@ struct ReplayCommand: ParsableCommand {
         commandName: "replay",
         abstract: "Fold the event log and print each task's recovered state and recovery plan.",
         discussion: """
-            The plan is what a restart would do: "resume at byte N with If-Range: ETag",
+            The plan is what a restart would do: "resume at byte N with If-Range: ETag", \
             "restart from 0: …", "nothing: finished". Read-only.
 
             Example:

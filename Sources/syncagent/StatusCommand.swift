@@ -8,9 +8,9 @@ struct StatusCommand: ParsableCommand {
         commandName: "status",
         abstract: "Show whether the agent runs and the tasks the event log describes (read-only; safe while the agent runs).",
         discussion: """
-            The first line says whether an agent runs on the state directory. Tasks a
-            dead agent left running read "interrupted": the next start resumes them.
-            Ended tasks older than a day, and queued tasks past the first \(StatusView.queuedListed), are not
+            The first line says whether an agent runs on the state directory. Tasks a \
+            dead agent left running read "interrupted": the next start resumes them. \
+            Ended tasks older than a day, and queued tasks past the first \(StatusView.queuedListed), are not \
             listed unless --all (the summary line counts them); --json lists them.
 
             Example:

@@ -8,13 +8,13 @@ struct SubmitCommand: ParsableCommand {
         commandName: "submit",
         abstract: "Write one job file per URL into the inbox and print each task's id.",
         discussion: """
-            Each file is written under a temporary name and renamed, so the agent never
-            sees half a job. Works whether or not the agent runs (it says so when none
-            does); the agent takes the jobs when it (next) runs. Every job is checked
+            Each file is written under a temporary name and renamed, so the agent never \
+            sees half a job. Works whether or not the agent runs (it says so when none \
+            does); the agent takes the jobs when it (next) runs. Every job is checked \
             first: if one is wrong, none is written.
 
-            -i FILE (or - for standard input) reads URLs one per line, aria2c-style: a
-            URL's options go on indented key=value lines below it (any job key, and
+            -i FILE (or - for standard input) reads URLs one per line, aria2c-style: a \
+            URL's options go on indented key=value lines below it (any job key, and \
             dir, out, header, form); they override the flags for that URL.
 
             Examples:

@@ -9,7 +9,7 @@ struct SyncAgentCommand: ParsableCommand {
         commandName: "syncagent",
         abstract: "Background HTTP transfers for the Linux desktop: drop a job file, get the file, get told.",
         discussion: """
-            Drop a *.job file into the inbox (or use `syncagent submit`) and the agent downloads it,
+            Drop a *.job file into the inbox (or use `syncagent submit`) and the agent downloads it, \
             resumes it after a crash, and posts one desktop notification when everything is done.
 
             Example:

@@ -1,0 +1,31 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// What the command line says to a person: help that reads as prose, and
+/// errors that say what was meant and what would do.
+@Suite("Help and error words", .serialized)
+struct HelpAndErrorTests {
+    static let commands = ["", "run", "submit", "status", "replay", "events", "pause", "resume", "cancel", "forget", "compact"]
+
+    /// Each paragraph of every command's help is filled to the width it is
+    /// printed at (80 columns piped, of which swift-argument-parser fills
+    /// 79): no line ends while the next one's first word would have fit on it.
+    @Test func helpBreaksLinesOnlyAtTheWidth() throws {
+        let harness = try AgentHarness()
+        for command in Self.commands {
+            let help = try harness.run(command.isEmpty ? ["--help"] : [command, "--help"], flags: false)
+            #expect(help.status == 0, "\(command): \(help.stderr)")
+            // The overview and discussion: before the usage line.
+            let prose = help.stdout.components(separatedBy: "\nUSAGE:").first ?? ""
+            let lines = prose.components(separatedBy: "\n")
+            for (index, line) in lines.enumerated().dropLast() {
+                let next = lines[index + 1]
+                // Examples are indented, and a heading ("Example:") ends its line on purpose.
+                guard !line.isEmpty, !next.isEmpty, !line.hasPrefix(" "), !next.hasPrefix(" "), !line.hasSuffix(":") else { continue }
+                let word = next.prefix { $0 != " " }
+                #expect(line.count + 1 + word.count > 79, "\(command) --help breaks early: \"\(line)\" / \"\(next)\"")
+            }
+        }
+    }
+}
