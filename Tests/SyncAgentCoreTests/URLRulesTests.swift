@@ -71,6 +71,18 @@ struct URLRulesTests {
         }
     }
 
+    /// The URL is quoted once, its control characters escaped so the
+    /// message stays one line.
+    @Test(arguments: [
+        ("http://x y/", #"key "url" must not contain spaces or control characters: "http://x y/""#),
+        ("http://h/a\nb", #"key "url" must not contain spaces or control characters: "http://h/a\nb""#),
+        ("http://u:s3cret@h/a b", #"key "url" must not contain spaces or control characters: "http://<redacted>@h/a b""#),
+    ])
+    func aURLWithASpaceIsQuotedOnce(_ url: String, _ message: String) {
+        #expect(throws: KeyError.self) { try URLRules.checkTransferURL(url, key: "url") }
+        do { try URLRules.checkTransferURL(url, key: "url") } catch { #expect("\(error)" == message) }
+    }
+
     @Test(arguments: ["http://h:/x", "http://[::1]:8080/x", "http://u%40x:p@h/x", "https://h:65535", "http://h/a@b?c=@#@",
                       "http://127.0.0.1:018232/x", "http://h:0000000000018232/x", "http://[fe80::1%25lo]:8080/x"])
     func unusualButValidURLsAreTaken(_ url: String) throws {

@@ -28,4 +28,19 @@ struct HelpAndErrorTests {
             }
         }
     }
+
+    /// A URL refused for a space is quoted once, in submit's error and in
+    /// the rejected job's .error file.
+    @Test func aRefusedURLIsQuotedOnce() throws {
+        let harness = try AgentHarness()
+        let submit = try harness.run(["submit", "http://example.com/a b.iso"])
+        #expect(submit.status != 0)
+        #expect(submit.stderr == "syncagent: key \"url\" must not contain spaces or control characters: \"http://example.com/a b.iso\"\n",
+                "\(submit.stderr)")
+        try harness.drop("space.job", "url = \"http://example.com/a b.iso\"\n")
+        try harness.runUntilIdle()
+        let error = try String(contentsOfFile: harness.inbox + "/rejected/space.job.error", encoding: .utf8)
+        #expect(error.contains(": key \"url\" must not contain spaces or control characters: \"http://example.com/a b.iso\""), "\(error)")
+        #expect(!error.contains("\"\""), "\(error)")
+    }
 }

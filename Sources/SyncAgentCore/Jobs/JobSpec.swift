@@ -327,7 +327,9 @@ public enum URLRules {
         var shown: String { Redaction.url(url) }
         // A space or a control character (CR, LF, NUL …) could end the request line.
         guard !url.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else {
-            throw KeyError(key: key, "must not contain spaces or control characters: \"\(Redaction.url(url.debugDescription))\"")
+            // Swift's own quoting, without its quotes: a line break reads \n, not as the end of the message.
+            let escaped = String(url.debugDescription.dropFirst().dropLast())
+            throw KeyError(key: key, "must not contain spaces or control characters: \"\(Redaction.url(escaped))\"")
         }
         guard url.utf8.count <= 8192 else {
             throw KeyError(key: key, "is \(url.utf8.count) bytes long, over the 8 KiB a URL may have")
