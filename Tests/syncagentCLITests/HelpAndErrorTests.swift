@@ -43,4 +43,18 @@ struct HelpAndErrorTests {
         #expect(error.contains(": key \"url\" must not contain spaces or control characters: \"http://example.com/a b.iso\""), "\(error)")
         #expect(!error.contains("\"\""), "\(error)")
     }
+
+    /// A mistyped command is named with the one meant; one far from every
+    /// command is only said to be none.
+    @Test func aMistypedCommandSuggestsTheOneMeant() throws {
+        let harness = try AgentHarness()
+        let typo = try harness.run(["stauts"], flags: false)
+        #expect(typo.status == 64 && typo.stdout.isEmpty, "\(typo.stderr)")
+        #expect(typo.stderr == "syncagent: \"stauts\" is not a command; did you mean \"status\"? (see syncagent --help)\n", "\(typo.stderr)")
+        let withFlags = try harness.run(["sumbit", "--dir", "x", "http://example.com/a"], flags: false)
+        #expect(withFlags.status == 64 && withFlags.stderr.contains("did you mean \"submit\"?"), "\(withFlags.stderr)")
+        let far = try harness.run(["download", "http://example.com/a"], flags: false)
+        #expect(far.status == 64 && far.stderr == "syncagent: \"download\" is not a command (see syncagent --help)\n", "\(far.stderr)")
+        #expect(try harness.run(["help", "status"], flags: false).status == 0)
+    }
 }
