@@ -89,7 +89,8 @@ struct SubmitCommand: ParsableCommand {
                                                                      valueName: "true|false"), completion: .list(["true", "false"]))
     var allowMetered: Bool?
 
-    @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M.", valueName: "rate"))
+    @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M (K, M, G: powers of 1024; 2MB is refused as ambiguous).",
+                                                                             valueName: "rate"))
     var maxSpeed: String?
 
     @Option(name: .customLong("not-before"), help: ArgumentHelp("Do not start before this time, such as 2026-11-22T03:00:00Z.", valueName: "time"))

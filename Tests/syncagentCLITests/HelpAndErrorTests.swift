@@ -57,4 +57,20 @@ struct HelpAndErrorTests {
         #expect(far.status == 64 && far.stderr == "syncagent: \"download\" is not a command (see syncagent --help)\n", "\(far.stderr)")
         #expect(try harness.run(["help", "status"], flags: false).status == 0)
     }
+
+    /// `--max-speed 2MB` is refused, not read as 2 MiB: the error says
+    /// which units are taken and what to write; nothing is submitted.
+    @Test func anAmbiguousUnitIsRefusedNamingTheUnitsTaken() throws {
+        let harness = try AgentHarness()
+        let ambiguous = try harness.run(["submit", "--max-speed", "2MB", "http://example.com/a.iso"])
+        #expect(ambiguous.status != 0 && ambiguous.stdout.isEmpty, "\(ambiguous.stdout)")
+        #expect(ambiguous.stderr.hasPrefix("syncagent: key \"max_speed\" must not be \"2MB\": "), "\(ambiguous.stderr)")
+        #expect(ambiguous.stderr.contains("write \"2M\" or \"2MiB\" (2097152 bytes)")
+                && ambiguous.stderr.contains("K, M and G are powers of 1024"), "\(ambiguous.stderr)")
+        #expect(harness.jobFiles().isEmpty)
+        let config = try AgentHarness(config: "max_speed = \"1GB\"\n")
+        let status = try config.run(["status"])
+        #expect(status.status != 0 && status.stderr.contains("max_speed") && status.stderr.contains("\"1G\" or \"1GiB\""), "\(status.stderr)")
+        #expect(try harness.run(["submit", "--max-speed", "2M", "http://example.com/a.iso"]).status == 0)
+    }
 }
