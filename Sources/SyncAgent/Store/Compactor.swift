@@ -37,8 +37,14 @@ public enum Compactor {
         let store = try EventStore(writingTo: path)
         let bytesBefore = try store.databaseBytes()
         let cutoffMs = olderThanS >= nowMs / 1000 ? Int64.min : nowMs - olderThanS * 1000
+        // Asked for by a person, it drops something or writes nothing: a snapshot beside the one
+        // kept for the events already dropped only makes the log bigger.
         let (snapshotSeq, prunable) = try snapshot(into: store, given: given, nowMs: nowMs, olderThanS: olderThanS, cutoffMs: cutoffMs,
-                                                   stopRequested: stopRequested)
+                                                   onlyToDrop: trigger == "requested", stopRequested: stopRequested)
+        guard let snapshotSeq else {
+            return Compacted(snapshotSeq: try store.newestSnapshotSeq(), tasks: 0, events: 0, olderThanS: olderThanS,
+                             bytesBefore: bytesBefore, bytesAfter: bytesBefore, trigger: trigger)
+        }
         CrashPoint.compactSnapshotWritten.reached()
 
         // Many tasks' events per transaction, each transaction short; beside
@@ -73,9 +79,10 @@ public enum Compactor {
 
     /// Stores the fold (the given one, or the log folded again) as a
     /// snapshot, and returns what the pruning needs of it: the fold itself is
-    /// let go on return, not held while events are deleted.
+    /// let go on return, not held while events are deleted. `onlyToDrop`:
+    /// none is stored (a nil seq) when no event would be dropped.
     private static func snapshot(into store: EventStore, given: (() -> AgentState?)?, nowMs: Int64, olderThanS: Int64, cutoffMs: Int64,
-                                 stopRequested: () -> Bool) throws -> (seq: Int64, prunable: [String]) {
+                                 onlyToDrop: Bool, stopRequested: () -> Bool) throws -> (seq: Int64?, prunable: [String]) {
         let state: AgentState
         if let given, let lent = given() {
             // A fold past what the file holds would be a snapshot of events that may never be written.
@@ -91,6 +98,7 @@ public enum Compactor {
             }
         }
         let prunable = Compaction.prunableTasks(in: state, endedBeforeMs: cutoffMs)
+        if onlyToDrop, prunable.isEmpty, try !store.holdsAgentEvents(before: cutoffMs, through: state.lastSeq) { return (nil, []) }
         try store.writeSnapshot(state, nowMs: nowMs, olderThanS: olderThanS, stopRequested: stopRequested)
         return (state.lastSeq, prunable)
     }

@@ -724,6 +724,15 @@ public final class EventStore {
         }
     }
 
+    /// Whether `deleteEvents` would find any of the agent's own events to
+    /// delete: written before `beforeMs`, at or below `through`.
+    public func holdsAgentEvents(before beforeMs: Int64, through: Int64) throws -> Bool {
+        guard db != nil, try schemaVersion() > 0 else { return false }
+        return try scalar("""
+            SELECT EXISTS (SELECT 1 FROM events WHERE task IS NULL AND at_ms < \(beforeMs) AND seq <= \(through) AND type != 'compacted')
+            """) == 1
+    }
+
     /// Deletes raw events at or below `through`, about `limit` rows in one
     /// transaction: those of the tasks in `tasks`, taken from the front (each
     /// task whose events are all gone is removed from it), and, when `tasks`
