@@ -48,8 +48,14 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Destination, relative to download_dir (default: the URL's file name). One URL only.")
     var dest: String?
 
-    @Option(help: ArgumentHelp("Save into this folder (relative to download_dir) under the URL's file name.", valueName: "dir"))
+    @Option(name: [.customShort("d"), .long],
+            help: ArgumentHelp("Save into this folder (relative to download_dir) under the URL's file name, or -o's (aria2c -d).",
+                               valueName: "dir"))
     var dir: String?
+
+    @Option(name: [.customShort("o"), .customLong("out")],
+            help: ArgumentHelp("Save under this file name, in download_dir or -d's folder (aria2c -o). One URL only.", valueName: "name"))
+    var out: String?
 
     @Option(help: "The task's id (default: a new short id). One URL only.")
     var id: String?
@@ -136,6 +142,10 @@ struct SubmitCommand: ParsableCommand {
     /// Checked in `run`, not `validate`: `--help` must not print an error first.
     private func check() throws {
         if dest != nil && dir != nil { throw fail("give --dest (a file) or --dir (a folder), not both") }
+        if dest != nil && out != nil { throw fail("give --dest (a path) or -o/--out (a file name), not both") }
+        if let out, out.contains("/") || out == "." || out == ".." || out.isEmpty {
+            throw fail("-o/--out takes a file name, not \"\(out)\" (a folder goes in -d/--dir)")
+        }
         if update, let overwrite, overwrite != "update" { throw fail("--update is overwrite = \"update\"; it cannot go with --overwrite \(overwrite)") }
         if urls.isEmpty && inputFile == nil { throw fail("give at least one URL, or -i FILE (- for standard input)") }
     }
@@ -180,6 +190,13 @@ struct SubmitCommand: ParsableCommand {
         if let inputFile { entries += try readList(inputFile) }
         if entries.isEmpty { throw fail("\(inputFile ?? "-"): no URL in the list") }
         if entries.count > 1, dest != nil { throw fail("--dest names one file, but \(entries.count) URLs were given; use --dir") }
+        if entries.count > 1, out != nil { throw fail("-o/--out names one file, but \(entries.count) URLs were given; use -d/--dir") }
+        // No scheme typed ("example.com/a.iso"): https, as a browser would, and said so.
+        for index in entries.indices {
+            guard let url = URLRules.assumingHTTPS(entries[index].url) else { continue }
+            FileHandle.standardError.write(Data("syncagent: \(entries[index].origin)no scheme in \"\(entries[index].url)\": taken as \(url)\n".utf8))
+            entries[index].url = url
+        }
         if entries.count > 1, id != nil { throw fail("--id names one task, but \(entries.count) URLs were given") }
 
         // One submit at a time checks ids against the inbox and writes: two
@@ -302,7 +319,7 @@ struct SubmitCommand: ParsableCommand {
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
         set("protocol", uploadProtocol); set("chunk_size", chunkSize); set("parallel", parallel.map(String.init))
         var headerLines = headers, formLines = formFields
-        var folder = dir, fileName: String?
+        var folder = dir, fileName = out
         for option in entry.options {
             switch option.key {
             case "dir": folder = option.value

@@ -59,6 +59,28 @@ struct SubmitTests {
         #expect(FileManager.default.fileExists(atPath: harness.downloads + "/many/a.bin"))
     }
 
+    /// A URL typed without a scheme is taken as https, and said so; -d and
+    /// -o name the folder and the file, as aria2c's do.
+    @Test func noSchemeMeansHTTPSAndDashDAndDashONameTheFolderAndFile() throws {
+        let harness = try AgentHarness()
+        let bare = try harness.run(["submit", "--id", "bare", "example.com/isos/a.iso"])
+        #expect(bare.status == 0 && bare.stdout == "bare\n", "\(bare.stderr)")
+        #expect(bare.stderr.hasPrefix("syncagent: no scheme in \"example.com/isos/a.iso\": taken as https://example.com/isos/a.iso\n"),
+                "\(bare.stderr)")
+        let named = try harness.run(["submit", "--id", "named", "-d", "isos", "-o", "debian.iso", "https://example.com/d-13.iso"])
+        #expect(named.status == 0, "\(named.stderr)")
+        let waiting = try harness.run(["status", "--json"])
+        let jobs = (try JSONSerialization.jsonObject(with: Data(waiting.stdout.utf8)) as? [String: Any])?["waiting"] as? [[String: Any]] ?? []
+        let byID = Dictionary(uniqueKeysWithValues: jobs.map { ($0["id"] as? String ?? "", $0) })
+        #expect(byID["bare"]?["url"] as? String == "https://example.com/isos/a.iso", "\(jobs)")
+        #expect(byID["bare"]?["dest"] as? String == harness.downloads + "/a.iso")
+        #expect(byID["named"]?["dest"] as? String == harness.downloads + "/isos/debian.iso", "\(jobs)")
+        let two = try harness.run(["submit", "-o", "one.iso", "https://example.com/a", "https://example.com/b"])
+        #expect(two.status != 0 && two.stderr.contains("-o/--out names one file, but 2 URLs were given; use -d/--dir"), "\(two.stderr)")
+        let path = try harness.run(["submit", "-o", "a/b.iso", "https://example.com/a"])
+        #expect(path.status != 0 && path.stderr.contains("-o/--out takes a file name"), "\(path.stderr)")
+    }
+
     @Test func submitWritesEveryJobBeforeItsIDsAndSaysWhenTheyCannotBePrinted() throws {
         let harness = try AgentHarness()
         let list = (0..<300).map { "http://127.0.0.1:9/f\($0).bin" }.joined(separator: "\n")

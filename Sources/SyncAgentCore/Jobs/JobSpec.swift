@@ -390,6 +390,24 @@ public enum URLRules {
     }
 
     /// The default destination: the URL's last path segment, decoded.
+    /// `example.com/a.iso` → `https://example.com/a.iso`: what was typed
+    /// with no scheme (as one types into curl or a browser), when it reads
+    /// as a host, with a port or none, and a path; nil for anything else (a
+    /// URL with a scheme, a file path, `mailto:x`), to be judged as it is.
+    public static func assumingHTTPS(_ text: String) -> String? {
+        guard !text.isEmpty, !text.contains("://"), !text.hasPrefix("/"), !text.hasPrefix("."),
+              !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else { return nil }
+        let authority = text.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        if let colon = authority.lastIndex(of: ":") {
+            // host:port, not scheme:rest.
+            let port = authority[authority.index(after: colon)...]
+            guard !port.isEmpty, port.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        }
+        let candidate = "https://" + text
+        guard let host = URLComponents(string: candidate)?.host, !host.isEmpty else { return nil }
+        return candidate
+    }
+
     public static func fileName(from url: String) -> String {
         let path = URLComponents(string: url)?.path ?? ""
         let last = path.split(separator: "/").last.map(String.init) ?? ""
