@@ -139,6 +139,10 @@ struct SubmitCommand: ParsableCommand {
     @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")
     var maxDuration: Int?
 
+    @Flag(help: ArgumentHelp("Stay until the tasks end, with a live line for each (on stderr), and exit as aria2c does: "
+                             + "0 when all finished, else its status for the last failure (3 not found, 24 refused, 32 checksum …)."))
+    var wait = false
+
     /// Checked in `run`, not `validate`: `--help` must not print an error first.
     private func check() throws {
         if dest != nil && dir != nil { throw fail("give --dest (a file) or --dir (a folder), not both") }
@@ -156,7 +160,7 @@ struct SubmitCommand: ParsableCommand {
     /// missing from the list only leaves a URL to the parser, which then parses
     /// the whole line itself (`SyncAgentCommand.parsed`).
     static func urlsTakenOut(of arguments: [String]) -> (rest: [String], urls: [String])? {
-        let flags: Set<String> = ["--update"]
+        let flags: Set<String> = ["--update", "--wait"]
         guard arguments.first == "submit", arguments.count > 64 else { return nil }
         var rest = ["submit"], urls: [String] = []
         var index = 1
@@ -262,6 +266,7 @@ struct SubmitCommand: ParsableCommand {
             throw fail("\(jobs.count) jobs were written, but their ids could not be printed (\(Posix.words((error as? SystemError)?.errno ?? EIO))): "
                        + jobs.map(\.id).joined(separator: " "))
         }
+        if wait { try SubmitWait.follow(jobs.map(\.id), global: global, paths: resolved.paths) }
         warnIfNoAgent(resolved.paths)
     }
 

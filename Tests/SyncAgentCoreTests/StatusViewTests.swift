@@ -191,3 +191,21 @@ import TestSupport
         }
     }
 }
+
+@Suite struct WaitVerdictTests {
+    /// Over once every task has ended; 0 when all finished, else the last
+    /// failure's aria2c status, or 7 for what was cancelled or never ended.
+    @Test func theLastFailureSaysTheExitStatus() {
+        var log = LogBuilder()
+        for id in ["a", "b", "c", "d"] { log.create(id) }
+        log.runToEnd("a")
+        #expect(WaitVerdict.allEnded(["a"], in: log.state) && WaitVerdict.exitStatus(["a"], in: log.state) == 0)
+        #expect(!WaitVerdict.allEnded(["a", "b"], in: log.state) && !WaitVerdict.allEnded(["a", "unknown"], in: log.state))
+        _ = log.add(.failed(Failed(reason: "sha256 mismatch", code: .checksumMismatch, bytes: 0)), task: "b")
+        _ = log.add(.failed(Failed(reason: "server answered 404", code: .http(404), bytes: 0)), task: "c", afterMs: 50)
+        #expect(WaitVerdict.exitStatus(["a", "b", "c"], in: log.state) == 3, "the last to fail")
+        #expect(WaitVerdict.exitStatus(["a", "b"], in: log.state) == 32)
+        _ = log.add(.cancelled(Cancelled(bytes: 0)), task: "d")
+        #expect(WaitVerdict.allEnded(["a", "d"], in: log.state) && WaitVerdict.exitStatus(["a", "d"], in: log.state) == 7)
+    }
+}

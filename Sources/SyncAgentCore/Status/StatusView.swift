@@ -297,3 +297,25 @@ public enum StatusView {
         }.map(\.element)
     }
 }
+
+/// `submit --wait`: when the tasks it submitted are over, and what its
+/// exit status says of them, as aria2c's does of its downloads.
+public enum WaitVerdict {
+    /// Every task is in the log and has ended (finished, failed or cancelled).
+    public static func allEnded(_ ids: [String], in state: AgentState) -> Bool {
+        ids.allSatisfy { state[$0]?.phase.isEnded == true }
+    }
+
+    /// 0 when every task finished; else aria2c's status for the failure
+    /// that came last (`FailureCode.aria2ExitStatus`); 7 (aria2c's
+    /// "unfinished downloads") when none failed but some were cancelled or
+    /// had not ended.
+    public static func exitStatus(_ ids: [String], in state: AgentState) -> Int32 {
+        let tasks = ids.map { state[$0] }
+        let failures = tasks.compactMap { $0 }.filter { $0.phase == .failed }
+        if let last = failures.max(by: { ($0.endedAtMs ?? 0) < ($1.endedAtMs ?? 0) }) {
+            return last.errorCode?.aria2ExitStatus ?? 1
+        }
+        return tasks.allSatisfy { $0?.phase == .finished } ? 0 : 7
+    }
+}
