@@ -96,8 +96,11 @@ public final class Agent {
         // A compaction cut short (a crash, a stop, or the snapshot just written) is finished at once, with its cutoff.
         let unfinishedCompaction = try log.store.unfinishedCompaction()
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
-        let root = try DownloadRoot(path: paths.downloadDir)
-        held.hold("download_dir", at: paths.downloadDir, identity: try root.identity())
+        let root = try DownloadRoot(path: paths.downloadDir, more: paths.moreDirs)
+        for folder in try root.identities() {
+            held.hold(PathRules.isSame(folder.path, paths.downloadDir) ? "download_dir" : "more_dirs folder", at: folder.path,
+                      identity: folder.identity)
+        }
         try makeEngine(root: root, snapshotSeq: snapshotSeq)
         Recovery.admitFormerDownloadDirs(of: log.state, into: root)
 
@@ -383,7 +386,9 @@ public final class Agent {
     }
 
     private func jobParser() -> JobParser {
-        JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify,
-                  forbiddenDirs: FileSystem.spellingsBeneath(paths.downloadDir, of: [paths.stateDir, paths.inbox]))
+        JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs, defaultNotify: config.notify,
+                  forbiddenDirs: ([paths.downloadDir] + paths.moreDirs).flatMap {
+                      FileSystem.spellingsBeneath($0, of: [paths.stateDir, paths.inbox])
+                  })
     }
 }

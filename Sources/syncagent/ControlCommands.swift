@@ -46,7 +46,7 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
             throw fail("task \(task) is \(phase.rawValue); only an ended task can be forgotten (cancel it first)")
         }
         if record == .unknown {
-            guard pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) else {
+            guard pendingJobIDs(resolved.paths).contains(task) else {
                 throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")
             }
             // A job not yet taken becomes a queued task: not one that has ended.
@@ -193,8 +193,8 @@ struct ForgetCommand: ParsableCommand {
 
 /// Ids named by jobs still waiting in the inbox: a control job dropped after
 /// them is applied after them, so they count as known.
-func pendingJobIDs(inbox: String, downloadDir: String) -> Set<String> {
-    Set(WaitingJobs.read(inbox: inbox, downloadDir: downloadDir).jobs.compactMap(\.id))
+func pendingJobIDs(_ paths: AgentPaths) -> Set<String> {
+    Set(WaitingJobs.read(paths).jobs.compactMap(\.id))
 }
 
 /// Ids of the jobs `submit` wrote that still wait in the inbox, read from

@@ -96,7 +96,7 @@ struct StatusCommand: ParsableCommand {
     /// The jobs waiting in the inbox, read before the log is: one taken in
     /// between is then in both, and shown once (`complete`), never in neither.
     private func waitingJobs(_ paths: AgentPaths, limit: Int) -> InboxView {
-        InboxView(path: paths.inbox, waiting: showsWaiting ? WaitingJobs.read(inbox: paths.inbox, downloadDir: paths.downloadDir, limit: limit)
+        InboxView(path: paths.inbox, waiting: showsWaiting ? WaitingJobs.read(paths, limit: limit)
                                                            : WaitingJobs())
     }
 

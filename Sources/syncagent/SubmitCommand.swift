@@ -219,9 +219,9 @@ struct SubmitCommand: ParsableCommand {
         // file names (another job naming the same six random characters is as
         // unlikely as it gets, and the agent would refuse it by name).
         let chosenIDs = id != nil || entries.contains { $0.options.contains { $0.key == "id" } }
-        var taken = chosenIDs ? pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
+        var taken = chosenIDs ? pendingJobIDs(resolved.paths)
                               : submittedJobIDs(inbox: resolved.paths.inbox)
-        let parser = JobParser(downloadDir: resolved.paths.downloadDir)
+        let parser = JobParser(downloadDir: resolved.paths.downloadDir, moreDirs: resolved.paths.moreDirs)
         var jobs: [(id: String, text: String)] = []
         func prepareJobs(_ inLog: (String) -> Bool) throws {
             for entry in entries {
@@ -251,7 +251,7 @@ struct SubmitCommand: ParsableCommand {
         do {
             _ = try InboxWriter(inbox: resolved.paths.inbox).write(jobs.map { ($0.text, "submit-\($0.id)") })
         } catch {
-            let taken = pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
+            let taken = pendingJobIDs(resolved.paths)
             let inboxed = jobs.map(\.id).filter(taken.contains)
             throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)"
                        + (inboxed.isEmpty ? "; no job was submitted" : "; these went in: \(inboxed.joined(separator: " "))"))

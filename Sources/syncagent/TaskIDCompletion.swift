@@ -27,7 +27,7 @@ enum TaskIDCompletion {
                                                       inbox: value(of: "--inbox")) else { return [] }
         // The command is the first word after the program's name; only a control command filters.
         let action = words.dropFirst().first.flatMap(ControlJob.Action.init(rawValue:))
-        let waiting = WaitingJobs.read(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).jobs.compactMap(\.id)
+        let waiting = WaitingJobs.read(resolved.paths).jobs.compactMap(\.id)
         let state = (try? EventStore(readingFrom: resolved.paths.eventLog).replay()) ?? AgentState()
         let logged = state.orderedTasks.filter { task in action.map { $0.changes(task) } ?? (task.parentID == nil) }.map(\.id)
         // A job not yet taken becomes a queued task: pause and cancel apply to it, resume and forget do not.

@@ -21,8 +21,9 @@ struct WaitingJobs {
     /// The inbox's transfer jobs in name order, at most `limit` of them read:
     /// only what the agent would take (a regular file with a job's name that
     /// parses as a transfer; it refuses a symbolic link, a FIFO or a device).
-    static func read(inbox: String, downloadDir: String, limit: Int = .max) -> WaitingJobs {
-        let parser = JobParser(downloadDir: downloadDir)
+    static func read(_ paths: AgentPaths, limit: Int = .max) -> WaitingJobs {
+        let inbox = paths.inbox
+        let parser = JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs)
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []).filter(InboxRules.isJobFileName).sorted()
         var waiting = WaitingJobs()
         for (index, name) in names.enumerated() {

@@ -184,6 +184,35 @@ struct JobParserTests {
         #expect(PathRules.isInside(path, folder) == inside)
     }
 
+    /// `more_dirs`: an absolute dest may name a folder the config allows;
+    /// one outside them all is refused, saying how to allow its folder.
+    @Test func moreDirsAreFoldersADestMayName() throws {
+        let parser = JobParser(downloadDir: "/home/u/Downloads", moreDirs: ["/mnt/media/", "/srv/x"], forbiddenDirs: ["/mnt/media/inbox"])
+        func dest(_ path: String) throws -> String? {
+            guard case .transfer(_, let spec) = try parser.parse(Array("url = \"http://h/x\"\ndest = \"\(path)\"".utf8)) else { return nil }
+            return spec.dest
+        }
+        #expect(try dest("/mnt/media/isos/a.iso") == "/mnt/media/isos/a.iso")
+        #expect(try dest("/srv/x/../x/b.iso") == "/srv/x/b.iso")
+        #expect(try dest("isos/a.iso") == "/home/u/Downloads/isos/a.iso", "a relative dest is download_dir's")
+        #expect(throws: KeyError(key: "dest", "\"/mnt/media/inbox/a.job\" is inside the agent's own folder /mnt/media/inbox")) {
+            try dest("/mnt/media/inbox/a.job")
+        }
+        #expect(throws: KeyError(key: "dest", "\"/mnt/other/a.iso\" is outside download_dir /home/u/Downloads and more_dirs; to let jobs "
+                                 + "save in /mnt/other, add it to more_dirs in the config (more_dirs = [\"/mnt/other\"]) and restart the agent")) {
+            try dest("/mnt/other/a.iso")
+        }
+        #expect(throws: KeyError(key: "dest", "\"/mnt/media\" is outside download_dir /home/u/Downloads and more_dirs; to let jobs save in "
+                                 + "/mnt, add it to more_dirs in the config (more_dirs = [\"/mnt\"]) and restart the agent")) {
+            try dest("/mnt/media")
+        }
+        #expect(try AgentConfig.parse("more_dirs = [\"/mnt/media\", \"~/Videos\"]").moreDirs == ["/mnt/media", "~/Videos"])
+        let rule = "must be an array of folders, each absolute or starting with ~/, such as [\"/mnt/media\", \"~/Videos\"]"
+        for bad in ["more_dirs = \"/mnt\"", "more_dirs = [\"media\"]", "more_dirs = [1]"] {
+            #expect(throws: KeyError(key: "more_dirs", rule), "\(bad)") { try AgentConfig.parse(bad) }
+        }
+    }
+
     /// Found by the adversary of issue 12's intake work: String comparison
     /// treats canonically equivalent text as equal and a '/' followed by a
     /// combining mark as no '/', so these passed the checks (a download became

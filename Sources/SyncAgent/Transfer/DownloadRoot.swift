@@ -14,29 +14,55 @@ import Glibc
 /// call; kernels before 5.6 get the same rule from `openat` with
 /// O_NOFOLLOW, one component at a time.
 ///
+/// The folders of `more_dirs` are opened and reached the same way: a
+/// destination beneath one of them is beneath that one.
+///
 /// Tasks created under an earlier `download_dir` keep their destinations:
 /// the folders holding them are admitted (`admitFormer`) and reached the
 /// same way, beneath the folder, opened by path when asked.
 final class DownloadRoot: Sendable {
     let path: String
-    private let fd: Int32
-    /// Folders outside `path` holding files of tasks made before download_dir changed: admitted by
+    /// download_dir first, then each of `more_dirs`, each opened once.
+    private let roots: [(path: String, fd: Int32)]
+    /// Folders outside the roots holding files of tasks made before download_dir changed: admitted by
     /// the loop at start-up, looked up by the workers that make, join and sync files beneath them.
     private let formerFolders = Mutex<[String]>([])
 
-    init(path: String) throws {
+    /// - Parameter more: `more_dirs`, each of which must be there: a folder of a disk not mounted is
+    ///   no place to write into (the mount point beneath it is the root file system's).
+    init(path: String, more: [String] = []) throws {
         self.path = path
-        fd = try Posix.open(path, O_RDONLY | O_DIRECTORY, shown: "download_dir \(path)")
+        var roots = [(path, try Posix.open(path, O_RDONLY | O_DIRECTORY, shown: "download_dir \(path)"))]
+        for folder in more where !roots.contains(where: { PathRules.isSame($0.0, folder) }) {
+            do {
+                roots.append((folder, try Posix.open(folder, O_RDONLY | O_DIRECTORY, shown: "more_dirs folder \(folder)")))
+            } catch {
+                for root in roots { Posix.close(root.1) }
+                throw MoreDirUnavailable(folder: folder, errno: (error as? SystemError)?.errno ?? EIO)
+            }
+        }
+        self.roots = roots.map { (path: $0.0, fd: $0.1) }
     }
 
-    deinit { Posix.close(fd) }
+    deinit { for root in roots { Posix.close(root.fd) } }
 
-    /// The folder opened (device, inode), whatever its path names meanwhile.
-    func identity() throws -> FileIdentity {
-        FileIdentity(try Posix.status(of: fd, shown: "download_dir \(path)"))
+    /// A folder of `more_dirs` that cannot be opened: the agent does not start.
+    struct MoreDirUnavailable: Error, CustomStringConvertible {
+        var folder: String
+        var errno: Int32
+        var description: String {
+            "more_dirs names \(folder), which cannot be opened (\(Posix.words(errno))); make it, or mount its disk, or take it out of more_dirs"
+        }
     }
 
-    /// Whether `file` lies beneath download_dir itself.
+    /// The folders opened (device, inode), whatever their paths name meanwhile: download_dir first.
+    func identities() throws -> [(path: String, identity: FileIdentity)] {
+        try roots.map { root in
+            (root.path, FileIdentity(try Posix.status(of: root.fd, shown: root.path == path ? "download_dir \(path)" : root.path)))
+        }
+    }
+
+    /// Whether `file` lies beneath download_dir or one of more_dirs.
     func holds(_ file: String) -> Bool { beneath(file) != nil }
 
     /// Admits the folder holding `file`, a destination of a task made under an
@@ -51,18 +77,30 @@ final class DownloadRoot: Sendable {
         }
     }
 
-    /// `file` relative to the root, or an error if it is not beneath it
-    /// (a task created under another download_dir).
-    private func relative(_ file: String) throws -> String {
-        guard let relative = beneath(file) else {
-            throw SystemError(operation: "\(file) is outside download_dir \(path) (its task was made under another)", errno: EXDEV)
+    /// The root `file` lies beneath and `file` relative to it, or an error if
+    /// it is beneath none (a task created under another download_dir).
+    private func relative(_ file: String) throws -> (root: (path: String, fd: Int32), relative: String) {
+        guard let found = beneath(file) else {
+            throw SystemError(operation: "\(file) is outside download_dir \(path)\(roots.count > 1 ? " and more_dirs" : "") "
+                              + "(its task was made under another)", errno: EXDEV)
         }
-        return relative
+        return found
     }
 
-    /// `file` relative to the root, or nil: for questions, which an
-    /// answer of "no" settles without building an error's message.
-    private func beneath(_ file: String) -> String? { Self.relative(file, to: path) }
+    /// The root `file` lies beneath (the deepest, where one holds another)
+    /// and `file` relative to it, or nil: for questions, which an answer of
+    /// "no" settles without building an error's message.
+    private func beneath(_ file: String) -> (root: (path: String, fd: Int32), relative: String)? {
+        // download_dir alone, as always, asked first: almost every file is beneath it.
+        if roots.count == 1 { return Self.relative(file, to: path).map { (roots[0], $0) } }
+        var found: (root: (path: String, fd: Int32), relative: String)?
+        for root in roots {
+            guard let relative = Self.relative(file, to: root.path) else { continue }
+            if let best = found, best.root.path.utf8.count >= root.path.utf8.count { continue }
+            found = (root, relative)
+        }
+        return found
+    }
 
     private static func relative(_ file: String, to folder: String) -> String? {
         guard PathRules.isInside(file, folder) else { return nil }
@@ -103,12 +141,6 @@ final class DownloadRoot: Sendable {
         }
     }
 
-    /// The directory holding `file`, opened beneath the root (created, with
-    /// its parents, when `create`), and the file's own name in it.
-    /// `relative` is `file` beneath the root, as `relative(_:)` gave it.
-    private func parent(of file: String, relative: String, create: Bool) throws -> (directory: Int32, name: String) {
-        try parent(of: file, relative: relative, create: create, beneath: fd, named: path)
-    }
 
     /// As above, beneath `base` (the root, or a former folder), which is named `basePath`.
     private func parent(of file: String, relative: String, create: Bool, beneath base: Int32,
@@ -126,7 +158,7 @@ final class DownloadRoot: Sendable {
         } catch let error as SystemError where error.errno == ENOSYS || (error.errno == ENOENT && create) {
             // Walked below.
         } catch let error as SystemError {
-            throw SystemError(operation: "open \(basePath)/\(joined) \(Self.words(error.errno))", errno: error.errno)
+            throw SystemError(operation: "open \(basePath)/\(joined) \(words(error.errno))", errno: error.errno)
         }
         // One component at a time: made if missing, never a symlink.
         var current = try Self.duplicate(base, named: basePath)
@@ -140,7 +172,7 @@ final class DownloadRoot: Sendable {
                 do {
                     next = try Posix.open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, at: current)
                 } catch let error as SystemError {
-                    throw SystemError(operation: "open \(walked) \(Self.words(error.errno))", errno: error.errno)
+                    throw SystemError(operation: "open \(walked) \(words(error.errno))", errno: error.errno)
                 }
             }
             current = next
@@ -171,8 +203,9 @@ final class DownloadRoot: Sendable {
     }
 
     /// Says why a symlink stopped us, in the words a user needs.
-    private static func words(_ error: Int32) -> String {
-        error == ELOOP || error == EXDEV ? "(a symbolic link inside download_dir is never followed)" : ""
+    private func words(_ error: Int32) -> String {
+        guard error == ELOOP || error == EXDEV else { return "" }
+        return "(a symbolic link inside download_dir\(roots.count > 1 ? " or more_dirs" : "") is never followed)"
     }
 
     /// Runs `body` with the directory holding `file` and the file's name in
@@ -186,9 +219,9 @@ final class DownloadRoot: Sendable {
             defer { Posix.close(directory) }
             return try body(directory, name)
         }
-        let relative = try relative(file)
-        if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(fd, relative) }
-        let (directory, name) = try parent(of: file, relative: relative, create: create)
+        let (root, relative) = try relative(file)
+        if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(root.fd, relative) }
+        let (directory, name) = try parent(of: file, relative: relative, create: create, beneath: root.fd, named: root.path)
         defer { Posix.close(directory) }
         return try body(directory, name)
     }
@@ -279,7 +312,7 @@ final class DownloadRoot: Sendable {
     /// often than not, and opening its folders each time cost 6,000
     /// instructions a task.)
     func exists(_ file: String) -> Bool {
-        let (folder, name) = beneath(file).map { (fd, $0) } ?? (AT_FDCWD, file)
+        let (folder, name) = beneath(file).map { ($0.root.fd, $0.relative) } ?? (AT_FDCWD, file)
         do {
             if try Posix.statusIfPresent(of: name, at: folder, flags: AT_SYMLINK_NOFOLLOW, shown: file) == nil { return false }
         } catch {

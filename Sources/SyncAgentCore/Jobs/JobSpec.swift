@@ -39,21 +39,24 @@ extension ControlJob.Action {
 public struct JobParser: Sendable {
     public static let maximumSize = 64 * 1024
 
-    /// Absolute; every destination must stay inside it.
+    /// Absolute; every destination must stay inside it, or inside one of `moreDirs`.
     public var downloadDir: String
+    /// `more_dirs`: folders an absolute `dest` may name too.
+    public var moreDirs: [String]
     public var defaultNotify: NotifyMode
     /// The agent's own folders (state dir, inbox): no destination may lie
     /// in them, even when they sit inside `download_dir`.
     public var forbiddenDirs: [String]
 
-    public init(downloadDir: String, defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = []) {
+    public init(downloadDir: String, moreDirs: [String] = [], defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = []) {
         self.downloadDir = PathRules.normalize(downloadDir)
+        self.moreDirs = moreDirs.map(PathRules.normalize)
         self.defaultNotify = defaultNotify
         self.forbiddenDirs = forbiddenDirs.map(PathRules.normalize)
     }
 
     private func resolveDest(_ dest: String) throws -> String {
-        try PathRules.resolve(dest, inside: downloadDir, excluding: forbiddenDirs, key: "dest")
+        try PathRules.resolve(dest, inside: downloadDir, orIn: moreDirs, excluding: forbiddenDirs, key: "dest")
     }
 
     static let transferKeys: Set<String> = [
@@ -641,11 +644,11 @@ public enum PathRules {
         return normalized.isEmpty ? "/" : String(decoding: normalized, as: UTF8.self)
     }
 
-    /// `dest` relative to `downloadDir` (or absolute inside it) → absolute
-    /// path, never inside one of `excluded` (the agent's own folders).
-    /// Symbolic links are not looked at here: the engine opens every
-    /// component beneath `downloadDir` without following one.
-    public static func resolve(_ dest: String, inside downloadDir: String, excluding excluded: [String] = [],
+    /// `dest` relative to `downloadDir` (or absolute inside it, or inside
+    /// one of `moreDirs`) → absolute path, never inside one of `excluded`
+    /// (the agent's own folders). Symbolic links are not looked at here:
+    /// the engine opens every component beneath its folder without following one.
+    public static func resolve(_ dest: String, inside downloadDir: String, orIn moreDirs: [String] = [], excluding excluded: [String] = [],
                                key: String) throws -> String {
         if dest.isEmpty || dest.utf8.last == UInt8(ascii: "/") {
             throw KeyError(key: key, "must name a file, not \"\(dest)\"")
@@ -656,8 +659,12 @@ public enum PathRules {
         let root = normalize(downloadDir)
         let joined = dest.utf8.first == UInt8(ascii: "/") ? dest : root + "/" + dest
         let resolved = normalize(joined)
-        guard isInside(resolved, root) else {
-            throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)")
+        guard isInside(resolved, root) || moreDirs.contains(where: { isInside(resolved, normalize($0)) }) else {
+            // Refused for a job anyone's script may drop; allowed by the one who writes the config.
+            let folder = normalize(resolved + "/..")
+            throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)" + (moreDirs.isEmpty ? "" : " and more_dirs")
+                           + "; to let jobs save in \(folder), add it to more_dirs in the config (more_dirs = [\"\(folder)\"]) "
+                           + "and restart the agent")
         }
         for folder in excluded where isSame(resolved, folder) || isInside(resolved, folder) {
             throw KeyError(key: key, "\"\(dest)\" is inside the agent's own folder \(folder)")

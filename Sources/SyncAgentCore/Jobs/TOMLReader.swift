@@ -110,6 +110,20 @@ struct TOMLReader {
         throw KeyError(key: prefix + key, "must be a date-time with a time zone, such as 2026-11-22T03:00:00Z")
     }
 
+    /// Folders as an array of strings, each absolute or under `~`
+    /// (`["/mnt/media", "~/Videos"]`): relative to what, for an agent
+    /// started anywhere, could not be said.
+    func folders(_ key: String) throws -> [String]? {
+        guard let value = table[key] else { return nil }
+        let rule = "must be an array of folders, each absolute or starting with ~/, such as [\"/mnt/media\", \"~/Videos\"]"
+        guard case .array(let items) = value else { throw KeyError(key: prefix + key, rule) }
+        return try items.map { item in
+            guard case .string(let folder) = item, folder.hasPrefix("/") || folder == "~" || folder.hasPrefix("~/"),
+                  !folder.unicodeScalars.contains(where: Printable.isControl) else { throw KeyError(key: prefix + key, rule) }
+            return folder
+        }
+    }
+
     /// A command as an array of strings (`["notify-send", "done"]`): run
     /// without a shell, so every word is a whole argument.
     func command(_ key: String) throws -> [String]? {
