@@ -14,14 +14,17 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # iproute2 (ip netns, veth) takes a test agent offline; libsystemd0 is the sd-bus
 # the agent dlopens to follow NetworkManager (mocked by python3-dbusmock).
 # fuse3 and libfuse3-dev, built with gcc: forgetfs, the test file system that
-# forgets at a power cut what was never made durable (Tests/TestSupport/forgetfs).
+# forgets at a power cut what was never made durable (Tests/TestSupport/forgetfs);
+# bindfs (FUSE) shows an inbox whose files appear as a network mount's do, unseen by inotify.
+# aria2: aria2c itself, the oracle the RPC's answers are compared with (and a bench peer).
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
                   man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0 \
-                  python3-venv fuse3 libfuse3-dev gcc
-BENCH_PACKAGES := curl aria2 time
+                  python3-venv fuse3 libfuse3-dev gcc bindfs aria2
+BENCH_PACKAGES := curl time
 # From PyPI into a virtualenv of our own, made by Debian's python3 (python3-venv),
 # whatever python3 comes first on PATH: aiohttp-tus, the real tus server of the
-# tests (Tests/TestSupport/tus_server.py), and for make bench yt-dlp, its HLS
+# tests (Tests/TestSupport/tus_server.py), aria2p, the aria2 RPC client (library
+# and CLI) the RPC tests drive the agent with, and for make bench yt-dlp, its HLS
 # peer, and tuspy, the reference tus client. venv_install,PACKAGES,MODULES runs
 # pip only when one of the MODULES does not import; a venv whose python no
 # longer runs is made anew.
@@ -50,7 +53,7 @@ deps:
 
 test-deps: deps
 	$(call apt_install,$(TEST_PACKAGES))
-	$(call venv_install,aiohttp-tus,aiohttp_tus)
+	$(call venv_install,aiohttp-tus aria2p,aiohttp_tus aria2p)
 
 bench-deps: test-deps
 	$(call apt_install,$(BENCH_PACKAGES))

@@ -11,6 +11,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
+        // The aria2-compatible RPC server: NIO's own HTTP/1.1 and WebSocket handlers.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // Pure: events, the fold, job parsing, scheduling and recovery decisions. No I/O.
@@ -24,7 +26,7 @@ let package = Package(
         // C edge: the one Linux system call Glibc does not wrap (openat2).
         .target(name: "CLinuxShims"),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        // The engine: the event loop and its effect shells (SQLite, inotify, curl, libnotify).
+        // The engine: the event loop and its effect shells (SQLite, inotify, curl, libnotify, the RPC server).
         .target(
             name: "SyncAgent",
             dependencies: [
@@ -33,6 +35,11 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 // AES-128-CBC for encrypted HLS segments.
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                // The RPC server, on NIO's own thread (see RPC/RPCServer.swift).
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ]
         ),
         // The CLI: parsing and printing only.
@@ -48,7 +55,7 @@ let package = Package(
         .executableTarget(name: "syncagent-loggen", dependencies: ["SyncAgent", "SyncAgentCore"], path: "bench/LogGen"),
         // Real servers for the tests: nginx, a private D-Bus with dbusmock, the agent binary.
         .target(name: "TestSupport", dependencies: ["SyncAgentCore"], path: "Tests/TestSupport",
-                exclude: ["fault_server.py", "tus_server.py", "forgetfs"]),
+                exclude: ["fault_server.py", "tus_server.py", "rpc_client.py", "forgetfs"]),
         // The fuzz target's body: every parser of outside input, fed one input.
         .target(name: "SyncAgentFuzzing", dependencies: ["SyncAgentCore"]),
         .testTarget(name: "SyncAgentCoreTests", dependencies: ["SyncAgentCore", "SyncAgentFuzzing", "TestSupport"]),

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t mode) {
@@ -251,4 +252,11 @@ int sa_open_for_writing(int fd) {
 
 int sa_set_mmap_threshold(int bytes) {
     return mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
+int sa_file_system_type(const char *path, long long *type) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    *type = (long long)info.f_type;
+    return 0;
 }

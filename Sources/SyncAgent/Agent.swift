@@ -37,6 +37,9 @@ public final class Agent {
     private var announcements: Announcements!
     private var control: ControlDesk!
     private var intake: Intake!
+    private var inboxPoller: InboxPoller?
+    /// aria2's JSON-RPC, when `rpc = true`.
+    private var rpc: RPCDesk?
     private var held: HeldFiles
 
     /// When this run began: a task that ended failed since then makes `--exit-when-idle` exit 4.
@@ -69,9 +72,11 @@ public final class Agent {
     /// Runs until SIGTERM/SIGINT (exit 0) or, with `exitWhenIdle`, until the
     /// inbox is empty and nothing is queued or running (0, or 4 if a task failed).
     public func run(exitWhenIdle: Bool) throws -> Int32 {
-        try FileSystem.makeDirectory(paths.stateDir)
+        try StrictModes.makeTrustedStateDir(paths.stateDir)
         let lock = try StateLock(path: paths.lockFile, stateDir: paths.stateDir)
         let inboxLock = try InboxLock(inbox: paths.inbox, stateDir: paths.stateDir)
+        // Made last (by the intake), checked now: a refusal comes before anything is recorded.
+        try StrictModes.checkOwnFolderIfThere(Intake.rejectedDirectory(of: paths.inbox), what: Intake.rejectedWords)
         defer { withExtendedLifetime((lock, inboxLock)) {} }
         // Blocked before anything slow, so a stop signal during start-up is not lost.
         let signalFd = try Posix.stopSignals()
@@ -80,7 +85,10 @@ public final class Agent {
         runStartedAtMs = Posix.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
         defer { log.store.close() }
-        held.hold("the event log", at: paths.eventLog, identity: try FileSystem.identity(of: paths.eventLog))
+        held.hold("the event log", at: paths.eventLog, identity: try FileSystem.identity(of: paths.eventLog),
+                  trusted: ("file in the state dir", false))
+        held.hold("the state dir", at: paths.stateDir, identity: try FileSystem.identity(of: paths.stateDir),
+                  trusted: ("state dir", true))
         var snapshotSeq = try log.store.newestSnapshotSeq()
         // A snapshot the last run was killed while writing: its parts, with no row, go now, not at the next snapshot.
         let unnamedParts = try log.store.removeUnnamedSnapshotParts()
@@ -102,10 +110,10 @@ public final class Agent {
                       identity: folder.identity)
         }
         try makeEngine(root: root, snapshotSeq: snapshotSeq)
-        Recovery.admitFormerDownloadDirs(of: log.state, into: root)
 
         log.record(.agentStarted(AgentStarted(pid: Posix.processID, version: SyncAgentVersion.current, hooks: config.hooks)))
         Recovery.resumeInterruptedTasks(in: context)
+        announcements.recordHooksLeftUnended()
         announcements.announceOwedBatches()
         try log.commit()
         // Waiting jobs live in the log, not in memory: read back, as each task
@@ -126,17 +134,21 @@ public final class Agent {
 
         let watcher = try InboxWatcher(directory: paths.inbox)
         // (Looked up after the watch: a folder replaced in between is caught at the first check.)
-        held.hold("the inbox", at: paths.inbox, identity: try FileSystem.identity(of: paths.inbox))
-        intake = try Intake(inbox: paths.inbox, parser: jobParser(), log: log, logger: logger,
+        held.hold("the inbox", at: paths.inbox, identity: try FileSystem.identity(of: paths.inbox), trusted: ("inbox", true))
+        intake = try Intake(inbox: paths.inbox, parser: context.rules, log: log, logger: logger,
                             exists: { [unowned self] path in context.publishing.existsOnceRenamed(path) })
         intake.applyControl = { [unowned self] job, source in control.apply(job, source: source) }
         // Its lock (see InboxLock): `.taken/` deleted or replaced would let a second agent take the inbox.
-        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: try FileSystem.identity(of: intake.takenDirectory))
+        // (The one locked, looked up as the lock was taken: one put in its place since is caught at the first check.)
+        held.hold("the inbox's .taken folder", at: intake.takenDirectory, identity: inboxLock.identity, trusted: (Intake.takenWords, true))
         // Jobs a previous agent had moved out of the inbox but not yet recorded.
         intake.takeLeftovers()
+        if config.rpc { rpc = try startRPC() }
+        defer { rpc?.stop() }
         logger.info("agent started", metadata: [
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
         intake.startBacklog(scan: watcher.scan)
+        inboxPoller = makeInboxPoller()
         // A stop leaves the rest of a backlog for the next start.
         defer { intake.endBacklog() }
 
@@ -150,7 +162,8 @@ public final class Agent {
         let exchanges = ExchangePool(curl: curl, cookies: cookies, overallCap: config.maxOverallSpeed, logger: logger)
         let publishing = PublishQueue(root: root, log: log, logger: logger)
         context = RunnerContext(log: log, root: root, exchanges: exchanges, syncer: syncer, preparer: preparer, assembler: assembler,
-                                publishing: publishing, logger: logger, config: config, commit: { [unowned self] in try commit() })
+                                publishing: publishing, logger: logger, config: config, rules: jobParser(),
+                                commit: { [unowned self] in try commit() })
         exchanges.deadlineWords = { [unowned self] exchange in
             "\(context.totalTimeoutWords) (\(Redaction.url(log.state[exchange.taskID]?.currentURL ?? "")))"
         }
@@ -159,8 +172,18 @@ public final class Agent {
         network = NetworkWatch(context: context)
         context.network = network
         compaction = try CompactionScheduler(eventLog: paths.eventLog, snapshotSeq: snapshotSeq, context: context)
-        announcements = Announcements(context: context, notifier: notifier, hooks: HookRunner(stateDir: paths.stateDir))
+        announcements = Announcements(context: context, notifier: notifier, hooks: try HookRunner(stateDir: paths.stateDir))
         control = ControlDesk(context: context, compaction: compaction)
+    }
+
+    /// A scan of the inbox on an interval, where inotify cannot see every change (or `inbox_poll` asks).
+    private func makeInboxPoller() -> InboxPoller? {
+        let poller = InboxPoller.make(inbox: paths.inbox, configuredS: config.inboxPollS, nowMs: Posix.monotonicMs)
+        if let poller {
+            logger.info("the inbox is also scanned on an interval: \(poller.reason)",
+                        metadata: ["inbox": "\(paths.inbox)", "every": "\(poller.intervalMs / 1000)s"])
+        }
+        return poller
     }
 
     /// Wake, drain, decide, commit — until a stop signal, or idle when asked to stop then.
@@ -194,6 +217,7 @@ public final class Agent {
             if exitWhenIdle && isIdle(watcher) { return nil }
 
             let extraFds = [watcher.fd, signalFd, syncer.fd, preparer.fd, assembler.fd, compaction.fd] + hooks.fds + network.fds
+                + (rpc.map { [$0.fd] } ?? [])
             let ready = try context.exchanges.poll(extraFds: extraFds, timeoutMs: pollTimeoutMs())
             network.refresh(ready: ready)
             network.check()
@@ -201,6 +225,7 @@ public final class Agent {
             if ready.contains(preparer.fd) { runners.prepared(preparer.drain()) }
             if ready.contains(assembler.fd) { runners.assembled(assembler.drain()) }
             if ready.contains(compaction.fd) { compaction.drain() }
+            if let rpc, ready.contains(rpc.fd) { rpc.drain() }
             if ready.contains(signalFd), let signal = try Posix.nextSignal(signalFd) {
                 if signal == SIGHUP {
                     reloadConfig()
@@ -209,6 +234,10 @@ public final class Agent {
                 }
             }
             if ready.contains(watcher.fd) { takeJobs(watcher) }
+            if let poller = inboxPoller, poller.isDue(nowMs: Posix.monotonicMs) {
+                intake.take(polled: poller.poll(watcher, nowMs: Posix.monotonicMs))
+                context.needsScheduling = true
+            }
             if intake.isTakingBacklog {
                 try intake.takeBacklogSlice { try commit() }
                 context.needsScheduling = true
@@ -218,7 +247,8 @@ public final class Agent {
                 context.needsScheduling = true
             }
             if let wake = nextTimedWakeMs, wake <= Posix.nowMs { context.needsScheduling = true }
-            if let wake = hooks.nextWakeMs, wake <= Posix.monotonicMs || hooks.fds.contains(where: ready.contains) {
+            // (Output alone wakes it too: a hook's output pipe left readable would spin the loop.)
+            if hooks.fds.contains(where: ready.contains) || hooks.nextWakeMs.map({ $0 <= Posix.monotonicMs }) == true {
                 announcements.reapHooks()
             }
             try context.exchanges.perform()
@@ -313,6 +343,11 @@ public final class Agent {
             // Its job, let go while it waited, is read back: every step from here on reads it.
             try log.holdJob(of: id)
             guard let task = log.state[id] else { continue }
+            if context.failIfRefused(task) {
+                // It ended without taking its slot: another pass gives the slot to the next task.
+                context.needsScheduling = true
+                continue
+            }
             runners.start(task)
         }
         nextTimedWakeMs = SchedulerPolicy.nextWakeMs(in: log.state, nowMs: now)
@@ -344,6 +379,7 @@ public final class Agent {
         if let wake = runners.nextWakeMs { timeout = min(timeout, wake - monotonic) }
         if let hook = announcements.hooks.nextWakeMs { timeout = min(timeout, hook - monotonic) }
         if let notice = announcements.nextFailureNoticeMs { timeout = min(timeout, notice - monotonic) }
+        if let poller = inboxPoller { timeout = min(timeout, poller.nextDueMs - monotonic) }
         return Int32(max(0, timeout))
     }
 
@@ -364,12 +400,13 @@ public final class Agent {
             let applied = changes.filter { !AgentConfig.restartKeys.contains($0) }
             var next = reloaded.config
             // Paths stay as the agent started with them.
-            next.inbox = config.inbox; next.stateDir = config.stateDir; next.downloadDir = config.downloadDir
+            next.inbox = config.inbox; next.stateDir = config.stateDir; next.downloadDir = config.downloadDir; next.moreDirs = config.moreDirs
             next.cookies = config.cookies
             config = next
             context.config = next
             context.settings = TransferSettings(config: next)
-            intake.parser = jobParser()
+            context.rules = jobParser()
+            intake.parser = context.rules
             log.record(.configReloaded(ConfigReloaded(file: file, applied: applied, needRestart: needRestart, hooks: next.hooks)))
             let capsChanged = applied.contains("max_speed")
             if capsChanged { context.exchanges.followConfigSpeed(next.maxSpeed) }
@@ -378,11 +415,47 @@ public final class Agent {
             logger.notice("config reloaded", metadata: ["file": "\(file)", "applied": "\(applied)", "need_restart": "\(needRestart)"])
             // allow_metered may now hold back, or let go, tasks the link had no say over before.
             if applied.contains("allow_metered") { network.applyPolicy() }
+            if applied.contains("inbox_poll") { inboxPoller = makeInboxPoller() }
         } catch {
             log.record(.configReloaded(ConfigReloaded(file: file, applied: [], needRestart: [], error: "\(error)")))
             logger.error("config not reloaded; keeping the running settings", metadata: ["file": "\(file)", "error": "\(error)"])
         }
         context.needsScheduling = true
+    }
+
+    // MARK: - RPC
+
+    /// Listens for aria2's JSON-RPC on `rpc_listen`, with `rpc_secret` or the
+    /// secret the agent keeps in its state dir (made on the first start).
+    private func startRPC() throws -> RPCDesk {
+        let secret = try RPCSecretFile.secret(configured: config.rpcSecret, stateDir: paths.stateDir, logger: logger)
+        let methods = RPCMethods(secret: RPCSecret(secret), sessionID: String(RPCSecret.random().prefix(40)),
+                                 version: SyncAgentVersion.current)
+        let server = try RPCServer(listen: config.rpcListen, gate: try RPCGate(methods: methods, logger: logger))
+        logger.info("aria2 JSON-RPC listening", metadata: ["rpc.listen": "\(server.address)"])
+        return RPCDesk(server: server, log: log, context: context, intake: intake, control: control, downloadDir: paths.downloadDir,
+                       parser: { [unowned self] in jobParser() },
+                       changeSettings: { [unowned self] in changeSettings(maxActive: $0, maxOverallSpeed: $1, maxSpeed: $2) })
+    }
+
+    /// `aria2.changeGlobalOption`: these settings change for the running
+    /// agent, as a SIGHUP applies them, until the next start or reload.
+    /// Returns the config keys that changed.
+    private func changeSettings(maxActive: Int?, maxOverallSpeed: Int64??, maxSpeed: Int64??) -> [String] {
+        var next = config
+        var applied: [String] = []
+        if let maxActive, maxActive != next.maxActive { next.maxActive = maxActive; applied.append("max_active") }
+        if let maxOverallSpeed, maxOverallSpeed != next.maxOverallSpeed { next.maxOverallSpeed = maxOverallSpeed; applied.append("max_overall_speed") }
+        if let maxSpeed, maxSpeed != next.maxSpeed { next.maxSpeed = maxSpeed; applied.append("max_speed") }
+        guard !applied.isEmpty else { return [] }
+        config = next
+        context.config = next
+        context.settings = TransferSettings(config: next)
+        let capsChanged = applied.contains("max_speed")
+        if capsChanged { context.exchanges.followConfigSpeed(next.maxSpeed) }
+        context.exchanges.overallCap = next.maxOverallSpeed
+        context.exchanges.shareOverallSpeed(capsChanged: capsChanged)
+        return applied
     }
 
     private func jobParser() -> JobParser {

@@ -43,6 +43,7 @@ public struct ResolvedConfig: Sendable {
 
         let path = configFile.map(expand) ?? xdg("XDG_CONFIG_HOME", ".config") + "/syncagent/config.toml"
         var config = AgentConfig()
+        try StrictModes.checkConfigFile(path)
         if let data = FileManager.default.contents(atPath: path) {
             let bytes = [UInt8](data)
             guard let text = String(validating: bytes, as: UTF8.self) else {

@@ -27,6 +27,8 @@ enum CrashPoint: String {
     /// A resumable upload's `upload_created` is committed; nothing more is sent
     /// (for a split parent: its final upload exists, `finished` is not recorded).
     case uploadCreated = "upload-created"
+    /// An RPC call's events (an addUri's `created`) are recorded, none is committed, nothing is answered.
+    case rpcRecorded = "rpc-recorded"
 
     private static let armed = ProcessInfo.processInfo.environment["SYNCAGENT_CRASHPOINT"].flatMap(CrashPoint.init(rawValue:))
 

@@ -111,16 +111,19 @@ final class StateLock {
 /// locks while it writes).
 final class InboxLock {
     private let folder: Int32
+    /// The `.taken/` locked: the one its path must go on naming.
+    let identity: FileIdentity
 
     init(inbox: String, stateDir: String) throws {
         let taken = Intake.takenDirectory(of: inbox)
-        try FileSystem.makeDirectory(inbox)
-        try FileSystem.makeOwnDirectory(taken)
+        try StrictModes.makeTrusted(inbox, what: "inbox")
+        try FileSystem.makeOwnDirectory(taken, what: Intake.takenWords)
         let folder = try Posix.open(taken, O_RDONLY | O_DIRECTORY)
         do {
             try StateLock.acquire(folder, named: taken, optional: true) {
                 AgentAlreadyRunning(stateDir: stateDir, pid: Self.flockHolder(of: folder), inbox: inbox)
             }
+            identity = FileIdentity(try Posix.status(of: folder, shown: taken))
         } catch {
             Posix.close(folder)
             throw error

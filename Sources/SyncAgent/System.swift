@@ -42,13 +42,21 @@ enum FileSystem {
 
     /// The agent's own folder `path` (an inbox's `rejected/`, `.taken/`):
     /// a symbolic link planted there is removed, never followed, so
-    /// nothing the agent writes there lands elsewhere.
-    static func makeOwnDirectory(_ path: String) throws {
+    /// nothing the agent writes there lands elsewhere; a folder it did not
+    /// make (another user's, or one others may write) is refused, never
+    /// used (`StrictModes`).
+    /// - Parameter what: the folder in words, for the refusal.
+    static func makeOwnDirectory(_ path: String, what: String) throws {
         // Nothing there, or not to be asked: makeDirectory says what is wrong.
         if let info = try? Posix.status(of: path, flags: AT_SYMLINK_NOFOLLOW), (info.st_mode & S_IFMT) == S_IFLNK {
             try Posix.unlink(path, shown: "the symbolic link \(path)")
         }
         try makeDirectory(path)
+        do {
+            try StrictModes.checkOwnFolder(path, what: what)
+        } catch let error as SystemError where error.errno == ENOENT {
+            // Taken away as soon as it was made: nothing there to trust, and it is made again when it is needed.
+        }
     }
 
     /// Each of `folders` as written, and as a path beneath `root` where a

@@ -18,6 +18,27 @@ public enum FuzzTargets {
         logRows(input)
         playlists(bytes)
         uploadAnswers(text)
+        rpcRequests(bytes, text: text)
+    }
+
+    /// What an RPC client sends: a request body read as one, the host it
+    /// names, and its JSON handed as the parameters of every method.
+    static func rpcRequests(_ bytes: [UInt8], text: String) {
+        _ = RPCHTTPPolicy.allowsHost(text)
+        _ = RPCHTTPPolicy.corsHeaders(origin: text, preflightHeaders: text)
+        _ = try? RPCListen(parsing: text, key: "rpc_listen")
+        let request = RPCRequest.parse(bytes)
+        var state = AgentState()
+        state.apply(Event(seq: 1, atMs: 1, task: "t", body: .created(TaskSpec(url: "https://h.example/f", dest: "/home/me/Downloads/f"))))
+        let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "s", version: "v")
+        var context = RPCMethods.Context(state: state, view: RPCView(state: state),
+                                         settings: RPCSettings(downloadDir: "/home/me/Downloads", config: AgentConfig()),
+                                         parser: parser, isFree: { _ in true })
+        for case .success(let call) in request.calls { _ = methods.action(for: call, in: &context) }
+        guard let params = (try? JSONValue.parse(bytes))?.array else { return }
+        for method in RPCMethod.allCases {
+            _ = methods.action(for: RPCCall(id: 1, method: method.rawValue, params: ["token:s"] + params), in: &context)
+        }
     }
 
     /// A resumable-upload server's answer: the text as every header it reads, under a few statuses.

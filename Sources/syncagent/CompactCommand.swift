@@ -92,17 +92,21 @@ struct CompactCommand: ParsableCommand {
     }
 
     static func describe(_ report: Compacted) -> String {
-        let size = ByteCount.format(report.bytesBefore)
-        guard report.events > 0 else {
-            guard report.olderThanS > 0 else { return "nothing to compact: no ended task has events left to drop; the log stays \(size)" }
-            let age = Durations.words(ms: report.olderThanS.multipliedReportingOverflow(by: 1000).partialValue)
-            return "nothing to compact: no task ended \(age) ago or more; the log stays \(size) "
-                + "(--older-than 0 compacts every ended task)"
+        let size = ByteCount.format(report.bytesAfter)
+        if report.trigger == "requested", report.events == 0 {
+            guard report.olderThanS > 0 else {
+                return "nothing to compact: no ended task has events left to drop, nor has the agent; the log stays \(size)"
+            }
+            // As --older-than is written: 7d, 12h, 30m, 45s.
+            let unit = [(86_400, "d"), (3_600, "h"), (60, "m")].first { report.olderThanS % Int64($0.0) == 0 }
+            let age: String = unit.map { "\(report.olderThanS / Int64($0.0))\($0.1)" } ?? "\(report.olderThanS)s"
+            return "nothing to compact: no ended task older than \(age) has events left to drop, nor has the agent; "
+                + "the log stays \(size) (--older-than 0 compacts every ended task)"
         }
         let change = report.bytesBefore > 0 ? String(format: " (%.1f%%)", Double(report.bytesAfter) * 100 / Double(report.bytesBefore)) : ""
         // A snapshot of every task's state now stands in for what went: a few events dropped may weigh less.
         let grew = report.bytesAfter > report.bytesBefore ? "; it grew: the snapshot of every task outweighs the events dropped" : ""
         return "compacted: snapshot at seq \(report.snapshotSeq); raw events of \(report.tasks) ended task(s) dropped "
-            + "(\(report.events) events); log \(size) → \(ByteCount.format(report.bytesAfter))\(change)\(grew)"
+            + "(\(report.events) events); log \(ByteCount.format(report.bytesBefore)) → \(size)\(change)\(grew)"
     }
 }

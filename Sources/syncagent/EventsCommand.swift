@@ -37,6 +37,7 @@ struct EventsCommand: ParsableCommand {
 
     func run() throws {
         var last: Int64 = 0
+        warnIfStateDirIsNotTrusted(try global.resolve().paths)
         let store = try openLog(global)
         let pruned = try store.prunedThrough()
         if task == nil, pruned > 0 {

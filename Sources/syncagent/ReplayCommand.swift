@@ -36,6 +36,7 @@ struct ReplayCommand: ParsableCommand {
     }
 
     func run() throws {
+        warnIfStateDirIsNotTrusted(try global.resolve().paths)
         let store = try openLog(global)
         let state: AgentState
         do {
@@ -55,9 +56,12 @@ struct ReplayCommand: ParsableCommand {
         // point, `--until`, shows the log's words as they were then.)
         let agentRunning: Bool? = state.lastSeq < store.lastSeq ? nil
             : AgentLiveness.probe(stateDir: try global.resolve().paths.stateDir).running
+        // What the log records of hook runs that may not have run (a restart records those it finds unended).
+        let hookRuns = state.hookRunsThatMayNotHaveRun(agentRunning: true).filter { run in task.map { run.key.task == $0 } ?? true }
         if json {
             // Streamed as `status --json` is: a report per task, never the whole document in memory.
-            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state, agentRunning: agentRunning ?? true) }) {
+            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state, agentRunning: agentRunning ?? true) },
+                                 hookRuns: hookRuns) {
                 print($0, terminator: "")
             }
             print()
@@ -70,18 +74,29 @@ struct ReplayCommand: ParsableCommand {
             let style = TaskTable.Style(width: width, wrapNotes: true, home: ProcessInfo.processInfo.environment["HOME"],
                                         agentRunning: agentRunning)
             print(TaskTable.render(rows, in: state, style: style, plans: plans.mapValues(\.words)), terminator: "")
+            for run in hookRuns { StatusCommand.wrapped("! " + Printable.escaping(run.words), to: width).forEach { print($0) } }
         }
         if verify {
-            let problems = tasks.flatMap { DiskCheck.mismatches($0, in: state) }
+            // A log is input too: a file it places outside download_dir and more_dirs is not read (the agent would not write it).
+            let paths = try global.resolve().paths
+            let rules = JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs)
+            let checked = tasks.filter { task in
+                guard let refusal = rules.refusal(ofRecorded: task.spec) else { return true }
+                print("not checked: \(task.id): \(refusal.reason); its files are not read")
+                return false
+            }
+            let problems = checked.flatMap { DiskCheck.mismatches($0, in: state, log: store) }
             for problem in problems { print("mismatch: \(problem)") }
             if problems.isEmpty { print("verify: every file on disk matches the log") } else { throw ExitCode(5) }
         }
     }
 }
 
-/// `replay --verify`: what the disk holds against what the log vouches for.
+/// `replay --verify`: what the disk holds against what the log vouches for:
+/// sizes, the digests progress recorded for a partial file's durable bytes,
+/// and a finished file's SHA-256 (SPEC §6 rule 3).
 enum DiskCheck {
-    static func mismatches(_ task: TaskState, in state: AgentState) -> [String] {
+    static func mismatches(_ task: TaskState, in state: AgentState, log: EventStore) -> [String] {
         let fileManager = FileManager.default
         func size(_ path: String) -> Int64? {
             (try? fileManager.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
@@ -108,9 +123,15 @@ enum DiskCheck {
                 return size(part) == task.bytes ? [] : ["\(task.id): \(dest) is missing"]
             }
             if actual != task.bytes { return ["\(task.id): \(dest) has \(actual) bytes, the log says \(task.bytes)"] }
-            // A job's sha256 says what the bytes must be.
-            if let expected = task.spec.sha256, let digest = try? FileDigest.sha256(ofFile: dest), digest != expected {
-                return ["\(task.id): \(dest) has sha256 \(digest), the job asked for \(expected)"]
+            // The bytes published were hashed as they were made durable (logs before that: the job's sha256, if any).
+            if let expected = state.published[dest]?.sha256 ?? task.spec.sha256 {
+                let digest: String
+                do { digest = try FileDigest.sha256(ofFile: dest) } catch { return ["\(task.id): cannot read \(dest): \(error)"] }
+                guard digest == expected else {
+                    return ["\(task.id): \(dest) has sha256 \(digest), the log says \(expected)"
+                            + whereItDiffers(finished: task, file: dest, size: actual, log: log)]
+                }
+                return []
             }
             // Without one, the log knows the modification time the file was published with
             // (the rename keeps it): a file written to since then has another.
@@ -122,10 +143,40 @@ enum DiskCheck {
         case .queued, .running, .paused:
             guard task.bytes > 0, task.spec.isResumable else { return [] }
             guard let actual = size(part) else { return ["\(task.id): \(part) is missing; \(task.bytes) bytes were logged"] }
-            if actual < task.bytes { return ["\(task.id): \(part) has \(actual) bytes, fewer than the \(task.bytes) logged"] }
-            return []
+            let durable = task.durableRanges
+            let end = durable.spans.last?.end ?? 0
+            if actual < end { return ["\(task.id): \(part) has \(actual) bytes, fewer than the \(end) logged"] }
+            guard let digests = task.digests else { return [] }
+            do {
+                return try FileDigest.damage(ofFile: part, digests: digests, within: durable).map { span in
+                    "\(task.id): bytes \(span) of \(part) do not match the sha256 logged for them"
+                }
+            } catch {
+                return ["\(task.id): cannot read \(part): \(error)"]
+            }
         default:
             return []
         }
+    }
+
+    /// Where a finished file differs, by the digests its progress recorded,
+    /// if the log still holds them (compaction drops an ended task's events).
+    private static func whereItDiffers(finished task: TaskState, file: String, size: Int64, log: EventStore) -> String {
+        var alone = AgentState()
+        do {
+            try log.forEach(task: task.id) { event in
+                // Folded up to its end: `finished` lets them go, the file's own digest standing for them.
+                if case .finished = event.body { return }
+                alone.apply(event)
+            }
+        } catch {
+            return ""
+        }
+        guard let digests = alone[task.id]?.digests else {
+            return " (its progress events, whose digests would say where, are no longer in the log)"
+        }
+        guard let damaged = try? FileDigest.damage(ofFile: file, digests: digests, within: ByteRanges([ByteSpan(0, size)])),
+              !damaged.isEmpty else { return "" }
+        return ": bytes " + damaged.map(\.description).joined(separator: ", ") + " differ"
     }
 }

@@ -110,6 +110,7 @@ struct StatusCommand: ParsableCommand {
     func run() throws {
         try check()
         let resolved = try global.resolve()
+        warnIfStateDirIsNotTrusted(resolved.paths)
         if watch { try watchLoop(resolved) }
         var inbox = waitingJobs(resolved.paths, limit: json || task != nil ? .max : StatusView.queuedListed)
         let store = try openLog(global)
@@ -136,6 +137,7 @@ struct StatusCommand: ParsableCommand {
             let waiting = inbox.waiting.jobs.map { WaitingReport(file: $0.file, id: $0.id, spec: $0.spec) }
             // Streamed: a report is made and printed per task, never the whole document in memory.
             TaskReport.writeJSON(selection.tasks.lazy.map { TaskReport($0, in: state, agentRunning: agent.running) }, agent: report,
+                                 hookRuns: state.hookRunsThatMayNotHaveRun(agentRunning: agent.running),
                                  rejected: rejections, waiting: waiting) {
                 print($0, terminator: "")
             }
@@ -145,7 +147,11 @@ struct StatusCommand: ParsableCommand {
             let width = Posix.isTerminal(STDOUT_FILENO) ? TerminalSize.current().columns : nil
             let style = TaskTable.Style(width: width, wrapNotes: true, home: ProcessInfo.processInfo.environment["HOME"],
                                         agentRunning: agent.running, retryClock: (nowMs, resolved.config.retries))
-            print(screen(state, selection, agent, inbox: inbox, style: style).joined(separator: "\n"))
+            var lines = screen(state, selection, agent, inbox: inbox, style: style)
+            // Above the summary line: a hook run that may not have run is said as plainly as a failure.
+            let hookNotes = StatusView.hookNotes(state, listed: selection.tasks, agentRunning: agent.running, all: all, nowMs: nowMs)
+            lines.insert(contentsOf: hookNotes.flatMap { Self.wrapped($0, to: width) }, at: lines.count - 1)
+            print(lines.joined(separator: "\n"))
         }
         // Done: exit (stdio flushes) rather than free every task one by one,
         // which took 5% of a `status` on 10,000 tasks.
@@ -214,6 +220,13 @@ struct StatusCommand: ParsableCommand {
         return lines
     }
 
+    /// A note line ("! …") wrapped to `width`, its following lines under its text.
+    static func wrapped(_ note: String, to width: Int?) -> [String] {
+        guard let width, width - 2 >= 20, note.hasPrefix("! ") else { return [note] }
+        let lines = TaskTable.wrap(String(note.dropFirst(2)), to: width - 2)
+        return lines.enumerated().map { ($0.offset == 0 ? "! " : "  ") + $0.element }
+    }
+
     static func agentLine(_ agent: AgentLiveness) -> String {
         guard agent.running else { return "agent: not running" }
         var words = agent.pid.map { "pid \($0)" } ?? "pid unknown"
@@ -254,6 +267,7 @@ struct StatusCommand: ParsableCommand {
         }
         print(TaskTable.detail(one, in: state, agentRunning: agentRunning,
                                retryClock: (Int64(Date().timeIntervalSince1970 * 1000), retries)))
+        if let run = state.taskHookMayNotHaveRun(id, agentRunning: agentRunning) { print("hook:        " + Printable.escaping(run.words)) }
         if one.createdSeq <= (try store.prunedThrough()), !events.contains(where: { $0.seq == one.createdSeq }) {
             print("history:     compacted (syncagent compact kept the task's state and dropped its raw events)")
         }
@@ -320,6 +334,16 @@ enum TerminalSize {
     static func current() -> (columns: Int, rows: Int) {
         guard let size = try? Posix.terminalSize(STDOUT_FILENO), size.columns > 0, size.rows > 0 else { return (80, 24) }
         return size
+    }
+}
+
+/// `status`, `replay` and `events` only read the log: from a state dir
+/// that `run` would refuse (SPEC §4.1) they still show what it says, for
+/// whoever inspects it, after one line on stderr saying why it may not be
+/// the agent's. They act on nothing it says and write nothing.
+func warnIfStateDirIsNotTrusted(_ paths: AgentPaths) {
+    for problem in StrictModes.problems(ofStateDir: paths.stateDir) {
+        FileHandle.standardError.write(Data("syncagent: warning: \(problem) (run refuses to start; what follows may not be the agent's log)\n".utf8))
     }
 }
 

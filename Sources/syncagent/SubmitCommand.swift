@@ -231,8 +231,7 @@ struct SubmitCommand: ParsableCommand {
                 } catch let error as KeyError {
                     // A key set on an option line is named by that line, not the URL's.
                     let optionLine = entry.options.last { $0.key == error.key }?.line
-                    throw fail((optionLine.map { entry.origin.replacingOccurrences(of: "line \(entry.line):", with: "line \($0):") }
-                                ?? entry.origin) + error.description)
+                    throw fail((optionLine.map(entry.origin(ofLine:)) ?? entry.origin) + error.description)
                 }
                 taken.insert(job.id)
                 jobs.append(job)
@@ -303,7 +302,7 @@ struct SubmitCommand: ParsableCommand {
         do {
             return try SubmitInput.parse(text).map {
                 var entry = $0
-                entry.origin = "\(name) line \($0.line): "
+                entry.input = name
                 return entry
             }
         } catch let error as SubmitInput.Malformed {
@@ -323,16 +322,19 @@ struct SubmitCommand: ParsableCommand {
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
         set("protocol", uploadProtocol); set("chunk_size", chunkSize); set("parallel", parallel.map(String.init))
-        var headerLines = headers, formLines = formFields
+        // Each with how an error names it: the flag, or the list's line that gave it.
+        var headerLines = headers.map { (text: $0, shown: "--header \"\($0)\"") }
+        var formLines = formFields.map { (text: $0, shown: "--form \"\($0)\"") }
         var folder = dir, fileName = out
         for option in entry.options {
+            let shown = "\(entry.origin(ofLine: option.line))\(option.key)=\(option.value)"
             switch option.key {
             case "dir": folder = option.value
             case "out": fileName = option.value
-            case "header": headerLines.append(option.value)
+            case "header": headerLines.append((option.value, shown))
             // aria2c's name for it (-s): ranges fetched at once.
             case "split": keys["connections"] = option.value
-            case "form": formLines.append(option.value)
+            case "form": formLines.append((option.value, shown))
             case "url", "headers":
                 throw fail("\(entry.origin)key \"\(option.key)\" cannot be set on an option line (line \(option.line))")
             default: keys[option.key] = option.value
@@ -361,8 +363,8 @@ struct SubmitCommand: ParsableCommand {
             let bare = integerKeys.contains(key) && Int(value) != nil || booleanKeys.contains(key) && Bool(value) != nil
             lines.append("\(tomlKey(key)) = " + (bare ? value : tomlString(value)))
         }
-        try appendTable("headers", headerLines, separator: ":", option: "--header", shape: "'Name: value'", to: &lines)
-        try appendTable("form", formLines, separator: "=", option: "--form", shape: "'name=value'", to: &lines)
+        try appendTable("headers", headerLines, separator: ":", shape: "'Name: value'", to: &lines)
+        try appendTable("form", formLines, separator: "=", shape: "'name=value'", to: &lines)
         return (taskID, lines.joined(separator: "\n") + "\n")
     }
 }
@@ -372,14 +374,15 @@ private func tomlKey(_ key: String) -> String {
     key.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") } && !key.isEmpty ? key : tomlString(key)
 }
 
-/// `[name]` with one `key = "value"` per `key<separator>value` given.
-private func appendTable(_ name: String, _ pairs: [String], separator: Character, option: String, shape: String,
+/// `[name]` with one `key = "value"` per `key<separator>value` given; an
+/// error names the pair as `shown` says (the flag, or the list's line).
+private func appendTable(_ name: String, _ pairs: [(text: String, shown: String)], separator: Character, shape: String,
                          to lines: inout [String]) throws {
     guard !pairs.isEmpty else { return }
     lines.append("[\(name)]")
-    for pair in pairs {
+    for (pair, shown) in pairs {
         guard let split = pair.firstIndex(of: separator) else {
-            throw fail("\(option) \"\(pair)\" must look like \(shape)")
+            throw fail("\(shown) must look like \(shape)")
         }
         let key = pair[..<split].trimmingCharacters(in: .whitespaces)
         let value = pair[pair.index(after: split)...].trimmingCharacters(in: .whitespaces)

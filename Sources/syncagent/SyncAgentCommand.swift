@@ -85,6 +85,8 @@ struct GlobalOptions: ParsableArguments {
         } catch let error as ConfigError {
             // One line naming the file and key, not the usage text: the command line was fine.
             throw fail(error.description)
+        } catch let refused as StrictModes.Refused {
+            throw fail(refused.description)
         }
     }
 }

@@ -112,3 +112,39 @@ struct DestinationCoreTests {
         #expect(log.state.reservedPaths["/dl/b.bin"] == "b")
     }
 }
+
+/// A task read from the log is held to the rules a job is held to when it
+/// is taken (SPEC §6 rule 3): a log another hand wrote must not send a
+/// download outside download_dir, into the agent's own folders, or up a `..`.
+@Suite("Destinations read from the log")
+struct RecordedDestinationTests {
+    let rules = JobParser(downloadDir: "/home/me/Downloads", forbiddenDirs: ["/home/me/Downloads/.state"])
+
+    func refusal(dest: String? = nil, bodyFile: String? = nil) -> (reason: String, code: FailureCode)? {
+        rules.refusal(ofRecorded: TaskSpec(url: "http://h/x", kind: bodyFile == nil ? .download : .upload, dest: dest, bodyFile: bodyFile))
+    }
+
+    @Test func whatAJobCouldNameIsAccepted() {
+        #expect(refusal(dest: "/home/me/Downloads/isos/a.iso") == nil)
+        // As long as a file system holds: a rename's `.N` and an HLS video's `DEST.part/` go past a job's 240 bytes.
+        #expect(refusal(dest: "/home/me/Downloads/" + String(repeating: "n", count: 250) + ".part/seg1.ts") == nil)
+        #expect(refusal(bodyFile: "/home/me/video.mp4") == nil)
+        #expect(refusal() == nil)
+    }
+
+    @Test func whatNoJobCouldNameFailsTheTask() {
+        let outside = refusal(dest: "/home/me/.ssh/authorized_keys")
+        #expect(outside?.code == .destRefused)
+        #expect(outside?.reason == "the log's dest \"/home/me/.ssh/authorized_keys\" is outside download_dir /home/me/Downloads")
+        #expect(refusal(dest: "/home/me/Downloads/../.bashrc")?.reason.contains("outside download_dir") == true)
+        #expect(refusal(dest: "/home/me/Downloads/a/../b.bin")?.reason
+                == "the log's dest \"/home/me/Downloads/a/../b.bin\" is not a plain path (it means /home/me/Downloads/b.bin)")
+        #expect(refusal(dest: "/home/me/Downloads//b.bin")?.code == .destRefused)
+        #expect(refusal(dest: "/home/me/Downloads/.state/events.sqlite")?.reason.contains("inside the agent's own folder") == true)
+        #expect(refusal(dest: "/home/me/Downloads")?.code == .destRefused)
+        #expect(refusal(dest: "/home/me/Downloads/" + String(repeating: "n", count: 256))?.code == .destRefused)
+        let body = refusal(bodyFile: "etc/shadow")
+        #expect(body?.code == .bodyUnreadable)
+        #expect(body?.reason == "the log's body_file must be an absolute path, not \"etc/shadow\"")
+    }
+}

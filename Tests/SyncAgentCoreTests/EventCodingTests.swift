@@ -62,6 +62,11 @@ struct EventCodingTests {
         .created(TaskSpec(url: "https://h/big.iso", dest: "/d/big.iso", connections: 8)),
         .progressed(Progressed(bytes: 30, total: 100, etag: "\"e\"", ranges: [ByteSpan(0, 10), ByteSpan(50, 70)])),
         .progressed(Progressed(bytes: 10, total: 100, fallback: "the server does not offer ranges (no Accept-Ranges: bytes)")),
+        // Issue 42: the digests of what a claim made durable, and what a resume found damaged.
+        .progressed(Progressed(bytes: 30, total: 100, ranges: [ByteSpan(0, 10), ByteSpan(50, 70)],
+                               digests: [SpanDigest(from: 0, to: 10, sha256: SHA256Value(hex: String(repeating: "ab", count: 32))!),
+                                         SpanDigest(from: 50, to: 70, sha256: SHA256Value(hex: String(repeating: "0f", count: 32))!)])),
+        .progressed(Progressed(bytes: 8, digests: [], mismatch: "bytes 8-16 of /d/x.part do not match the sha256 logged for them")),
         // Issue 13: forgetting, hooks and the config that arms them.
         .forgotten(Forgotten()),
         .agentStarted(AgentStarted(pid: 9, version: "0.2.0", hooks: ["task_end", "batch_end"])),

@@ -268,6 +268,57 @@ struct FoldTests {
         #expect(log.state.armedHooks == [.batchEnd])
     }
 
+    /// A hook run is followed from its `hook_started` to its `hook_ended`.
+    /// One whose agent died in between is, once no agent runs, a run that
+    /// may not have run; so is one whose end says so (recorded by the next
+    /// start), until the same hook starts again for that subject. A
+    /// snapshot keeps both; `status` says them under its table.
+    @Test func hookRunsWithoutAnEndAreSaidToMayNotHaveRun() throws {
+        var log = LogBuilder()
+        _ = log.add(.agentStarted(AgentStarted(pid: 1, version: "t", hooks: ["task_end", "batch_end"])))
+        log.create("a")
+        log.runToEnd("a")
+        log.create("b")
+        log.runToEnd("b")
+        let batch = log.add(.batchFinished(BatchFinished(batch: "nightly", finished: ["a", "b"], failed: [])))
+        let startA = log.add(.hookStarted(HookStarted(hook: .taskEnd, program: "x")), task: "a")
+        _ = log.add(.hookStarted(HookStarted(hook: .taskEnd, program: "x")), task: "b")
+        let startBatch = log.add(.hookStarted(HookStarted(hook: .batchEnd, batchSeq: batch.seq, program: "x")))
+        _ = log.add(.hookEnded(HookEnded(hook: .taskEnd, pid: 7, exitStatus: 0, durationMs: 3)), task: "b")
+        var state = log.state
+        #expect(state.hooksInFlight.count == 2 && state.hooksMayNotHaveRun.isEmpty)
+        #expect(state.hookRunsThatMayNotHaveRun(agentRunning: true).isEmpty, "a live agent's hooks are running")
+        #expect(state.hookRunsThatMayNotHaveRun(agentRunning: false).map(\.startedSeq) == [startA.seq, startBatch.seq])
+        #expect(state.taskHookMayNotHaveRun("a", agentRunning: false)?.words
+                == "on_task_end may not have run for task a: the agent stopped after recording its start (seq \(startA.seq)) and before its end; it is not run again")
+        #expect(state.taskHookMayNotHaveRun("b", agentRunning: false) == nil)
+        #expect(try Snapshot.decode(Snapshot.encode(state)) == state)
+
+        // The next start records what it found unended.
+        _ = log.add(.agentStarted(AgentStarted(pid: 2, version: "t", hooks: ["task_end", "batch_end"])))
+        _ = log.add(.hookEnded(HookEnded(hook: .taskEnd, pid: nil, durationMs: 0, mayNotHaveRun: true)), task: "a")
+        let lostBatch = log.add(.hookEnded(HookEnded(hook: .batchEnd, batchSeq: batch.seq, pid: nil, durationMs: 0, mayNotHaveRun: true)))
+        state = log.state
+        #expect(state.hooksInFlight.isEmpty)
+        let runs = state.hookRunsThatMayNotHaveRun(agentRunning: true)
+        #expect(runs.map(\.key) == [HookRunKey(hook: .taskEnd, task: "a", batchSeq: nil), HookRunKey(hook: .batchEnd, task: nil, batchSeq: batch.seq)])
+        #expect(runs.last?.words.hasPrefix("on_batch_end may not have run for batch \"nightly\"") == true)
+        #expect(runs.last?.endUnknownSinceMs == lostBatch.atMs)
+        #expect(TaskReport(state["a"]!, in: state).hookMayNotHaveRun == "on_task_end")
+        #expect(TaskReport(state["b"]!, in: state).hookMayNotHaveRun == nil)
+        #expect(try Snapshot.decode(Snapshot.encode(state)) == state)
+
+        // Under the table: a's while a is listed; the batch's for a day (always with --all).
+        let notes = StatusView.hookNotes(state, listed: [state["a"]!], agentRunning: true, all: false, nowMs: lostBatch.atMs)
+        #expect(notes.count == 2 && notes.allSatisfy { $0.hasPrefix("! ") })
+        #expect(StatusView.hookNotes(state, listed: [], agentRunning: true, all: false, nowMs: lostBatch.atMs + 2 * 86_400_000).isEmpty)
+        #expect(StatusView.hookNotes(state, listed: [], agentRunning: true, all: true, nowMs: lostBatch.atMs + 2 * 86_400_000).count == 1)
+
+        // a's hook starts again (for a later end of a): the earlier run is history.
+        _ = log.add(.hookStarted(HookStarted(hook: .taskEnd, program: "x")), task: "a")
+        #expect(log.state.taskHookMayNotHaveRun("a", agentRunning: true) == nil)
+    }
+
     /// `overwrite = "update"` asks with the validators a file was published
     /// with, only while the file on disk is still that one; a 304 changes nothing.
     @Test func publishedFilesKeepTheirValidatorsForUpdate() {

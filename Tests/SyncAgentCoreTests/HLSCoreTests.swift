@@ -91,7 +91,16 @@ struct HLSCoreTests {
         ("#EXTM3U\n#EXTINF:abc,\na.ts", "bad #EXTINF duration \"abc\""),
         ("#EXTM3U\n#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"k\"\n#EXTINF:1,\na.ts",
          "segments encrypted with METHOD=SAMPLE-AES (DRM) cannot be decrypted; only AES-128 can"),
-        ("#EXTM3U\n#EXTINF:1,\nftp://h/a.ts", "a playlist URI that is not http or https: \"ftp://h/a.ts\""),
+        ("#EXTM3U\n#EXTINF:1,\nftp://h/a.ts", "a playlist URI must be an http or https URL, not ftp: \"ftp://h/a.ts\""),
+        // A signed CDN URL past the 8 KiB the job's own URL may have (what nginx and Apache take in a request
+        // line): said as too long, not as "not http" (issue 42).
+        ("#EXTM3U\n#EXTINF:1,\na.ts?sig=" + String(repeating: "x", count: 8_200),
+         "a playlist URI is 8242 bytes long, over the 8 KiB a URL may have"),
+        ("#EXTM3U\n#EXT-X-KEY:METHOD=AES-128,URI=\"k?t=" + String(repeating: "x", count: 8_200) + "\"\n#EXTINF:1,\na.ts",
+         "the URI of #EXT-X-KEY is 8237 bytes long, over the 8 KiB a URL may have"),
+        ("#EXTM3U\n#EXT-X-MAP:URI=\"ftp://h/init.mp4\"\n#EXTINF:1,\na.ts",
+         "the URI of #EXT-X-MAP must be an http or https URL, not ftp: \"ftp://h/init.mp4\""),
+        ("#EXTM3U\n#EXT-X-KEY:METHOD=AES-128\n#EXTINF:1,\na.ts", "#EXT-X-KEY METHOD=AES-128 without a URI"),
         ("#EXTM3U\n#EXT-X-BYTERANGE:100\n#EXTINF:1,\na.ts", "#EXT-X-BYTERANGE without an offset, and no earlier range of https://cdn.example.com/talk/720/a.ts"),
         ("#EXTM3U\n#EXT-X-TARGETDURATION:99999999999999999999\n", "bad #EXT-X-TARGETDURATION \"99999999999999999999\""),
         ("#EXTM3U\n", "an HLS playlist with neither variants nor segments"),

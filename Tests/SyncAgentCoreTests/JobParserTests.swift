@@ -299,6 +299,31 @@ struct JobParserTests {
         }
     }
 
+    /// A batch's name goes into hooks' environments, notifications and
+    /// status: a line break there forged a `SYNCAGENT_FAILED=` line in a
+    /// hook's `env`. Like it, the task a control job names and a form
+    /// field's name (the multipart head) hold no control character.
+    @Test(arguments: [("a\\nSYNCAGENT_FAILED=0", "a\nSYNCAGENT_FAILED=0"), ("a\\u0000b", "a\u{0}b"), ("a\\rb", "a\rb"),
+                      ("a\\u001B[31mb", "a\u{1B}[31mb"), ("a\\u202Eb", "a\u{202E}b"), ("a\\u0085b", "a\u{85}b"), ("a\\u2028b", "a\u{2028}b"),
+                      ("a\\u061Cb", "a\u{61C}b")])
+    func namesCannotCarryControlCharacters(_ value: String, _ shown: String) throws {
+        let parser = JobParser(downloadDir: "/dl")
+        let words = "must not contain control characters (a line break, NUL, an escape …): \"\(Printable.escaping(shown))\""
+        #expect(throws: KeyError(key: "batch", words)) { try parser.parse(Array("url = \"http://h/x\"\nbatch = \"\(value)\"\n".utf8)) }
+        #expect(throws: KeyError(key: "task", words)) { try parser.parse(Array("action = \"pause\"\ntask = \"\(value)\"\n".utf8)) }
+        let upload = "url = \"http://h/x\"\nkind = \"upload\"\nbody_file = \"/etc/hostname\"\n"
+        #expect(throws: KeyError(key: "form_field", words)) { try parser.parse(Array((upload + "form_field = \"\(value)\"\n").utf8)) }
+        #expect(throws: KeyError(key: "form.\(shown)", "is not a usable form field name (no quotes or control characters)")) {
+            try parser.parse(Array((upload + "form_field = \"f\"\n[form]\n\"\(value)\" = \"v\"\n").utf8))
+        }
+        // What a name may hold: any printable text, spaces and all.
+        guard case .transfer(_, let spec) = try parser.parse(Array("url = \"http://h/x\"\nbatch = \"nightly 2 ✓\"\n".utf8)) else {
+            Issue.record("not a transfer")
+            return
+        }
+        #expect(spec.batch == "nightly 2 ✓")
+    }
+
     @Test func destinationsNeverLandInTheAgentsOwnFolders() throws {
         let parser = JobParser(downloadDir: "/home/me", forbiddenDirs: ["/home/me/.local/state/syncagent", "/home/me/inbox"])
         #expect(throws: KeyError(key: "dest", "\".local/state/syncagent/events.sqlite\" is inside the agent's own folder /home/me/.local/state/syncagent")) {

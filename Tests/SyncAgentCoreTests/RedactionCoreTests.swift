@@ -30,6 +30,39 @@ struct RedactionCoreTests {
                 == "server answered 404 Not Found for http://<redacted>@h/x?token=<redacted> (retrying)")
     }
 
+    /// A URL carried percent-encoded inside another (a login's `next`, a
+    /// proxy's path) kept its credentials in plain sight until a redirect
+    /// made it the current URL (issue 42): it is read decoded, at any depth.
+    @Test func credentialsInAnEscapedNestedURLAreRedacted() {
+        #expect(Redaction.url("https://h/login?next=https%3A%2F%2Fx%2F%3Fapi_key%3DSECRET&page=2")
+                == "https://h/login?next=<redacted>&page=2")
+        // Twice escaped, a URL in a URL in a URL.
+        #expect(Redaction.url("https://h/a?next=https%3A%2F%2Fx%2F%3Fthen%3Dhttps%253A%252F%252Fy%252F%253Ftoken%253DDEEP")
+                == "https://h/a?next=<redacted>")
+        // A URL itself escaped twice, in a value and in a path (found by an adversary).
+        #expect(Redaction.url("http://h/a?next=http%253A%252F%252Fh%252F%253Fpassword%253DSEC") == "http://h/a?next=<redacted>")
+        #expect(Redaction.url("https://proxy/fetch/https%253A%252F%252Fx%252F%253Fsig%253DSEC") == "https://proxy/fetch/<redacted>")
+        // Plain, it stays readable with the secret hidden.
+        #expect(Redaction.url("https://h/a?next=https://x/?api_key=SECRET") == "https://h/a?next=https://x/?api_key=<redacted>")
+        // In a path (a proxy's way): from the nested URL on.
+        #expect(Redaction.url("https://proxy/fetch/https%3A%2F%2Fx%2Ff%3Fsig%3DSECRET") == "https://proxy/fetch/<redacted>")
+        #expect(Redaction.url("https://proxy/fetch/HTTPS%3a%2f%2fbob%3Apw%40x%2Ff") == "https://proxy/fetch/<redacted>")
+        #expect(Redaction.url("https://proxy/fetch/https://bob:pw@x/f") == "https://proxy/fetch/<redacted>")
+        // In a fragment, and in a sentence.
+        #expect(Redaction.url("https://h/cb#next=https%3A%2F%2Fx%2F%3Ftoken%3DT") == "https://h/cb#next=<redacted>")
+        #expect(Redaction.text("server answered 404 for https://h/a?next=https%3A%2F%2Fx%2F%3Fapi_key%3DS (retrying)")
+                == "server answered 404 for https://h/a?next=<redacted> (retrying)")
+        // A nested URL with nothing to hide is left as it was, escaped or not.
+        for kept in ["https://h/login?next=https%3A%2F%2Fx%2Fpage%3Fn%3D2", "https://proxy/fetch/https%3A%2F%2Fx%2Ff.iso",
+                     "https://h/a%20b/c.iso", "https://h/go?to=http://other/x"] {
+            #expect(Redaction.url(kept) == kept)
+        }
+        // However deep the nesting, redaction ends: past four levels a nested URL goes whole.
+        var deep = "https://x/?token=T"
+        for _ in 0..<40 { deep = "https://h/?u=" + deep.addingPercentEncoding(withAllowedCharacters: .alphanumerics)! }
+        #expect(Redaction.url(deep) == "https://h/?u=<redacted>")
+    }
+
     @Test func aFragmentWrittenLikeAQueryIsRedactedToo() {
         #expect(Redaction.url("https://h/cb#access_token=abc&state=1") == "https://h/cb#access_token=<redacted>&state=1")
         #expect(Redaction.url("https://h/page#section-2") == "https://h/page#section-2")
@@ -59,7 +92,8 @@ struct RedactionCoreTests {
         #expect(Printable.escaping("plain naïve") == "plain naïve")
         // The edges of printable ASCII, which is passed through without a look at its scalars.
         #expect(Printable.escaping(" ~\u{7F}\u{1F}") == " ~\\x7F\\x1F")
-        #expect(Printable.escaping("a\u{202E}b") == "a\\x202Eb")
+        #expect(Printable.escaping("a\u{202E}b") == "a\\u{202E}b")
+        #expect(Printable.escaping("a\u{2066}b\u{61C}") == "a\\u{2066}b\\u{61C}")
         // JSON keeps its meaning: the escapes decode to the same string.
         let json = "{\"a\" : \"x\u{202E}y\u{7F}\u{85}é\u{1F600}\"}"
         let safe = Printable.jsonSafe(json)

@@ -257,7 +257,7 @@ struct FailureCodeTests {
 
     @Test func everyCodeIsWrittenAsTheLogHasAlwaysHeldIt() {
         let written = ["disk_full", "io_error", "local_error", "log_error", "read_error", "cannot_start", "dest_busy",
-                       "dest_exists", "dest_reserved", "dest_unreachable", "part_changed", "checksum_mismatch", "total_timeout",
+                       "dest_exists", "dest_reserved", "dest_unreachable", "dest_refused", "part_changed", "checksum_mismatch", "total_timeout",
                        "retries_exhausted", "range_ignored", "bad_playlist", "no_variant", "separate_audio",
                        "max_duration_missing", "playlist_unavailable", "segment_failed", "segment_changed", "cannot_join",
                        "decrypt_failed", "bad_key", "part_failed", "body_unreadable", "body_changed", "upload_refused", "too_large",

@@ -134,6 +134,10 @@ struct ResumableUploadCoreTests {
         } else {
             Issue.record("a file: upload URL must be refused")
         }
+        // An upload URL past the 8 KiB any URL may have is refused as too long, not as "not http" (issue 42).
+        let long = [Header(name: "Location", value: "/files/abc?sig=" + String(repeating: "s", count: 8_200))]
+        #expect(UploadAnswers.creation(status: 201, headers: long, informational: [], requestURL: "http://h.test/files/")
+            == .refused(reason: "the server's upload URL (its Location) is 8228 bytes long, over the 8 KiB a URL may have", code: .uploadRefused))
         #expect(UploadAnswers.creation(status: 413, headers: [], informational: [], requestURL: "http://h.test/")
             == .refused(reason: "the file is larger than the server accepts (413) when creating the upload", code: .tooLarge))
 

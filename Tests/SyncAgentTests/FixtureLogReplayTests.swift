@@ -13,7 +13,7 @@ import TestSupport
 struct FixtureLogReplayTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("../Fixtures/logs").standardizedFileURL.path
-    static let snapshotFormats = [2, 3, 4, 5]
+    static let snapshotFormats = [2, 3, 4, 5, 6, 7]
 
     let directory = TempDirectory()
 
@@ -127,8 +127,8 @@ struct FixtureLogReplayTests {
     /// Each snapshot log holds one snapshot, of its format, marked pruned
     /// (events it covers were deleted: it is the only record of them),
     /// then events after it; replay is that snapshot, decoded, with the
-    /// rows after it folded one by one. Formats 3 to 5 were written from
-    /// the very story the raw log tells: their snapshot holds its fold.
+    /// rows after it folded one by one. Formats 3 to 7 were written from
+    /// the very story the raw log tells (7's progress with digests): their snapshot holds its fold.
     @Test(arguments: snapshotFormats)
     func aSnapshotLogReplaysFromItsSnapshotAndTheRowsAfterIt(format: Int) throws {
         let path = try copy("snapshot-format-\(format)")
@@ -154,7 +154,14 @@ struct FixtureLogReplayTests {
         #expect(try store.replay(through: snapshot.seq) == snapshotState)
         #expect(state.orphanEvents.isEmpty)
 
-        if format >= 3 {
+        if format >= 7 {
+            // Its story's progress records digests (the raw log's, older, has none): the fold held them.
+            #expect(snapshotState.orderedTasks.contains { $0.details.box?.fields.digests?.records.isEmpty == false })
+            let raw = try decodedRows(EventStore(readingFrom: copy("all-events"))).map(\.event)
+            var withoutDigests = snapshotState
+            for position in withoutDigests.tasks.indices { withoutDigests.tasks[position].details.modify { $0.digests = nil } }
+            #expect(withoutDigests == AgentState.replay(raw), "but for digests, the snapshot is not the raw log's fold")
+        } else if format >= 3 {
             let raw = try decodedRows(EventStore(readingFrom: copy("all-events"))).map(\.event)
             #expect(snapshotState == AgentState.replay(raw), "the snapshot is not the raw log's fold")
         } else {

@@ -47,4 +47,28 @@ struct OwnFoldersTests {
         #expect(rejection("inbox2/x.job", parser: parser)?.contains("inside the agent's own folder") == true)
         #expect(rejection("other/x.bin", parser: parser) == nil)
     }
+
+    /// sshd's StrictModes on the disk, followed as the kernel follows a path:
+    /// a folder others may write on the way (not sticky), even reached through
+    /// a symbolic link, is refused; under a sticky one the folder is made.
+    @Test func everyFolderOnTheWayIsLookedAtThroughItsLinks() throws {
+        let base = directory.path
+        for (folder, mode) in [("open", 0o777), ("sticky", 0o1777), ("tight", 0o755)] as [(String, mode_t)] {
+            try FileManager.default.createDirectory(atPath: base + "/" + folder, withIntermediateDirectories: true)
+            #expect(chmod(base + "/" + folder, mode) == 0)
+        }
+        #expect(symlink("../open/deeper", base + "/tight/link") == 0)
+        #expect(symlink("../open", base + "/tight/up") == 0)
+        for path in [base + "/open/inbox", base + "/tight/link/inbox", base + "/tight/up/x/inbox"] {
+            #expect(throws: StrictModes.Refused.self, "\(path)") { try StrictModes.makeTrusted(path, what: "inbox") }
+        }
+        #expect(!FileManager.default.fileExists(atPath: base + "/open/inbox"), "refused before anything is made")
+        try StrictModes.makeTrusted(base + "/sticky/inbox", what: "inbox")
+        try StrictModes.makeTrusted(base + "/tight/inbox", what: "inbox")
+        let made = try FileManager.default.attributesOfItem(atPath: base + "/sticky/inbox")[.posixPermissions] as? Int
+        #expect(made == 0o700)
+        // The folder itself: its user's alone.
+        #expect(chmod(base + "/tight/inbox", 0o707) == 0)
+        #expect(throws: StrictModes.Refused.self) { try StrictModes.makeTrusted(base + "/tight/inbox", what: "inbox") }
+    }
 }

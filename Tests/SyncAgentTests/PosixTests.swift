@@ -105,6 +105,22 @@ final class PosixFaultTests {
         return (try DownloadRoot(path: folder), folder)
     }
 
+    /// A path with `..` in it is never reached beneath download_dir, on a
+    /// kernel without openat2 too (ENOSYS, injected): its walk, one name at a
+    /// time, would have gone up the `..` and made the file beside the folder.
+    /// Such a path can only come from a log someone else wrote.
+    @Test func aPathUpADotDotIsNotBeneathDownloadDirEvenWithoutOpenat2() throws {
+        let (root, folder) = try downloads()
+        for file in [folder + "/../escaped.bin", folder + "/sub/../../escaped.bin", folder + "/./escaped.bin", folder + "//escaped.bin"] {
+            Posix.inject(.init(.open, errno: ENOSYS, matching: folder + "/", times: 1))
+            #expect(failure { try root.makeFile(file, mode: 0o644) } != nil, "\(file)")
+            Posix.removeFaults()
+            #expect(!root.exists(file))
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("escaped.bin")))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0 != "sub" }.isEmpty)
+    }
+
     @Test func aFailedRenameInTheDownloadFolderNamesBothPaths() throws {
         let (root, folder) = try downloads()
         let part = folder + "/sub/a.bin.part", dest = folder + "/sub/a.bin"
@@ -193,9 +209,9 @@ final class PosixFaultTests {
     @Test func aHooksLogThatCannotBeRotatedIsSaid() throws {
         _ = try file("hooks.log", bytes: Int(HookRunner.logLimit) + 1)
         let capture = LogCapture()
-        let hooks = HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
+        let hooks = try HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
         Posix.inject(.init(.rename, errno: EIO, matching: directory.file("hooks.log"), times: 1))
-        guard case .success = hooks.spawn(run(), command: ["true"], timeoutS: 10) else {
+        guard case .success = hooks.spawn(run(), command: ["echo", "output"], timeoutS: 10) else {
             Issue.record("the hook did not start")
             return
         }
@@ -207,9 +223,9 @@ final class PosixFaultTests {
 
     @Test func hookOutputThatCannotBeWrittenIsSaid() throws {
         let capture = LogCapture()
-        let hooks = HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
+        let hooks = try HookRunner(stateDir: directory.path, logger: Logger(label: "test") { _ in capture })
         Posix.inject(.init(.open, errno: EACCES, matching: directory.file("hooks.log"), times: 1))
-        guard case .success = hooks.spawn(run(), command: ["true"], timeoutS: 10) else {
+        guard case .success = hooks.spawn(run(), command: ["echo", "output"], timeoutS: 10) else {
             Issue.record("the hook did not start")
             return
         }
@@ -219,7 +235,7 @@ final class PosixFaultTests {
     }
 
     @Test func aHookThatCannotBeWaitedForEndsWithTheReason() throws {
-        let hooks = HookRunner(stateDir: directory.path)
+        let hooks = try HookRunner(stateDir: directory.path)
         guard case .success(let pid) = hooks.spawn(run(), command: ["sleep", "30"], timeoutS: 60) else {
             Issue.record("the hook did not start")
             return
@@ -238,8 +254,8 @@ final class PosixFaultTests {
         #expect(hooks.running.isEmpty, "a hook that cannot be waited for must not hold the agent for good")
     }
 
-    @Test func aHookThatCannotStartSaysWhy() {
-        let hooks = HookRunner(stateDir: directory.path)
+    @Test func aHookThatCannotStartSaysWhy() throws {
+        let hooks = try HookRunner(stateDir: directory.path)
         guard case .failure(let failure) = hooks.spawn(run(), command: ["/nonexistent/hook"], timeoutS: 10) else {
             Issue.record("a missing program started")
             return

@@ -25,7 +25,7 @@ struct SyscallRuleTests {
         "fsync", "fdatasync", "sync_file_range", "syncfs", "sync", "flock", "fallocate", "posix_fallocate", "sendfile",
         "copy_file_range", "isatty",
         // Names.
-        "stat", "fstat", "lstat", "fstatat", "statx", "access", "faccessat", "rename", "renameat", "renameat2",
+        "stat", "fstat", "lstat", "fstatat", "statx", "statfs", "fstatfs", "access", "faccessat", "rename", "renameat", "renameat2",
         "link", "linkat", "symlink", "symlinkat", "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir", "chmod", "fchmod",
         "fchmodat", "chown", "fchown", "readlink", "readlinkat", "realpath", "opendir", "fdopendir", "readdir", "closedir",
         "rewinddir", "dirfd", "mkstemp", "mkdtemp",
@@ -41,7 +41,7 @@ struct SyscallRuleTests {
         // The C shims around system calls (CLinuxShims, and CCurlShims' signalfd pair).
         "sa_openat_beneath", "sa_rename_noreplace", "sa_pidfd_open", "sa_open_for_writing", "sa_syncfs", "sa_spawn_hook",
         "sa_netlink_route_socket", "sa_netlink_drain", "sa_nm_open", "sa_nm_close", "sa_nm_process", "sa_nm_read",
-        "sa_set_mmap_threshold", "sa_stop_signal_fd", "sa_read_signal",
+        "sa_set_mmap_threshold", "sa_stop_signal_fd", "sa_read_signal", "sa_file_system_type",
     ]
 
     /// The fewest arguments each takes (1 unless said): a call with fewer,
@@ -52,13 +52,13 @@ struct SyscallRuleTests {
         "sa_netlink_route_socket": 0, "sa_nm_open": 0, "sa_nm_close": 0, "sa_nm_process": 0,
         "open": 2, "openat": 3, "creat": 2, "read": 3, "write": 3, "pread": 4, "pwrite": 4, "readv": 3, "writev": 3,
         "lseek": 3, "ftruncate": 2, "truncate": 2, "flock": 2, "fcntl": 2, "ioctl": 2, "dup2": 2, "dup3": 3,
-        "stat": 2, "fstat": 2, "lstat": 2, "fstatat": 4, "access": 2, "faccessat": 4, "rename": 2, "renameat": 4,
+        "stat": 2, "fstat": 2, "lstat": 2, "fstatat": 4, "statfs": 2, "fstatfs": 2, "access": 2, "faccessat": 4, "rename": 2, "renameat": 4,
         "link": 2, "linkat": 5, "symlink": 2, "symlinkat": 3, "unlinkat": 3, "mkdir": 2, "mkdirat": 3, "chmod": 2,
         "fchmod": 2, "fchmodat": 4, "readlink": 3, "readlinkat": 4, "realpath": 2, "kill": 2, "killpg": 2,
         "waitpid": 3, "waitid": 4, "signal": 2, "sigaction": 3, "sigprocmask": 3, "pthread_sigmask": 3, "signalfd": 3,
         "inotify_add_watch": 3, "inotify_rm_watch": 2, "poll": 3, "select": 5, "nanosleep": 2, "clock_gettime": 2,
         "mmap": 6, "munmap": 2, "madvise": 3, "mallopt": 2, "socket": 3, "recv": 4, "sendto": 6,
-        "sa_openat_beneath": 4, "sa_rename_noreplace": 4, "sa_spawn_hook": 4, "sa_nm_read": 2,
+        "sa_openat_beneath": 4, "sa_rename_noreplace": 4, "sa_file_system_type": 2, "sa_spawn_hook": 4, "sa_nm_read": 2,
     ]
 
     /// Module names that only qualify a C function (`Glibc.close(fd)` is the call itself).

@@ -20,6 +20,31 @@ public final class TestMount {
         unmountOrder = [path]
     }
 
+    /// `source` seen through bindfs (FUSE) at `path`: what is written into
+    /// `source` directly reaches `path` as a file another machine wrote
+    /// reaches an NFS or sshfs mount — with no inotify event at `path`.
+    /// In the foreground, as a child of the test: a daemon bindfs keeps
+    /// Foundation's Process waiting on the descriptors it inherits.
+    public init?(bindfsOf source: String, at path: String, outputIn directory: String) throws {
+        self.path = path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let daemon = try ChildProcess("/usr/bin/bindfs", ["-f", "--no-allow-other", source, path], environment: [:],
+                                      outputIn: directory, name: "bindfs")
+        let mounted = eventually(within: 10) {
+            ((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(" \(path) fuse")
+                || !daemon.isRunning
+        }
+        guard mounted, daemon.isRunning else {
+            print("skipped: cannot mount bindfs at \(path) (needs root, /dev/fuse and bindfs): \(daemon.stderr)")
+            return nil
+        }
+        self.daemon = daemon
+        unmountOrder = [path]
+    }
+
+    /// bindfs, until the unmount ends it.
+    private var daemon: ChildProcess?
+
     /// An ext4 image of `imageSize` on a tmpfs of `backingSize`, loop-mounted
     /// at `path`: ext4 accepts writes into the page cache, and flushing
     /// them fails once the tmpfs under the image is full — a failing disk.

@@ -27,6 +27,10 @@ public struct RandomLog {
     private mutating func chance(_ percent: Int) -> Bool { Int.random(in: 0..<100, using: &random) < percent }
     private mutating func number(_ range: ClosedRange<Int64>) -> Int64 { Int64.random(in: range, using: &random) }
 
+    private static func digest(_ place: Int) -> SHA256Value {
+        SHA256Value(bytes: (0..<32).map { UInt8(truncatingIfNeeded: place &* 31 &+ $0) })!
+    }
+
     private var hosts: [String] { ["http://a.test", "http://b.test:8080", "https://c.test"] }
 
     mutating func create(parent: String? = nil) {
@@ -61,11 +65,19 @@ public struct RandomLog {
         case 0, 1: body = .started(Started(attempt: Int(number(1...4)), offset: chance(50) ? 0 : bytes, url: url))
         case 2, 3:
             let ranges: [ByteSpan]? = chance(25) ? [ByteSpan(0, bytes / 2), ByteSpan(bytes, bytes + 100)] : nil
+            // The chains of what the claim holds (sometimes more than it holds: the fold keeps only what it vouches
+            // for). Chosen by the event's place, not the random stream: the logs stay those the seeds always made.
+            let place = events.count
+            let digests: [SpanDigest]? = place % 5 < 3
+                ? (ranges ?? [ByteSpan(0, bytes)]).map { SpanDigest(from: $0.start, to: $0.end + (place % 7 == 0 ? 7 : 0),
+                                                                      sha256: Self.digest(place)) }
+                : nil
             body = .progressed(Progressed(bytes: ranges.map { $0.reduce(0) { $0 + $1.length } } ?? bytes, total: chance(70) ? 10_000 : nil,
                                           etag: chance(30) ? "\"e\(number(0...3))\"" : nil,
                                           lastModified: chance(10) ? "Sun, 22 Nov 2026 10:00:00 GMT" : nil,
                                           restartReason: chance(5) ? "the file changed" : nil, ranges: ranges,
-                                          fallback: chance(5) ? "no ranges" : nil))
+                                          fallback: chance(5) ? "no ranges" : nil, digests: digests,
+                                          mismatch: place % 31 == 0 ? "bytes 0-10 do not match" : nil))
         case 4: body = .paused(Paused(bytes: bytes, reason: pick([.user, .agentStopping, .offline, .metered])))
         case 5: body = .resumed(Resumed(bytes: bytes, reason: "r"))
         case 6: body = .retrying(Retrying(attempt: Int(number(1...4)), reason: "503", delayMs: number(0...3_000), bytes: bytes))
@@ -112,6 +124,10 @@ public struct RandomLog {
         case 6:
             if let seq = state.owedBatchHooks.keys.min() {
                 add(.hookStarted(HookStarted(hook: .batchEnd, batchSeq: seq, program: "/bin/true")))
+            } else if let run = state.hooksInFlight.values.min(by: { $0.startedSeq < $1.startedSeq }), chance(60) {
+                // Its end; or, as a start after a crash records it, no end seen.
+                add(.hookEnded(HookEnded(hook: run.key.hook, batchSeq: run.key.batchSeq, pid: chance(50) ? 77 : nil, exitStatus: 0,
+                                         durationMs: 5, mayNotHaveRun: chance(40) ? true : nil)), task: run.key.task)
             } else {
                 add(.configReloaded(ConfigReloaded(file: "config.toml", applied: ["max_active"], needRestart: [], hooks: chance(50) ? ["batch_end"] : [])))
             }

@@ -28,6 +28,7 @@ parameters, so one server covers every case:
   fail_from=K       ... starting with request K of this path (default: 1)
   retry_after=S     ... with Retry-After: S
   rate=B            send at most B bytes per second
+  chunk=N           send the body N bytes at a time (default 65536): with rate, a trickle
   set_cookie=NAME   answer with Set-Cookie: NAME=s3cr3t-NAME; Max-Age=3600; Path=/
   require_cookie=NAME  answer 401 unless the request sends that cookie
                     (the value never appears in a URL, so tests can look for it in output)
@@ -1382,13 +1383,14 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         if "stall_request" in query and number != int(query["stall_request"]):
             stall_after = None
         rate = int(query["rate"]) if "rate" in query else None
+        piece = max(1, int(query.get("chunk", 64 * 1024)))
         sent = 0
         began = time.monotonic()
         try:
             with open(path, "rb") as source:
                 source.seek(body_start)
                 while sent < length:
-                    chunk = source.read(min(64 * 1024, length - sent))
+                    chunk = source.read(min(piece, length - sent))
                     if drop_after is not None:
                         chunk = chunk[: max(0, drop_after - sent)]
                     if stall_after is not None:

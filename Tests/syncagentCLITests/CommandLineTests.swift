@@ -202,15 +202,15 @@ struct CommandLineTests {
         let negative = try harness.run(["replay", "--until=-1"])
         #expect(negative.status == 64 && negative.stderr.contains("--until takes a seq, 0 or more; got -1"), "\(negative.stderr)")
 
-        // Found by this stop's adversary: with no sha256 in the job, a byte changed in place passed.
-        // The size is the same; the modification time it was published with is not.
+        // Found by an adversary: with no sha256 in the job, a byte changed in place passed.
+        // The size is the same; the SHA-256 `finished` recorded is not.
         let handle = try #require(FileHandle(forUpdatingAtPath: "\(harness.downloads)/r.bin"))
         try handle.seek(toOffset: 100)
         try handle.write(contentsOf: Data([0x42]))
         try handle.close()
         let edited = try harness.run(["replay", "--verify"])
         #expect(edited.status == 5)
-        #expect(edited.stdout.contains("r.bin was modified after it was published"))
+        #expect(edited.stdout.contains("r.bin has sha256 ") && edited.stdout.contains("bytes 0-5000 differ"), "\(edited.stdout)")
 
         try FileManager.default.removeItem(atPath: "\(harness.downloads)/r.bin")
         let verify = try harness.run(["replay", "--verify"])
@@ -228,7 +228,8 @@ struct CommandLineTests {
         try Data(repeating: 0x41, count: 5000).write(to: URL(fileURLWithPath: harness.downloads + "/s.bin"))
         let verify = try harness.run(["replay", "--verify"])
         #expect(verify.status == 5)
-        #expect(verify.stdout.contains("the job asked for \(sha256Hex(data))"))
+        // The file's SHA-256 was checked against the job's before `finished` recorded it.
+        #expect(verify.stdout.contains("s.bin has sha256 ") && verify.stdout.contains("the log says \(sha256Hex(data))"), "\(verify.stdout)")
     }
 
     /// libcurl is opened by the agent, not linked: a command that only

@@ -155,8 +155,8 @@ struct DestinationTests {
         let config = "download_dir = \"\(harness.downloads)\"\nmore_dirs = [\"\(media)\", \"\(harness.inbox)\"]\n"
         try config.write(toFile: harness.configFile, atomically: true, encoding: .utf8)
 
-        let saved = try harness.run(["submit", "--id", "saved", "-d", media + "/isos", nginx.url("x.bin")])
-        #expect(saved.status == 0, "\(saved.stderr)")
+        let submitted = try harness.run(["submit", "--id", "saved", "-d", media + "/isos", nginx.url("x.bin")])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
         let refused = try harness.run(["submit", "-d", elsewhere, nginx.url("x.bin")])
         #expect(refused.status != 0 && harness.jobFiles().count == 1)
         #expect(refused.stderr.contains("is outside download_dir \(harness.downloads) and more_dirs; to let jobs save in \(elsewhere), add it to "
@@ -175,6 +175,16 @@ struct DestinationTests {
         let own = try String(contentsOfFile: harness.inbox + "/rejected/own.job.error", encoding: .utf8)
         #expect(own.contains("is inside the agent's own folder"), "\(own)")
         try expectVerifyClean(harness)
+        // replay --verify reads a file in more_dirs as it reads download_dir's (one the log puts outside both it does not read).
+        let saved = media + "/isos/x.bin"
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: saved))
+        bytes[0] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: saved))
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.status == 5 && verify.stdout.contains("mismatch: ") && verify.stdout.contains(saved)
+                && !verify.stdout.contains("not checked: saved"), "\(verify.stdout)\(verify.stderr)")
+        bytes[0] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: saved))
 
         // A folder of more_dirs that is not there (a disk not mounted): the agent does not start.
         try (config + "").replacingOccurrences(of: media, with: media + "-unmounted")
@@ -217,10 +227,11 @@ struct DestinationTests {
     }
 
     /// download_dir changed (SIGHUP says it needs a restart) and the agent restarted: tasks made
-    /// before the change finish where they were going, from their bytes, rather than fail "is not
-    /// inside download_dir" with their bytes reset to 0 (and `resume` then refuse their own
-    /// partial files).
-    @Test func tasksMadeBeforeDownloadDirChangedFinishWhereTheyWereGoing() throws {
+    /// before the change are outside it, and a destination the log gives is held to the rules a
+    /// job's is (SPEC §6 rule 3): each fails at once, saying so, with its bytes and partial file
+    /// kept as they were. With the old download_dir back, `resume --all` runs them on from those
+    /// bytes, and a symbolic link planted in the old folder meanwhile is still not followed.
+    @Test func tasksMadeUnderAnotherDownloadDirFailAndRunOnWhenItIsBack() throws {
         let harness = try AgentHarness(config: "max_active = 1\n")
         let server = try FaultServer(in: harness.directory)
         let big = try server.serve("big.bin", size: 3_000_000, seed: 1)
@@ -238,23 +249,40 @@ struct DestinationTests {
         #expect(agent.wait(seconds: 10) == 0)
         let paused = try #require(try harness.tasksByID()["a"]?["bytes"] as? Int)
         #expect(paused > 0)
+        let part = harness.downloads + "/sub/big.bin.part"
+        let partBefore = contents(part)
 
-        // A symbolic link planted in the old folder is not followed: the task would write outside both.
         let outside = harness.directory.file("outside")
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: harness.downloads + "/link", withDestinationPath: outside)
         let moved = harness.directory.file("elsewhere")
+        let config = try String(contentsOfFile: harness.configFile, encoding: .utf8)
         try "download_dir = \"\(moved)\"\n".write(toFile: harness.configFile, atomically: true, encoding: .utf8)
         try harness.drop("c.job", "id = \"c\"\nurl = \"\(server.url("small.bin"))\"\ndest = \"c.bin\"\n")
         let restarted = try harness.startAgent(exitWhenIdle: true)
         #expect(restarted.wait(seconds: 60) == 4, "\(restarted.stderr.suffix(2000))")
+        let refused = try harness.tasksByID()
+        for id in ["a", "b", "n", "s"] {
+            #expect(refused[id]?["state"] as? String == "failed")
+            #expect(refused[id]?["error_code"] as? String == "dest_refused")
+            #expect((refused[id]?["error"] as? String)?.contains("is outside download_dir \(moved); nothing is written there") == true,
+                    "\(refused[id] ?? [:])")
+        }
+        #expect(refused["a"]?["bytes"] as? Int == paused)
+        #expect(contents(part) == partBefore)
+        #expect(contents(moved + "/c.bin") == small)
+
+        // The old folder back: they run on where they were going, from their bytes.
+        try config.write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        #expect(try harness.run(["resume", "--all"]).status == 0)
+        let again = try harness.startAgent(exitWhenIdle: true)
+        #expect(again.wait(seconds: 60) == 4, "\(again.stderr.suffix(2000))")
         let linked = try #require(try harness.tasksByID()["s"])
-        #expect((linked["error"] as? String)?.contains("a symbolic link on the way") == true, "\(linked)")
+        #expect((linked["error"] as? String)?.contains("symbolic link") == true, "\(linked)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: outside).isEmpty)
         #expect(contents(harness.downloads + "/sub/big.bin") == big)
         #expect(contents(harness.downloads + "/queued/small.bin") == small)
         #expect(contents(harness.downloads + "/new/deeper/n.bin") == small)
-        #expect(contents(moved + "/c.bin") == small)
         // Resumed where the log said, not from 0.
         let starts = try harness.events().filter { $0.type == "started" && $0.task == "a" }.compactMap { $0.data["offset"] as? Int }
         #expect(starts.last.map { $0 >= paused } == true, "\(starts)")
@@ -298,9 +326,7 @@ struct DestinationTests {
                 // The next start, with the folder still so, says 4 too …
                 #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
                 #expect(chattr("-i", folder))
-                // … and one with another download_dir moves the file.
-                try "download_dir = \"\(harness.directory.file("elsewhere"))\"\n"
-                    .write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+                // … and once it can be, the next one moves the file.
                 #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
             } else {
                 // The rename after the commit has been tried and refused: what follows is the retry's.

@@ -15,7 +15,8 @@ struct FixtureLogTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("../Fixtures/logs").standardizedFileURL.path
 
-    static let fixtures = ["all-events", "snapshot-format-2", "snapshot-format-3", "snapshot-format-4", "snapshot-format-5"]
+    static let fixtures = ["all-events", "snapshot-format-2", "snapshot-format-3", "snapshot-format-4", "snapshot-format-5", "snapshot-format-6",
+                           "snapshot-format-7"]
 
     /// The golden file of each command, as `capture_golden.sh` names them.
     static let goldens = [

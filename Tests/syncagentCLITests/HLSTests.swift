@@ -365,7 +365,14 @@ struct HLSTests {
         try "#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXT-X-BYTERANGE:1000@999999999\n#EXTINF:2,\nhls/single/index.ts\n#EXT-X-ENDLIST\n"
             .write(toFile: nginx.root + "/past.m3u8", atomically: true, encoding: .utf8)
         try harness.drop("past.job", "id = \"past\"\nkind = \"hls\"\nurl = \"\(nginx.url("past.m3u8"))\"\nretries = 3\n")
+        // A segment URI past the 8 KiB a URL may have (a request line nginx and Apache refuse): it failed as "not http or https".
+        try ("#EXTM3U\n#EXT-X-TARGETDURATION:2\n#EXTINF:2,\nseg.ts?Signature=" + String(repeating: "s", count: 8_300) + "\n#EXT-X-ENDLIST\n")
+            .write(toFile: nginx.root + "/long.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("long.job", "id = \"long\"\nkind = \"hls\"\nurl = \"\(nginx.url("long.m3u8"))\"\n")
         try harness.runUntilIdle(expecting: 4)
+        let long = try #require(try task(harness, "long")["error"] as? String)
+        #expect(long.contains("a playlist URI is 8") && long.contains("bytes long, over the 8 KiB a URL may have") && !long.contains("not http"),
+                "\(long)")
         let past = try task(harness, "past")
         #expect((past["error"] as? String)?.contains("byte range starts at byte 999999999") == true, "\(past)")
         #expect(nginx.requests.filter { $0.uri == "/hls/single/index.ts" }.count == 1)

@@ -153,4 +153,34 @@ struct PartialFileTests {
         #expect((tasks["f"]?["error"] as? String)?.contains("f.bin.part is not a regular file") == true, "\(tasks["f"] ?? [:])")
         #expect((tasks["u"]?["error"] as? String)?.contains("is not a regular file") == true, "\(tasks["u"] ?? [:])")
     }
+
+    /// A paused task's partial file replaced by a symbolic link or a FIFO:
+    /// its next start fails, and what was put there stays (found by an
+    /// adversary: the failure removed the link and the FIFO it never made).
+    @Test(arguments: ["link", "fifo"])
+    func whatWasPutInAPartialFilesPlaceIsNotRemoved(_ kind: String) throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("big.bin", size: 3_000_000, seed: 3)
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\ndest = \"a.bin\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) { ((try? harness.tasksByID()["a"]?["bytes"] as? Int) ?? 0) > 0 })
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        let part = harness.downloads + "/a.bin.part"
+        let kept = harness.directory.file("kept.bin")
+        try FileManager.default.moveItem(atPath: part, toPath: kept)
+        let before = contents(kept)
+        if kind == "link" {
+            try FileManager.default.createSymbolicLink(atPath: part, withDestinationPath: kept)
+        } else {
+            #expect(mkfifo(part, 0o600) == 0)
+        }
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
+        #expect(harness.state(of: "a") == "failed")
+        var info = stat()
+        #expect(lstat(part, &info) == 0, "\(kind) at \(part) is gone")
+        #expect((info.st_mode & S_IFMT) == (kind == "link" ? S_IFLNK : S_IFIFO))
+        #expect(contents(kept) == before)
+    }
 }

@@ -18,10 +18,13 @@ struct RedactionTests {
         try harness.drop("s.job", "id = \"s\"\nurl = \"\(secretURL)\"\n")
         try harness.drop("m.job", "id = \"m\"\nurl = \"\(missingURL)\"\n")
         try harness.drop("ftp.job", "url = \"ftp://bob:PASS4@127.0.0.1/x\"\n")
+        // A credential in a URL carried percent-encoded inside another (issue 42: printed until a redirect made it current).
+        let nestedURL = "http://127.0.0.1:\(server.port)/s.bin?next=https%3A%2F%2Fx%2F%3Fapi_key%3DNESTED5&then=https%3A%2F%2Fy%2F%3Fu%3Dhttps%253A%252F%252Fz%252F%253Ftoken%253DDEEPER6"
+        try harness.drop("n.job", "id = \"n\"\nurl = \"\(nestedURL)\"\ndest = \"n.bin\"\n")
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(agent.wait(seconds: 30) == 4)
         var outputs = [agent.stderr, agent.stdout]
-        for command in [["status"], ["status", "--json"], ["status", "--task", "s"], ["status", "--task", "m"],
+        for command in [["status"], ["status", "--json"], ["status", "--task", "s"], ["status", "--task", "m"], ["status", "--task", "n"],
                         ["replay"], ["replay", "--json"], ["events"], ["events", "--json"]] {
             let result = try harness.run(command)
             #expect(result.status == 0)
@@ -31,11 +34,14 @@ struct RedactionTests {
             outputs.append(try String(contentsOfFile: harness.inbox + "/rejected/" + file, encoding: .utf8))
         }
         let all = outputs.joined(separator: "\n")
-        for secret in ["hunter2", "TOKEN1", "SIG2", "SIG3", "PASS4"] {
+        for secret in ["hunter2", "TOKEN1", "SIG2", "SIG3", "PASS4", "NESTED5", "DEEPER6"] {
             #expect(!all.contains(secret), "\(secret) leaked")
         }
-        #expect(all.contains("access_token=<redacted>"))
+        #expect(all.contains("access_token=<redacted>") && all.contains("?next=<redacted>&then=<redacted>"))
+        // The agent's own log names the job's URL, redacted.
+        #expect(agent.stderr.contains("?next=<redacted>&then=<redacted>"), "\(agent.stderr)")
         #expect(try harness.tasksByID()["s"]?["state"] as? String == "finished")
+        #expect(try harness.tasksByID()["n"]?["state"] as? String == "finished")
     }
 
     /// curl's error buffer quotes a proxy it cannot read, credentials and all ("Unsupported proxy
@@ -143,18 +149,18 @@ struct RedactionTests {
                 == "\(harness.downloads)/evil_[31m_evil.bin")
     }
 
-    /// A batch name, header value or job file name with a bidirectional
-    /// override, DEL or a C1 control never goes out raw from `events`,
-    /// `status --task`'s events, the JSON of `status` and `replay`, nor a
-    /// rejected job's `.error` file (ESC there would set the terminal's title
-    /// on `cat`). Printed, each is escaped; the JSON still reads back as the
-    /// same string.
+    /// A header value or job file name with a bidirectional override, DEL
+    /// or a C1 control never goes out raw from `events`, `status --task`'s
+    /// events, the JSON of `status` and `replay`, nor a rejected job's
+    /// `.error` file (ESC there would set the terminal's title on `cat`).
+    /// Printed, each is escaped; the JSON still reads back as the same
+    /// string. (A batch's name may hold none of them: see below.)
     @Test func controlCharactersInALogsStringsAreEscapedWhereverTheyArePrinted() throws {
         let harness = try AgentHarness()
         let nginx = try Nginx(in: harness.directory)
         try nginx.serve("c.bin", size: 100)
-        let batch = "ba\u{202E}X\u{7F}\u{9B}"
-        try harness.drop("c.job", "id = \"c\"\nurl = \"\(nginx.url("c.bin"))\"\nbatch = \"ba\\u202EX\\u007F\\u009B\"\n")
+        let note = "ba\u{202E}X\u{7F}\u{9B}"
+        try harness.drop("c.job", "id = \"c\"\nurl = \"\(nginx.url("c.bin"))\"\n[headers]\nX-Note = \"ba\\u202EX\\u007F\\u009B\"\n")
         try harness.drop("bad\u{1B}]0;T\u{07}.job", "colour = \"red\"\n")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
         let dangerous: Set<UInt32> = [0x1B, 0x07, 0x7F, 0x9B, 0x202E]
@@ -165,10 +171,38 @@ struct RedactionTests {
             #expect(result.status == 0 && output.contains("c"), "\(command)")
             #expect(!output.unicodeScalars.contains { dangerous.contains($0.value) }, "\(command)")
         }
-        #expect(try harness.statusTasks().first { $0["id"] as? String == "c" }?["batch"] as? String == batch)
+        // Shown escaped; in the log's JSON, the very string.
+        #expect(try harness.statusTasks().first { $0["id"] as? String == "c" }?["headers"] as? [String] == ["X-Note: ba\\u{202E}X\\x7F\\x9B"])
+        let created = try harness.events().first { $0.type == "created" && $0.task == "c" }
+        #expect((created?.data["headers"] as? [[String: Any]])?.first?["value"] as? String == note)
         let rejected = try FileManager.default.contentsOfDirectory(atPath: harness.inbox + "/rejected").filter { $0.hasSuffix(".error") }
         #expect(rejected.count == 1)
         let error = try String(contentsOfFile: harness.inbox + "/rejected/" + rejected[0], encoding: .utf8)
         #expect(!error.unicodeScalars.contains { dangerous.contains($0.value) } && error.contains("bad\\x1B]0;T\\x07.job"))
+    }
+
+    /// A batch's name is handed to hooks (`SYNCAGENT_BATCH`) and shown in
+    /// notifications: a line break in it forged a `SYNCAGENT_FAILED=0` line
+    /// in a hook's `env`, NUL cut it short. Such a job is rejected, its
+    /// `.error` naming the file and the key; `submit --batch` refuses it too.
+    @Test func aBatchNameCannotForgeLinesForHooksOrNotices() throws {
+        let records = TempDirectory()
+        let record = records.file("env.txt")
+        let harness = try AgentHarness(config: "on_batch_end = [\"/bin/sh\", \"-c\", \"env >> '\(record)'\"]\n")
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("f.bin", size: 100)
+        try harness.drop("forged.job", "url = \"\(nginx.url("f.bin"))\"\nbatch = \"x\\nSYNCAGENT_FAILED=0\"\nretries = 0\n")
+        try harness.drop("cut.job", "url = \"\(nginx.url("f.bin"))\"\ndest = \"cut.bin\"\nbatch = \"x\\u0000y\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 0)
+        let seen = (try? String(contentsOfFile: record, encoding: .utf8)) ?? ""
+        #expect(!seen.contains("SYNCAGENT_FAILED=0"), "a forged line: \(seen)")
+        for (name, shown) in [("forged.job", "x\\x0ASYNCAGENT_FAILED=0"), ("cut.job", "x\\x00y")] {
+            let error = try? String(contentsOfFile: harness.inbox + "/rejected/\(name).error", encoding: .utf8)
+            #expect(error == "\(name): key \"batch\" must not contain control characters (a line break, NUL, an escape …): \"\(shown)\"\n")
+        }
+        #expect(try harness.statusTasks().isEmpty)
+        let submit = try harness.run(["submit", nginx.url("f.bin"), "--batch", "x\nSYNCAGENT_FAILED=0"])
+        #expect(submit.status != 0 && submit.stderr.contains("key \"batch\" must not contain control characters"), "\(submit.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.inbox).filter { $0.hasSuffix(".job") }.isEmpty)
     }
 }

@@ -44,6 +44,17 @@ struct SubmitTests {
         try "\(nginx.url("a.bin"))\n  sha256=nothex\n".write(toFile: list, atomically: true, encoding: .utf8)
         let bad = try harness.run(["submit", "-i", list])
         #expect(bad.status != 0 && bad.stderr.contains("urls.txt line 2: key \"sha256\""), "\(bad.stderr)")
+        // A header or form option without its separator is named by its list and line, not as a flag it was not.
+        try "\(nginx.url("a.bin"))\n  out=a.bin\n\(nginx.url("b.bin"))\n  header=X-Only\n".write(toFile: list, atomically: true, encoding: .utf8)
+        let headerless = try harness.run(["submit", "-i", list])
+        #expect(headerless.status != 0 && headerless.stderr == "syncagent: \(list) line 4: header=X-Only must look like 'Name: value'\n",
+                "\(headerless.stderr)")
+        let fromStdin = try ChildProcess("/bin/sh", ["-c", "printf '\(nginx.url("c.bin"))\\n  form=title\\n' | '\(syncagentBinary)' submit \(flags) -i -"],
+                                         environment: harness.environment, outputIn: harness.directory.path)
+        #expect(fromStdin.wait(seconds: 30) != 0)
+        #expect(fromStdin.stderr == "syncagent: standard input line 2: form=title must look like 'name=value'\n", "\(fromStdin.stderr)")
+        let flag = try harness.run(["submit", nginx.url("a.bin"), "--header", "X-Only"])
+        #expect(flag.status != 0 && flag.stderr == "syncagent: --header \"X-Only\" must look like 'Name: value'\n", "\(flag.stderr)")
         let twoDests = try harness.run(["submit", "--dest", "x.bin", nginx.url("a.bin"), nginx.url("b.bin")])
         #expect(twoDests.status != 0 && twoDests.stderr.contains("use --dir"))
         #expect(harness.jobFiles().count == 6)

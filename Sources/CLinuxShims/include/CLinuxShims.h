@@ -28,6 +28,13 @@ SA_MUST_USE int sa_openat_beneath(int dirfd, const char *path, int flags, mode_t
 SA_MUST_USE int sa_rename_noreplace(int fromdirfd, const char *from, int todirfd, const char *to);
 
 /*
+ * statfs(2)'s f_type for `path` (a file system's magic number), which
+ * Swift's Glibc module does not import (sys/vfs.h). Returns 0 with *type
+ * set, or -1 with errno set.
+ */
+SA_MUST_USE int sa_file_system_type(const char *path, long long *type);
+
+/*
  * pidfd_open(2), which glibc before 2.36 does not wrap: an fd that polls
  * readable when the process exits, so the agent's one poll sees a hook end.
  * Returns -1 with errno set (ENOSYS before Linux 5.3).

@@ -125,6 +125,22 @@ final class Announcements {
         }
     }
 
+    /// Start-up: runs an earlier agent recorded as started and never saw end
+    /// (it died after `hook_started`, before the spawn or while the hook
+    /// ran). At most once, they are not run again; each is recorded as a
+    /// `hook_ended` that says it may not have run, once (the fold then no
+    /// longer holds it unended), and said in the log.
+    func recordHooksLeftUnended() {
+        for run in context.state.hooksInFlight.values.sorted(by: { $0.startedSeq < $1.startedSeq }) {
+            context.record(.hookEnded(HookEnded(hook: run.key.hook, batchSeq: run.key.batchSeq, pid: nil, durationMs: 0,
+                                                mayNotHaveRun: true)), task: run.key.task)
+            var metadata: Logger.Metadata = ["hook": "\(run.key.hook.configKey)", "started_seq": "\(run.startedSeq)"]
+            if let task = run.key.task { metadata["task.id"] = "\(task)" }
+            if let seq = run.key.batchSeq { metadata["batch_seq"] = "\(seq)" }
+            context.logger.warning("\(Printable.escaping(run.words))", metadata: metadata)
+        }
+    }
+
     /// Records how each finished (or overdue, now killed) hook ended.
     func reapHooks() {
         for (run, ended) in hooks.reap() {

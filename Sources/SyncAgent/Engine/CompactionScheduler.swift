@@ -87,7 +87,10 @@ final class CompactionScheduler {
                 context.record(.compacted(report))
                 // A snapshot of many live tasks can outweigh the events it covers: the
                 // file may grow when no ended task was old enough to go. Said so.
-                context.logger.info(report.tasks == 0 ? "log snapshot written; no ended task was old enough to drop" : "log compacted",
+                let words = report.tasks > 0 ? "log compacted"
+                    : report.trigger == "requested" && report.events == 0 ? "nothing to compact: no snapshot written"
+                    : "log snapshot written; no ended task was old enough to drop"
+                context.logger.info("\(words)",
                                     metadata: ["snapshot_seq": "\(report.snapshotSeq)", "tasks": "\(report.tasks)",
                                                "events": "\(report.events)", "bytes_before": "\(report.bytesBefore)",
                                                "bytes_after": "\(report.bytesAfter)"])

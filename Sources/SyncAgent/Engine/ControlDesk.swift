@@ -33,20 +33,27 @@ final class ControlDesk {
         } else {
             return "key \"task\": no task has the id \"\(control.task)\""
         }
+        apply(control.action, to: targets, target: control.task, file: source.file, identity: source.identity)
+        return nil
+    }
+
+    /// Carries out `action` on `targets` as a control job for `target` (a
+    /// task id, or `*`) would, and records its outcome: how an RPC call
+    /// pauses, resumes, removes or forgets downloads.
+    func apply(_ action: ControlJob.Action, to targets: [TaskState], target: String, file: String?, identity: String? = nil) {
         var outcomes: [String] = []
         var changed = 0
         for task in targets {
-            let outcome = carryOut(control.action, on: task)
+            let outcome = carryOut(action, on: task)
             if outcome.changed { changed += 1 }
             // One line per task for a single target; for "*", only what changed.
-            if control.task != "*" || !outcome.words.hasPrefix("nothing to do") { outcomes.append("\(task.id): \(outcome.words)") }
+            if target != "*" || !outcome.words.hasPrefix("nothing to do") { outcomes.append("\(task.id): \(outcome.words)") }
         }
-        let words = outcomes.isEmpty ? "nothing to do: no task to \(control.action.rawValue)" : Controlled.outcome(of: outcomes)
-        context.record(.controlled(Controlled(action: control.action.rawValue, target: control.task, outcome: words,
-                                              file: source.file, identity: source.identity, changed: changed)),
-                       task: control.task == "*" ? nil : control.task)
+        let words = outcomes.isEmpty ? "nothing to do: no task to \(action.rawValue)" : Controlled.outcome(of: outcomes)
+        context.record(.controlled(Controlled(action: action.rawValue, target: target, outcome: words, file: file, identity: identity,
+                                              changed: changed)),
+                       task: target == "*" ? nil : target)
         context.needsScheduling = true
-        return nil
     }
 
     /// What a control did to one task, in words, and whether it changed it.

@@ -96,6 +96,8 @@ final class ExchangePool {
                 end(exchange, .permanent(reason: deadlineWords(exchange), code: .totalTimeout))
             } else if exchange.isStalled(nowMs: now) {
                 end(exchange, exchange.stalledOutcome())
+            } else if let speed = exchange.crawlingSpeed(nowMs: now) {
+                end(exchange, exchange.crawlingOutcome(speed: speed))
             } else {
                 exchange.syncIfOverdue(nowMs: now)
             }

@@ -5,8 +5,12 @@
 /// gone with them, letting a second agent start), jobs dropped into a new
 /// inbox never seen, files published into a folder moved away. It stops
 /// instead; the next start (systemd restarts it) opens what is there.
+/// Those of them another user must not write (SPEC §4.1) are checked
+/// again as at the start: a folder made writable by others while the agent
+/// runs stops it with the refusal a start would give.
 struct HeldFiles {
-    private var held: [(name: String, path: String, identity: FileIdentity)] = []
+    /// `trusted`: the place in words, when it is one of the agent's own (and whether it is a folder).
+    private var held: [(name: String, path: String, identity: FileIdentity, trusted: (what: String, isFolder: Bool)?)] = []
     private let inbox: String
     /// When they are next looked for at their paths (monotonic ms).
     private var nextCheckMs: Int64 = 0
@@ -15,8 +19,8 @@ struct HeldFiles {
 
     init(inbox: String) { self.inbox = inbox }
 
-    mutating func hold(_ name: String, at path: String, identity: FileIdentity) {
-        held.append((name, path, identity))
+    mutating func hold(_ name: String, at path: String, identity: FileIdentity, trusted: (what: String, isFolder: Bool)? = nil) {
+        held.append((name, path, identity, trusted))
     }
 
     var isDue: Bool { Posix.monotonicMs >= nextCheckMs }
@@ -28,9 +32,10 @@ struct HeldFiles {
 
     func check() throws {
         for file in held {
-            guard (try? FileSystem.identity(of: file.path)) == file.identity else {
+            guard let info = try? Posix.status(of: file.path), FileIdentity(info) == file.identity else {
                 throw Replaced(name: file.name, path: file.path, inbox: inbox)
             }
+            if let trusted = file.trusted { try StrictModes.checkOwn(info, at: file.path, what: trusted.what, isFolder: trusted.isFolder) }
         }
     }
 

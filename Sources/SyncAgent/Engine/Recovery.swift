@@ -6,23 +6,6 @@ import SyncAgentCore
 /// short of a task's end (a rename the log vouches for) is finished. Each
 /// kind says what that means for its tasks (`TaskRunner.recover`).
 enum Recovery {
-    /// download_dir changed since some tasks were made: they keep their
-    /// destinations (a failed one may be run again), reached beneath the
-    /// folders that hold them. Before, each failed at its next start, its bytes reset to 0.
-    static func admitFormerDownloadDirs(of state: AgentState, into root: DownloadRoot) {
-        let recorded = state.orderedTasks
-        for index in recorded.indices where recorded[index].phase != .cancelled {
-            // Read in place: most tasks of a long log ended long ago.
-            guard let dest = recorded[index].spec.dest, !root.holds(dest) else { continue }
-            // A finished one only if its rename is still to be done (looked for only outside the root).
-            if recorded[index].phase == .finished {
-                guard let file = Kinds.runnerType(for: recorded[index].spec).unpublishedFile(of: recorded[index]),
-                      Posix.exists(file) else { continue }
-            }
-            root.admitFormer(folderOf: dest)
-        }
-    }
-
     static func resumeInterruptedTasks(in context: RunnerContext) {
         let tasks = context.state.orderedTasks
         for index in tasks.indices {
@@ -39,6 +22,8 @@ enum Recovery {
             let interrupted = task.phase == .running
                 || (task.phase == .paused && (task.pauseReason == .agentStopping || task.pauseReason?.waitsForNetwork == true))
             guard interrupted else { continue }
+            // Its partial file is cut back to the log's offset below: only where the rules allow.
+            if context.failIfRefused(task) { continue }
             let offset = kind.recover(task, in: context)
             let reason = task.phase == .running ? "agent restarted after an unclean stop" : "agent restarted"
             context.record(.resumed(Resumed(bytes: offset, reason: reason)), task: task.id)

@@ -21,6 +21,10 @@ final class RunnerContext {
     unowned var network: NetworkWatch!
     /// config.toml as last read (SIGHUP reads it again).
     var config: AgentConfig
+    /// The rules a job's destination and body file are held to at intake,
+    /// with this run's download_dir and the agent's own folders: those read
+    /// from the log are held to them too, before anything is written.
+    var rules: JobParser
     var settings: TransferSettings
     /// Set whenever something could let a queued task start or a batch drain.
     var needsScheduling = true
@@ -38,7 +42,8 @@ final class RunnerContext {
     private let commitNow: () throws -> Void
 
     init(log: EventLog, root: DownloadRoot, exchanges: ExchangePool, syncer: DataSyncer, preparer: PartialPreparer,
-         assembler: HLSAssembler, publishing: PublishQueue, logger: Logger, config: AgentConfig, commit: @escaping () throws -> Void) {
+         assembler: HLSAssembler, publishing: PublishQueue, logger: Logger, config: AgentConfig, rules: JobParser,
+         commit: @escaping () throws -> Void) {
         self.log = log
         self.root = root
         self.exchanges = exchanges
@@ -48,6 +53,7 @@ final class RunnerContext {
         self.publishing = publishing
         self.logger = logger
         self.config = config
+        self.rules = rules
         settings = TransferSettings(config: config)
         commitNow = commit
     }
@@ -62,6 +68,29 @@ final class RunnerContext {
     }
 
     func commit() throws { try commitNow() }
+
+    /// A finished task whose rename is left to do (a crash after its commit)
+    /// with `file` where the rules do not reach (outside download_dir, say):
+    /// said at each start, and left where it is.
+    func sayUnreachable(_ task: TaskState, file: String) {
+        guard !root.holds(file), Posix.exists(file), let refusal = rules.refusal(ofRecorded: task.spec) else { return }
+        logger.error("a finished file is left where it is, not moved where the log says",
+                     metadata: ["task.id": "\(task.id)", "file": "\(file)", "reason": "\(refusal.reason)"])
+    }
+
+    /// A task about to run or resume whose destination or body file, as the
+    /// log gives them, the rules refuse (SPEC §6 rule 3: a log is input too;
+    /// it may come from another build, a copy, or someone else's hand) fails
+    /// now, saying why, before any file is opened: true when it did. Its bytes
+    /// stay counted and its files untouched, so a task made under another
+    /// download_dir runs again (`resume`) once that folder is download_dir again.
+    func failIfRefused(_ task: TaskState) -> Bool {
+        guard let refusal = rules.refusal(ofRecorded: task.spec) else { return false }
+        let reason = "\(refusal.reason); nothing is written there"
+        record(.failed(Failed(reason: reason, code: refusal.code, bytes: task.bytes)), task: task.id)
+        logger.error("a task read from the log is refused", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
+        return true
+    }
 
     /// Said once the next commit is done.
     func sayAfterCommit(_ level: Logger.Level, _ message: Logger.Message, _ metadata: Logger.Metadata) {

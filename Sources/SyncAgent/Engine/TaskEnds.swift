@@ -74,9 +74,17 @@ extension RunnerContext {
     /// next request goes to the new URL without the job's credentials
     /// unless it is the job's own host.
     private func follow(_ task: TaskState, to target: String, status: Int, metrics: AttemptMetrics) {
-        guard (try? URLRules.checkTransferURL(target, key: "Location")) != nil else {
-            fail(task, reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(target)))",
-                 code: .curl(Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue)), metrics: metrics)
+        do {
+            try URLRules.checkTransferURL(target, key: "Location")
+        } catch {
+            if !URLRules.hasHTTPScheme(target) {
+                fail(task, reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(target)))",
+                     code: .curl(Int(CURLE_UNSUPPORTED_PROTOCOL.rawValue)), metrics: metrics)
+            } else {
+                // Whatever else the job URL's rules refuse (a URL too long to ask for, a space …), in their words.
+                fail(task, reason: "refused a redirect: its Location \((error as? KeyError)?.problem ?? "\(error)")",
+                     code: .curl(Int(CURLE_URL_MALFORMAT.rawValue)), metrics: metrics)
+            }
             return
         }
         guard task.redirects < settings.maxRedirects else {
@@ -109,12 +117,13 @@ extension RunnerContext {
     /// it was kept), and for upload and data tasks the response's status and headers.
     /// - Parameter modifiedNs: the published file's modification time (a rename keeps the partial file's).
     /// - Parameter received: the bytes all connections of a segmented download received.
-    func recordFinished(_ task: TaskState, _ exchange: Exchange, bytes: Int64, dest: String?, modifiedNs: Int64? = nil,
-                        received: Int64? = nil) {
+    /// - Parameter sha256: the published bytes' SHA-256 (nil when no body is kept).
+    func recordFinished(_ task: TaskState, _ exchange: Exchange, bytes: Int64, dest: String?, sha256: String? = nil,
+                        modifiedNs: Int64? = nil, received: Int64? = nil) {
         var metrics = exchange.metrics
         if let received { metrics.bytesReceived = received }
         let response = task.spec.behaviour.recordsResponse ? exchange.responseHeaders : nil
-        record(.finished(Finished(bytes: bytes, dest: dest, sha256: task.spec.sha256, status: response == nil ? nil : metrics.status,
+        record(.finished(Finished(bytes: bytes, dest: dest, sha256: sha256, status: response == nil ? nil : metrics.status,
                                   responseHeaders: response, metrics: metrics, modifiedNs: modifiedNs)), task: task.id)
         sayAfterCommit(.info, "task finished", ["task.id": "\(task.id)", "dest": "\(dest ?? "-")", "bytes": "\(bytes)",
                                                 "status": "\(metrics.status)"])

@@ -64,8 +64,6 @@ protocol TaskRunner: AnyObject {
     /// A restart found `task` ended: what a crash may have cut short of its
     /// end (a rename the log vouches for, a work folder) is finished.
     static func tidyAfterRestart(_ task: TaskState, in context: RunnerContext)
-    /// The file a finished task is renamed from, if its rename is left to do.
-    static func unpublishedFile(of task: TaskState) -> String?
     /// Whether the task's destination is known before it starts (and a
     /// `skip` or `fail` task whose destination exists ends there).
     static func destinationIsKnownAtStart(_ spec: TaskSpec) -> Bool
@@ -92,7 +90,6 @@ extension TaskRunner {
         return offset
     }
     static func tidyAfterRestart(_ task: TaskState, in context: RunnerContext) {}
-    static func unpublishedFile(of task: TaskState) -> String? { task.partPath }
     static func destinationIsKnownAtStart(_ spec: TaskSpec) -> Bool { true }
     static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64 {
         task.partPath.flatMap(context.root.size) ?? 0

@@ -28,22 +28,46 @@ final class HookRunner {
     static let tickMs: Int64 = 100
 
     private(set) var running: [Process] = []
-    /// Where hooks write: `STATE_DIR/hooks.log`, kept to about `logLimit`
-    /// (the previous one as `hooks.log.1`), so a chatty hook cannot fill the
-    /// disk or the agent's own log.
+    /// Where hooks write: `STATE_DIR/hooks.log`, kept to `logLimit` (the
+    /// previous one as `hooks.log.1`), so a chatty hook cannot fill the disk
+    /// or the agent's own log. Hooks write into a pipe, not the file: the
+    /// agent copies what comes and rotates the file as it goes, so a single
+    /// run that writes gigabytes is held to the limit too (a file handed to
+    /// the hook would grow for as long as the hook held it).
     private let logPath: String
     static let logLimit: Int64 = 4 << 20
+    /// The read end (non-blocking, polled by the loop) and the write end
+    /// every hook gets as its stdout and stderr (blocking: a hook that
+    /// writes faster than the agent copies waits, it does not fail).
+    private let output: (read: Int32, write: Int32)
+    /// What is copied at one wake-up, at most: a hook that never stops
+    /// writing must not hold the loop.
+    static let copiedPerWake = 1 << 20
     private let logger: Logger
     /// What went wrong with hooks.log last, said once until it changes or comes right.
     private var logProblem: String?
 
-    init(stateDir: String, logger: Logger = Logger(label: "syncagent")) {
+    init(stateDir: String, logger: Logger = Logger(label: "syncagent")) throws {
         logPath = stateDir + "/hooks.log"
         self.logger = logger
+        output = try Posix.pipe(shown: "the hooks' output pipe")
+        do {
+            try Posix.setFlags(output.write, 0, shown: "the hooks' output pipe")
+        } catch {
+            Posix.close(output.read)
+            Posix.close(output.write)
+            throw error
+        }
+    }
+
+    deinit {
+        Posix.close(output.read)
+        Posix.close(output.write)
     }
 
     var freeSlots: Int { Self.maximumRunning - running.count }
-    var fds: [Int32] { running.map(\.pidfd).filter { $0 >= 0 } }
+    /// The hooks' pidfds and their output pipe: the loop wakes for either.
+    var fds: [Int32] { [output.read] + running.map(\.pidfd).filter { $0 >= 0 } }
 
     /// The next moment the loop must wake for a hook: a deadline, or the tick.
     var nextWakeMs: Int64? {
@@ -57,11 +81,9 @@ final class HookRunner {
     func spawn(_ run: HookPlan.Run, command: [String], timeoutS: Int) -> Result<pid_t, HookFailure> {
         var environment = ProcessInfo.processInfo.environment
         for (key, value) in run.environment { environment[key] = value }
-        let output = openLog()
-        defer { Posix.close(output) }
         let pid: pid_t
         do {
-            pid = try Posix.spawn(command, environment: environment.map { "\($0.key)=\($0.value)" }, output: output)
+            pid = try Posix.spawn(command, environment: environment.map { "\($0.key)=\($0.value)" }, output: output.write)
         } catch {
             let errno = (error as? SystemError)?.errno ?? EINVAL
             return .failure(HookFailure(description: "cannot start \(command[0]): \(Posix.words(errno))"))
@@ -78,37 +100,76 @@ final class HookRunner {
         return .success(pid)
     }
 
-    /// The hooks' log, rotated once it passes `logLimit`; -1 (output
-    /// dropped) if it cannot be opened. Either failure is logged: a log
-    /// that is not rotated grows past its limit, and dropped output leaves
-    /// a failing hook with nothing to say why.
-    private func openLog() -> Int32 {
+    /// Copies what the hooks wrote into hooks.log, up to `copiedPerWake`
+    /// bytes (the pipe stays readable for the rest), rotating the file
+    /// before a write would take it past `logLimit`. Output that cannot be
+    /// written is dropped, and said once in the agent's log: a log that is
+    /// not rotated grows past its limit, and dropped output leaves a failing
+    /// hook with nothing to say why.
+    func copyOutput() {
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        var copied = 0
+        var log: (fd: Int32, size: Int64)?
         var problem: String?
-        do {
-            if let status = try Posix.statusIfPresent(of: logPath), Int64(status.st_size) > Self.logLimit {
-                try Posix.rename(logPath, to: logPath + ".1", shown: "rename \(logPath) to \(logPath).1")
+        defer {
+            if let log { Posix.close(log.fd) }
+            if problem != logProblem, let problem { logger.warning("\(problem)", metadata: ["file": "\(logPath)"]) }
+            if copied > 0 { logProblem = problem }
+        }
+        while copied < Self.copiedPerWake {
+            let count: Int
+            do {
+                // nil: nothing more for now. (Never at its end: the agent holds the write end.)
+                guard let read = try buffer.withUnsafeMutableBytes({ try Posix.readAvailable(output.read, into: $0, shown: "the hooks' output pipe") }),
+                      read > 0 else { return }
+                count = read
+            } catch {
+                problem = "hook output is dropped: \(error)"
+                return
             }
-        } catch {
-            problem = "hooks.log is not rotated: \(error)"
+            copied += count
+            do {
+                if log == nil { log = try openLog() }
+                if let current = log, current.size > 0, current.size + Int64(count) > Self.logLimit {
+                    Posix.close(current.fd)
+                    log = nil
+                    do {
+                        try Posix.rename(logPath, to: logPath + ".1", shown: "rename \(logPath) to \(logPath).1")
+                    } catch {
+                        problem = "hooks.log is not rotated: \(error)"
+                    }
+                    log = try openLog()
+                }
+                guard let current = log else { continue }
+                try buffer.withUnsafeBytes { try Posix.writeAll(current.fd, UnsafeRawBufferPointer(rebasing: $0[..<count]), shown: logPath) }
+                log = (current.fd, current.size + Int64(count))
+            } catch {
+                problem = "hook output is dropped: \(error)"
+                if let current = log { Posix.close(current.fd) }
+                log = nil
+            }
         }
-        var output: Int32 = -1
+    }
+
+    /// hooks.log opened for appending, with its size.
+    private func openLog() throws -> (fd: Int32, size: Int64) {
+        let fd = try Posix.open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o600)
         do {
-            output = try Posix.open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, mode: 0o600)
+            return (fd, Int64(try Posix.status(of: fd, shown: logPath).st_size))
         } catch {
-            problem = "hook output is dropped: \(error)"
+            Posix.close(fd)
+            throw error
         }
-        if problem != logProblem, let problem {
-            logger.warning("\(problem)", metadata: ["file": "\(logPath)"])
-        }
-        logProblem = problem
-        return output
     }
 
     /// The agent is stopping: running hooks get SIGTERM (with their groups),
     /// `grace` to finish, then SIGKILL, so no hook outlives its time limit
     /// unwatched. Returns how each ended.
     func stopAll(graceMs: Int64) -> [(run: HookPlan.Run, ended: HookEnded)] {
-        guard !running.isEmpty else { return [] }
+        guard !running.isEmpty else {
+            copyOutput()
+            return []
+        }
         for process in running { send(SIGTERM, to: process) }
         var ended = reap()
         let deadline = FileSystem.monotonicMs + graceMs
@@ -177,6 +238,9 @@ final class HookRunner {
                                                  durationMs: FileSystem.monotonicMs - process.startedMs, error: failure)))
             return true
         }
+        // After the reaping: what an ended hook wrote is all in the pipe by now, and in
+        // hooks.log before its end is recorded.
+        copyOutput()
         return ended
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -24,6 +25,8 @@ final class TakenMover: @unchecked Sendable {
         case gone
         /// Could not be moved (errno); it stays in the inbox.
         case failed(Int32)
+        /// Not the agent's user's alone (SPEC §4.1): left in the inbox, unread.
+        case leftAlone(FolderTrust.Problem, inode: UInt64)
     }
 
     init(inbox: String, takenDirectory: String) {
@@ -37,6 +40,9 @@ final class TakenMover: @unchecked Sendable {
     }
 
     func move(_ name: InboxName) -> Outcome {
+        // Looked at where it lies, to leave another user's file there; what
+        // decides is the owner of the descriptor the job is read from (`JobFile.load`).
+        if let refusal = refusal(of: name) { return refusal }
         counter += 1
         // Short and unique; the job's own name follows for a restart to read back.
         let takenName = "\(runStamp)-\(counter)-" + Intake.prefix(of: name.text, bytes: 200)
@@ -47,6 +53,26 @@ final class TakenMover: @unchecked Sendable {
         }
     }
 
+    /// `.leftAlone` for a name whose file is not the agent's user's to give
+    /// (or `.gone`); nil for one to move. A symbolic link of the user's is
+    /// moved, and refused as a job where it is read.
+    private func refusal(of name: InboxName) -> Outcome? {
+        let info: stat
+        do {
+            if inboxFd < 0 { inboxFd = try Posix.open(inbox, O_RDONLY | O_DIRECTORY) }
+            info = try Posix.status(of: name.bytes, at: inboxFd, flags: AT_SYMLINK_NOFOLLOW, shown: "\(inbox)/\(name)")
+        } catch let error as SystemError where error.errno == ENOENT {
+            return .gone
+        } catch {
+            // Not to be looked at here: the move and the read say what it is.
+            return nil
+        }
+        let isLink = (info.st_mode & S_IFMT) == S_IFLNK
+        let problem = FolderTrust.jobProblem(owner: UInt32(info.st_uid), mode: isLink ? UInt32(0) : UInt32(info.st_mode & 0o7777),
+                                             me: StrictModes.me)
+        return problem.map { .leftAlone($0, inode: UInt64(info.st_ino)) }
+    }
+
     /// renameat from the inbox into `.taken/`; 0 or errno. A `.taken/`
     /// removed while we run is made again, once.
     private func rename(_ name: InboxName, toTaken takenName: String) -> Int32 {
@@ -54,7 +80,7 @@ final class TakenMover: @unchecked Sendable {
             do {
                 if inboxFd < 0 { inboxFd = try Posix.open(inbox, O_RDONLY | O_DIRECTORY) }
                 if takenFd < 0 {
-                    try FileSystem.makeOwnDirectory(takenDirectory)
+                    try FileSystem.makeOwnDirectory(takenDirectory, what: Intake.takenWords)
                     takenFd = try Posix.open(takenDirectory, O_RDONLY | O_DIRECTORY)
                 }
                 try Posix.rename(name.bytes, at: inboxFd, to: takenName, at: takenFd, shown: "move \(name) to .taken/")

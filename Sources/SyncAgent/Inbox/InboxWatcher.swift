@@ -65,6 +65,8 @@ private extension String {
 
 /// inotify on the inbox: names of job files that were closed after writing
 /// or moved in. A queue overflow asks the caller for a full rescan.
+/// (What another machine writes into a network inbox raises no event here:
+/// `InboxPoller` scans such an inbox on an interval.)
 final class InboxWatcher {
     let directory: String
     /// Polled by the event loop beside curl's sockets.
@@ -150,16 +152,20 @@ final class InboxWatcher {
     }
 
     /// Job files present now, oldest first (then by name): the order they were dropped.
-    func scan() -> [InboxName] {
+    func scan() -> [InboxName] { scanJobs().map(\.name) }
+
+    /// As `scan`, with what each file looked like (for a poll's settling).
+    func scanJobs() -> [ScannedJob<InboxName>] {
         Self.entries(of: directory).filter { InboxRules.isJobFileName($0.name.text) }
-            .sorted { ($0.mtime, $0.name.text) < ($1.mtime, $1.name.text) }.map(\.name)
+            .sorted { ($0.mtime, $0.name.text) < ($1.mtime, $1.name.text) }
+            .map { ScannedJob(name: $0.name, size: $0.size, mtimeNs: $0.mtime, inode: $0.inode) }
     }
 
-    /// Every entry of a directory but `.` and `..`, with raw names and
-    /// modification times (lstat). Empty if it cannot be read: a scan
-    /// finds nothing then, and the next one (at the next start, or after
-    /// an overflow) tries again.
-    static func entries(of directory: String) -> [(name: InboxName, mtime: Int64)] {
+    /// Every entry of a directory but `.` and `..`, with raw names, sizes,
+    /// inodes and modification times (lstat). Empty if it cannot be read: a
+    /// scan finds nothing then, and the next one (at the next start, after an
+    /// overflow, or the next poll) tries again.
+    static func entries(of directory: String) -> [(name: InboxName, mtime: Int64, size: Int64, inode: UInt64)] {
         guard let descriptor = try? Posix.open(directory, O_RDONLY | O_DIRECTORY) else { return [] }
         defer { Posix.close(descriptor) }
         guard let names = try? Posix.rawEntries(of: descriptor, shown: directory) else { return [] }
@@ -168,7 +174,7 @@ final class InboxWatcher {
             // Gone since it was listed (taken meanwhile): not an entry any more.
             guard let info = try? Posix.status(of: entry.name, at: descriptor, flags: AT_SYMLINK_NOFOLLOW, shown: "\(directory)/\(name)")
             else { return nil }
-            return (name, info.st_mtim.nanoseconds)
+            return (name, info.st_mtim.nanoseconds, Int64(info.st_size), UInt64(info.st_ino))
         }
     }
 }

@@ -14,6 +14,9 @@ public struct InboxWriter {
         try write([(text, prefix)])[0]
     }
 
+    /// A job file is its user's to read and write, no one else's (SPEC §4.1).
+    static let jobMode: mode_t = 0o600
+
     /// From this many jobs, one syncfs beats a fsync each.
     static let syncWholeFileSystemFrom = 32
 
@@ -40,9 +43,11 @@ public struct InboxWriter {
         let syncsEachFile = jobs.count < Self.syncWholeFileSystemFrom
         for (job, path) in zip(jobs, paths) {
             let temp = path + ".tmp"
-            let fd = try Posix.create(temp, O_WRONLY | O_EXCL | O_NOFOLLOW, mode: 0o644)
+            let fd = try Posix.create(temp, O_WRONLY | O_EXCL | O_NOFOLLOW, mode: Self.jobMode)
             written.append(path)
             defer { Posix.close(fd) }
+            // Exactly that, whatever the umask took away: a job may carry credentials, and is the user's alone.
+            try Posix.setMode(fd, Self.jobMode, shown: temp)
             try Array(job.text.utf8).withUnsafeBytes { try Posix.writeAll(fd, $0, shown: temp) }
             if syncsEachFile { try Posix.sync(fd, shown: temp) }
         }

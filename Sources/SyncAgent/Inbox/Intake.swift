@@ -40,18 +40,23 @@ final class Intake {
 
     /// Where jobs go once taken, until their tasks are recorded: the agent's own folder in the inbox.
     static func takenDirectory(of inbox: String) -> String { inbox + "/.taken" }
+    /// Where rejected jobs go, each with its `.error`.
+    static func rejectedDirectory(of inbox: String) -> String { inbox + "/rejected" }
+    /// The agent's folders in the inbox, in words (a refusal names them).
+    static let takenWords = "the inbox's .taken folder"
+    static let rejectedWords = "the inbox's rejected folder"
 
     init(inbox: String, parser: JobParser, log: EventLog, logger: Logger, exists: @escaping (String) -> Bool) throws {
         self.inbox = inbox
-        self.rejectedDirectory = inbox + "/rejected"
+        self.rejectedDirectory = Self.rejectedDirectory(of: inbox)
         self.takenDirectory = Self.takenDirectory(of: inbox)
         self.parser = parser
         self.log = log
         self.logger = logger
         self.exists = exists
         self.mover = TakenMover(inbox: inbox, takenDirectory: takenDirectory)
-        try FileSystem.makeOwnDirectory(rejectedDirectory)
-        try FileSystem.makeOwnDirectory(takenDirectory)
+        try FileSystem.makeOwnDirectory(rejectedDirectory, what: Self.rejectedWords)
+        try FileSystem.makeOwnDirectory(takenDirectory, what: Self.takenWords)
     }
 
     /// Names created with one link and not yet seen closed, with when to
@@ -65,8 +70,37 @@ final class Intake {
 
     var isIdle: Bool { retryAt.isEmpty && awaitingClose.isEmpty && backlog == nil && takesAfterBacklog.isEmpty }
 
-    /// Whether a name found by a scan still waits for something other than intake.
-    func isStuck(_ name: InboxName) -> Bool { stuck.contains(name) }
+    /// Whether a name found by a scan still waits for something other than
+    /// intake: a file that could not be moved, or one not the user's to take.
+    func isStuck(_ name: InboxName) -> Bool { stuck.contains(name) || leftAlone[name] != nil }
+
+    /// Files in the inbox that are not the agent's user's alone (another
+    /// user's, or writable by others), by name, with the inode said once:
+    /// each is named in the log once, and left where it is. Bounded: past
+    /// 4,096 names it starts afresh (a file may then be named again).
+    private var leftAlone: [InboxName: UInt64] = [:]
+
+    private func sayLeftAlone(_ name: InboxName, at path: String, _ problem: FolderTrust.Problem, inode: UInt64) {
+        guard leftAlone[name] != inode else { return }
+        if leftAlone.count >= 4096 { leftAlone.removeAll() }
+        leftAlone[name] = inode
+        logger.warning("\(FolderTrust.jobSentence(problem, path: path) { Posix.userName(of: uid_t($0)) })",
+                       metadata: ["file": "\(path)"])
+    }
+
+    /// Another user's file found in `.taken/` (moved there by a mover that
+    /// saw the user's file, or left from before): it goes back into the
+    /// inbox under its name, unread; where that name is taken, it stays.
+    private func putBack(_ takenPath: String, name: String, _ refused: JobFile.NotTheUsers) {
+        let inboxName = InboxName(name)
+        do {
+            try Posix.renameNoReplace(takenPath, at: AT_FDCWD, to: inbox + "/" + name, at: AT_FDCWD,
+                                      shown: "move \(takenPath) back into the inbox")
+            sayLeftAlone(inboxName, at: "\(inbox)/\(name)", refused.problem, inode: refused.inode)
+        } catch {
+            sayLeftAlone(inboxName, at: takenPath, refused.problem, inode: refused.inode)
+        }
+    }
 
     /// Earliest moment a retry is due, for the loop's poll timeout.
     var nextRetryMs: Int64? { (retryAt.values.map(\.due) + awaitingClose.values).min() }
@@ -117,6 +151,20 @@ final class Intake {
         }
         for name in names { awaitingClose[name] = nil }
         beginBacklog(names, closed: true)
+    }
+
+    /// Names a poll of the inbox found standing still (none seen closed):
+    /// taken as a start-up scan's are, after any backlog going on.
+    func take(polled names: [InboxName]) {
+        let names = names.filter { !isStuck($0) }
+        guard !names.isEmpty else { return }
+        if backlog != nil {
+            takesAfterBacklog += names.map { ($0, false) }
+        } else if names.count > Self.backlogSlice {
+            beginBacklog(names, closed: false)
+        } else {
+            for name in names { take(name, closedAfterWriting: false) }
+        }
     }
 
     private func beginBacklog(_ names: [InboxName], closed: Bool) {
@@ -174,9 +222,13 @@ final class Intake {
     private func taken(_ name: InboxName, _ outcome: TakenMover.Outcome, file: Result<JobFile?, Error>?, closedAfterWriting: Bool) {
         switch outcome {
         case .moved(let takenPath):
+            // The user's own file under a name another's had: taken, and nothing to skip at an idle exit.
+            leftAlone[name] = nil
             process(takenPath, name: name.text, closedAfterWriting: closedAfterWriting, file: file)
         case .gone:
             return
+        case .leftAlone(let problem, let inode):
+            sayLeftAlone(name, at: "\(inbox)/\(name.text)", problem, inode: inode)
         case .failed(let error):
             stuck.insert(name)
             logger.error("cannot take a job out of the inbox; it stays until the next start",
@@ -207,6 +259,9 @@ final class Intake {
             // Its writer's descriptor followed it into `.taken/`: looked at again after the grace period.
             retryAt[takenPath] = (name, FileSystem.monotonicMs + Self.graceMs)
             return
+        } catch let refused as JobFile.NotTheUsers {
+            // Swapped in after it was looked at in the inbox, or left in `.taken/` from before: back where it came from.
+            return putBack(takenPath, name: name, refused)
         } catch {
             let sentence = (error as? KeyError)?.description ?? "the job file cannot be read: \(error)"
             // Known by what lstat says: a restart between the commit and the move must not reject it twice.
@@ -278,8 +333,9 @@ final class Intake {
 
     /// Records the task with the destination it reserves (SPEC §4.2): two
     /// live tasks never share a file. A conflict that `overwrite` settles
-    /// without a transfer ends the task at once, with the reason.
-    private func create(_ spec: TaskSpec, id: String) {
+    /// without a transfer ends the task at once, with the reason. (An RPC
+    /// `addUri` comes here too, as a job file does.)
+    func create(_ spec: TaskSpec, id: String) {
         var spec = spec
         var ending: EventBody?
         if let dest = spec.dest {
@@ -417,7 +473,7 @@ final class Intake {
     /// name is already there or on its way. Nil (logged) if rejected/ cannot be made.
     private func rejectionTarget(for name: String) -> String? {
         do {
-            try FileSystem.makeOwnDirectory(rejectedDirectory)
+            try FileSystem.makeOwnDirectory(rejectedDirectory, what: Self.rejectedWords)
         } catch {
             logger.error("cannot make rejected/; the job stays in .taken/ until the next start",
                          metadata: ["file": "\(name)", "error": "\(error)"])
@@ -514,6 +570,12 @@ struct JobFile {
     /// A writer still has the job open: it is read once closed.
     struct StillBeingWritten: Error {}
 
+    /// The file is not the agent's user's alone (SPEC §4.1): not read.
+    struct NotTheUsers: Error {
+        var problem: FolderTrust.Problem
+        var inode: UInt64
+    }
+
     /// nil when the file is gone (taken or removed meanwhile).
     static func load(_ path: String) throws -> JobFile? {
         let fd: Int32
@@ -526,6 +588,11 @@ struct JobFile {
         }
         defer { Posix.close(fd) }
         let info = try Posix.status(of: fd, shown: path)
+        // Asked of the descriptor read, not of a path looked at before: whatever was
+        // renamed or linked in meanwhile, these are the bytes whose owner is judged.
+        if let problem = FolderTrust.jobProblem(owner: UInt32(info.st_uid), mode: UInt32(info.st_mode & 0o7777), me: StrictModes.me) {
+            throw NotTheUsers(problem: problem, inode: UInt64(info.st_ino))
+        }
         guard (info.st_mode & S_IFMT) == S_IFREG else {
             throw KeyError(key: nil, "the job is not a regular file")
         }

@@ -21,10 +21,10 @@ final class DownloadRunner: TransferRunner {
     override var isBusy: Bool { super.isBusy || segmented != nil }
     override var extraConnections: Int { max(0, (segmented?.runningCount ?? 0) - 1) }
 
-    override func start(_ task: TaskState) {
+    override func startAttempt(_ task: TaskState, recordingStart: Bool) {
         completedDownload = nil
-        if startSegmented(task) { return }
-        super.start(task)
+        if startSegmented(task, recordingStart: recordingStart) { return }
+        super.startAttempt(task, recordingStart: recordingStart)
     }
 
     /// How many connections `task` would use: its `connections`, else the
@@ -37,7 +37,7 @@ final class DownloadRunner: TransferRunner {
 
     /// Starts `task` over several connections; false when it takes the
     /// one-connection path (`connections = 1` and no ranges in the log).
-    private func startSegmented(_ task: TaskState) -> Bool {
+    private func startSegmented(_ task: TaskState, recordingStart: Bool) -> Bool {
         let wanted = connectionsWanted(for: task)
         guard wanted > 1 || task.doneRanges != nil, let part = task.partPath else { return false }
         // Fresh unless the partial file still holds what the log vouches for.
@@ -63,10 +63,14 @@ final class DownloadRunner: TransferRunner {
             return true
         }
         namesDurable = false
+        // What the log vouches for was checked (`checked`): its chains go on; nothing else does.
+        if done.covered == 0 { digester.reset() }
         let download = SegmentedDownload(taskID: taskID, fd: descriptor, limit: wanted, total: missing == nil ? nil : task.total,
                                          validator: validator, done: done, missing: missing)
         segmented = download
-        context.record(.started(Started(attempt: task.nextAttempt, offset: done.covered, url: task.currentURL)), task: taskID)
+        if recordingStart {
+            context.record(.started(Started(attempt: task.nextAttempt, offset: done.covered, url: task.currentURL)), task: taskID)
+        }
         if missing == nil {
             // A fresh download: a plain GET first, ranged once its answer shows the file can be split.
             guard openConnection(download, for: task, span: nil, ifChanged: validatorsForUpdate(task)) else { return true }
@@ -119,6 +123,7 @@ final class DownloadRunner: TransferRunner {
         do {
             let part = task.partPath ?? ""
             let file = PartialFile(path: part, descriptor: try Posix.duplicate(download.fd, shown: part))
+            file.chain = digester.chain(startingAt: span?.start ?? 0)
             let exchange = try context.makeExchange(task, offset: span?.start ?? 0, rangeEnd: span?.end, ifRange: download.validator,
                                                     ifChanged: ifChanged, sink: .partialFile(file))
             let id = taskID
@@ -157,9 +162,9 @@ final class DownloadRunner: TransferRunner {
     /// One fdatasync for all connections, off the loop (DataSyncer).
     private func syncSegments(_ download: SegmentedDownload) {
         let serial = Exchange.makeSerial()
-        guard download.beginSync(serial: serial), let part = context.state[taskID]?.partPath else { return }
+        guard let part = context.state[taskID]?.partPath, let claims = download.beginSync(serial: serial) else { return }
         context.syncer.sync(download.fd, .init(taskID: taskID, attempt: serial, offset: 0, complete: false),
-                            naming: namesDurable ? nil : (part, context.root))
+                            naming: namesDurable ? nil : (part, context.root), hashing: .init(claims: claims))
         namesDurable = true
     }
 
@@ -173,7 +178,7 @@ final class DownloadRunner: TransferRunner {
             connectionEnded(exchange, exchange.syncFailed(errno: error))
             return
         }
-        if let progress = download.synced() { context.record(.progressed(progress), task: taskID) }
+        if let progress = download.synced(digests: done.digests) { context.record(.progressed(progress), task: taskID) }
     }
 
     /// One connection's exchange ended: the download goes on without it, or
@@ -271,10 +276,18 @@ final class DownloadRunner: TransferRunner {
         completedDownload.map { Pieces(received: $0.bytesReceived, covered: $0.covered) }
     }
 
-    override func claimComplete(_ exchange: Exchange, bytes: Int64) {
-        guard let download = completedDownload else { return super.claimComplete(exchange, bytes: bytes) }
+    override func claimComplete(_ exchange: Exchange, bytes: Int64, digests: [SpanDigest]) {
+        guard let download = completedDownload else { return super.claimComplete(exchange, bytes: bytes, digests: digests) }
         completedDownload = nil
-        context.record(.progressed(download.completeProgress(bytes: bytes)), task: taskID)
+        context.record(.progressed(download.completeProgress(bytes: bytes, digests: digests)), task: taskID)
+    }
+
+    /// A file put together by several connections: its SHA-256 is the chain
+    /// from 0 carried on to its end (past the first range, a second reading
+    /// of what the other connections wrote).
+    override func completionHashing(of exchange: Exchange, bytes: Int64) -> DataSyncer.Hashing {
+        guard completedDownload != nil else { return super.completionHashing(of: exchange, bytes: bytes) }
+        return DataSyncer.Hashing(claims: [], file: (digester.fileChain, bytes))
     }
 
     override func stop(flushing: Bool) -> Stopped? {

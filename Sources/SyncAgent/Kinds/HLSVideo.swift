@@ -325,13 +325,13 @@ final class HLSVideoRunner: TaskRunner {
     /// renamed; the work folder of an ended video is removed.
     static func tidyAfterRestart(_ task: TaskState, in context: RunnerContext) {
         guard task.phase == .finished || task.phase == .cancelled, let work = HLSFanOut.workDirectory(of: task) else { return }
-        if task.phase == .finished, let staging = HLSPublisher.staging(of: task), let dest = task.dest, context.root.exists(staging),
-           !context.publishing.completeRename(of: task, from: staging, to: dest) {
-            return
+        if task.phase == .finished, let staging = HLSPublisher.staging(of: task), let dest = task.dest {
+            if !context.root.exists(staging) {
+                context.sayUnreachable(task, file: staging)
+            } else if !context.publishing.completeRename(of: task, from: staging, to: dest) {
+                return
+            }
         }
         if context.root.exists(work) { context.publishing.removeWorkFolder(work) }
     }
-
-    /// A finished video whose rename may be left: its staging path.
-    static func unpublishedFile(of task: TaskState) -> String? { HLSPublisher.staging(of: task) }
 }

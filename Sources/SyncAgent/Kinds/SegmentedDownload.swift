@@ -22,6 +22,8 @@ final class SegmentedDownload {
         /// Its bytes the log vouches for end here.
         var claimed: Int64
         var exchange: Exchange!
+        /// The chain its bytes extend (see `DigestChain`).
+        var chain: DigestChain? { exchange.partialFile?.chain }
         /// Its transfer is over (its range written, or given back); its
         /// bytes wait for the next sync to be claimed.
         var isOver = false
@@ -56,6 +58,8 @@ final class SegmentedDownload {
     private var fallbackToLog: String?
     /// Claims relayed while syncing are logged as one event at the end.
     private var batching = false
+    /// Digests of claims not yet logged: the next `progressed` carries them.
+    private var digestsToLog: [SpanDigest] = []
 
     /// - Parameters:
     ///   - done: what the log vouches for already; `missing`: what to fetch
@@ -207,13 +211,14 @@ final class SegmentedDownload {
     // MARK: - Durability
 
     /// Starts a sync of the shared file for every connection under
-    /// `serial`; false when one is in flight (its claim will release the
+    /// `serial`: what each connection's chain is to be hashed up to once it
+    /// returns. Nil when one is in flight (its claim will release the
     /// connections that asked).
-    func beginSync(serial: UInt64) -> Bool {
-        guard syncSerial == nil else { return false }
+    func beginSync(serial: UInt64) -> [(chain: DigestChain, to: Int64)]? {
+        guard syncSerial == nil else { return nil }
         syncSerial = serial
         syncPositions = connections.map { ($0, $0.exchange.written) }
-        return true
+        return syncPositions.compactMap { connection, position in connection.chain.map { ($0, position) } }
     }
 
     /// The sync failed: nothing it covered may be claimed, ever (a second
@@ -228,15 +233,17 @@ final class SegmentedDownload {
     private var poisoned = false
 
     /// The sync returned: each connection claims what it had written when
-    /// it began; one `progressed` says it all (nil: nothing new).
-    func synced() -> Progressed? {
+    /// it began; one `progressed` says it all, with the digests hashed for it (nil: nothing new).
+    func synced(digests: [SpanDigest]) -> Progressed? {
         syncSerial = nil
+        digestsToLog += digests
         let before = durableRanges
         batching = true
-        for (connection, position) in syncPositions { connection.exchange.claim(upTo: position) }
+        // (A connection whose chain a stop's flush took further has claimed past this position already.)
+        for (connection, position) in syncPositions { connection.exchange.claim(upTo: position, digests: []) }
         // Connections opened after the sync began ask again (their request met this one in flight).
         for connection in connections where !syncPositions.contains(where: { $0.0 === connection }) {
-            connection.exchange.claim(upTo: connection.exchange.durable)
+            connection.exchange.claim(upTo: connection.exchange.durable, digests: [])
         }
         batching = false
         syncPositions = []
@@ -245,7 +252,7 @@ final class SegmentedDownload {
             base.insert(ByteSpan(connection.start, connection.claimed))
         }
         connections.removeAll { $0.isOver && $0.claimed >= $0.exchange.written }
-        return durableRanges == before && validatorsToLog == nil && fallbackToLog == nil ? nil : progress()
+        return durableRanges == before && validatorsToLog == nil && fallbackToLog == nil && digestsToLog.isEmpty ? nil : progress()
     }
 
     /// A connection's attempt claimed bytes (its own `progressed`): kept,
@@ -253,13 +260,16 @@ final class SegmentedDownload {
     func claimed(_ connection: Connection, _ progress: Progressed) -> Progressed? {
         connection.claimed = max(connection.claimed, progress.bytes)
         noteValidators(progress.etag, progress.lastModified)
+        digestsToLog += progress.digests ?? []
         return batching ? nil : self.progress()
     }
 
     /// The durable parts now, as the log records them.
     func progress() -> Progressed {
         let ranges = durableRanges
-        var progress = Progressed(bytes: ranges.covered, total: total, ranges: ranges.isPrefix ? nil : ranges.spans)
+        var progress = Progressed(bytes: ranges.covered, total: total, ranges: ranges.isPrefix ? nil : ranges.spans,
+                                  digests: digestsToLog.isEmpty ? nil : digestsToLog)
+        digestsToLog = []
         if let validators = validatorsToLog {
             progress.etag = validators.etag
             progress.lastModified = validators.lastModified
@@ -273,19 +283,36 @@ final class SegmentedDownload {
     }
 
     /// Every connection stopped: fdatasync the file once, then claim what
-    /// each wrote. Returns the progress to log (nil: nothing new), or the errno.
+    /// each wrote, with its digests (hashed here, on the loop: at most a
+    /// progress interval per connection). Returns the progress to log
+    /// (nil: nothing new), or the errno.
     func flushAll() -> Result<Progressed?, SystemError> {
         guard !poisoned else { return .failure(SystemError(operation: "fdatasync after a failed one", errno: EIO)) }
-        do { try Posix.dataSync(fd, shown: "the partial file of task \(taskID)") } catch {
+        let shown = "the partial file of task \(taskID)"
+        var digests: [SpanDigest] = []
+        var positions: [(Connection, Int64)] = []
+        do {
+            try Posix.dataSync(fd, shown: shown)
+            for connection in connections {
+                guard let chain = connection.chain else { continue }
+                // A chain that cannot vouch for its bytes (a sync overtook it) claims no more than it did.
+                if let records = try chain.extend(fd, to: connection.exchange.written, shown: shown) {
+                    digests += records
+                    positions.append((connection, connection.exchange.written))
+                }
+            }
+        } catch {
             return .failure(error as? SystemError ?? SystemError(operation: "fdatasync", errno: EIO))
         }
-        syncPositions = connections.map { ($0, $0.exchange.written) }
-        return .success(synced())
+        syncPositions = positions
+        return .success(synced(digests: digests))
     }
 
-    /// The file is complete and durable: all `bytes` of it.
-    func completeProgress(bytes: Int64) -> Progressed {
-        var progress = Progressed(bytes: bytes, total: total ?? bytes, fallback: fallbackToLog)
+    /// The file is complete and durable: all `bytes` of it, the chain from 0 vouching for them.
+    func completeProgress(bytes: Int64, digests: [SpanDigest]) -> Progressed {
+        var progress = Progressed(bytes: bytes, total: total ?? bytes, fallback: fallbackToLog,
+                                  digests: (digestsToLog + digests).isEmpty ? nil : digestsToLog + digests)
+        digestsToLog = []
         if let validators = fileValidators {
             progress.etag = validators.etag
             progress.lastModified = validators.lastModified

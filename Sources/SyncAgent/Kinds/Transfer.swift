@@ -25,6 +25,10 @@ class TransferRunner: TaskRunner {
     /// The lock on the partial file (`DownloadRoot.lockPartial`), held while the task may write it:
     /// a second process writing the same file is refused, never mixed in.
     private var partLock: Int32 = -1
+    /// The digests of the partial file's durable bytes, as they are hashed (SPEC §6 rule 3).
+    let digester = PartDigester()
+    /// The attempt whose durable bytes a worker is checking against their digests before it goes on.
+    private var checkingAttempt: Int?
 
     required init(taskID: String, context: RunnerContext) {
         self.taskID = taskID
@@ -33,7 +37,7 @@ class TransferRunner: TaskRunner {
 
     deinit { Posix.close(partLock) }
 
-    var isBusy: Bool { exchange != nil || completing != nil || preparingAttempt != nil }
+    var isBusy: Bool { exchange != nil || completing != nil || preparingAttempt != nil || checkingAttempt != nil }
     var isCompleting: Bool { completing != nil }
     // (Each requirement is implemented here, not left to the protocol's defaults: a download's
     // runner overrides them, and only a class's own implementations dispatch to a subclass.)
@@ -45,17 +49,82 @@ class TransferRunner: TaskRunner {
     // MARK: - Starting
 
     func start(_ task: TaskState) {
+        if checksDurableBytes(task) { return }
+        startAttempt(task, recordingStart: true)
+    }
+
+    /// Starts the attempt's request (`started` recorded first unless it already was).
+    func startAttempt(_ task: TaskState, recordingStart: Bool) {
         let (offset, ifRange) = task.bytes > 0 ? context.resumePoint(for: task) : (0, nil)
         let ifChanged = offset == 0 ? validatorsForUpdate(task) : nil
         if offset == 0, ifChanged == nil, task.spec.behaviour.body == .partialFile, partLock < 0, let part = task.partPath {
             // A new file: made by a worker, the request sent once it is (`prepared`).
-            let attempt = task.nextAttempt
-            context.record(.started(Started(attempt: attempt, offset: 0, url: task.currentURL)), task: taskID)
+            let attempt = recordingStart ? task.nextAttempt : task.attempts
+            if recordingStart { context.record(.started(Started(attempt: attempt, offset: 0, url: task.currentURL)), task: taskID) }
             preparingAttempt = attempt
             context.preparer.prepare(part, mode: partialMode(of: task), for: taskID, attempt: attempt, root: context.root)
             return
         }
-        beginAttempt(task, offset: offset, ifRange: ifRange, ifChanged: ifChanged, recordingStart: true)
+        beginAttempt(task, offset: offset, ifRange: ifRange, ifChanged: ifChanged, recordingStart: recordingStart)
+    }
+
+    // MARK: - Checking durable bytes (SPEC §6 rule 3)
+
+    /// Whether `task` continues from durable bytes its digests must vouch
+    /// for first: then `started` is recorded and a worker reads the partial
+    /// file against them (`checked` goes on). Every resume does, its own
+    /// retries too: a file may be written to between any two attempts.
+    private func checksDurableBytes(_ task: TaskState) -> Bool {
+        guard task.bytes > 0, task.spec.behaviour.body == .partialFile, task.spec.isResumable, let part = task.partPath,
+              context.root.exists(part) else { return false }
+        switch RecoveryPlan.plan(for: task, nowMs: Posix.nowMs) {
+        case .resume, .resumeRanges: break
+        default: return false
+        }
+        let attempt = task.nextAttempt
+        context.record(.started(Started(attempt: attempt, offset: task.bytes, url: task.currentURL)), task: taskID)
+        do { try lockPartialFile(part) } catch {
+            context.refuseStart(task, error)
+            return true
+        }
+        checkingAttempt = attempt
+        let checks = (task.digests ?? DigestBook()).checks(of: task.durableRanges)
+        context.preparer.check(part, checks, for: taskID, attempt: attempt, root: context.root)
+        return true
+    }
+
+    /// The check of the durable bytes is done: what still matches is kept
+    /// (the log says what was dropped, and why), then the attempt goes on.
+    func checked(_ report: Result<DigestCheckReport, SystemError>, attempt: Int) {
+        guard attempt == checkingAttempt else { return }
+        checkingAttempt = nil
+        defer { releaseLockIfIdle() }
+        guard let task = context.state[taskID], task.phase == .running, task.attempts == attempt, !context.stopping,
+              let part = task.partPath else { return }
+        let durable = task.durableRanges
+        switch report {
+        case .failure(let error):
+            digester.reset()
+            context.record(.progressed(Progressed(bytes: 0, mismatch: "cannot read \(part) to check it (\(error)): "
+                                                  + "its \(durable.covered) bytes are fetched again")), task: taskID)
+        case .success(let report):
+            // Only a download that fetches ranges (its size known, no byte range of another file) keeps a gap.
+            let keepsGaps = task.total != nil && task.spec.parent == nil && task.spec.byteRange == nil
+            let kept = DigestBook.kept(of: durable, after: report.results, keepingGaps: keepsGaps)
+            digester.adopt(report.chains.filter { kept.contains(ByteSpan($0.anchor, $0.position)) })
+            let adopted = report.adopted.filter { kept.contains($0.span) }
+            if kept != durable {
+                let words = DigestBook.mismatchWords(file: part, damaged: report.damaged, kept: kept, durable: durable)
+                context.record(.progressed(Progressed(bytes: kept.covered, ranges: kept.isPrefix ? nil : kept.spans,
+                                                      digests: adopted.isEmpty ? nil : adopted, mismatch: words)), task: taskID)
+                context.logger.warning("durable bytes do not match their digests", metadata: ["task.id": "\(taskID)", "reason": "\(words)"])
+            } else if !adopted.isEmpty {
+                context.record(.progressed(Progressed(bytes: durable.covered, ranges: durable.isPrefix ? nil : durable.spans,
+                                                      digests: adopted)), task: taskID)
+            }
+        }
+        guard let task = context.state[taskID] else { return }
+        startAttempt(task, recordingStart: false)
     }
 
     /// The partial file a worker made: the attempt starts if its task still
@@ -63,6 +132,7 @@ class TransferRunner: TaskRunner {
     /// removed again (the worker may have made it after the removal), unless
     /// another task now holds that path.
     func prepared(_ prepared: PartialPreparer.Prepared) {
+        if let report = prepared.checked { return checked(report, attempt: prepared.attempt) }
         guard prepared.attempt == preparingAttempt else { return }
         preparingAttempt = nil
         guard let task = context.state[taskID] else { return }
@@ -87,7 +157,10 @@ class TransferRunner: TaskRunner {
                     return try context.root.openPartial(part, truncatingTo: offset, mode: mode)
                 }
                 // A conditional request makes its partial file only if a body comes (a 304 brings none).
-                sink = .partialFile(ifChanged != nil ? PartialFile(path: part, makeOnFirstByte: make) : PartialFile(path: part, descriptor: try make()))
+                let file = ifChanged != nil ? PartialFile(path: part, makeOnFirstByte: make) : PartialFile(path: part, descriptor: try make())
+                if offset == 0 { digester.reset() }
+                file.chain = digester.chain(startingAt: offset)
+                sink = .partialFile(file)
             } else {
                 sink = .discard
             }
@@ -111,7 +184,8 @@ class TransferRunner: TaskRunner {
         exchange.onRedirected = { [unowned self] hop in context.record(.redirected(hop), task: id) }
         exchange.onSyncWanted = { [unowned self, unowned exchange] descriptor, offset in
             context.syncer.sync(descriptor, .init(taskID: id, attempt: serial, offset: offset, complete: false),
-                                naming: naming(exchange.partialFile))
+                                naming: naming(exchange.partialFile),
+                                hashing: exchange.partialFile?.chain.map { .init(claims: [($0, offset)]) })
         }
         exchange.onEnded = { [unowned self] exchange, outcome in ended(exchange, outcome) }
         do {
@@ -151,7 +225,15 @@ class TransferRunner: TaskRunner {
         completing = (exchange, bytes)
         context.syncer.sync(exchange.partialFile?.descriptor ?? -1,
                             .init(taskID: taskID, attempt: exchange.serial, offset: bytes, complete: true),
-                            naming: naming(exchange.partialFile))
+                            naming: naming(exchange.partialFile), hashing: completionHashing(of: exchange, bytes: bytes))
+    }
+
+    /// What a complete body's sync hashes: its exchange's chain up to its
+    /// end, and the chain from 0 to the file's end (the same chain when
+    /// one exchange wrote the file from its first byte): the file's SHA-256.
+    func completionHashing(of exchange: Exchange, bytes: Int64) -> DataSyncer.Hashing {
+        let claims = exchange.partialFile?.chain.map { [($0, bytes)] } ?? []
+        return DataSyncer.Hashing(claims: claims, file: (digester.fileChain, bytes))
     }
 
     /// The partial file's name for a sync to make durable too, the first time
@@ -171,15 +253,18 @@ class TransferRunner: TaskRunner {
             if let error = done.error {
                 context.exchanges.remove(exchange)
                 ended(exchange, exchange.syncFailed(errno: error))
+            } else if done.unvouched {
+                // Its chain went past this claim (a later one overtook it): that one claims.
+                exchange.syncDropped()
             } else {
-                exchange.claim(upTo: done.offset)
+                exchange.claim(upTo: done.offset, digests: done.digests)
             }
             return
         }
         guard let (exchange, bytes) = completing, exchange.serial == done.attempt else { return }
         completing = nil
         defer { releaseLockIfIdle() }
-        bodyDurable(exchange, bytes: bytes, error: done.error, pieces: piecesOfCompletedBody())
+        bodyDurable(exchange, bytes: bytes, error: done.error, durable: done, pieces: piecesOfCompletedBody())
     }
 
     /// A body put together from several connections' pieces (a download's).
@@ -192,8 +277,10 @@ class TransferRunner: TaskRunner {
     }
 
     /// A complete body's sync returned: claimed, checked and published (or the task fails with the disk's error).
-    func bodyDurable(_ exchange: Exchange, bytes: Int64, error: Int32?, pieces: Pieces? = nil) {
+    func bodyDurable(_ exchange: Exchange, bytes: Int64, error: Int32?, durable done: DataSyncer.Done, pieces: Pieces? = nil) {
         guard let task = context.state[taskID] else { return }
+        // Its digest is what `finished` records and what the job's sha256 is checked against: no file goes out without one.
+        let error = error ?? (done.fileDigest == nil ? EIO : nil)
         if let error {
             if task.phase == .running {
                 let failure = DiskFailure(operation: "flush", path: task.partPath ?? "", errno: error)
@@ -202,15 +289,17 @@ class TransferRunner: TaskRunner {
             }
             return
         }
-        claimComplete(exchange, bytes: bytes)
+        claimComplete(exchange, bytes: bytes, digests: done.digests)
         CrashPoint.downloadComplete.reached { try? context.log.commit() }
         // Paused or cancelled meanwhile: the body stays a partial file (a
         // resume then meets 416 and finishes), or is already gone.
-        guard let task = context.state[taskID], task.phase == .running, let part = task.partPath else { return }
+        guard let task = context.state[taskID], task.phase == .running, let part = task.partPath,
+              let fileDigest = done.fileDigest?.hex else { return }
         context.needsScheduling = true
-        switch Publisher.prepare(task, bytes: bytes, in: context.state, root: context.root) {
+        switch Publisher.prepare(task, bytes: bytes, sha256: fileDigest, in: context.state, root: context.root) {
         case .ready(let path, let modifiedNs):
-            context.recordFinished(task, exchange, bytes: bytes, dest: path, modifiedNs: modifiedNs, received: pieces?.received)
+            context.recordFinished(task, exchange, bytes: bytes, dest: path, sha256: fileDigest, modifiedNs: modifiedNs,
+                                   received: pieces?.received)
             context.publishing.rename(.init(task: taskID, part: part, dest: path, replacing: task.spec.overwrite.replacesFiles))
         case .skipped(let reason):
             context.removePartial(part, of: taskID)
@@ -229,8 +318,8 @@ class TransferRunner: TaskRunner {
 
     /// The complete body is durable: the log is told (a download over
     /// several connections says it in one `progressed` of its own).
-    func claimComplete(_ exchange: Exchange, bytes: Int64) {
-        exchange.claimSynced()
+    func claimComplete(_ exchange: Exchange, bytes: Int64, digests: [SpanDigest]) {
+        exchange.claimSynced(digests: digests)
     }
 
     /// A 304 to "only if changed": the file on disk is the server's still.
@@ -259,8 +348,11 @@ class TransferRunner: TaskRunner {
         }
         guard let dest = task.spec.dest else { return nil }
         // The sha256 a file was checked against when published says it without reading it
-        // again (a 1,000-file hourly sync must not hash 1,000 files on the loop).
-        if let expected = task.spec.sha256, context.state.published[dest]?.sha256 != expected {
+        // again (a 1,000-file hourly sync must not hash 1,000 files on the loop): its job's,
+        // not the digest every publication records (that says what was published, not that
+        // anyone asked for those bytes).
+        let publisher = context.state.published[dest].flatMap { context.state[$0.task] }
+        if let expected = task.spec.sha256, publisher?.spec.sha256 != expected || context.state.published[dest]?.sha256 != expected {
             return "the server answered 304 Not Modified, but \(dest) was not published with the job's sha256"
         }
         // md5 is not recorded at publication (rare in jobs): checked by reading the file.
@@ -284,6 +376,12 @@ class TransferRunner: TaskRunner {
     // MARK: - Stopping
 
     func stop(flushing: Bool) -> Stopped? {
+        if checkingAttempt != nil, let task = context.state[taskID] {
+            // Its bytes stay as the log has them; the check's answer is let go.
+            checkingAttempt = nil
+            releaseLockIfIdle()
+            return (task.bytes, nil)
+        }
         guard let exchange else { return nil }
         context.exchanges.remove(exchange)
         self.exchange = nil
@@ -303,7 +401,8 @@ class TransferRunner: TaskRunner {
 
     /// A crash between committing `finished` and the rename leaves the body at its partial path: renamed now.
     class func tidyAfterRestart(_ task: TaskState, in context: RunnerContext) {
-        guard task.phase == .finished, let part = task.partPath, context.root.exists(part), let dest = task.dest else { return }
+        guard task.phase == .finished, let part = task.partPath, let dest = task.dest else { return }
+        guard context.root.exists(part) else { return context.sayUnreachable(task, file: part) }
         if isUnpublishedBody(of: task, part: part, dest: dest, in: context) {
             context.publishing.completeRename(of: task, from: part, to: dest)
         } else {

@@ -35,7 +35,7 @@ public struct SystemError: Error, CustomStringConvertible {
 public enum Posix {
     /// The calls a test can make fail, by name.
     enum Call: String, Sendable, CaseIterable {
-        case open, close, read, write, fsync, fdatasync, syncfs, syncFileRange, ftruncate, lseek, stat, rename, link, unlink,
+        case open, close, read, write, fsync, fdatasync, syncfs, syncFileRange, ftruncate, lseek, stat, statfs, rename, link, unlink,
              mkdir, rmdir, chmod, flock, dup, pipe, fcntl, readlink, opendir, kill, waitpid, pidfd, spawn, inotify, signalfd,
              netlink, getifaddrs, clock, access, ioctl, sigprocmask, sigaction, sleep, mmap, lease, mallopt, networkManager
     }
@@ -288,6 +288,13 @@ public enum Posix {
         return info
     }
 
+    /// The type of the file system `path` is on (`statfs`'s `f_type`, a magic number).
+    static func fileSystemType(of path: String) throws -> Int64 {
+        var type: CLongLong = 0
+        try checked(.statfs, "ask which file system \(path) is on") { sa_file_system_type(path, &type) }
+        return Int64(type)
+    }
+
     /// As `status(of:)`, nil when nothing is at `path` (ENOENT): asked
     /// where absence is the common answer, it builds no error for it.
     static func statusIfPresent(of path: String, at directory: Int32 = AT_FDCWD, flags: Int32 = 0,
@@ -445,6 +452,46 @@ public enum Posix {
 
     /// This process's id (getpid cannot fail).
     static var processID: pid_t { getpid() }
+
+    /// The user whose rights the process acts with (geteuid cannot fail):
+    /// the one whose folders and jobs the agent trusts.
+    public static var effectiveUserID: uid_t { geteuid() }
+
+    /// Who is in group `gid`: the uids whose primary group it is (every user
+    /// of the user database looked at) and the names it lists; nil when the
+    /// group database has no such group. Not thread-safe (getpwent walks one
+    /// shared cursor): asked on one thread, at start-up and by the loop.
+    static func groupMembers(_ gid: gid_t) -> (primary: [uid_t], listed: [String])? {
+        var entry = group()
+        var found: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 1 << 16)
+        guard getgrgid_r(gid, &entry, &buffer, buffer.count, &found) == 0, found != nil else { return nil }
+        var listed: [String] = []
+        if var member = entry.gr_mem {
+            while let name = member.pointee {
+                listed.append(String(cString: name))
+                member += 1
+            }
+        }
+        var primary: [uid_t] = []
+        setpwent()
+        while let user = getpwent() {
+            if user.pointee.pw_gid == gid { primary.append(user.pointee.pw_uid) }
+        }
+        endpwent()
+        return (primary, listed)
+    }
+
+    /// The login name of `uid`, nil when the user database has none (or
+    /// cannot be read): only for words, never for a decision.
+    public static func userName(of uid: uid_t) -> String? {
+        var entry = passwd()
+        var found: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let status = getpwuid_r(uid, &entry, &buffer, buffer.count, &found)
+        guard status == 0, found != nil, let name = entry.pw_name else { return nil }
+        return String(cString: name)
+    }
 
     /// Ends the process at once: no atexit handler, no buffer flushed, as a
     /// `kill -9` would (crash tests). _exit cannot fail and does not return.

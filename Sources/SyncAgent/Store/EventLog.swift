@@ -21,12 +21,18 @@ final class EventLog {
     func record(_ body: EventBody, task: String? = nil) -> Event {
         let event = Event(seq: state.lastSeq + 1, atMs: clock(), task: task, body: body)
         state.apply(event)
+        recorded?(event)
         pending.append(event)
         if case .created = body { hasPendingCreations = true }
         return event
     }
 
     var hasPending: Bool { !pending.isEmpty }
+
+    /// Told of each event as it is applied, and of each batch once it is
+    /// committed (the RPC's view of the downloads, and its notifications).
+    var recorded: ((Event) -> Void)?
+    var committed: (([Event]) -> Void)?
 
     /// A task was created since the last commit: it may not start (nor
     /// create a file on disk) before its `created` is durable.
@@ -48,6 +54,7 @@ final class EventLog {
         guard !pending.isEmpty else { return }
         try refuseAfterFailedRead()
         try store.append(pending)
+        committed?(pending)
         if releasesWaitingJobs { releaseJobs(waitingAfter: pending) }
         pending.removeAll(keepingCapacity: true)
         hasPendingCreations = false

@@ -724,15 +724,6 @@ public final class EventStore {
         }
     }
 
-    /// Whether `deleteEvents` would find any of the agent's own events to
-    /// delete: written before `beforeMs`, at or below `through`.
-    public func holdsAgentEvents(before beforeMs: Int64, through: Int64) throws -> Bool {
-        guard db != nil, try schemaVersion() > 0 else { return false }
-        return try scalar("""
-            SELECT EXISTS (SELECT 1 FROM events WHERE task IS NULL AND at_ms < \(beforeMs) AND seq <= \(through) AND type != 'compacted')
-            """) == 1
-    }
-
     /// Deletes raw events at or below `through`, about `limit` rows in one
     /// transaction: those of the tasks in `tasks`, taken from the front (each
     /// task whose events are all gone is removed from it), and, when `tasks`
@@ -787,6 +778,30 @@ public final class EventStore {
             }
             return (rows, touched)
         }
+    }
+
+    /// Whether `deleteEvents` would delete anything for these arguments: an
+    /// agent event from before `beforeMs` (a compaction's report aside), or
+    /// an event at or below `through` of one of `tasks` that has none after
+    /// it. Stops at the first. Asked before a requested compaction writes its
+    /// snapshot: one with nothing to drop would only add the snapshot's size
+    /// to the log (and keep the pruned one before it, which time travel needs).
+    public func holdsEventsToDrop(tasks: [String], through: Int64, beforeMs: Int64) throws -> Bool {
+        if try scalar("""
+            SELECT EXISTS (SELECT 1 FROM events WHERE task IS NULL AND at_ms < \(beforeMs) AND seq <= \(through) AND type != 'compacted')
+            """) == 1 { return true }
+        let ofTask = try prepare("""
+            SELECT EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq <= ?2) AND NOT EXISTS (SELECT 1 FROM events WHERE task = ?1 AND seq > ?2)
+            """)
+        defer { sqlite3_finalize(ofTask) }
+        for task in tasks {
+            sqlite3_reset(ofTask)
+            guard sqlite3_bind_text(ofTask, 1, task, -1, SQLITE_TRANSIENT) == SQLITE_OK,
+                  sqlite3_bind_int64(ofTask, 2, through) == SQLITE_OK else { throw error("cannot bind a task to look up") }
+            guard sqlite3_step(ofTask) == SQLITE_ROW else { throw error("cannot read the event log (the events of task \(task))") }
+            if sqlite3_column_int64(ofTask, 0) == 1 { return true }
+        }
+        return false
     }
 
     /// Gives up to `pages` free pages back to the file system; false once none are left.

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,10 +28,24 @@ final class DataSyncer: Sendable {
         var complete: Bool
         /// Set when the sync failed (errno): nothing may be claimed.
         var error: Int32? = nil
+        /// The digests of what it made durable, hashed after the sync (see `Hashing`).
+        var digests: [SpanDigest] = []
+        /// A chain had already gone past its claim (a later sync overtook
+        /// this one): this claim cannot carry its digest, so it is not made.
+        var unvouched = false
+        /// A complete body: the whole file's SHA-256.
+        var fileDigest: SHA256Value? = nil
 
         /// What this sync made durable: every byte before it, or nothing at
         /// all when it failed (a failed sync never becomes claimed progress).
         var durableOffset: Int64? { error == nil ? offset : nil }
+    }
+
+    /// What to hash once the sync returned: each chain up to its claim, and
+    /// for a complete body the chain from 0 up to the file's end.
+    struct Hashing: Sendable {
+        var claims: [(chain: DigestChain, to: Int64)]
+        var file: (chain: DigestChain, size: Int64)? = nil
     }
 
     /// Readable when syncs have finished: poll it beside curl's sockets.
@@ -57,7 +72,9 @@ final class DataSyncer: Sendable {
     /// `finished` records and a restart compares, is durable with it.
     /// - Parameter name: the file's name, made durable too (its directory
     ///   synced beneath `root`): a new file's bytes are nothing without it.
-    func sync(_ descriptor: Int32, _ done: Done, naming name: (path: String, root: DownloadRoot)? = nil) {
+    /// - Parameter hashing: the digests the claim will carry (SPEC §6 rule 3),
+    ///   read back from the page cache once the bytes are durable.
+    func sync(_ descriptor: Int32, _ done: Done, naming name: (path: String, root: DownloadRoot)? = nil, hashing: Hashing? = nil) {
         group.enter()
         let shown = "the file of task \(done.taskID)"
         let duplicate: Int32
@@ -70,6 +87,7 @@ final class DataSyncer: Sendable {
         }
         threads.run { [self] in
             var error: Int32?
+            var result = done
             do {
                 if done.complete { try Posix.sync(duplicate, shown: shown) } else { try Posix.dataSync(duplicate, shown: shown) }
                 if let name {
@@ -82,8 +100,30 @@ final class DataSyncer: Sendable {
                 // over data that is gone.
                 error = Self.errno(of: failure)
             }
+            if error == nil, let hashing {
+                do { try Self.hash(hashing, through: duplicate, into: &result, shown: shown) } catch let failure { error = Self.errno(of: failure) }
+            }
             Posix.close(duplicate)
-            report(done, error: error)
+            report(result, error: error)
+        }
+    }
+
+    /// The digests a claim carries, hashed from the durable bytes (a read that fails claims nothing).
+    private static func hash(_ hashing: Hashing, through descriptor: Int32, into done: inout Done, shown: String) throws {
+        for claim in hashing.claims {
+            if let records = try claim.chain.extend(descriptor, to: claim.to, shown: shown) {
+                done.digests += records
+            } else {
+                done.unvouched = true
+            }
+        }
+        if let file = hashing.file {
+            guard let records = try file.chain.extend(descriptor, to: file.size, shown: shown), let last = records.last else {
+                done.unvouched = true
+                return
+            }
+            done.digests += records.filter { !done.digests.contains($0) }
+            done.fileDigest = last.sha256
         }
     }
 

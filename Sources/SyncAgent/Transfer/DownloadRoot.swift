@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import SyncAgentCore
 #if canImport(Glibc)
 import Glibc
@@ -17,16 +16,15 @@ import Glibc
 /// The folders of `more_dirs` are opened and reached the same way: a
 /// destination beneath one of them is beneath that one.
 ///
-/// Tasks created under an earlier `download_dir` keep their destinations:
-/// the folders holding them are admitted (`admitFormer`) and reached the
-/// same way, beneath the folder, opened by path when asked.
+/// Nothing outside them is reached, whatever path a task holds: one the log
+/// gives outside them (a task made under another download_dir, or a log not
+/// written by this agent) is refused, never admitted (SPEC §6 rule 3), and so
+/// is a path with a `.` or `..` name in it, which the walk of old kernels
+/// would otherwise follow up and out.
 final class DownloadRoot: Sendable {
     let path: String
     /// download_dir first, then each of `more_dirs`, each opened once.
     private let roots: [(path: String, fd: Int32)]
-    /// Folders outside the roots holding files of tasks made before download_dir changed: admitted by
-    /// the loop at start-up, looked up by the workers that make, join and sync files beneath them.
-    private let formerFolders = Mutex<[String]>([])
 
     /// - Parameter more: `more_dirs`, each of which must be there: a folder of a disk not mounted is
     ///   no place to write into (the mount point beneath it is the root file system's).
@@ -65,24 +63,12 @@ final class DownloadRoot: Sendable {
     /// Whether `file` lies beneath download_dir or one of more_dirs.
     func holds(_ file: String) -> Bool { beneath(file) != nil }
 
-    /// Admits the folder holding `file`, a destination of a task made under an
-    /// earlier download_dir (nothing to do for one beneath the current root).
-    func admitFormer(folderOf file: String) {
-        let folder = (file as NSString).deletingLastPathComponent
-        guard !folder.isEmpty, beneath(file) == nil else { return }
-        formerFolders.withLock { folders in
-            guard !folders.contains(where: { PathRules.isSame(folder, $0) || PathRules.isInside(folder, $0) }) else { return }
-            folders.removeAll { PathRules.isInside($0, folder) }
-            folders.append(folder)
-        }
-    }
-
     /// The root `file` lies beneath and `file` relative to it, or an error if
     /// it is beneath none (a task created under another download_dir).
     private func relative(_ file: String) throws -> (root: (path: String, fd: Int32), relative: String) {
         guard let found = beneath(file) else {
-            throw SystemError(operation: "\(file) is outside download_dir \(path)\(roots.count > 1 ? " and more_dirs" : "") "
-                              + "(its task was made under another)", errno: EXDEV)
+            throw SystemError(operation: "\(file) is not a plain path beneath download_dir \(path)\(roots.count > 1 ? " or more_dirs" : "")",
+                              errno: EXDEV)
         }
         return found
     }
@@ -102,47 +88,21 @@ final class DownloadRoot: Sendable {
         return found
     }
 
+    /// `file` relative to `folder`, or nil when it is not beneath it by plain names.
     private static func relative(_ file: String, to folder: String) -> String? {
         guard PathRules.isInside(file, folder) else { return nil }
-        return String(decoding: file.utf8.dropFirst(folder == "/" ? 1 : folder.utf8.count + 1), as: UTF8.self)
-    }
-
-    /// The former folder holding `file`, opened, and `file` relative to it.
-    /// A folder not made yet (a queued task's) is reached from the nearest
-    /// one above it that is there, and made beneath it like the root's.
-    /// Opened by path, it must be the folder of that path with no symbolic
-    /// link on the way (asked of the descriptor, so nothing can change in
-    /// between): an adversary planted one in the old folder, and the task
-    /// wrote outside both download_dirs.
-    private func former(_ file: String) throws -> (folder: String, descriptor: Int32, relative: String)? {
-        guard var folder = formerFolders.withLock({ $0.first { PathRules.isInside(file, $0) } }) else { return nil }
-        while true {
-            let descriptor: Int32
-            do {
-                descriptor = try Posix.open(folder, O_RDONLY | O_DIRECTORY)
-            } catch let error as SystemError {
-                let above = (folder as NSString).deletingLastPathComponent
-                guard error.errno == ENOENT, !above.isEmpty, above != folder else {
-                    throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: error.errno)
-                }
-                folder = above
-                continue
-            }
-            if FileSystem.realPath(of: descriptor).map({ !PathRules.isSame($0, folder) }) ?? true {
-                Posix.close(descriptor)
-                throw SystemError(operation: "open \(folder) (a symbolic link on the way to a folder of a task made under an "
-                                  + "earlier download_dir is never followed)", errno: ELOOP)
-            }
-            guard let relative = Self.relative(file, to: folder) else {
-                Posix.close(descriptor)
-                throw SystemError(operation: "open \(folder) (where a task made under an earlier download_dir goes)", errno: EINVAL)
-            }
-            return (folder, descriptor, relative)
+        let relative = file.utf8.dropFirst(folder == "/" ? 1 : folder.utf8.count + 1)
+        // Names only: no empty one, no `.`, no `..` (checked in place: every open asks).
+        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+        for name in relative.split(separator: slash, omittingEmptySubsequences: false) {
+            if name.isEmpty || (name.first == dot && (name.count == 1 || (name.count == 2 && name.last == dot))) { return nil }
         }
+        return String(decoding: relative, as: UTF8.self)
     }
 
-
-    /// As above, beneath `base` (the root, or a former folder), which is named `basePath`.
+    /// The directory holding `file`, opened beneath `base` (a root, named
+    /// `basePath`; created, with its parents, when `create`), and the file's
+    /// own name in it. `relative` is `file` beneath the root, as `relative(_:)` gave it.
     private func parent(of file: String, relative: String, create: Bool, beneath base: Int32,
                         named basePath: String) throws -> (directory: Int32, name: String) {
         // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
@@ -213,12 +173,6 @@ final class DownloadRoot: Sendable {
     /// `dup` of it to close again: each small download asks this six times).
     @discardableResult
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
-        if beneath(file) == nil, let (folder, descriptor, relative) = try former(file) {
-            defer { Posix.close(descriptor) }
-            let (directory, name) = try parent(of: file, relative: relative, create: create, beneath: descriptor, named: folder)
-            defer { Posix.close(directory) }
-            return try body(directory, name)
-        }
         let (root, relative) = try relative(file)
         if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(root.fd, relative) }
         let (directory, name) = try parent(of: file, relative: relative, create: create, beneath: root.fd, named: root.path)
@@ -266,12 +220,13 @@ final class DownloadRoot: Sendable {
         }
     }
 
-    /// The partial file, opened for writing without following a symlink,
-    /// cut back to `offset`: never trust bytes beyond what the log vouches for.
+    /// The partial file, opened for writing (and reading: its durable bytes
+    /// are hashed back through it) without following a symlink, cut back
+    /// to `offset`: never trust bytes beyond what the log vouches for.
     /// - Parameter mode: 0600 for what must not be readable by others (an HLS key).
     func openPartial(_ file: String, truncatingTo offset: Int64, mode: mode_t = 0o644) throws -> Int32 {
         try withParent(of: file, create: true) { directory, name in
-            let opened = try FileSystem.openRegular(name, at: directory, O_WRONLY | O_CREAT | O_NOFOLLOW, mode: mode, shown: file)
+            let opened = try FileSystem.openRegular(name, at: directory, O_RDWR | O_CREAT | O_NOFOLLOW, mode: mode, shown: file)
             let descriptor = opened.descriptor
             // Each call only where it changes something: most part files are
             // new, of the mode asked for, and written from byte 0.
@@ -308,9 +263,8 @@ final class DownloadRoot: Sendable {
     /// path that is not there through any route is absent beneath the root
     /// too; only a path that is there is looked at without symlinks.
     /// (A start asks it of every finished task's partial file: one outside
-    /// the root, a former download_dir's, is absent by its path far more
-    /// often than not, and opening its folders each time cost 6,000
-    /// instructions a task.)
+    /// the root is absent by its path far more often than not, and opening
+    /// its folders each time cost 6,000 instructions a task.)
     func exists(_ file: String) -> Bool {
         let (folder, name) = beneath(file).map { ($0.root.fd, $0.relative) } ?? (AT_FDCWD, file)
         do {
@@ -344,9 +298,15 @@ final class DownloadRoot: Sendable {
     }
 
     /// Removes a file; absent is fine.
+    /// Only a regular file: a partial file is one the agent wrote, and a
+    /// link, FIFO or folder put in its place is someone else's, left alone.
     func remove(_ file: String) throws {
         try withParent(of: file) { directory, name in
             do {
+                guard let info = try Posix.statusIfPresent(of: name, at: directory, flags: AT_SYMLINK_NOFOLLOW, shown: file) else { return }
+                guard (info.st_mode & S_IFMT) == S_IFREG else {
+                    throw SystemError(operation: "remove \(file): it is not a regular file the agent wrote; left where it is", errno: EPERM)
+                }
                 try Posix.unlink(name, at: directory, shown: file)
             } catch let error as SystemError where error.errno == ENOENT {
                 // Absent is fine.

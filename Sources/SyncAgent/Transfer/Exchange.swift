@@ -115,6 +115,12 @@ final class Exchange {
     let startedMs = Posix.monotonicMs
     /// When the server last sent anything (headers or body): the stall detector's clock.
     private(set) var lastActivityMs = Posix.monotonicMs
+    /// `min_speed` over `min_speed_time` (nil: off).
+    private var lowSpeed: LowSpeedWatch?
+    /// Where the request body has got to (an upload's bytes moved).
+    private var sentPosition: Int64 = 0
+    /// The cap curl holds it to now: its share of `max_overall_speed`, else its own.
+    private var speedCapNow: Int64?
     /// It failed on the way to or from the server (no connection, no name, a
     /// reset, a stall) rather than with an answer: what a missing network
     /// looks like. A refused connection is a server's answer.
@@ -139,6 +145,8 @@ final class Exchange {
         self.deadlineMs = deadlineMs
         speedCapOfJob = speedCap
         speedCapOfConfig = settings.maxSpeed
+        speedCapNow = speedCap ?? settings.maxSpeed
+        lowSpeed = settings.minSpeed.map { LowSpeedWatch(minBytesPerS: $0, windowS: settings.minSpeedTimeS, startMs: Posix.monotonicMs) }
         serial = Self.makeSerial()
         currentURL = plan.url
         written = plan.ask.offset
@@ -286,6 +294,7 @@ final class Exchange {
     /// `max_overall_speed`; nil: its own cap, or none). curl reads the
     /// limit afresh as it measures, so a running transfer follows.
     func limitSpeed(to cap: Int64?) -> Bool {
+        speedCapNow = cap ?? ownSpeedCap
         let value = curl_off_t(cap ?? 0)
         return sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, value) == CURLE_OK
             && sa_easy_setopt_off(easy, CURLOPT_MAX_SEND_SPEED_LARGE, value) == CURLE_OK
@@ -298,6 +307,7 @@ final class Exchange {
     private func sent(upTo position: Int64) {
         let now = Posix.monotonicMs
         lastActivityMs = now
+        sentPosition = position
         guard plan.countsSent, let size = body?.size else { return }
         if position == size || position - reportedSent >= settings.progressIntervalBytes
             || now - lastFlushMs >= settings.progressIntervalMs {
@@ -519,6 +529,7 @@ final class Exchange {
         written = 0
         durable = 0
         validatorsLogged = true
+        partialFile?.chain?.reset()
         onProgress(Progressed(bytes: 0, total: nil, etag: etag, lastModified: lastModified, restartReason: reason))
         return nil
     }
@@ -629,6 +640,19 @@ final class Exchange {
         nowMs - lastActivityMs >= Int64(settings.idleTimeout) * 1000
     }
 
+    /// `min_speed`: its average speed over the last `min_speed_time` when
+    /// below the bar (nil while fast enough, or not yet watched that long).
+    func crawlingSpeed(nowMs: Int64) -> Int64? {
+        lowSpeed?.observe(nowMs: nowMs, bytes: written - plan.ask.offset + sentPosition, cap: speedCapNow)
+    }
+
+    func crawlingOutcome(speed: Int64) -> AttemptOutcome {
+        if let failure = flush() { return failure }
+        let bar = lowSpeed.map { ByteCount.format($0.threshold(cap: speedCapNow)) } ?? "?"
+        return .retry("slower than \(bar)/s (min_speed) for \(settings.minSpeedTimeS) s: "
+                      + "\(ByteCount.format(speed))/s from \(Redaction.url(currentURL))")
+    }
+
     func stalledOutcome() -> AttemptOutcome {
         failedOnTheWire = true
         if let failure = flush() { return failure }
@@ -638,14 +662,22 @@ final class Exchange {
     // MARK: - Durability
 
     /// fdatasync on the loop, then claim the bytes in the log (a pause, a
-    /// stop). A failed sync claims nothing and says why.
+    /// stop), with their digests (hashed here: at most a progress interval's
+    /// bytes). A failed sync or read claims nothing and says why.
     @discardableResult
     func flush() -> AttemptOutcome? {
         guard case .partialFile(let file) = sink, file.descriptor >= 0, isNews(upTo: written) else { return nil }
-        do { try Posix.dataSync(file.descriptor, shown: file.path) } catch {
+        var digests: [SpanDigest] = []
+        do {
+            try Posix.dataSync(file.descriptor, shown: file.path)
+            if let chain = file.chain {
+                guard let records = try chain.extend(file.descriptor, to: written, shown: file.path) else { return nil }
+                digests = records
+            }
+        } catch {
             return localFailure("flush", file.path, (error as? SystemError)?.errno ?? EIO)
         }
-        claim(upTo: written)
+        claim(upTo: written, digests: digests)
         return nil
     }
 
@@ -658,23 +690,28 @@ final class Exchange {
     }
 
     /// After the DataSyncer flushed the complete body: claim every byte written.
-    func claimSynced() {
-        claim(upTo: written)
+    func claimSynced(digests: [SpanDigest]) {
+        claim(upTo: written, digests: digests)
     }
 
-    /// A progress sync returned: bytes before `offset` are durable.
-    func claim(upTo offset: Int64) {
+    /// A progress sync returned: bytes before `offset` are durable, and `digests` vouch for them.
+    func claim(upTo offset: Int64, digests: [SpanDigest]) {
         syncPending = false
         guard isNews(upTo: offset), offset <= written else { return }
         durable = offset
         lastFlushMs = Posix.monotonicMs
-        var progress = Progressed(bytes: durable, total: total)
+        var progress = Progressed(bytes: durable, total: total, digests: digests.isEmpty ? nil : digests)
         if !validatorsLogged {
             progress.etag = etag
             progress.lastModified = lastModified
             validatorsLogged = true
         }
         onProgress(progress)
+    }
+
+    /// A progress sync returned with nothing to claim: the next write may ask for another.
+    func syncDropped() {
+        syncPending = false
     }
 
     /// A progress sync failed: nothing is claimed, and the exchange ends
@@ -765,6 +802,8 @@ final class PartialFile {
     let path: String
     private(set) var descriptor: Int32
     private var make: (() throws -> Int32)?
+    /// The chain of digests this exchange's bytes extend (SPEC §6 rule 3).
+    var chain: DigestChain?
 
     init(path: String, descriptor: Int32) {
         self.path = path

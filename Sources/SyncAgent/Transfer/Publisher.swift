@@ -23,7 +23,10 @@ enum Publisher {
     /// - Parameter bytes: what the agent wrote and flushed: the partial file
     ///   must still be a regular file of that size (a process that swapped
     ///   in another file, a FIFO or a symlink is caught here, not published).
-    static func prepare(_ task: TaskState, bytes: Int64, in state: AgentState, root: DownloadRoot) -> Verdict {
+    /// - Parameter sha256: the file's SHA-256, hashed as its bytes were made
+    ///   durable: the job's `sha256` is checked against it without reading
+    ///   the file again.
+    static func prepare(_ task: TaskState, bytes: Int64, sha256: String, in state: AgentState, root: DownloadRoot) -> Verdict {
         guard let part = task.partPath, let dest = task.spec.dest else {
             return .failed(reason: "the task keeps no file", code: .localError)
         }
@@ -33,18 +36,22 @@ enum Publisher {
             return .failed(reason: "\(part) is not the file the agent wrote (\(bytes) bytes): it is \(found); nothing was published",
                            code: .partChanged)
         }
-        // Re-reading a file costs as much as writing it: only when the job asks.
-        if task.spec.sha256 != nil || task.spec.md5 != nil {
+        if let expected = task.spec.sha256, expected != sha256 {
+            return .failed(reason: "sha256 mismatch: expected \(expected), got \(sha256)", code: .checksumMismatch)
+        }
+        // Re-reading a file costs as much as writing it: only when the job asks for an md5 (rare).
+        if let expected = task.spec.md5 {
             let digests: (sha256: String, md5: String?)
             do {
-                digests = try hash(part, md5: task.spec.md5 != nil, root: root)
+                digests = try hash(part, md5: true, root: root)
             } catch {
                 return .failed(reason: "cannot read \(part): \(error)", code: .readError)
             }
-            if let expected = task.spec.sha256, expected != digests.sha256 {
-                return .failed(reason: "sha256 mismatch: expected \(expected), got \(digests.sha256)", code: .checksumMismatch)
+            if digests.sha256 != sha256 {
+                return .failed(reason: "\(part) changed after its bytes were made durable: its sha256 is \(digests.sha256), "
+                               + "they hashed to \(sha256)", code: .checksumMismatch)
             }
-            if let expected = task.spec.md5, expected != digests.md5 {
+            if expected != digests.md5 {
                 return .failed(reason: "md5 mismatch: expected \(expected), got \(digests.md5 ?? "")", code: .checksumMismatch)
             }
         }
@@ -99,6 +106,15 @@ public enum FileDigest {
         let fd = try FileSystem.openRegular(path, O_RDONLY | O_NOFOLLOW, shown: path).descriptor
         defer { Posix.close(fd) }
         return try digests(of: fd, path: path, md5: false).sha256
+    }
+
+    /// `replay --verify`: where the file at `path` no longer holds the bytes
+    /// `digests` vouch for within `durable` (each failed chain's damaged
+    /// span, see `DurableHashing.check`). Bytes no record covers are not read.
+    public static func damage(ofFile path: String, digests: DigestBook, within durable: ByteRanges) throws -> [ByteSpan] {
+        let fd = try FileSystem.openRegular(path, O_RDONLY | O_NOFOLLOW, shown: path).descriptor
+        defer { Posix.close(fd) }
+        return try DurableHashing.check(fd, digests.checks(of: durable).filter { !$0.adopts }, shown: path).damaged
     }
 
     static func digests(of fd: Int32, path: String, md5 wantsMD5: Bool) throws -> (sha256: String, md5: String?) {

@@ -16,6 +16,8 @@ struct TransferSettings {
     var progressIntervalMs: Int64
     var progressIntervalBytes: Int64
     var totalTimeout: Int
+    var minSpeed: Int64?
+    var minSpeedTimeS: Int
 
     init(config: AgentConfig) {
         connectTimeout = config.connectTimeout
@@ -31,5 +33,7 @@ struct TransferSettings {
         progressIntervalMs = Int64(config.progressIntervalMs)
         progressIntervalBytes = config.progressIntervalBytes
         totalTimeout = config.totalTimeout
+        minSpeed = config.minSpeed
+        minSpeedTimeS = config.minSpeedTimeS
     }
 }

@@ -22,6 +22,9 @@ public struct AgentConfig: Equatable, Sendable {
     public var maxSpeed: Int64?
     /// All running transfers together, shared among them (aria2's max-overall-download-limit).
     public var maxOverallSpeed: Int64?
+    /// A transfer moving fewer bytes per second than this over `minSpeedTimeS` retries (nil: never).
+    public var minSpeed: Int64? = LowSpeedWatch.defaultMinBytesPerS
+    public var minSpeedTimeS = LowSpeedWatch.defaultWindowS
     /// Run when a task ends (`on_task_end`) or a batch drains (`on_batch_end`); argv, no shell.
     public var onTaskEnd: [String]?
     public var onBatchEnd: [String]?
@@ -33,6 +36,9 @@ public struct AgentConfig: Equatable, Sendable {
     public var allowMetered = true
     /// Ended tasks keep their raw events this long; `compact` folds older ones into the snapshot.
     public var keepEndedS = Compaction.defaultKeepEndedS
+    /// Seconds between scans of the inbox beside inotify (0: never; nil: only
+    /// where inotify cannot see every change, `InboxPolling`).
+    public var inboxPollS: Int64?
     public var notify: NotifyMode = .batch
     public var userAgent: String?
     public var cookies: CookieMode = .persistent
@@ -43,6 +49,11 @@ public struct AgentConfig: Equatable, Sendable {
     public var progressIntervalMs = 1000
     /// … or after this many bytes, whichever comes first (SPEC §6 rule 2).
     public var progressIntervalBytes: Int64 = 8 << 20
+    /// aria2's JSON-RPC (SPEC §12): off unless asked for.
+    public var rpc = false
+    public var rpcListen = RPCListen.default
+    /// Nil: the agent makes one in the state dir (`RPCListen.secretFileName`).
+    public var rpcSecret: String?
 
     public init() {}
 
@@ -58,11 +69,13 @@ public struct AgentConfig: Equatable, Sendable {
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
-        "allow_metered", "keep_ended", "more_dirs",
+        "allow_metered", "keep_ended", "more_dirs", "inbox_poll", "min_speed", "min_speed_time",
+        "rpc", "rpc_listen", "rpc_secret",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
-    public static let restartKeys: Set<String> = ["inbox", "state_dir", "download_dir", "more_dirs", "cookies"]
+    public static let restartKeys: Set<String> = ["inbox", "state_dir", "download_dir", "more_dirs", "cookies", "rpc", "rpc_listen",
+                                                  "rpc_secret"]
 
     /// The keys whose values differ, for the reload's log entry.
     public static func changes(from old: AgentConfig, to new: AgentConfig) -> [String] {
@@ -78,7 +91,9 @@ public struct AgentConfig: Equatable, Sendable {
         note("ca_file", \.caFile); note("headers", \.headers); note("max_overall_speed", \.maxOverallSpeed)
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
         note("connections", \.connections); note("allow_metered", \.allowMetered)
-        note("keep_ended", \.keepEndedS)
+        note("keep_ended", \.keepEndedS); note("inbox_poll", \.inboxPollS)
+        note("min_speed", \.minSpeed); note("min_speed_time", \.minSpeedTimeS)
+        note("rpc", \.rpc); note("rpc_listen", \.rpcListen); note("rpc_secret", \.rpcSecret)
         return keys
     }
 
@@ -100,11 +115,15 @@ public struct AgentConfig: Equatable, Sendable {
         config.maxRedirects = try reader.int("max_redirects", in: 0...100) ?? config.maxRedirects
         config.maxSpeed = try reader.byteCount("max_speed")
         config.maxOverallSpeed = try reader.byteCount("max_overall_speed")
+        // 0 turns the check off: a transfer may then crawl until total_timeout.
+        if reader.isZero("min_speed") { config.minSpeed = nil } else { config.minSpeed = try reader.byteCount("min_speed") ?? config.minSpeed }
+        config.minSpeedTimeS = try reader.seconds("min_speed_time") ?? config.minSpeedTimeS
         config.onTaskEnd = try reader.command("on_task_end")
         config.onBatchEnd = try reader.command("on_batch_end")
         config.hookTimeout = try reader.seconds("hook_timeout") ?? config.hookTimeout
         config.allowMetered = try reader.bool("allow_metered") ?? config.allowMetered
         config.keepEndedS = try reader.duration("keep_ended") ?? config.keepEndedS
+        config.inboxPollS = try reader.duration("inbox_poll")
         config.connections = try reader.int("connections", in: 1...SegmentPlan.maximumConnections) ?? config.connections
         config.notify = try reader.choice("notify", NotifyMode.self) ?? config.notify
         config.userAgent = try reader.string("user_agent")
@@ -116,6 +135,12 @@ public struct AgentConfig: Equatable, Sendable {
         config.proxy = try reader.string("proxy")
         config.caFile = try reader.string("ca_file")
         config.headers = try reader.headers("headers")
+        config.rpc = try reader.bool("rpc") ?? config.rpc
+        if let listen = try reader.string("rpc_listen") { config.rpcListen = try RPCListen(parsing: listen, key: "rpc_listen") }
+        config.rpcSecret = try reader.string("rpc_secret")
+        if let secret = config.rpcSecret, secret.isEmpty || secret.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value == 0x7F }) {
+            throw KeyError(key: "rpc_secret", "must be a word of printable characters, without spaces")
+        }
         return config
     }
 }

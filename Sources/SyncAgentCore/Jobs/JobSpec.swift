@@ -59,6 +59,37 @@ public struct JobParser: Sendable {
         try PathRules.resolve(dest, inside: downloadDir, orIn: moreDirs, excluding: forbiddenDirs, key: "dest")
     }
 
+    /// What keeps a task read from the log from running, if anything: the
+    /// log is input too (SPEC §6 rule 3), and a destination or body file
+    /// written there is held to the rules a job's is held to when it is
+    /// taken (here, by the same code), against the folders of this run. A
+    /// destination must also be the path those rules make of it (no `..`,
+    /// `.` or `//` left in it), and names may be as long as the file system
+    /// allows: `rename` adds `.N`, and an HLS video's segments go in `DEST.part/`.
+    public func refusal(ofRecorded spec: TaskSpec) -> (reason: String, code: FailureCode)? {
+        if let dest = spec.dest {
+            do {
+                // No advice to allow its folder: the log may be another hand's, naming any file at all.
+                let resolved = try PathRules.resolve(dest, inside: downloadDir, orIn: moreDirs, excluding: forbiddenDirs, key: "dest",
+                                                     nameLimit: PathRules.nameMax, pathLimit: PathRules.pathMax, advising: false)
+                guard PathRules.isSame(resolved, dest) else {
+                    return ("the log's dest \"\(Printable.escaping(dest))\" is not a plain path (it means \(resolved))", .destRefused)
+                }
+            } catch {
+                return ("the log's dest \((error as? KeyError)?.problem ?? "\(error)")", .destRefused)
+            }
+        }
+        if let body = spec.bodyFile, let problem = Self.bodyFileProblem(body) {
+            return ("the log's body_file \(problem)", .bodyUnreadable)
+        }
+        return nil
+    }
+
+    /// What is wrong with a `body_file` path, if anything.
+    static func bodyFileProblem(_ path: String) -> String? {
+        !path.hasPrefix("/") || path.contains("\0") ? "must be an absolute path, not \"\(Printable.escaping(path))\"" : nil
+    }
+
     static let transferKeys: Set<String> = [
         "url", "kind", "dest", "id", "sha256", "md5", "priority", "overwrite", "not_before",
         "batch", "notify", "retries", "max_speed", "headers", "connections", "allow_metered",
@@ -78,7 +109,12 @@ public struct JobParser: Sendable {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw KeyError(key: nil, "the job file is not UTF-8 text (the first bad byte is at offset \(UTF8Text.firstInvalidOffset(bytes) ?? 0))")
         }
-        let reader = try TOMLReader.parse(text)
+        return try parse(table: try TOMLReader.parse(text).table, source: source)
+    }
+
+    /// A job's keys already read (an RPC call's, for one): checked as a file's are.
+    public func parse(table: TOMLTable, source: JobSource? = nil) throws -> Job {
+        let reader = TOMLReader(table)
         if reader.has("action") {
             return .control(try parseControl(reader))
         }
@@ -98,7 +134,7 @@ public struct JobParser: Sendable {
             return ControlJob(action: .compact, task: "*", olderThanS: try reader.duration("older_than"))
         }
         if reader.has("older_than") { throw KeyError(key: "older_than", "belongs to action = \"compact\" only") }
-        guard let task = try reader.string("task"), !task.isEmpty else {
+        guard let task = try reader.name("task"), !task.isEmpty else {
             throw KeyError(key: "task", "is missing: a control job names a task id, or \"*\" for all")
         }
         return ControlJob(action: action, task: task)
@@ -141,7 +177,7 @@ public struct JobParser: Sendable {
         let sha256 = try reader.string("sha256").map { try Self.hexDigest($0, key: "sha256", length: 64) }
         let md5 = try reader.string("md5").map { try Self.hexDigest($0, key: "md5", length: 32) }
 
-        var batch = try reader.string("batch")
+        var batch = try reader.name("batch")
         if let name = batch {
             if name.isEmpty || name.count > 128 {
                 throw KeyError(key: "batch", "must be a name of 1 to 128 characters")
@@ -265,13 +301,13 @@ public struct JobParser: Sendable {
             }
         }
         let bodyFile = try reader.string("body_file")
-        if let path = bodyFile, !path.hasPrefix("/") || path.contains("\0") {
-            throw KeyError(key: "body_file", "must be an absolute path, not \"\(path)\"")
+        if let path = bodyFile, let problem = Self.bodyFileProblem(path) {
+            throw KeyError(key: "body_file", problem)
         }
         if kind == .upload, bodyFile == nil {
             throw KeyError(key: "body_file", "is missing: an upload sends a file")
         }
-        let formField = try reader.string("form_field")
+        let formField = try reader.name("form_field")
         let form = try reader.formFields("form")
         if formField != nil || !form.isEmpty {
             guard kind == .upload else {
@@ -280,8 +316,8 @@ public struct JobParser: Sendable {
             guard let field = formField, !field.isEmpty else {
                 throw KeyError(key: "form_field", "is missing: [form] fields go with the file's form_field")
             }
-            if field.contains(where: { $0 == "\"" || $0 == "\r" || $0 == "\n" }) {
-                throw KeyError(key: "form_field", "must not contain quotes or line breaks")
+            if field.contains("\"") {
+                throw KeyError(key: "form_field", "must not contain quotes")
             }
         }
         return (method, bodyFile, formField, form)
@@ -324,6 +360,13 @@ public enum IDRules {
 }
 
 public enum URLRules {
+    /// Whether the URL names http or https (whatever else may be wrong with it): a URL refused for
+    /// its scheme is said so, one refused for anything else in the words of `checkTransferURL`.
+    public static func hasHTTPScheme(_ url: String) -> Bool {
+        guard let colon = url.firstIndex(of: ":") else { return false }
+        return ["http", "https"].contains(url[..<colon].lowercased())
+    }
+
     /// HTTP and HTTPS only, with a host: for the job URL and every redirect.
     public static func checkTransferURL(_ url: String, key: String) throws {
         // Redacted only when an error shows it: intake checks every job's URL.
@@ -644,12 +687,20 @@ public enum PathRules {
         return normalized.isEmpty ? "/" : String(decoding: normalized, as: UTF8.self)
     }
 
+    /// The longest name a Linux file system holds, and the longest path the kernel takes.
+    public static let nameMax = 255
+    public static let pathMax = 4096
+
     /// `dest` relative to `downloadDir` (or absolute inside it, or inside
     /// one of `moreDirs`) → absolute path, never inside one of `excluded`
     /// (the agent's own folders). Symbolic links are not looked at here:
     /// the engine opens every component beneath its folder without following one.
+    /// - Parameters:
+    ///   - nameLimit, pathLimit: the longest name and path allowed: a job's leave
+    ///     room for `.part` and a rename's `.N` within `nameMax` and `pathMax`.
+    ///   - advising: a refusal for being outside says how to allow the folder (more_dirs).
     public static func resolve(_ dest: String, inside downloadDir: String, orIn moreDirs: [String] = [], excluding excluded: [String] = [],
-                               key: String) throws -> String {
+                               key: String, nameLimit: Int = 240, pathLimit: Int = 4000, advising: Bool = true) throws -> String {
         if dest.isEmpty || dest.utf8.last == UInt8(ascii: "/") {
             throw KeyError(key: key, "must name a file, not \"\(dest)\"")
         }
@@ -662,16 +713,16 @@ public enum PathRules {
         guard isInside(resolved, root) || moreDirs.contains(where: { isInside(resolved, normalize($0)) }) else {
             // Refused for a job anyone's script may drop; allowed by the one who writes the config.
             let folder = normalize(resolved + "/..")
+            let advice = "; to let jobs save in \(folder), add it to more_dirs in the config (more_dirs = [\"\(folder)\"]) and restart the agent"
             throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)" + (moreDirs.isEmpty ? "" : " and more_dirs")
-                           + "; to let jobs save in \(folder), add it to more_dirs in the config (more_dirs = [\"\(folder)\"]) "
-                           + "and restart the agent")
+                           + (advising ? advice : ""))
         }
         for folder in excluded where isSame(resolved, folder) || isInside(resolved, folder) {
             throw KeyError(key: key, "\"\(dest)\" is inside the agent's own folder \(folder)")
         }
         // Room for `.part` and a rename's `.N` within a name's 255 bytes.
-        guard resolved.utf8.count < 4000, resolved.utf8.split(separator: UInt8(ascii: "/")).allSatisfy({ $0.count <= 240 }) else {
-            throw KeyError(key: key, "\"\(dest)\" is too long a path (at most 240 bytes a name)")
+        guard resolved.utf8.count < pathLimit, resolved.utf8.split(separator: UInt8(ascii: "/")).allSatisfy({ $0.count <= nameLimit }) else {
+            throw KeyError(key: key, "\"\(dest)\" is too long a path (at most \(nameLimit) bytes a name)")
         }
         return resolved
     }

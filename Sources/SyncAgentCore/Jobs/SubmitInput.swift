@@ -7,11 +7,22 @@ public struct SubmitEntry: Equatable, Sendable {
     public var options: [SubmitOption]
     /// 1-based, for errors.
     public var line: Int
-    /// How errors name it ("urls.txt line 3: "); set by the caller.
-    public var origin = ""
+    /// The list it was read from, as errors name it ("urls.txt", "standard input"); nil for a URL on the command line.
+    public var input: String?
+    /// How errors about a URL on the command line name it ("URL 2 (…): "); set by the caller.
+    private var commandLineOrigin = ""
 
     public init(url: String, options: [SubmitOption], line: Int, origin: String = "") {
-        self.url = url; self.options = options; self.line = line; self.origin = origin
+        self.url = url; self.options = options; self.line = line; self.commandLineOrigin = origin
+    }
+
+    /// How errors name it: "urls.txt line 3: ", or what the caller set for a URL on the command line.
+    public var origin: String { origin(ofLine: line) }
+
+    /// How errors name one of its lines (an option's): the list and that line.
+    public func origin(ofLine number: Int) -> String {
+        guard let input else { return commandLineOrigin }
+        return "\(input) line \(number): "
     }
 }
 

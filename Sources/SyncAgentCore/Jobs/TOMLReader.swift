@@ -53,6 +53,19 @@ struct TOMLReader {
         return string
     }
 
+    /// A string people read and hooks are handed (a batch's name, the task
+    /// a control job names, a form field's name): a line break in it would
+    /// forge a line in a hook's `env`, a notification or a log, NUL would cut
+    /// it short, an escape or a bidirectional override would redraw a
+    /// terminal. The rule of `dest` (`Printable.isControl`), said the same way.
+    func name(_ key: String) throws -> String? {
+        guard let text = try string(key) else { return nil }
+        if text.unicodeScalars.contains(where: Printable.isControl) {
+            throw KeyError(key: prefix + key, "must not contain control characters (a line break, NUL, an escape …): \"\(Printable.escaping(text))\"")
+        }
+        return text
+    }
+
     func int(_ key: String, in range: ClosedRange<Int>? = nil) throws -> Int? {
         guard let value = table[key] else { return nil }
         guard case .integer(let int) = value else { throw mismatch(key, expected: "an integer", got: value) }
@@ -91,6 +104,14 @@ struct TOMLReader {
     }
 
     /// A byte rate such as `2000000`, `"512K"` or `"2M"` (powers of 1024).
+    /// Whether `key` is set to 0 (or "0"): a limit turned off.
+    func isZero(_ key: String) -> Bool {
+        switch table[key] {
+        case .integer(0)?, .string("0")?: return true
+        default: return false
+        }
+    }
+
     func byteCount(_ key: String) throws -> Int64? {
         guard let value = table[key] else { return nil }
         if case .integer(let int) = value, int > 0 { return Int64(int) }
@@ -181,8 +202,8 @@ struct TOMLReader {
 
     /// `[form]`: names go into a quoted `Content-Disposition` parameter.
     func formFields(_ key: String) throws -> [FormField] {
-        try stringTable(key, nameIsValid: { !$0.contains { $0 == "\"" || $0 == "\r" || $0 == "\n" } },
-                        nameRule: "is not a usable form field name (no quotes or line breaks)")
+        try stringTable(key, nameIsValid: { !$0.contains("\"") && !$0.unicodeScalars.contains(where: Printable.isControl) },
+                        nameRule: "is not a usable form field name (no quotes or control characters)")
             .map { FormField(name: $0.name, value: $0.value) }
     }
 }

@@ -102,9 +102,8 @@ public enum HLSPlaylist: Equatable, Sendable {
                 key = try parseKey(value)
             case "#EXT-X-MAP":
                 let attributes = HLSAttributes.parse(value)
-                guard let uri = attributes["URI"], let resolved = resolve(uri) else {
-                    throw ParseError(message: "#EXT-X-MAP without a usable URI")
-                }
+                guard let uri = attributes["URI"] else { throw ParseError(message: "#EXT-X-MAP without a URI") }
+                let resolved = try resolve(uri, what: "the URI of #EXT-X-MAP")
                 var range: HLSByteRange?
                 if let text = attributes["BYTERANGE"] {
                     guard let parsed = HLSByteRange(text), parsed.offset != nil else {
@@ -123,9 +122,18 @@ public enum HLSPlaylist: Equatable, Sendable {
             return (String(line[..<colon]), String(line[line.index(after: colon)...]))
         }
 
-        func resolve(_ uri: String) -> String? {
-            guard let resolved = URL(string: uri, relativeTo: URL(string: base))?.absoluteString,
-                  (try? URLRules.checkTransferURL(resolved, key: "uri")) != nil else { return nil }
+        /// The URI against the playlist's URL, held to the job URL's rules
+        /// (`URLRules.checkTransferURL`): what is wrong with it is said as
+        /// those rules say it (a signed URL past 8 KiB is too long, not "not http").
+        func resolve(_ uri: String, what: String) throws -> String {
+            guard let resolved = URL(string: uri, relativeTo: URL(string: base))?.absoluteString else {
+                throw ParseError(message: "\(what) is not a URL: \"\(Redaction.url(String(uri.prefix(80))))\"")
+            }
+            do {
+                try URLRules.checkTransferURL(resolved, key: "uri")
+            } catch let error as KeyError {
+                throw ParseError(message: "\(what) \(error.problem)")
+            }
             return resolved
         }
 
@@ -135,9 +143,8 @@ public enum HLSPlaylist: Equatable, Sendable {
             case "NONE":
                 return nil
             case "AES-128":
-                guard let uri = attributes["URI"], let resolved = resolve(uri) else {
-                    throw ParseError(message: "#EXT-X-KEY METHOD=AES-128 without a usable URI")
-                }
+                guard let uri = attributes["URI"] else { throw ParseError(message: "#EXT-X-KEY METHOD=AES-128 without a URI") }
+                let resolved = try resolve(uri, what: "the URI of #EXT-X-KEY")
                 var iv: [UInt8]?
                 if let text = attributes["IV"] {
                     guard let bytes = HLSNumbers.iv(text) else { throw ParseError(message: "bad IV in #EXT-X-KEY") }
@@ -150,9 +157,7 @@ public enum HLSPlaylist: Equatable, Sendable {
         }
 
         mutating func uri(_ line: String) throws {
-            guard let resolved = resolve(line) else {
-                throw ParseError(message: "a playlist URI that is not http or https: \"\(Redaction.url(String(line.prefix(80))))\"")
-            }
+            let resolved = try resolve(line, what: "a playlist URI")
             if var variant = pendingVariant {
                 variant.uri = resolved
                 variants.append(variant)

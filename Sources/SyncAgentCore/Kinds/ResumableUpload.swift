@@ -252,8 +252,15 @@ public enum UploadAnswers {
                             code: .uploadRefused)
         }
         guard let url = URL(string: location, relativeTo: URL(string: requestURL))?.absoluteString,
-              (try? URLRules.checkTransferURL(url, key: "Location")) != nil else {
-            return .refused(reason: "the server's upload URL is not an http or https URL: \(Redaction.url(location))", code: .uploadRefused)
+              URLRules.hasHTTPScheme(url) else {
+            return .refused(reason: "the server's upload URL is not an http or https URL: \(Redaction.url(String(location.prefix(200))))",
+                            code: .uploadRefused)
+        }
+        do {
+            try URLRules.checkTransferURL(url, key: "Location")
+        } catch {
+            // Whatever else the job URL's rules refuse (a URL too long to ask for, a space …), in their words.
+            return .refused(reason: "the server's upload URL (its Location) \((error as? KeyError)?.problem ?? "\(error)")", code: .uploadRefused)
         }
         // The file's bytes never go in clear where the job asked for TLS.
         if requestURL.lowercased().hasPrefix("https:"), !url.lowercased().hasPrefix("https:") {

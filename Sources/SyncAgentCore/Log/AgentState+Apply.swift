@@ -54,11 +54,23 @@ extension AgentState {
             owedNotices[key] = batch
             if armedHooks.contains(.batchEnd) { owedBatchHooks[event.seq] = batch }
         case .hookStarted(let hook):
+            let key = HookRunKey(hook: hook.hook, task: event.task, batchSeq: hook.batchSeq)
+            let batch = hook.batchSeq.flatMap { owedBatchHooks[$0]?.batch }
             switch hook.hook {
             case .taskEnd: if let id = event.task { owedTaskHooks.remove(id) }
             case .batchEnd: if let seq = hook.batchSeq { owedBatchHooks[seq] = nil }
             }
-        case .hookEnded, .compacted:
+            hooksInFlight[key] = HookRun(key: key, batch: batch, startedSeq: event.seq)
+            hooksMayNotHaveRun[key] = nil
+        case .hookEnded(let ended):
+            let key = HookRunKey(hook: ended.hook, task: event.task, batchSeq: ended.batchSeq)
+            let run = hooksInFlight.removeValue(forKey: key)
+            if ended.mayNotHaveRun == true {
+                var lost = run ?? HookRun(key: key, startedSeq: event.seq)
+                lost.endUnknownSinceMs = event.atMs
+                hooksMayNotHaveRun[key] = lost
+            }
+        case .compacted:
             break
         case .notified(let notice):
             if let id = event.task {
@@ -241,6 +253,19 @@ extension TaskState {
             // (a restart, a failure that kept nothing) ends the ranges. (Read in
             // place: replay passes here on every event of every task.)
             if hasDoneRanges, doneRanges?.covered != bytes { doneRanges = nil }
+            // Digests of bytes the log no longer vouches for go with them; a
+            // finished file's digest is its `finished` event's.
+            if hasDigests {
+                if phase == .finished || phase == .cancelled || bytes == 0 {
+                    details.modify { $0.digests = nil }
+                } else {
+                    let durable = durableRanges
+                    details.modify { details in
+                        details.digests?.restrict(to: durable)
+                        if details.digests?.isEmpty == true { details.digests = nil }
+                    }
+                }
+            }
         }
         switch event.body {
         case .started(let started):
@@ -278,6 +303,15 @@ extension TaskState {
                 // Validators belonged to the old representation.
                 if progress.etag == nil { etag = nil }
                 if progress.lastModified == nil { lastModified = nil }
+            }
+            // (The same file, damaged on disk: its validators still hold.)
+            if let reason = progress.mismatch { restartReason = reason }
+            if let records = progress.digests, !records.isEmpty {
+                // In place: a large download's book is not copied on each of its events.
+                details.modify { details in
+                    if details.digests == nil { details.digests = DigestBook() }
+                    for record in records { details.digests!.record(record) }
+                }
             }
         case .paused(let paused):
             // The attempt that found no network ends here; it is not one of the task's tries.

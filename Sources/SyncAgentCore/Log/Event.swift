@@ -117,11 +117,19 @@ public struct Progressed: Codable, Equatable, Sendable {
     public var fallback: String?
     /// A resumable upload: the size of the chunk just sent and confirmed (auto-sized ones change).
     public var chunk: Int64?
+    /// The SHA-256 of what this claim made durable (SPEC §6 rule 3), as the
+    /// chain of each part that grew (`SpanDigest`); kept by the fold in a `DigestBook`.
+    public var digests: [SpanDigest]?
+    /// Set when a resume found durable bytes that no longer match their
+    /// digests: which, and how many are fetched again (`bytes` and `ranges`
+    /// say what is left).
+    public var mismatch: String?
     public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
-                restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil) {
+                restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil,
+                digests: [SpanDigest]? = nil, mismatch: String? = nil) {
         self.bytes = bytes; self.total = total; self.etag = etag
         self.lastModified = lastModified; self.restartReason = restartReason; self.ranges = ranges
-        self.fallback = fallback; self.chunk = chunk
+        self.fallback = fallback; self.chunk = chunk; self.digests = digests; self.mismatch = mismatch
     }
 }
 
@@ -187,6 +195,8 @@ public struct Retrying: Codable, Equatable, Sendable {
 public struct Finished: Codable, Equatable, Sendable {
     public var bytes: Int64
     public var dest: String?
+    /// The published bytes' SHA-256, hashed as they were made durable
+    /// (earlier logs: the job's `sha256`, when it gave one).
     public var sha256: String?
     /// Upload and data tasks: the final response's status and headers.
     public var status: Int?
@@ -359,6 +369,9 @@ public struct Forgotten: Codable, Equatable, Sendable {
 public enum HookKind: String, Codable, Equatable, Sendable, CaseIterable {
     case taskEnd = "task_end"
     case batchEnd = "batch_end"
+
+    /// The config key that sets it, as people know it: `on_task_end`, `on_batch_end`.
+    public var configKey: String { "on_" + rawValue }
 }
 
 /// A hook is about to start: recorded and committed before the process is
@@ -377,7 +390,8 @@ public struct HookStarted: Codable, Equatable, Sendable {
 
 /// How a hook's process ended: its exit status, or the signal that ended it
 /// (SIGKILL from the agent when it ran past `hook_timeout`: `timedOut`), or
-/// why it could not be started (`error`).
+/// why it could not be started (`error`), or that no end was seen at all
+/// (`mayNotHaveRun`).
 public struct HookEnded: Codable, Equatable, Sendable {
     public var hook: HookKind
     public var batchSeq: Int64?
@@ -387,10 +401,15 @@ public struct HookEnded: Codable, Equatable, Sendable {
     public var timedOut: Bool
     public var durationMs: Int64
     public var error: String?
+    /// Recorded by the next agent's start for a run whose `hook_started` has
+    /// no end: the agent died after that commit, before the spawn or while
+    /// the hook ran. It is not run again (at most once); it may not have run.
+    /// Absent (nil) in every other `hook_ended`, and in logs before it existed.
+    public var mayNotHaveRun: Bool?
     public init(hook: HookKind, batchSeq: Int64? = nil, pid: Int32?, exitStatus: Int32? = nil, signal: Int32? = nil,
-                timedOut: Bool = false, durationMs: Int64, error: String? = nil) {
+                timedOut: Bool = false, durationMs: Int64, error: String? = nil, mayNotHaveRun: Bool? = nil) {
         self.hook = hook; self.batchSeq = batchSeq; self.pid = pid; self.exitStatus = exitStatus; self.signal = signal
-        self.timedOut = timedOut; self.durationMs = durationMs; self.error = error
+        self.timedOut = timedOut; self.durationMs = durationMs; self.error = error; self.mayNotHaveRun = mayNotHaveRun
     }
 }
 

@@ -31,8 +31,10 @@ public enum EventCoding {
             json.field("attempt", p.attempt); json.field("offset", p.offset); json.field("url", p.url)
             return json.finish()
         case .progressed(let p):
-            json.field("bytes", p.bytes); json.field("chunk", p.chunk); json.field("etag", p.etag); json.field("fallback", p.fallback)
-            json.field("last_modified", p.lastModified)
+            json.field("bytes", p.bytes); json.field("chunk", p.chunk)
+            json.field("digests", json: p.digests.map { "[" + $0.map { "[\($0.from),\($0.to),\"\($0.sha256.hex)\"]" }.joined(separator: ",") + "]" })
+            json.field("etag", p.etag); json.field("fallback", p.fallback)
+            json.field("last_modified", p.lastModified); json.field("mismatch", p.mismatch)
             json.field("ranges", json: p.ranges.map { "[" + $0.map { "[\($0.start),\($0.end)]" }.joined(separator: ",") + "]" })
             json.field("restart_reason", p.restartReason); json.field("total", p.total)
             return json.finish()
@@ -239,11 +241,13 @@ extension Started {
 extension Progressed {
     init(reading reader: inout JSONReader) throws {
         var bytes: Int64?, total: Int64?, etag: String?, lastModified: String?, restartReason: String?
-        var ranges: [ByteSpan]?, fallback: String?, chunk: Int64?
+        var ranges: [ByteSpan]?, fallback: String?, chunk: Int64?, digests: [SpanDigest]?, mismatch: String?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
             case "chunk": chunk = try value.readOptional { try $0.readInt() }
+            case "digests": digests = try value.readOptional { try $0.readArray { try SpanDigest(reading: &$0) } }
+            case "mismatch": mismatch = try value.readOptional { try $0.readString() }
             case "ranges": ranges = try value.readOptional { try $0.readArray { try ByteSpan(reading: &$0) } }
             case "fallback": fallback = try value.readOptional { try $0.readString() }
             case "total": total = try value.readOptional { try $0.readInt() }
@@ -254,7 +258,28 @@ extension Progressed {
             }
         }
         self.init(bytes: try required(bytes, "bytes"), total: total, etag: etag, lastModified: lastModified, restartReason: restartReason,
-                  ranges: ranges, fallback: fallback, chunk: chunk)
+                  ranges: ranges, fallback: fallback, chunk: chunk, digests: digests, mismatch: mismatch)
+    }
+}
+
+extension SpanDigest {
+    /// `[from, to, "hex"]`, with `0 <= from <= to` and 64 hex digits.
+    init(reading reader: inout JSONReader) throws {
+        var index = 0
+        var from: Int64?, to: Int64?, hex: String?
+        _ = try reader.readArray { element -> Void in
+            switch index {
+            case 0: from = try element.readInt()
+            case 1: to = try element.readInt()
+            case 2: hex = try element.readString()
+            default: throw JSONReader.Malformed(offset: 0, expected: "a digest of three elements")
+            }
+            index += 1
+        }
+        guard let from, let to, from >= 0, from <= to, let hex, let digest = SHA256Value(hex: hex) else {
+            throw JSONReader.Malformed(offset: 0, expected: "a digest [from, to, sha256 hex] with 0 <= from <= to")
+        }
+        self.init(from: from, to: to, sha256: digest)
     }
 }
 

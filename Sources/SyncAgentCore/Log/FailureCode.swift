@@ -10,6 +10,8 @@ public enum FailureCode: Hashable, Sendable, CustomStringConvertible {
     /// Another process writes the partial file.
     case destBusy
     case destExists, destReserved, destUnreachable
+    /// The destination the log gives is not one the rules allow (outside download_dir, `..`, …).
+    case destRefused
     /// The partial file was swapped or cut under the agent.
     case partChanged
     case checksumMismatch
@@ -30,7 +32,7 @@ public enum FailureCode: Hashable, Sendable, CustomStringConvertible {
     private static let named: [(FailureCode, String)] = [
         (.diskFull, "disk_full"), (.ioError, "io_error"), (.localError, "local_error"), (.logError, "log_error"),
         (.readError, "read_error"), (.cannotStart, "cannot_start"), (.destBusy, "dest_busy"), (.destExists, "dest_exists"),
-        (.destReserved, "dest_reserved"), (.destUnreachable, "dest_unreachable"), (.partChanged, "part_changed"),
+        (.destReserved, "dest_reserved"), (.destUnreachable, "dest_unreachable"), (.destRefused, "dest_refused"), (.partChanged, "part_changed"),
         (.checksumMismatch, "checksum_mismatch"), (.totalTimeout, "total_timeout"), (.retriesExhausted, "retries_exhausted"),
         (.rangeIgnored, "range_ignored"), (.badPlaylist, "bad_playlist"), (.noVariant, "no_variant"),
         (.separateAudio, "separate_audio"), (.maxDurationMissing, "max_duration_missing"),

@@ -14,11 +14,13 @@ import Foundation
 public enum Snapshot {
     /// Raised with every change to the layout below. A snapshot of a format
     /// this build does not read is never half-read: it is refused whole.
-    public static let format = 5
+    public static let format = 7
     /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them);
     /// before 4, no task or index carried its length, so `status` could pass over none;
-    /// before 5, the taken sources listed every task's job file too, not only control jobs'.
-    public static let readableFormats: ClosedRange<Int64> = 2...5
+    /// before 5, the taken sources listed every task's job file too, not only control jobs';
+    /// before 6, hook runs were not followed past their start (none is then in flight or lost);
+    /// before 7, no task held the digests of its durable bytes (its events then had none).
+    public static let readableFormats: ClosedRange<Int64> = 2...7
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
@@ -35,6 +37,7 @@ public enum Snapshot {
     public static func encode(_ state: AgentState, format: Int = format) -> [UInt8] {
         precondition(format == 3 || format == Self.format, "snapshot format \(format) is not written")
         var out = SnapshotWriter(writesLengths: format >= 4, mode: .inMemory)
+        out.writesDigests = format >= 7
         emit(state, format: format, into: &out)
         var bytes = out.bytes
         let sum = bytes.withUnsafeBytes(checksum)
@@ -132,6 +135,12 @@ public enum Snapshot {
         }
         out.int(Int64(state.orphanEvents.count))
         for seq in state.orphanEvents { out.int(seq) }
+        if format >= 6 {
+            for runs in [state.hooksInFlight, state.hooksMayNotHaveRun] {
+                out.int(Int64(runs.count))
+                for run in runs.values.sorted(by: { $0.startedSeq < $1.startedSeq }) { out.hookRun(run) }
+            }
+        }
     }
 
     /// A 64-bit checksum over whole words: a changed byte is found before a
@@ -350,6 +359,16 @@ public enum Snapshot {
             state.owedBatchHooks[seq] = try input.batch()
         }
         for _ in 0..<(try input.count()) { state.orphanEvents.append(try input.int()) }
+        if input.format >= 6 {
+            for _ in 0..<(try input.count()) {
+                let run = try input.hookRun()
+                state.hooksInFlight[run.key] = run
+            }
+            for _ in 0..<(try input.count()) {
+                let run = try input.hookRun()
+                state.hooksMayNotHaveRun[run.key] = run
+            }
+        }
         guard input.atEnd else { throw input.malformed("end of snapshot") }
         return (state, passedOver)
     }
@@ -387,6 +406,8 @@ private struct SnapshotWriter {
     var bytes: [UInt8] = []
     /// Format 4 on: records and sections carry their lengths, tasks their headers.
     let writesLengths: Bool
+    /// Format 7 on: a task's details end with the digests of its durable bytes.
+    var writesDigests = true
     let mode: Mode
     /// Bytes no longer in `bytes`: dropped (sizing) or handed to `sink`.
     private var flushed = 0
@@ -467,6 +488,11 @@ private struct SnapshotWriter {
     }
 
     mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+
+    mutating func hookRun(_ run: HookRun) {
+        string(run.key.hook.rawValue); optionalString(run.key.task); optionalInt(run.key.batchSeq)
+        optionalString(run.batch); int(run.startedSeq); optionalInt(run.endUnknownSinceMs)
+    }
 
     /// Writes `body`'s bytes after their length (8 bytes, little-endian,
     /// filled in once known), so a reader may pass over them unread.
@@ -598,6 +624,13 @@ private struct SnapshotWriter {
         }
         optionalString(details.upload?.url); optionalString(details.upload?.extensions?.joined(separator: ","))
         optionalInt(details.chunkSize); optionalInt(details.splitInto.map(Int64.init)); optionalInt(details.bodyChangedNs)
+        guard writesDigests else { return }
+        let records = details.digests?.records ?? []
+        int(Int64(records.count))
+        for record in records {
+            int(record.from); int(record.to)
+            bytes.append(contentsOf: record.sha256.bytes)
+        }
     }
 }
 
@@ -824,6 +857,13 @@ private struct SnapshotReader {
         return TaskHeader(phase: TaskHeader.phases[phase], flags: flags, endedAtMs: try optionalInt(), parent: try optionalString())
     }
 
+    /// The next `count` bytes as they are.
+    mutating func raw(_ count: Int) throws -> UnsafeRawBufferPointer {
+        guard bytes.count - offset >= count else { throw malformed("\(count) more bytes") }
+        defer { offset += count }
+        return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
+    }
+
     /// Where the next string lies, skipped.
     mutating func span() throws -> Range<Int> {
         let length = try count()
@@ -871,6 +911,11 @@ private struct SnapshotReader {
         } catch {
             throw malformed("a \(type) payload (\(error))")
         }
+    }
+
+    mutating func hookRun() throws -> HookRun {
+        let key = HookRunKey(hook: try choice(HookKind.self), task: try optionalString(), batchSeq: try optionalInt())
+        return HookRun(key: key, batch: try optionalString(), startedSeq: try int(), endUnknownSinceMs: try optionalInt())
     }
 
     mutating func batch() throws -> BatchFinished {
@@ -990,6 +1035,20 @@ private struct SnapshotReader {
             if let url { details.upload = UploadSession(url: url, extensions: extensions.map(UploadHeaders.list)) }
             details.chunkSize = try optionalInt(); details.splitInto = try optionalInt().map { Int(truncatingIfNeeded: $0) }
             details.bodyChangedNs = try optionalInt()
+        }
+        if format >= 7 {
+            let count = try count()
+            if count > 0 {
+                var book = DigestBook()
+                for _ in 0..<count {
+                    let from = try int(), to = try int()
+                    guard from >= 0, from <= to, let digest = SHA256Value(bytes: try raw(32)) else { throw malformed("a digest") }
+                    book.record(SpanDigest(from: from, to: to, sha256: digest))
+                }
+                // Written thinned and in order: a record that did not come back as written was damaged.
+                guard book.records.count == count else { throw malformed("digests in order") }
+                details.digests = book
+            }
         }
         task.details = OutOfLine(details)
         return task

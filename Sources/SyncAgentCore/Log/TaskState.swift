@@ -51,6 +51,7 @@ struct TaskDetails: OutOfLineFields {
     var chunkSize: Int64?
     var splitInto: Int?
     var bodyChangedNs: Int64?
+    var digests: DigestBook?
 }
 
 /// What a task gains once it is started, moved or ended: byte and attempt
@@ -242,6 +243,10 @@ public struct TaskState: Equatable, Sendable {
     }
     /// Whether `doneRanges` is set, asked without copying the details out.
     var hasDoneRanges: Bool { details.box?.fields.doneRanges != nil }
+    /// The digests of the durable bytes (`durableRanges`), as progress
+    /// recorded them; nil when none were (a log from before them, or no bytes).
+    public var digests: DigestBook? { details.box?.fields.digests }
+    var hasDigests: Bool { details.box?.fields.digests != nil }
     /// What the log vouches for, as spans of the file.
     public var durableRanges: ByteRanges { doneRanges ?? ByteRanges([ByteSpan(0, bytes)]) }
     /// `overwrite = "update"` found it unchanged on the server (a 304).
@@ -386,6 +391,11 @@ public struct AgentState: Equatable, Sendable {
     public internal(set) var owedTaskHooks: Set<String> = []
     /// `batch_finished` events (by seq) owed an `on_batch_end` run.
     public internal(set) var owedBatchHooks: [Int64: BatchFinished] = [:]
+    /// Hook runs started whose end is not recorded: running, or left so by an agent that died.
+    public internal(set) var hooksInFlight: [HookRunKey: HookRun] = [:]
+    /// Hook runs whose `hook_ended` says they may not have run, until the
+    /// same hook starts again for the same task (a later end of it).
+    public internal(set) var hooksMayNotHaveRun: [HookRunKey: HookRun] = [:]
 
     public init() {}
 

@@ -44,6 +44,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
     public var parent: String?
     /// Why a paused task is paused: user, agent_stopping, waiting_for_network, metered.
     public var pauseReason: String?
+    /// `on_task_end` when the task's hook run may not have run (the agent died between its start and its end).
+    public var hookMayNotHaveRun: String?
 
     public struct Children: Codable, Equatable, Sendable {
         public var done: Int
@@ -53,7 +55,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
     enum CodingKeys: String, CodingKey {
         case id, kind, state, url, dest, bytes, total, percent, speed, attempts, redirects, priority, batch
         case error, etag, headers, plan, method, status, children, parent, unchanged, skipped
-        case etaS = "eta_s", pauseReason = "pause_reason"
+        case etaS = "eta_s", pauseReason = "pause_reason", hookMayNotHaveRun = "hook_may_not_have_run"
         case attemptHistory = "attempt_history"
         case currentURL = "current_url", errorCode = "error_code", lastModified = "last_modified"
         case createdAtMs = "created_at_ms", updatedAtMs = "updated_at_ms", lastSeq = "last_seq"
@@ -92,6 +94,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         self.plan = plan?.words
         parent = task.spec.parent
         pauseReason = task.phase == .paused ? task.pauseReason?.rawValue : nil
+        hookMayNotHaveRun = agentState?.taskHookMayNotHaveRun(task.id, agentRunning: agentRunning)?.key.hook.configKey
         if let figures = agentState?.figures(of: task), let family = figures.children {
             children = Children(done: family.done, total: family.total)
             bytes = figures.bytes
@@ -104,7 +107,8 @@ public struct TaskReport: Codable, Equatable, Sendable {
     }
 
     /// SPEC §3: every key of a task is present, `null` when it has no value;
-    /// `plan`, `attempt_history`, `children` and `parent` only where they apply.
+    /// `plan`, `attempt_history`, `children`, `parent`, `pause_reason` and
+    /// `hook_may_not_have_run` only where they apply.
     public func encode(to encoder: Encoder) throws {
         var keys = encoder.container(keyedBy: CodingKeys.self)
         try keys.encode(id, forKey: .id); try keys.encode(kind, forKey: .kind); try keys.encode(state, forKey: .state)
@@ -121,6 +125,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
         try keys.encodeIfPresent(plan, forKey: .plan); try keys.encodeIfPresent(attemptHistory, forKey: .attemptHistory)
         try keys.encodeIfPresent(children, forKey: .children); try keys.encodeIfPresent(parent, forKey: .parent)
         try keys.encodeIfPresent(pauseReason, forKey: .pauseReason)
+        try keys.encodeIfPresent(hookMayNotHaveRun, forKey: .hookMayNotHaveRun)
     }
 
     /// `{"tasks": [...]}` (and `"agent"` for `status`), keys sorted so output is stable.
@@ -133,8 +138,10 @@ public struct TaskReport: Codable, Equatable, Sendable {
     /// The same document, handed to `write` a task at a time: `status --json`
     /// of 20,000 tasks built it whole (107 MB) before printing a byte. Each
     /// task is encoded alone, indented as one encoder would have put it.
-    public static func writeJSON<Reports: Sequence>(_ reports: Reports, agent: AgentReport? = nil, rejected: [RejectionReport]? = nil,
-                                                   waiting: [WaitingReport]? = nil,
+    /// - Parameter hookRuns: the hook runs that may not have run, listed as
+    ///   `"hooks_may_not_have_run"` when there are any (`status`).
+    public static func writeJSON<Reports: Sequence>(_ reports: Reports, agent: AgentReport? = nil, hookRuns: [HookRun] = [],
+                                                   rejected: [RejectionReport]? = nil, waiting: [WaitingReport]? = nil,
                                                    to write: (String) -> Void) where Reports.Element == TaskReport {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
@@ -151,6 +158,16 @@ public struct TaskReport: Codable, Equatable, Sendable {
         }
         write("{\n")
         if let agent { write("  \"agent\" : " + nested(agent, indent: "  ") + ",\n") }
+        if !hookRuns.isEmpty {
+            let runs = hookRuns.map { run in
+                var object = PrettyJSONObject(indent: 4)
+                object.field("batch", run.key.hook == .batchEnd ? run.batch : nil); object.field("batch_seq", run.key.batchSeq)
+                object.field("hook", run.key.hook.configKey); object.field("started_seq", run.startedSeq)
+                object.field("task", run.key.task)
+                return Printable.jsonSafe(object.finish())
+            }
+            write("  \"hooks_may_not_have_run\" : [\n    " + runs.joined(separator: ",\n    ") + "\n  ],\n")
+        }
         if let rejected { write("  \"rejected\" : " + nested(rejected, indent: "  ") + ",\n") }
         write("  \"tasks\" : [")
         var empty = true
@@ -179,7 +196,9 @@ extension TaskReport {
         }
         object.field("created_at_ms", createdAtMs); object.field("current_url", currentURL); object.field("dest", dest)
         object.field("error", error); object.field("error_code", errorCode); object.field("eta_s", etaS)
-        object.field("etag", etag); object.field("headers", strings: headers); object.field("id", id)
+        object.field("etag", etag); object.field("headers", strings: headers)
+        if let hookMayNotHaveRun { object.field("hook_may_not_have_run", hookMayNotHaveRun) }
+        object.field("id", id)
         object.field("kind", kind); object.field("last_modified", lastModified); object.field("last_seq", lastSeq)
         object.field("method", method)
         if let parent { object.field("parent", parent) }

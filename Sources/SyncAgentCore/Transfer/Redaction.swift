@@ -21,10 +21,19 @@ public enum Redaction {
     /// The URL with its userinfo and credential-like query values replaced:
     /// `https://<redacted>@host/f?token=<redacted>&page=2`. Text that is not
     /// a URL is returned with any `user:pass@` prefix hidden all the same.
-    public static func url(_ text: String) -> String {
-        // Without userinfo, query or fragment there is nothing to hide: the
-        // common case, and the agent logs a URL for every job it takes.
-        guard text.utf8.contains(where: { $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }),
+    /// A URL inside it (a parameter's value, a proxy's path), plain or
+    /// percent-encoded at any depth, is held to the same rules.
+    public static func url(_ text: String) -> String { url(text, depth: 0) }
+
+    /// URLs nested deeper than this are hidden whole rather than read on: a
+    /// URL of a few KiB cannot make the redaction recurse without end.
+    private static let deepestNesting = 4
+
+    private static func url(_ text: String, depth: Int) -> String {
+        // Without userinfo, query, fragment or an escape there is nothing to hide:
+        // the common case, and the agent logs a URL for every job it takes.
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#")
+                                          || $0 == UInt8(ascii: "%") }),
               let schemeEnd = text.range(of: "://") else { return text }
         let afterScheme = text[schemeEnd.upperBound...]
         let authorityEnd = afterScheme.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? afterScheme.endIndex
@@ -40,28 +49,67 @@ public enum Redaction {
         let fragmentStart = rest.firstIndex(of: "#") ?? rest.endIndex
         var path = rest[..<fragmentStart]
         if let question = path.firstIndex(of: "?") {
-            out += path[...question] + redactPairs(path[path.index(after: question)...])
+            out += redactNested(inPath: path[..<question], depth: depth) + "?" + redactPairs(path[path.index(after: question)...], depth: depth)
         } else {
-            out += path
+            out += redactNested(inPath: path, depth: depth)
         }
         path = rest[fragmentStart...]
-        if !path.isEmpty { out += "#" + redactPairs(path.dropFirst()) }
+        if !path.isEmpty { out += "#" + redactPairs(path.dropFirst(), depth: depth) }
         return out
     }
 
-    /// `a=1&token=2` → `a=1&token=<redacted>`; a URL with userinfo as a value
-    /// (`?next=http://bob:pw@h/`) loses it too, escaped or not.
-    private static func redactPairs(_ text: Substring) -> String {
+    /// A path that carries a URL (`/fetch/https%3A%2F%2Fh%2F%3Ftoken%3D…`, a
+    /// proxy's or a CDN's way): from that URL on it is hidden when the URL,
+    /// decoded, holds anything to hide; otherwise it is kept as it was.
+    private static func redactNested(inPath path: Substring, depth: Int) -> String {
+        guard let start = nestedURLStart(in: path) else { return String(path) }
+        let nested = String(path[start...])
+        let decoded = decodedFully(nested)
+        return String(path[..<start]) + (hidesSomething(decoded, depth: depth) ? placeholder : nested)
+    }
+
+    /// Percent-decoded until nothing changes (at most `deepestNesting` times):
+    /// a URL escaped twice (`http%253A%252F%252F…`) is read as the URL it is.
+    private static func decodedFully(_ text: String) -> String {
+        var current = text
+        for _ in 0..<deepestNesting {
+            guard current.contains("%"), let decoded = current.removingPercentEncoding, decoded != current else { break }
+            current = decoded
+        }
+        return current
+    }
+
+    /// Where a URL starts inside `text`: the scheme before a `://`, written plainly or percent-encoded (once or twice).
+    private static func nestedURLStart(in text: Substring) -> Substring.Index? {
+        let marks = ["://", "%3a%2f%2f", "%253a%252f%252f"].compactMap { text.range(of: $0, options: .caseInsensitive) }
+        guard let mark = marks.min(by: { $0.lowerBound < $1.lowerBound }) else { return nil }
+        // Backed up over the scheme's letters.
+        var start = mark.lowerBound
+        while start > text.startIndex, text[text.index(before: start)].isLetter { start = text.index(before: start) }
+        return start
+    }
+
+    /// Whether the URL (decoded) holds a secret the rules above would hide, looked at `depth + 1` deep.
+    private static func hidesSomething(_ decoded: String, depth: Int) -> Bool {
+        guard depth < deepestNesting else { return true }
+        return url(decoded, depth: depth + 1) != decoded
+    }
+
+    /// `a=1&token=2` → `a=1&token=<redacted>`; a URL as a value
+    /// (`?next=http://bob:pw@h/?token=t`) is redacted by the same rules,
+    /// escaped (`next=https%3A%2F%2Fh%2F%3Fapi_key%3D…`) or not.
+    private static func redactPairs(_ text: Substring, depth: Int) -> String {
         text.split(separator: "&", omittingEmptySubsequences: false).map { pair -> String in
             guard let equals = pair.firstIndex(of: "=") else { return String(pair) }
             let name = String(pair[..<equals])
-            let decoded = name.removingPercentEncoding ?? name
+            let decoded = decodedFully(name)
             if isSecretName(decoded) { return name + "=" + placeholder }
             let value = String(pair[pair.index(after: equals)...])
-            let decodedValue = value.removingPercentEncoding ?? value
-            guard decodedValue.contains("://"), decodedValue.contains("@") else { return String(pair) }
-            // Written plainly, it stays readable with its userinfo hidden; escaped, it goes whole.
-            return name + "=" + (decodedValue == value ? url(value) : placeholder)
+            let decodedValue = decodedFully(value)
+            guard decodedValue.contains("://") else { return String(pair) }
+            guard hidesSomething(decodedValue, depth: depth) else { return String(pair) }
+            // Written plainly, it stays readable with its secrets hidden; escaped, it goes whole.
+            return name + "=" + (decodedValue == value && depth < deepestNesting ? url(value, depth: depth + 1) : placeholder)
         }.joined(separator: "&")
     }
 
@@ -95,7 +143,8 @@ public enum Printable {
         for scalar in text.unicodeScalars {
             if isControl(scalar) {
                 let hex = String(scalar.value, radix: 16, uppercase: true)
-                out += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+                // Past a byte, braced: "\x2066" would read as "\x20" and "66".
+                out += scalar.value > 0xFF ? "\\u{" + hex + "}" : "\\x" + (hex.count < 2 ? "0" + hex : hex)
             } else {
                 out.unicodeScalars.append(scalar)
             }
@@ -140,7 +189,8 @@ public enum Printable {
     public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0..<0x20, 0x7F...0x9F: true
-        case 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF: true
+        // Zero-width and bidirectional marks (U+061C, Arabic letter mark, among them): they reorder or hide what is shown.
+        case 0x061C, 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF: true
         default: false
         }
     }

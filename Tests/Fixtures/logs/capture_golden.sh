@@ -4,7 +4,10 @@
 # commit that wrote the logs (README.md); never again after the engine
 # changed: the point of the goldens is that later builds print the same.
 #
-#   Tests/Fixtures/logs/capture_golden.sh [path/to/syncagent]
+#   Tests/Fixtures/logs/capture_golden.sh [path/to/syncagent [FIXTURE…]]
+#
+# With FIXTURE names (folders here), only those: a fixture added later is
+# captured by the binary of its own commit, and the others are left alone.
 #
 # Each command runs as the CLI tests run the binary (AgentHarness): a fresh
 # HOME and XDG folders, --config/--state-dir/--inbox, on a COPY of the log
@@ -14,6 +17,12 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 binary=${1:-$here/../../../.build/debug/syncagent}
+shift || true
+fixtures=("$here"/*/)
+if [ "$#" -gt 0 ]; then
+    fixtures=()
+    for name in "$@"; do fixtures+=("$here/$name/"); done
+fi
 
 # golden file name, then the command line
 commands=(
@@ -25,7 +34,7 @@ commands=(
     "status.txt|status"
 )
 
-for fixture in "$here"/*/; do
+for fixture in "${fixtures[@]}"; do
     fixture=${fixture%/}
     work=$(mktemp -d)
     mkdir -p "$work/state" "$work/inbox" "$work/downloads" "$work/home"

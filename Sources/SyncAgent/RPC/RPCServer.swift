@@ -1,0 +1,270 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
+import SyncAgentCore
+
+/// aria2's JSON-RPC over HTTP (`POST /jsonrpc`) and WebSocket (`/jsonrpc`),
+/// on one thread of NIO's own, beside the agent's loop and never in it:
+/// requests that read or change what the agent holds are handed to the
+/// loop through `RPCGate.mailbox`, and the loop answers them when the
+/// events they made are committed. NIO reads and writes the sockets; what
+/// is allowed and what the calls mean is decided in `SyncAgentCore`.
+final class RPCServer: Sendable {
+    let gate: RPCGate
+    private let group: MultiThreadedEventLoopGroup
+    private let channel: Channel
+    private let clients: NIOLoopBoundBox<[ObjectIdentifier: Channel]>
+    let address: String
+
+    /// Listens on `listen`; throws (naming the address) when it cannot.
+    init(listen: RPCListen, gate: RPCGate) throws {
+        self.gate = gate
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        let clients = NIOLoopBoundBox.makeBoxSendingValue([ObjectIdentifier: Channel](), eventLoop: loop)
+        let upgrader = NIOWebSocketServerUpgrader(
+            maxFrameSize: RPCHTTPPolicy.maximumBodyBytes,
+            shouldUpgrade: { channel, head in
+                let allowed = head.uri.split(separator: "?").first == "/jsonrpc" && RPCHTTPPolicy.allowsHost(head.headers.first(name: "Host"))
+                return channel.eventLoop.makeSucceededFuture(allowed ? HTTPHeaders() : nil)
+            },
+            upgradePipelineHandler: { channel, _ in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    // The HTTP side was idle-limited; a WebSocket may wait for notifications as long as it likes.
+                    if let idle = try? sync.handler(type: IdleStateHandler.self) { sync.removeHandler(idle, promise: nil) }
+                    try sync.addHandler(NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 256,
+                                                                    maxAccumulatedFrameSize: RPCHTTPPolicy.maximumBodyBytes))
+                    try sync.addHandler(RPCWebSocketHandler(gate: gate, clients: clients))
+                }
+            })
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                guard gate.openConnection() else { return channel.close() }
+                channel.closeFuture.whenComplete { _ in gate.closeConnection() }
+                return channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(IdleStateHandler(readTimeout: .seconds(RPCHTTPPolicy.idleSeconds)))
+                    try sync.configureHTTPServerPipeline(withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
+                        context.pipeline.removeHandler(name: RPCHTTPHandler.name, promise: nil)
+                    }))
+                    try sync.addHandler(RPCHTTPHandler(gate: gate), name: RPCHTTPHandler.name)
+                }
+            }
+        do {
+            channel = try bootstrap.bind(host: listen.host, port: listen.port).wait()
+        } catch {
+            try? group.syncShutdownGracefully()
+            throw SystemError(operation: "listen for RPC on \(listen) (rpc_listen)", errno: (error as? IOError)?.errnoCode ?? EADDRINUSE)
+        }
+        self.group = group
+        self.clients = clients
+        address = listen.description
+    }
+
+    /// Pushes notifications to every WebSocket client (from the loop: NIO's thread writes them).
+    func broadcast(_ notifications: [RPCNotification]) {
+        guard !notifications.isEmpty else { return }
+        let texts = notifications.map { $0.json.serialized }
+        let clients = self.clients
+        channel.eventLoop.execute {
+            for client in clients.value.values {
+                // A client that does not read its notifications is let go, not buffered for without end.
+                guard client.isWritable else {
+                    client.close(promise: nil)
+                    continue
+                }
+                for text in texts {
+                    client.write(WebSocketFrame(fin: true, opcode: .text, data: client.allocator.buffer(bytes: text)), promise: nil)
+                }
+                client.flush()
+            }
+        }
+    }
+
+    /// Stops listening and closes every connection (requests not yet answered are dropped).
+    func stop() {
+        try? channel.close().wait()
+        try? group.syncShutdownGracefully()
+    }
+}
+
+/// `POST /jsonrpc` (and CORS preflights): a request body, bounded, handed to the gate.
+private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+    static let name = "rpc-http"
+
+    private let gate: RPCGate
+    private var head: HTTPRequestHead?
+    private var body: ByteBuffer?
+    /// The request was answered already (refused); what is left of it is read and dropped.
+    private var answered = false
+
+    init(gate: RPCGate) { self.gate = gate }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let request):
+            head = request
+            body = nil
+            answered = false
+            if let refusal = refusal(of: request) {
+                answered = true
+                respond(context, status: refusal.status, body: Array(refusal.text.utf8), contentType: "text/plain", close: true)
+            } else if request.method == .OPTIONS {
+                answered = true
+                respond(context, status: .ok, body: [], contentType: nil, close: !request.isKeepAlive)
+            }
+        case .body(var chunk):
+            guard !answered else { return }
+            if body == nil { body = context.channel.allocator.buffer(capacity: chunk.readableBytes) }
+            guard (body?.readableBytes ?? 0) + chunk.readableBytes <= RPCHTTPPolicy.maximumBodyBytes else {
+                answered = true
+                body = nil
+                respond(context, status: .payloadTooLarge, body: Array("The request is over 2 MiB.\n".utf8), contentType: "text/plain", close: true)
+                return
+            }
+            body?.writeBuffer(&chunk)
+        case .end:
+            guard let request = head, !answered else { return }
+            let bytes = body.map { Array($0.readableBytesView) } ?? []
+            body = nil
+            let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            gate.handle(bytes, peer: context.remoteAddress?.description ?? "?") { responses, isBatch in
+                let (status, answer) = RPCResponse.body(responses, batch: isBatch)
+                loop.eventLoop.execute {
+                    let (handler, context) = loop.value
+                    handler.respond(context, status: HTTPResponseStatus(statusCode: status), body: answer,
+                                    contentType: "application/json-rpc", close: !request.isKeepAlive)
+                }
+            }
+        }
+    }
+
+    /// What is refused before any body is read: another path or method, a
+    /// rebinding `Host`, a body declared over the limit.
+    private func refusal(of request: HTTPRequestHead) -> (status: HTTPResponseStatus, text: String)? {
+        guard RPCHTTPPolicy.allowsHost(request.headers.first(name: "Host")) else {
+            return (.forbidden, "Host \(request.headers.first(name: "Host") ?? "") is not allowed: call by IP address or localhost.\n")
+        }
+        guard request.uri.split(separator: "?").first == "/jsonrpc" else { return (.notFound, "Not found: the RPC is at /jsonrpc.\n") }
+        guard request.method == .POST || request.method == .OPTIONS else {
+            return (.methodNotAllowed, "Use POST (or a WebSocket) for /jsonrpc.\n")
+        }
+        if let length = request.headers.first(name: "Content-Length").flatMap(Int.init), length > RPCHTTPPolicy.maximumBodyBytes {
+            return (.payloadTooLarge, "The request is over 2 MiB.\n")
+        }
+        return nil
+    }
+
+    private func respond(_ context: ChannelHandlerContext, status: HTTPResponseStatus, body: [UInt8], contentType: String?, close: Bool) {
+        guard context.channel.isActive else { return }
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Length", value: String(body.count))
+        headers.add(name: "Cache-Control", value: "no-cache")
+        if let contentType { headers.add(name: "Content-Type", value: contentType) }
+        for (name, value) in RPCHTTPPolicy.corsHeaders(origin: head?.headers.first(name: "Origin"),
+                                                       preflightHeaders: head?.method == .OPTIONS
+                                                           ? head?.headers.first(name: "Access-Control-Request-Headers") ?? "" : nil) {
+            headers.add(name: name, value: value)
+        }
+        if close { headers.add(name: "Connection", value: "close") }
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        if !body.isEmpty { context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil) }
+        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        if close {
+            let channel = context.channel
+            done.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // A request begun and never finished (slowloris) does not hold a connection for ever.
+        if event is IdleStateHandler.IdleStateEvent { context.close(promise: nil) } else { context.fireUserInboundEventTriggered(event) }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        // An upgrade refused (another path, a rebinding Host) comes on as a plain request, answered above.
+        guard !(error is NIOWebSocketUpgradeError) else { return }
+        context.close(promise: nil)
+    }
+}
+
+/// One WebSocket client: each text message is a request, answered in a
+/// text message; notifications are pushed to it as events commit.
+private final class RPCWebSocketHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    private let gate: RPCGate
+    private let clients: NIOLoopBoundBox<[ObjectIdentifier: Channel]>
+
+    init(gate: RPCGate, clients: NIOLoopBoundBox<[ObjectIdentifier: Channel]>) {
+        self.gate = gate
+        self.clients = clients
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        clients.value[ObjectIdentifier(context.channel)] = context.channel
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        clients.value[ObjectIdentifier(context.channel)] = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        clients.value[ObjectIdentifier(context.channel)] = nil
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        // A client masks every frame (RFC 6455 §5.1): one that does not is no browser's, nor any library's.
+        guard frame.maskKey != nil else { return sendCloseFrame(context, .protocolError) }
+        switch frame.opcode {
+        case .text:
+            let channel = context.channel
+            gate.handle(frame.unmaskedData.readableBytesView, peer: channel.remoteAddress?.description ?? "?") { responses, isBatch in
+                let (_, answer) = RPCResponse.body(responses, batch: isBatch)
+                channel.eventLoop.execute {
+                    channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer)), promise: nil)
+                }
+            }
+        case .ping:
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        case .connectionClose:
+            var data = frame.unmaskedData
+            let code = data.readSlice(length: 2) ?? context.channel.allocator.buffer(capacity: 0)
+            sendCloseFrame(context, code)
+        case .binary:
+            // aria2's requests are JSON text: anything else ends the conversation (RFC 6455 §7.4.1, 1003).
+            sendCloseFrame(context, .unacceptableData)
+        case .pong:
+            break
+        default:
+            // A reserved opcode.
+            sendCloseFrame(context, .protocolError)
+        }
+    }
+
+    private func sendCloseFrame(_ context: ChannelHandlerContext, _ reason: WebSocketErrorCode) {
+        var code = context.channel.allocator.buffer(capacity: 2)
+        code.write(webSocketErrorCode: reason)
+        sendCloseFrame(context, code)
+    }
+
+    private func sendCloseFrame(_ context: ChannelHandlerContext, _ code: ByteBuffer) {
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: code)))
+            .whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,378 @@
+/// aria2's methods, in the order `system.listMethods` names them.
+public enum RPCMethod: String, CaseIterable, Sendable {
+    case addUri = "aria2.addUri"
+    case addTorrent = "aria2.addTorrent"
+    case getPeers = "aria2.getPeers"
+    case addMetalink = "aria2.addMetalink"
+    case remove = "aria2.remove"
+    case pause = "aria2.pause"
+    case forcePause = "aria2.forcePause"
+    case pauseAll = "aria2.pauseAll"
+    case forcePauseAll = "aria2.forcePauseAll"
+    case unpause = "aria2.unpause"
+    case unpauseAll = "aria2.unpauseAll"
+    case forceRemove = "aria2.forceRemove"
+    case changePosition = "aria2.changePosition"
+    case tellStatus = "aria2.tellStatus"
+    case getUris = "aria2.getUris"
+    case getFiles = "aria2.getFiles"
+    case getServers = "aria2.getServers"
+    case tellActive = "aria2.tellActive"
+    case tellWaiting = "aria2.tellWaiting"
+    case tellStopped = "aria2.tellStopped"
+    case getOption = "aria2.getOption"
+    case changeUri = "aria2.changeUri"
+    case changeOption = "aria2.changeOption"
+    case getGlobalOption = "aria2.getGlobalOption"
+    case changeGlobalOption = "aria2.changeGlobalOption"
+    case purgeDownloadResult = "aria2.purgeDownloadResult"
+    case removeDownloadResult = "aria2.removeDownloadResult"
+    case getVersion = "aria2.getVersion"
+    case getSessionInfo = "aria2.getSessionInfo"
+    case shutdown = "aria2.shutdown"
+    case forceShutdown = "aria2.forceShutdown"
+    case getGlobalStat = "aria2.getGlobalStat"
+    case saveSession = "aria2.saveSession"
+    case multicall = "system.multicall"
+    case listMethods = "system.listMethods"
+    case listNotifications = "system.listNotifications"
+
+    /// Answered without the token, as aria2 answers them: they only name what exists.
+    public var needsToken: Bool { self != .listMethods && self != .listNotifications && self != .multicall }
+
+    /// Answered from nothing the agent holds: no need to wait for its loop.
+    public var isStateless: Bool {
+        switch self {
+        case .addTorrent, .addMetalink, .getPeers, .changePosition, .changeUri, .shutdown, .forceShutdown,
+             .getVersion, .getSessionInfo, .saveSession, .listMethods, .listNotifications:
+            true
+        default:
+            false
+        }
+    }
+}
+
+/// What a call comes to: an answer now, or a change the agent's loop
+/// records in the log before it answers (`answer` is what it then says).
+public enum RPCAction: Equatable, Sendable {
+    case answer(Result<JSONValue, RPCError>)
+    /// `aria2.addUri`: a transfer job, as a dropped job file would be.
+    case add(id: String, spec: TaskSpec, startsPaused: Bool)
+    /// Pause, resume, cancel or forget these tasks, as a control job for
+    /// `target` (a task id, or `*`) would; then answer.
+    case control(ControlJob.Action, tasks: [String], target: String, answer: JSONValue)
+    /// `aria2.changeGlobalOption`: the running agent's settings until the next start.
+    case changeSettings(maxActive: Int?, maxOverallSpeed: Int64??, maxSpeed: Int64??)
+    /// `system.multicall`: its calls, each taken (`action(for:in:)`) once the one before is carried
+    /// out, as aria2 runs them one after the other; or why one cannot be read.
+    case multicall([Result<RPCCall, RPCError>])
+
+    public static func fail(_ error: RPCError) -> RPCAction { .answer(.failure(error)) }
+    public static func ok(_ value: JSONValue) -> RPCAction { .answer(.success(value)) }
+}
+
+/// The agent's answers to aria2's methods. Pure: it reads the fold and the
+/// view and returns what to say, or what to record first.
+public struct RPCMethods: Sendable {
+    public var secret: RPCSecret
+    /// aria2's `sessionId`: made once per run of the agent.
+    public var sessionID: String
+    public var version: String
+
+    public init(secret: RPCSecret, sessionID: String, version: String) {
+        self.secret = secret
+        self.sessionID = sessionID
+        self.version = version
+    }
+
+    /// What the agent holds, for the calls that read it.
+    public struct Context {
+        public var state: AgentState
+        public var view: RPCView
+        public var settings: RPCSettings
+        public var parser: JobParser
+        /// Whether an id is free for a new task.
+        public var isFree: (String) -> Bool
+        /// Downloads a request may still have described: a batch of list calls
+        /// over a long log must not keep the loop (or the memory) for seconds.
+        public var listBudget = RPCMethods.listBudget
+
+        public init(state: AgentState, view: RPCView, settings: RPCSettings, parser: JobParser, isFree: @escaping (String) -> Bool) {
+            self.state = state; self.view = view; self.settings = settings; self.parser = parser; self.isFree = isFree
+        }
+    }
+
+    // MARK: - Authorisation
+
+    /// The call with its `token:` parameter taken off, or why it is refused.
+    /// aria2 takes a first parameter starting with `token:` off even from
+    /// calls that need none; so does this.
+    public func authorize(_ call: RPCCall) -> Result<(RPCMethod?, [JSONValue]), RPCError> {
+        let method = RPCMethod(rawValue: call.method)
+        var params = call.params
+        var token: String?
+        if let first = params.first?.string, first.hasPrefix("token:") {
+            token = String(first.dropFirst("token:".count))
+            params.removeFirst()
+        }
+        // A method that does not exist is refused the same as a wrong token: a guess learns nothing.
+        guard method?.needsToken == false || (token.map(secret.matches) ?? false) else { return .failure(.unauthorized) }
+        return .success((method, params))
+    }
+
+    /// The answer to a call that needs nothing of the agent's state, or nil when it does.
+    public func statelessAnswer(_ call: RPCCall) -> Result<JSONValue, RPCError>? {
+        switch authorize(call) {
+        case .failure(let error): return .failure(error)
+        case .success((nil, _)): return .failure(.noSuchMethod(call.method))
+        case .success((let method?, let params)):
+            guard method.isStateless else { return nil }
+            return stateless(method, params)
+        }
+    }
+
+    private func stateless(_ method: RPCMethod, _ params: [JSONValue]) -> Result<JSONValue, RPCError> {
+        switch method {
+        case .listMethods: return .success(.array(RPCMethod.allCases.map { .string($0.rawValue) }))
+        case .listNotifications: return .success(.array(RPCNotification.Method.allCases.map { .string($0.rawValue) }))
+        case .getVersion:
+            return .success(["version": .string(version), "enabledFeatures": ["Async DNS", "HTTPS", "Message Digest"]])
+        case .getSessionInfo: return .success(["sessionId": .string(sessionID)])
+        // Every change is in the event log before it is answered: there is never anything to save.
+        case .saveSession: return .success("OK")
+        case .addTorrent, .getPeers:
+            return .failure(RPCError("BitTorrent is not supported: syncagent transfers over HTTP and HTTPS only."))
+        case .addMetalink: return .failure(RPCError("Metalink is not supported: syncagent transfers over HTTP and HTTPS only."))
+        case .changePosition:
+            return .failure(RPCError("Changing a download's place in the queue is not supported; set its priority when adding it."))
+        case .changeUri:
+            return .failure(RPCError("Changing a download's URIs is not supported: a download has one URL."))
+        case .shutdown, .forceShutdown:
+            return .failure(RPCError("The agent is stopped by its service manager (SIGTERM), not over RPC."))
+        default:
+            return .failure(.noSuchMethod(method.rawValue))
+        }
+    }
+
+    // MARK: - Calls
+
+    /// What `call` comes to, given what the agent holds.
+    public func action(for call: RPCCall, in context: inout Context) -> RPCAction {
+        if call.method == RPCMethod.multicall.rawValue { return multicall(call.params) }
+        switch authorize(call) {
+        case .failure(let error): return .fail(error)
+        case .success((nil, _)): return .fail(.noSuchMethod(call.method))
+        case .success((let method?, let params)):
+            if method.isStateless { return .answer(stateless(method, params)) }
+            do {
+                return try action(method, Parameters(params), in: &context)
+            } catch let error as RPCError {
+                return .fail(error)
+            } catch {
+                return .fail(RPCError("\(error)"))
+            }
+        }
+    }
+
+    /// `system.multicall([{methodName, params}, …])`: each call with its own token.
+    private func multicall(_ params: [JSONValue]) -> RPCAction {
+        guard let first = params.first else { return .fail(.missing(0)) }
+        guard let calls = first.array else { return .fail(.wrongType(0)) }
+        guard calls.count <= RPCRequest.maximumCalls else {
+            return .fail(RPCError("A multicall may hold at most \(RPCRequest.maximumCalls) calls."))
+        }
+        return .multicall(calls.map { entry in
+            guard let name = entry["methodName"]?.string else { return .failure(RPCError("Missing methodName.")) }
+            guard name != RPCMethod.multicall.rawValue else { return .failure(RPCError("Recursive system.multicall forbidden.")) }
+            return .success(RPCCall(id: .null, method: name, params: entry["params"]?.array ?? []))
+        })
+    }
+
+    private func action(_ method: RPCMethod, _ params: Parameters, in context: inout Context) throws -> RPCAction {
+        switch method {
+        case .addUri: return try add(params, in: context)
+        case .tellStatus:
+            let task = try params.task(0, in: context)
+            return .ok(RPCTaskStatus.object(task, in: context.state, settings: context.settings, keys: try params.keys(1)))
+        case .getUris: return .ok(RPCTaskStatus.uris(of: try params.task(0, in: context)))
+        case .getFiles: return .ok(RPCTaskStatus.files(of: try params.task(0, in: context), in: context.state))
+        case .getServers:
+            let task = try params.task(0, in: context)
+            guard task.phase == .running else { throw RPCError("No active download for GID#\(RPCGID.of(taskID: task.id))") }
+            return .ok(RPCTaskStatus.servers(of: task, in: context.state))
+        case .getOption: return .ok(RPCOptionView.options(of: try params.task(0, in: context), settings: context.settings))
+        case .tellActive:
+            let keys = try params.keys(0)
+            let tasks = context.view.active.compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
+            try context.spend(tasks.count)
+            return .ok(.array(tasks.map { RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys) }))
+        case .tellWaiting, .tellStopped:
+            let offset = try params.integer(0), count = min(try params.integer(1), Self.pageLimit), keys = try params.keys(2)
+            let page = method == .tellWaiting ? Self.page(waitingOrder(in: context), offset: offset, count: count)
+                : Self.page(context.view.stopped(), offset: offset, count: count)
+            try context.spend(page.count)
+            return .ok(.array(page.compactMap { context.state[$0] }.map {
+                RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys)
+            }))
+        case .getGlobalStat: return .ok(globalStat(in: &context))
+        case .getGlobalOption: return .ok(RPCOptionView.globalOptions(context.settings))
+        case .pause, .forcePause:
+            let task = try params.task(0, in: context)
+            let gid = RPCGID.of(taskID: task.id)
+            guard task.phase.isActive || (task.phase == .paused && task.pauseReason != .user) else {
+                throw RPCError("GID#\(gid) cannot be paused now")
+            }
+            return .control(.pause, tasks: [task.id], target: task.id, answer: .string(gid))
+        case .unpause:
+            let task = try params.task(0, in: context)
+            let gid = RPCGID.of(taskID: task.id)
+            guard task.phase == .paused, task.pauseReason == .user else { throw RPCError("GID#\(gid) cannot be unpaused now") }
+            return .control(.resume, tasks: [task.id], target: task.id, answer: .string(gid))
+        case .remove, .forceRemove:
+            let task = try params.task(0, in: context)
+            let gid = RPCGID.of(taskID: task.id)
+            guard !task.phase.isEnded else { throw RPCError("Active Download not found for GID#\(gid)") }
+            return .control(.cancel, tasks: [task.id], target: task.id, answer: .string(gid))
+        case .removeDownloadResult:
+            let task = try params.task(0, in: context)
+            guard task.phase.isEnded else { throw RPCError("Could not remove download result of GID#\(RPCGID.of(taskID: task.id))") }
+            return .control(.forget, tasks: [task.id], target: task.id, answer: "OK")
+        case .pauseAll, .forcePauseAll:
+            let tasks = context.view.active.union(context.view.waiting).compactMap { context.state[$0] }
+                .filter { $0.phase.isActive || ($0.phase == .paused && $0.pauseReason != .user) }
+            return .control(.pause, tasks: tasks.sorted { $0.createdSeq < $1.createdSeq }.map(\.id), target: "*", answer: "OK")
+        case .unpauseAll:
+            let tasks = context.view.waiting.compactMap { context.state[$0] }.filter { $0.phase == .paused && $0.pauseReason == .user }
+            return .control(.resume, tasks: tasks.sorted { $0.createdSeq < $1.createdSeq }.map(\.id), target: "*", answer: "OK")
+        case .purgeDownloadResult:
+            return .control(.forget, tasks: Array(context.view.stopped()), target: "*", answer: "OK")
+        case .changeOption:
+            let task = try params.task(0, in: context)
+            let options = try params.object(1)
+            try RPCOptionView.checkUnchanged(options, of: task, settings: context.settings)
+            return .ok("OK")
+        case .changeGlobalOption: return try RPCOptionView.changeGlobal(try params.object(0))
+        default:
+            return .answer(stateless(method, params.values))
+        }
+    }
+
+    private func add(_ params: Parameters, in context: Context) throws -> RPCAction {
+        guard params.values.count > 0 else { throw RPCError.missing(0) }
+        guard let uris = params.values[0].array else { throw RPCError.wrongType(0) }
+        let options = params.values.count > 1 ? try params.object(1) : [:]
+        if params.values.count > 2 { _ = try params.integer(2) }
+        let addition = try RPCJobOptions.addition(uris: uris, options: options)
+        let id: String
+        if let chosen = addition.taskID {
+            guard context.isFree(chosen) else { throw RPCError("GID \(chosen) is already used by another download") }
+            id = chosen
+        } else {
+            // Its GID must name it alone: an id whose GID is taken is drawn again.
+            id = IDRules.random { !context.isFree($0) || context.view.tasksByGID[RPCGID.of(taskID: $0)] != nil }
+        }
+        let job: Job
+        do {
+            job = try context.parser.parse(table: addition.table, source: JobSource(file: "rpc", identity: "rpc:\(RPCGID.of(taskID: id))"))
+        } catch let error as KeyError {
+            throw RPCError(RPCJobOptions.describe(error, origins: addition.origins))
+        }
+        guard case .transfer(_, let spec) = job else { throw RPCError("URI is not provided.") }
+        return .add(id: id, spec: spec, startsPaused: addition.startsPaused)
+    }
+
+    /// aria2's waiting list: queued tasks in the order they will start, then paused ones in the order they were added.
+    private func waitingOrder(in context: Context) -> [String] {
+        let waiting = context.view.waiting
+        var ordered: [String] = []
+        ordered.reserveCapacity(waiting.count)
+        for entry in context.state.runQueue.entries {
+            let id = context.state.tasks[entry.position].id
+            if waiting.contains(id) { ordered.append(id) }
+        }
+        let queued = Set(ordered)
+        let paused = waiting.subtracting(queued).compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
+        return ordered + paused.map(\.id)
+    }
+
+    /// The most downloads one `tellWaiting` or `tellStopped` lists (AriaNg asks for 1,000), and
+    /// one request in all (a batch, a multicall).
+    public static let pageLimit: Int64 = 1000
+    public static let listBudget = 20_000
+
+    /// aria2's paging: from `offset` onwards, or, for a negative offset,
+    /// from that far before the end backwards (in reverse order).
+    public static func page<IDs: RandomAccessCollection<String>>(_ ids: IDs, offset: Int64, count: Int64) -> [String] where IDs.Index == Int {
+        guard count > 0, !ids.isEmpty else { return [] }
+        let total = Int64(ids.count)
+        let first = Int64(ids.startIndex)
+        if offset >= 0 {
+            guard offset < total else { return [] }
+            return (offset..<min(total, offset + min(count, total))).map { ids[Int(first + $0)] }
+        }
+        let start = total + offset
+        guard start >= 0 else { return [] }
+        let end = max(-1, start - min(count, total))
+        return stride(from: start, to: end, by: -1).map { ids[Int(first + $0)] }
+    }
+
+    private func globalStat(in context: inout Context) -> JSONValue {
+        var down: Int64 = 0, up: Int64 = 0
+        for id in context.view.active {
+            guard let task = context.state[id] else { continue }
+            let speed = context.state.figures(of: task).speed
+            if task.spec.behaviour.countsSent { up &+= speed } else { down &+= speed }
+        }
+        return ["downloadSpeed": .string(String(down)), "uploadSpeed": .string(String(up)),
+                "numActive": .string(String(context.view.active.count)), "numWaiting": .string(String(context.view.waiting.count)),
+                "numStopped": .string(String(context.view.stoppedCount)), "numStoppedTotal": .string(String(context.view.stoppedSinceStart))]
+    }
+}
+
+extension RPCMethods.Context {
+    /// Counts `count` downloads described against the request's budget.
+    mutating func spend(_ count: Int) throws {
+        guard count <= listBudget else {
+            throw RPCError("This request asks for more than \(RPCMethods.listBudget) downloads in all; ask for fewer at a time.")
+        }
+        listBudget -= count
+    }
+}
+
+/// A call's parameters after the token, read as aria2 reads them (errors name the position).
+struct Parameters {
+    let values: [JSONValue]
+    init(_ values: [JSONValue]) { self.values = values }
+
+    func value(_ position: Int) throws -> JSONValue {
+        guard position < values.count else { throw RPCError.missing(position) }
+        return values[position]
+    }
+
+    func task(_ position: Int, in context: RPCMethods.Context) throws -> TaskState {
+        guard let query = try value(position).string else { throw RPCError.wrongType(position) }
+        guard RPCGID.normalizedQuery(query) != nil else { throw RPCError("Invalid GID \(query)") }
+        guard let id = context.view.task(named: query), let task = context.state[id] else { throw RPCError.gidNotFound(query) }
+        return task
+    }
+
+    func integer(_ position: Int) throws -> Int64 {
+        guard case .int(let number) = try value(position) else { throw RPCError.wrongType(position) }
+        return number
+    }
+
+    /// Optional: the keys of a status to send (none: all of them).
+    func keys(_ position: Int) throws -> [String] {
+        guard position < values.count else { return [] }
+        guard let items = values[position].array else { throw RPCError.wrongType(position) }
+        return try items.map { item in
+            guard let key = item.string else { throw RPCError.wrongType(position) }
+            return key
+        }
+    }
+
+    func object(_ position: Int) throws -> [String: JSONValue] {
+        guard let members = try value(position).object else { throw RPCError.wrongType(position) }
+        return members
+    }
+}
