@@ -104,8 +104,11 @@ public final class Agent {
         // A compaction cut short (a crash, a stop, or the snapshot just written) is finished at once, with its cutoff.
         let unfinishedCompaction = try log.store.unfinishedCompaction()
         try FileSystem.makeDirectory(paths.downloadDir, mode: 0o755)
-        let root = try DownloadRoot(path: paths.downloadDir)
-        held.hold("download_dir", at: paths.downloadDir, identity: try root.identity())
+        let root = try DownloadRoot(path: paths.downloadDir, more: paths.moreDirs)
+        for folder in try root.identities() {
+            held.hold(PathRules.isSame(folder.path, paths.downloadDir) ? "download_dir" : "more_dirs folder", at: folder.path,
+                      identity: folder.identity)
+        }
         try makeEngine(root: root, snapshotSeq: snapshotSeq)
 
         log.record(.agentStarted(AgentStarted(pid: Posix.processID, version: SyncAgentVersion.current, hooks: config.hooks)))
@@ -202,6 +205,7 @@ public final class Agent {
                 try announcements.announceDrainedBatches()
                 try announcements.startOwedHooks()
             }
+            announcements.tellFailures()
             // Group commit across wake-ups: one WAL fsync per interval at most,
             // however many events the wake-ups in between recorded.
             if log.hasPending, Posix.monotonicMs - lastCommitMs >= Self.commitIntervalMs {
@@ -374,6 +378,7 @@ public final class Agent {
         if let wake = nextTimedWakeMs { timeout = min(timeout, wake - Posix.nowMs) }
         if let wake = runners.nextWakeMs { timeout = min(timeout, wake - monotonic) }
         if let hook = announcements.hooks.nextWakeMs { timeout = min(timeout, hook - monotonic) }
+        if let notice = announcements.nextFailureNoticeMs { timeout = min(timeout, notice - monotonic) }
         if let poller = inboxPoller { timeout = min(timeout, poller.nextDueMs - monotonic) }
         return Int32(max(0, timeout))
     }
@@ -395,7 +400,7 @@ public final class Agent {
             let applied = changes.filter { !AgentConfig.restartKeys.contains($0) }
             var next = reloaded.config
             // Paths stay as the agent started with them.
-            next.inbox = config.inbox; next.stateDir = config.stateDir; next.downloadDir = config.downloadDir
+            next.inbox = config.inbox; next.stateDir = config.stateDir; next.downloadDir = config.downloadDir; next.moreDirs = config.moreDirs
             next.cookies = config.cookies
             config = next
             context.config = next
@@ -454,7 +459,9 @@ public final class Agent {
     }
 
     private func jobParser() -> JobParser {
-        JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify,
-                  forbiddenDirs: FileSystem.spellingsBeneath(paths.downloadDir, of: [paths.stateDir, paths.inbox]))
+        JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs, defaultNotify: config.notify,
+                  forbiddenDirs: ([paths.downloadDir] + paths.moreDirs).flatMap {
+                      FileSystem.spellingsBeneath($0, of: [paths.stateDir, paths.inbox])
+                  })
     }
 }

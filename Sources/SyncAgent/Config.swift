@@ -10,6 +10,8 @@ public struct AgentPaths: Equatable, Sendable {
     public var stateDir: String
     public var inbox: String
     public var downloadDir: String
+    /// `more_dirs`, absolute and normalized: more folders a `dest` may name.
+    public var moreDirs: [String] = []
 
     public var eventLog: String { stateDir + "/events.sqlite" }
     public var lockFile: String { stateDir + "/agent.lock" }
@@ -69,7 +71,8 @@ public struct ResolvedConfig: Sendable {
         let paths = AgentPaths(
             stateDir: PathRules.normalize(expand(stateDir ?? config.stateDir ?? xdg("XDG_STATE_HOME", ".local/state") + "/syncagent")),
             inbox: PathRules.normalize(expand(inbox ?? config.inbox ?? xdg("XDG_DATA_HOME", ".local/share") + "/syncagent/inbox")),
-            downloadDir: PathRules.normalize(expand(config.downloadDir ?? home + "/Downloads")))
+            downloadDir: PathRules.normalize(expand(config.downloadDir ?? home + "/Downloads")),
+            moreDirs: config.moreDirs.map { PathRules.normalize(expand($0)) })
         return ResolvedConfig(config: config, paths: paths, file: path)
     }
 }

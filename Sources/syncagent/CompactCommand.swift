@@ -8,9 +8,9 @@ struct CompactCommand: ParsableCommand {
         commandName: "compact",
         abstract: "Fold tasks that ended long ago into a snapshot and drop their raw events; the log shrinks.",
         discussion: """
-            The state stays the same: `status` and `replay` list every task as before. What goes is the
-            event-by-event history (`events`, and the attempts `status --task` lists) of tasks that ended before
-            DURATION ago (default: the config's keep_ended, 7d).
+            The state stays the same: `status` and `replay` list every task as before. What goes is the \
+            event-by-event history (`events`, and the attempts `status --task` lists) of tasks that ended before \
+            DURATION ago (default: the config's keep_ended, 7d). \
             With an agent running, the agent compacts in the background and this command waits for its report.
 
             Example:
@@ -92,15 +92,21 @@ struct CompactCommand: ParsableCommand {
     }
 
     static func describe(_ report: Compacted) -> String {
-        let shrink = report.bytesBefore > 0 ? String(format: " (%.1f%%)", Double(report.bytesAfter) * 100 / Double(report.bytesBefore)) : ""
+        let size = ByteCount.format(report.bytesAfter)
         if report.trigger == "requested", report.events == 0 {
+            guard report.olderThanS > 0 else {
+                return "nothing to compact: no ended task has events left to drop, nor has the agent; the log stays \(size)"
+            }
             // As --older-than is written: 7d, 12h, 30m, 45s.
-            let age = [(86_400, "d"), (3_600, "h"), (60, "m")].first { report.olderThanS % Int64($0.0) == 0 && report.olderThanS > 0 }
-                .map { "\(report.olderThanS / Int64($0.0))\($0.1)" } ?? "\(report.olderThanS)s"
-            return "nothing to compact: no ended task older than \(age) has raw events left, "
-                + "nor has the agent; no snapshot written; log \(ByteCount.format(report.bytesBefore)) → \(ByteCount.format(report.bytesAfter))"
+            let unit = [(86_400, "d"), (3_600, "h"), (60, "m")].first { report.olderThanS % Int64($0.0) == 0 }
+            let age: String = unit.map { "\(report.olderThanS / Int64($0.0))\($0.1)" } ?? "\(report.olderThanS)s"
+            return "nothing to compact: no ended task older than \(age) has events left to drop, nor has the agent; "
+                + "the log stays \(size) (--older-than 0 compacts every ended task)"
         }
+        let change = report.bytesBefore > 0 ? String(format: " (%.1f%%)", Double(report.bytesAfter) * 100 / Double(report.bytesBefore)) : ""
+        // A snapshot of every task's state now stands in for what went: a few events dropped may weigh less.
+        let grew = report.bytesAfter > report.bytesBefore ? "; it grew: the snapshot of every task outweighs the events dropped" : ""
         return "compacted: snapshot at seq \(report.snapshotSeq); raw events of \(report.tasks) ended task(s) dropped "
-            + "(\(report.events) events); log \(ByteCount.format(report.bytesBefore)) → \(ByteCount.format(report.bytesAfter))\(shrink)"
+            + "(\(report.events) events); log \(ByteCount.format(report.bytesBefore)) → \(size)\(change)\(grew)"
     }
 }

@@ -46,7 +46,7 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
             throw fail("task \(task) is \(phase.rawValue); only an ended task can be forgotten (cancel it first)")
         }
         if record == .unknown {
-            guard pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir).contains(task) else {
+            guard pendingJobIDs(resolved.paths).contains(task) else {
                 throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")
             }
             // A job not yet taken becomes a queued task: not one that has ended.
@@ -55,6 +55,8 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
             }
         }
     }
+    // Where the log ends before the request goes in: its outcome is recorded after.
+    let since = (try? EventStore(readingFrom: resolved.paths.eventLog).lastSeq) ?? 0
     let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n"
     let path: String
     do {
@@ -63,15 +65,70 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
         throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)")
     }
     let who = task == "*" ? (action == .forget ? "every ended task" : "every task") : "task \(task)"
-    print("\(action.rawValue) requested for \(who): \(path)")
-    warnIfNoAgent(resolved.paths)
+    guard AgentLiveness.probe(stateDir: resolved.paths.stateDir).running else {
+        print("\(action.rawValue) requested for \(who): \(path)")
+        warnIfNoAgent(resolved.paths)
+        return
+    }
+    switch ControlAnswer.awaited(name: (path as NSString).lastPathComponent, since: since, paths: resolved.paths) {
+    case .applied(let control):
+        let words = Printable.escaping(Redaction.text(control.outcome))
+        // "ID: what happened" for one task; for every task, one such part per task that changed.
+        guard control.changedAnything else { throw fail(task == "*" ? words : "task \(words)") }
+        print(task == "*" ? "\(action.rawValue) --all: \(words)" : "task \(words)")
+    case .refused(let reason):
+        throw fail("the agent refused the \(action.rawValue) request: \(Printable.escaping(Redaction.text(reason)))")
+    case .stillWaiting:
+        print("\(action.rawValue) requested for \(who): \(path)")
+        FileHandle.standardError.write(Data(("syncagent: the agent has not applied it within \(ControlAnswer.waitS) s; "
+            + "`syncagent events -n 5\(task == "*" ? "" : " --task \(task)")` will show what came of it\n").utf8))
+    case .agentStopped:
+        print("\(action.rawValue) requested for \(who): \(path)")
+        warnIfNoAgent(resolved.paths)
+    }
+}
+
+/// What the running agent made of a control job, looked for in the log
+/// for a few seconds: the agent takes a job from the inbox at once, and
+/// the person who typed `cancel` wants to know it happened.
+enum ControlAnswer {
+    case applied(Controlled)
+    /// Rejected as a job: the reason it gave.
+    case refused(String)
+    case stillWaiting
+    case agentStopped
+
+    static let waitS = 5
+
+    static func awaited(name: String, since: Int64, paths: AgentPaths) -> ControlAnswer {
+        let deadline = Date().addingTimeInterval(Double(waitS))
+        var cursor = since
+        while true {
+            var answer: ControlAnswer?
+            try? EventStore(readingFrom: paths.eventLog).forEachRow(after: cursor) { row in
+                cursor = row.seq
+                guard answer == nil, row.type == "controlled" || row.type == "rejected",
+                      let body = try? EventCoding.body(type: row.type, data: row.data) else { return }
+                switch body {
+                case .controlled(let control) where control.file == name: answer = .applied(control)
+                case .rejected(let rejection) where rejection.file == name: answer = .refused(rejection.error)
+                default: break
+                }
+            }
+            if let answer { return answer }
+            guard Date() < deadline else { return .stillWaiting }
+            guard AgentLiveness.probe(stateDir: paths.stateDir).running else { return .agentStopped }
+            Posix.sleep(ms: 50)
+        }
+    }
 }
 
 /// A job written while no agent runs is not lost, only late: say so (on
 /// stderr, so a script reading ids or paths from stdout is not disturbed).
 func warnIfNoAgent(_ paths: AgentPaths) {
     guard !AgentLiveness.probe(stateDir: paths.stateDir).running else { return }
-    FileHandle.standardError.write(Data("syncagent: no agent is running on \(paths.stateDir); the request waits in \(paths.inbox) for its next start (syncagent run)\n".utf8))
+    FileHandle.standardError.write(Data(("syncagent: no agent is running on \(paths.stateDir); the request waits in \(paths.inbox) "
+        + "and applies when the agent starts (syncagent run)\n").utf8))
 }
 
 struct PauseCommand: ParsableCommand {
@@ -136,18 +193,8 @@ struct ForgetCommand: ParsableCommand {
 
 /// Ids named by jobs still waiting in the inbox: a control job dropped after
 /// them is applied after them, so they count as known.
-func pendingJobIDs(inbox: String, downloadDir: String) -> Set<String> {
-    let parser = JobParser(downloadDir: downloadDir)
-    let names = (try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []
-    var ids = Set<String>()
-    for name in names where InboxRules.isJobFileName(name) {
-        // Only what the agent would take: it refuses a symbolic link, a FIFO or a device.
-        guard let info = try? Posix.status(of: inbox + "/" + name, flags: AT_SYMLINK_NOFOLLOW), info.st_mode & S_IFMT == S_IFREG,
-              let data = FileManager.default.contents(atPath: inbox + "/" + name),
-              case .transfer(let id?, _)? = try? parser.parse([UInt8](data)) else { continue }
-        ids.insert(id)
-    }
-    return ids
+func pendingJobIDs(_ paths: AgentPaths) -> Set<String> {
+    Set(WaitingJobs.read(paths).jobs.compactMap(\.id))
 }
 
 /// Ids of the jobs `submit` wrote that still wait in the inbox, read from

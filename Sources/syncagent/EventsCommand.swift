@@ -49,7 +49,7 @@ struct EventsCommand: ParsableCommand {
             if record == .unknown {
                 // A job still in the inbox is known to pause and cancel: not "no task", only no events yet.
                 let paths = try global.resolve().paths
-                let waiting = pendingJobIDs(inbox: paths.inbox, downloadDir: paths.downloadDir).contains(task)
+                let waiting = pendingJobIDs(paths).contains(task)
                 if !follow && !waiting { throw fail("no task has the id \"\(task)\"") }
                 let words = waiting ? "task \(task) is a job waiting in \(paths.inbox); it has no events yet"
                                     : "no task has the id \"\(task)\" yet; waiting for its events"

@@ -8,7 +8,7 @@ struct ReplayCommand: ParsableCommand {
         commandName: "replay",
         abstract: "Fold the event log and print each task's recovered state and recovery plan.",
         discussion: """
-            The plan is what a restart would do: "resume at byte N with If-Range: ETag",
+            The plan is what a restart would do: "resume at byte N with If-Range: ETag", \
             "restart from 0: …", "nothing: finished". Read-only.
 
             Example:
@@ -51,11 +51,17 @@ struct ReplayCommand: ParsableCommand {
         }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let plans = Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, RecoveryPlan.plan(for: $0, in: state, nowMs: now)) })
+        // The whole log, as `status` reads it: a task left running by an agent that is gone
+        // is interrupted and moves no bytes, whatever speed its last progress had. (A past
+        // point, `--until`, shows the log's words as they were then.)
+        let agentRunning: Bool? = state.lastSeq < store.lastSeq ? nil
+            : AgentLiveness.probe(stateDir: try global.resolve().paths.stateDir).running
         // What the log records of hook runs that may not have run (a restart records those it finds unended).
         let hookRuns = state.hookRunsThatMayNotHaveRun(agentRunning: true).filter { run in task.map { run.key.task == $0 } ?? true }
         if json {
             // Streamed as `status --json` is: a report per task, never the whole document in memory.
-            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state) }, hookRuns: hookRuns) {
+            TaskReport.writeJSON(tasks.lazy.map { TaskReport($0, plan: plans[$0.id], in: state, agentRunning: agentRunning ?? true) },
+                                 hookRuns: hookRuns) {
                 print($0, terminator: "")
             }
             print()
@@ -63,12 +69,17 @@ struct ReplayCommand: ParsableCommand {
             print("log: \(store.path), replayed through seq \(state.lastSeq)")
             // A video's segments are summed up on its row (replay --task SEGMENT shows one).
             let rows = task != nil ? tasks : tasks.filter { $0.spec.parent.map { state[$0] == nil } ?? true }
-            print(TaskTable.render(rows, in: state, plans: plans.mapValues(\.words)), terminator: "")
-            for run in hookRuns { print("! " + Printable.escaping(run.words)) }
+            // On a terminal, fitted to its width, plans and errors wrapped under their rows.
+            let width = Posix.isTerminal(STDOUT_FILENO) ? TerminalSize.current().columns : nil
+            let style = TaskTable.Style(width: width, wrapNotes: true, home: ProcessInfo.processInfo.environment["HOME"],
+                                        agentRunning: agentRunning)
+            print(TaskTable.render(rows, in: state, style: style, plans: plans.mapValues(\.words)), terminator: "")
+            for run in hookRuns { StatusCommand.wrapped("! " + Printable.escaping(run.words), to: width).forEach { print($0) } }
         }
         if verify {
-            // A log is input too: a file it places outside download_dir is not read (the agent would not write it).
-            let rules = JobParser(downloadDir: try global.resolve().paths.downloadDir)
+            // A log is input too: a file it places outside download_dir and more_dirs is not read (the agent would not write it).
+            let paths = try global.resolve().paths
+            let rules = JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs)
             let checked = tasks.filter { task in
                 guard let refusal = rules.refusal(ofRecorded: task.spec) else { return true }
                 print("not checked: \(task.id): \(refusal.reason); its files are not read")

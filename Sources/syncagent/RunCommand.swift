@@ -8,8 +8,8 @@ struct RunCommand: ParsableCommand {
         commandName: "run",
         abstract: "Run the agent: replay the log, resume unfinished tasks, take jobs from the inbox.",
         discussion: """
-            SIGTERM or SIGINT pauses running transfers and exits 0; the next start resumes them.
-            With --exit-when-idle the agent exits once the inbox is empty and nothing is queued
+            SIGTERM or SIGINT pauses running transfers and exits 0; the next start resumes them. \
+            With --exit-when-idle the agent exits once the inbox is empty and nothing is queued \
             or running: status 0 if every task of this run finished, 4 if any failed.
 
             Example:

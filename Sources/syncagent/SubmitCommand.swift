@@ -8,13 +8,13 @@ struct SubmitCommand: ParsableCommand {
         commandName: "submit",
         abstract: "Write one job file per URL into the inbox and print each task's id.",
         discussion: """
-            Each file is written under a temporary name and renamed, so the agent never
-            sees half a job. Works whether or not the agent runs (it says so when none
-            does); the agent takes the jobs when it (next) runs. Every job is checked
+            Each file is written under a temporary name and renamed, so the agent never \
+            sees half a job. Works whether or not the agent runs (it says so when none \
+            does); the agent takes the jobs when it (next) runs. Every job is checked \
             first: if one is wrong, none is written.
 
-            -i FILE (or - for standard input) reads URLs one per line, aria2c-style: a
-            URL's options go on indented key=value lines below it (any job key, and
+            -i FILE (or - for standard input) reads URLs one per line, aria2c-style: a \
+            URL's options go on indented key=value lines below it (any job key, and \
             dir, out, header, form); they override the flags for that URL.
 
             Examples:
@@ -48,13 +48,19 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Destination, relative to download_dir (default: the URL's file name). One URL only.")
     var dest: String?
 
-    @Option(help: ArgumentHelp("Save into this folder (relative to download_dir) under the URL's file name.", valueName: "dir"))
+    @Option(name: [.customShort("d"), .long],
+            help: ArgumentHelp("Save into this folder (relative to download_dir) under the URL's file name, or -o's (aria2c -d).",
+                               valueName: "dir"))
     var dir: String?
+
+    @Option(name: [.customShort("o"), .customLong("out")],
+            help: ArgumentHelp("Save under this file name, in download_dir or -d's folder (aria2c -o). One URL only.", valueName: "name"))
+    var out: String?
 
     @Option(help: "The task's id (default: a new short id). One URL only.")
     var id: String?
 
-    @Option(help: "download (default), upload, data or hls.")
+    @Option(help: "download (default), upload, data or hls.", completion: .list(["download", "upload", "data", "hls"]))
     var kind: String?
 
     @Option(help: "Expected SHA-256 of the file, verified before it is published.")
@@ -63,7 +69,8 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Expected MD5 of the file, verified before it is published.")
     var md5: String?
 
-    @Option(help: "When the destination exists: rename (default: name.1.ext), replace, skip, fail or update.")
+    @Option(help: "When the destination exists: rename (default: name.1.ext), replace, skip, fail or update.",
+            completion: .list(["rename", "replace", "skip", "fail", "update"]))
     var overwrite: String?
 
     @Flag(help: "Fetch only if it changed since this agent published it (overwrite = \"update\"; wget -N, curl -z).")
@@ -75,7 +82,7 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Tasks with the same batch are notified together.", valueName: "name"))
     var batch: String?
 
-    @Option(help: "batch (default), each (one notification per task too) or none.")
+    @Option(help: "batch (default), each (one notification per task too) or none.", completion: .list(["batch", "each", "none"]))
     var notify: String?
 
     @Option(help: "Retries after a transient failure (default: the config's retries).")
@@ -85,10 +92,11 @@ struct SubmitCommand: ParsableCommand {
     var connections: Int?
 
     @Option(name: .customLong("allow-metered"), help: ArgumentHelp("false: wait while NetworkManager says the link is metered.",
-                                                                     valueName: "true|false"))
+                                                                     valueName: "true|false"), completion: .list(["true", "false"]))
     var allowMetered: Bool?
 
-    @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M.", valueName: "rate"))
+    @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M (K, M, G: powers of 1024; 2MB is refused as ambiguous).",
+                                                                             valueName: "rate"))
     var maxSpeed: String?
 
     @Option(name: .customLong("not-before"), help: ArgumentHelp("Do not start before this time, such as 2026-11-22T03:00:00Z.", valueName: "time"))
@@ -110,7 +118,7 @@ struct SubmitCommand: ParsableCommand {
     var formFields: [String] = []
 
     @Option(name: .customLong("protocol"), help: ArgumentHelp("Upload jobs: plain (default: one request), tus or ietf (resumable).",
-                                                           valueName: "name"))
+                                                           valueName: "name"), completion: .list(["plain", "tus", "ietf"]))
     var uploadProtocol: String?
 
     @Option(name: .customLong("chunk-size"), help: ArgumentHelp("Resumable uploads: auto (default) or a size such as 8M per request.",
@@ -124,15 +132,24 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "HLS jobs: best (default), worst, a BANDWIDTH or a resolution such as 1280x720.")
     var variant: String?
 
-    @Option(help: "HLS jobs: directory (default: DEST/index.m3u8 and its segments) or file (one DEST.ts or DEST.mp4).")
+    @Option(help: "HLS jobs: directory (default: DEST/index.m3u8 and its segments) or file (one DEST.ts or DEST.mp4).",
+            completion: .list(["directory", "file"]))
     var output: String?
 
     @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")
     var maxDuration: Int?
 
+    @Flag(help: ArgumentHelp("Stay until the tasks end, with a live line for each (on stderr), and exit as aria2c does: "
+                             + "0 when all finished, else its status for the last failure (3 not found, 24 refused, 32 checksum …)."))
+    var wait = false
+
     /// Checked in `run`, not `validate`: `--help` must not print an error first.
     private func check() throws {
         if dest != nil && dir != nil { throw fail("give --dest (a file) or --dir (a folder), not both") }
+        if dest != nil && out != nil { throw fail("give --dest (a path) or -o/--out (a file name), not both") }
+        if let out, out.contains("/") || out == "." || out == ".." || out.isEmpty {
+            throw fail("-o/--out takes a file name, not \"\(out)\" (a folder goes in -d/--dir)")
+        }
         if update, let overwrite, overwrite != "update" { throw fail("--update is overwrite = \"update\"; it cannot go with --overwrite \(overwrite)") }
         if urls.isEmpty && inputFile == nil { throw fail("give at least one URL, or -i FILE (- for standard input)") }
     }
@@ -143,7 +160,7 @@ struct SubmitCommand: ParsableCommand {
     /// missing from the list only leaves a URL to the parser, which then parses
     /// the whole line itself (`SyncAgentCommand.parsed`).
     static func urlsTakenOut(of arguments: [String]) -> (rest: [String], urls: [String])? {
-        let flags: Set<String> = ["--update"]
+        let flags: Set<String> = ["--update", "--wait"]
         guard arguments.first == "submit", arguments.count > 64 else { return nil }
         var rest = ["submit"], urls: [String] = []
         var index = 1
@@ -177,6 +194,13 @@ struct SubmitCommand: ParsableCommand {
         if let inputFile { entries += try readList(inputFile) }
         if entries.isEmpty { throw fail("\(inputFile ?? "-"): no URL in the list") }
         if entries.count > 1, dest != nil { throw fail("--dest names one file, but \(entries.count) URLs were given; use --dir") }
+        if entries.count > 1, out != nil { throw fail("-o/--out names one file, but \(entries.count) URLs were given; use -d/--dir") }
+        // No scheme typed ("example.com/a.iso"): https, as a browser would, and said so.
+        for index in entries.indices {
+            guard let url = URLRules.assumingHTTPS(entries[index].url) else { continue }
+            FileHandle.standardError.write(Data("syncagent: \(entries[index].origin)no scheme in \"\(entries[index].url)\": taken as \(url)\n".utf8))
+            entries[index].url = url
+        }
         if entries.count > 1, id != nil { throw fail("--id names one task, but \(entries.count) URLs were given") }
 
         // One submit at a time checks ids against the inbox and writes: two
@@ -195,9 +219,9 @@ struct SubmitCommand: ParsableCommand {
         // file names (another job naming the same six random characters is as
         // unlikely as it gets, and the agent would refuse it by name).
         let chosenIDs = id != nil || entries.contains { $0.options.contains { $0.key == "id" } }
-        var taken = chosenIDs ? pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
+        var taken = chosenIDs ? pendingJobIDs(resolved.paths)
                               : submittedJobIDs(inbox: resolved.paths.inbox)
-        let parser = JobParser(downloadDir: resolved.paths.downloadDir)
+        let parser = JobParser(downloadDir: resolved.paths.downloadDir, moreDirs: resolved.paths.moreDirs)
         var jobs: [(id: String, text: String)] = []
         func prepareJobs(_ inLog: (String) -> Bool) throws {
             for entry in entries {
@@ -226,7 +250,7 @@ struct SubmitCommand: ParsableCommand {
         do {
             _ = try InboxWriter(inbox: resolved.paths.inbox).write(jobs.map { ($0.text, "submit-\($0.id)") })
         } catch {
-            let taken = pendingJobIDs(inbox: resolved.paths.inbox, downloadDir: resolved.paths.downloadDir)
+            let taken = pendingJobIDs(resolved.paths)
             let inboxed = jobs.map(\.id).filter(taken.contains)
             throw fail("cannot write into the inbox \(resolved.paths.inbox): \(error)"
                        + (inboxed.isEmpty ? "; no job was submitted" : "; these went in: \(inboxed.joined(separator: " "))"))
@@ -241,6 +265,7 @@ struct SubmitCommand: ParsableCommand {
             throw fail("\(jobs.count) jobs were written, but their ids could not be printed (\(Posix.words((error as? SystemError)?.errno ?? EIO))): "
                        + jobs.map(\.id).joined(separator: " "))
         }
+        if wait { try SubmitWait.follow(jobs.map(\.id), global: global, paths: resolved.paths) }
         warnIfNoAgent(resolved.paths)
     }
 
@@ -300,7 +325,7 @@ struct SubmitCommand: ParsableCommand {
         // Each with how an error names it: the flag, or the list's line that gave it.
         var headerLines = headers.map { (text: $0, shown: "--header \"\($0)\"") }
         var formLines = formFields.map { (text: $0, shown: "--form \"\($0)\"") }
-        var folder = dir, fileName: String?
+        var folder = dir, fileName = out
         for option in entry.options {
             let shown = "\(entry.origin(ofLine: option.line))\(option.key)=\(option.value)"
             switch option.key {

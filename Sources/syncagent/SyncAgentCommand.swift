@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import SyncAgent
+import SyncAgentCore
 
 @main
 struct SyncAgentCommand: ParsableCommand {
@@ -9,7 +10,7 @@ struct SyncAgentCommand: ParsableCommand {
         commandName: "syncagent",
         abstract: "Background HTTP transfers for the Linux desktop: drop a job file, get the file, get told.",
         discussion: """
-            Drop a *.job file into the inbox (or use `syncagent submit`) and the agent downloads it,
+            Drop a *.job file into the inbox (or use `syncagent submit`) and the agent downloads it, \
             resumes it after a crash, and posts one desktop notification when everything is done.
 
             Example:
@@ -30,8 +31,18 @@ extension SyncAgentCommand {
     /// as one line naming the flag, like every other error (SPEC §3), not
     /// with the usage text; help and version print as usual.
     static func main() {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let word = arguments.first, !word.hasPrefix("-"), !word.isEmpty {
+            let names = configuration.subcommands.map { $0._commandName } + ["help"]
+            if !names.contains(word) {
+                // A mistyped command is named with the one meant, not left an "unexpected argument".
+                let meant = Suggestion.closest(to: word, among: names).map { "; did you mean \"\($0)\"?" } ?? ""
+                FileHandle.standardError.write(Data("syncagent: \"\(word)\" is not a command\(meant) (see syncagent --help)\n".utf8))
+                Foundation.exit(ExitCode.validationFailure.rawValue)
+            }
+        }
         do {
-            var command = try parsed(Array(CommandLine.arguments.dropFirst()))
+            var command = try parsed(arguments)
             try command.run()
         } catch {
             let code = exitCode(for: error)

@@ -4,12 +4,18 @@ import SyncAgentCore
 /// The human table of `status` and `replay`.
 enum TaskTable {
     struct Style {
-        /// Columns to fit every line into (`--watch` on a terminal); nil: no limit.
+        /// Columns to fit every line into (on a terminal); nil: no limit.
         var width: Int?
         var colour = false
         var bars = false
+        /// A fitted table's errors and plans: wrapped (`status`, `replay`), or cut to one line (`--watch`).
+        var wrapNotes = false
+        /// A fitted table writes paths beneath this folder (`$HOME`) as `~/…`: room for the names.
+        var home: String?
         /// `status`: whether an agent runs (false: `running` reads `interrupted`). nil: the log's words as they are.
         var agentRunning: Bool?
+        /// `status`: now, and the config's `retries`, to say how long a task waits to retry. nil: the log's words.
+        var retryClock: (nowMs: Int64, retries: Int)?
     }
 
     private static let header = ["ID", "KIND", "STATE", "BYTES", "%", "SPEED", "ETA", "DEST"]
@@ -19,12 +25,14 @@ enum TaskTable {
     private static let barWidth = 20
 
     /// One line per task (a parent's children are summed up on its row, not
-    /// listed), each followed by its error or recovery plan when it has one.
+    /// listed), each followed by its error or recovery plan when it has one;
+    /// then the jobs `waiting` in the inbox for the agent.
     static func lines(_ tasks: [TaskState], in state: AgentState, style: Style = Style(),
-                      plans: [String: String] = [:]) -> [String] {
+                      plans: [String: String] = [:], waiting: [TaskState] = []) -> [String] {
         var rows: [[String]] = []
+        var bars: [String] = []
         var notes: [Int: [String]] = [:]
-        for task in tasks {
+        for (index, task) in (tasks + waiting).enumerated() {
             let figures = state.figures(of: task)
             var size = figures.total.map { "\(ByteCount.format(figures.bytes))/\(ByteCount.format($0))" } ?? ByteCount.format(figures.bytes)
             if let children = figures.children {
@@ -33,19 +41,26 @@ enum TaskTable {
             let percent = figures.percent.map { "\(Int($0.rounded()))" } ?? "-"
             let interrupted = task.phase == .running && style.agentRunning == false
             let skipped = task.phase == .finished && task.skipReason != nil
-            let phase = interrupted ? "interrupted" : task.unchanged ? "unchanged" : skipped ? "skipped" : task.phase.rawValue
+            let retry = style.retryClock.flatMap { StatusView.retryWait(of: task, nowMs: $0.nowMs, retries: $0.retries) }
+            let phase = index >= tasks.count ? "waiting" : interrupted ? "interrupted" : retry != nil ? "retrying" : task.unchanged ? "unchanged"
+                : skipped ? "skipped" : task.phase.rawValue
             let moving = task.phase == .running && !interrupted
             let speed = moving ? ByteCount.format(figures.speed) + "/s" : "-"
             let eta = moving ? StatusView.etaSeconds(figures, phase: task.phase).map(StatusView.duration) ?? "?" : "-"
             // A resumable upload's requests are its protocol's (POST, PATCH …): it is named by that protocol.
             let how = task.spec.upload.map { "\($0.protocol.rawValue) upload:" } ?? task.spec.effectiveMethod
             var dest = task.dest ?? "\(how) \(Redaction.url(task.spec.url))"
-            if style.bars, let value = figures.percent {
-                let filled = min(barWidth, max(0, Int(value / 100 * Double(barWidth))))
-                dest = "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "] " + dest
+            if style.width != nil, let home = style.home, home.count > 1, dest.hasPrefix(home + "/") {
+                dest = "~" + dest.dropFirst(home.count)
             }
+            bars.append(figures.percent.map { value in
+                let filled = min(barWidth, max(0, Int(value / 100 * Double(barWidth))))
+                return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "]"
+            } ?? "")
             var taskNotes: [String] = []
-            if let error = task.error, task.phase == .failed || task.phase == .queued { taskNotes.append(Redaction.text(error)) }
+            if let error = task.error, task.phase == .failed || task.phase == .queued {
+                taskNotes.append((retry.map { $0.words + ": " } ?? "") + Redaction.text(error))
+            }
             if task.phase == .paused, let words = task.pauseReason.flatMap(NetworkPolicy.waitingWords) { taskNotes.append(words) }
             if let plan = plans[task.id] { taskNotes.append("plan: " + plan) }
             if !taskNotes.isEmpty { notes[rows.count] = taskNotes }
@@ -53,10 +68,24 @@ enum TaskTable {
         }
         // Names and reasons come from jobs and servers: no raw control character reaches the terminal.
         rows = ([header] + rows).map { $0.map(Printable.escaping) }
-        if style.width != nil {
+        var columns = Array(0..<header.count - 1)
+        var notesIndent: Int?
+        if let width = style.width {
             for index in rows.indices { rows[index][0] = StatusView.shorten(rows[index][0], to: fittedIDWidth) }
+            columns.removeAll { Self.tellsNothing(column: $0, of: rows) }
+            // The bar in a column of its own, when the destination keeps its room beside it.
+            if style.bars, bars.contains(where: { !$0.isEmpty }) {
+                let left = columns.reduce(0) { total, column in total + (rows.map { Printable.cells($0[column]) }.max() ?? 0) + 2 }
+                let longestDest = rows.dropFirst().map { Printable.cells($0.last!) }.max() ?? 0
+                if left + barWidth + 4 + min(longestDest, minimumDestWidth) <= width {
+                    for index in rows.indices { rows[index].insert(index == 0 ? "PROGRESS" : bars[index - 1], at: header.count - 1) }
+                    columns.append(header.count - 1)
+                }
+            }
+            // Under the second column, not the last: a reason gets most of the width.
+            notesIndent = (rows.map { Printable.cells($0[0]) }.max() ?? 0) + 2
         }
-        let widths = (0..<header.count - 1).map { column in rows.map { Printable.cells($0[column]) }.max() ?? 0 }
+        let widths = columns.map { column in rows.map { Printable.cells($0[column]) }.max() ?? 0 }
         let destColumn = widths.reduce(0) { $0 + $1 + 2 }
         var out: [String] = []
         out.reserveCapacity(rows.count)
@@ -66,7 +95,7 @@ enum TaskTable {
         for (index, row) in rows.enumerated() {
             plain.removeAll(keepingCapacity: true)
             coloured.removeAll(keepingCapacity: true)
-            for (column, width) in widths.enumerated() {
+            for (column, width) in zip(columns, widths) {
                 let cell = row[column]
                 let padding = repeatElement(UInt8(ascii: " "), count: max(0, width - Printable.cells(cell)) + 2)
                 plain.append(contentsOf: cell.utf8)
@@ -89,13 +118,65 @@ enum TaskTable {
                 out.append(fitted)
             }
             for note in notes[index - 1] ?? [] {
-                var text = "  " + Printable.escaping(note)
-                // A reason reads from its start: cut its end.
-                if let width = style.width { text = StatusView.cut(text, to: width - destColumn) }
-                out.append(fit(indent(destColumn) + text, style: style))
+                let text = Printable.escaping(note)
+                guard let width = style.width, let notesIndent else {
+                    out.append(indent(destColumn) + "  " + text)
+                    continue
+                }
+                if style.wrapNotes {
+                    out += wrap(text, to: width - notesIndent).map { fit(indent(notesIndent) + $0, style: style) }
+                } else {
+                    // A reason reads from its start: cut its end.
+                    out.append(fit(indent(notesIndent) + StatusView.cut(text, to: width - notesIndent), style: style))
+                }
             }
         }
         return out
+    }
+
+    /// A fitted table gives the destination at least this much room before it draws bars.
+    private static let minimumDestWidth = 40
+
+    /// A column a fitted table leaves out: the same value on every row (every
+    /// task a download, none moving), where it tells no row from another and
+    /// takes room the destination needs. With one row, only when it says
+    /// nothing ("-"). The id, the state and the destination always stay.
+    private static func tellsNothing(column: Int, of rows: [[String]]) -> Bool {
+        guard column != 0, column != stateColumn, rows.count > 1 else { return false }
+        let first = rows[1][column]
+        return (rows.count > 2 || first == "-") && rows.dropFirst().allSatisfy { $0[column] == first }
+    }
+
+    /// `text` in lines of at most `width` cells, broken at spaces (a word
+    /// longer than a line, a URL, is broken where it must).
+    static func wrap(_ text: String, to width: Int) -> [String] {
+        guard width > 0 else { return [] }
+        var lines: [String] = []
+        var line = "", cells = 0
+        for word in text.split(separator: " ", omittingEmptySubsequences: false) {
+            var word = Substring(word)
+            var wordCells = Printable.cells(String(word))
+            if cells > 0, cells + 1 + wordCells <= width {
+                line += " " + word
+                cells += 1 + wordCells
+                continue
+            }
+            if cells > 0 { lines.append(line) }
+            line = ""; cells = 0
+            while wordCells > width {
+                var piece = "", pieceCells = 0
+                while let first = word.first, pieceCells + Printable.cells(first) <= width {
+                    piece.append(first); pieceCells += Printable.cells(first)
+                    word = word.dropFirst()
+                }
+                // A character wider than the line (a wide one in one cell) is left out rather than loop.
+                if piece.isEmpty { word = word.dropFirst() } else { lines.append(piece) }
+                wordCells = Printable.cells(String(word))
+            }
+            line = String(word); cells = wordCells
+        }
+        if cells > 0 || lines.isEmpty { lines.append(line) }
+        return lines
     }
 
     /// Indents, made once: `String(repeating:count:)` took thousands of
@@ -123,8 +204,8 @@ enum TaskTable {
     static func colour(_ state: String) -> String {
         let code = switch state {
         case "running": "32"
-        case "queued": "36"
-        case "paused", "interrupted": "33"
+        case "queued", "retrying": "36"
+        case "paused", "interrupted", "waiting": "33"
         case "failed": "31"
         case "cancelled": "2"
         default: ""
@@ -132,15 +213,33 @@ enum TaskTable {
         return code.isEmpty ? state : "\u{1B}[\(code)m\(state)\u{1B}[0m"
     }
 
+    /// `status --task` of a job still in the inbox: what it asks, and that it waits.
+    static func detail(waiting job: WaitingJobs.Job, inbox: String) -> String {
+        var lines = [
+            "id:          \(job.id ?? "- (the agent chooses one)")",
+            "kind:        \(job.spec.kind.rawValue)",
+            "state:       waiting for the agent (its job is \(inbox)/\(job.file); the agent takes it when it runs)",
+            "url:         \(Redaction.url(job.spec.url))",
+            "dest:        \(job.spec.dest ?? "- (the response body is not kept)")",
+            "priority:    \(job.spec.priority)",
+        ]
+        if let batch = job.spec.batch { lines.append("batch:       \(batch)") }
+        for header in job.spec.headers { lines.append("header:      \(header.printable)") }
+        return lines.map(Printable.escaping).joined(separator: "\n")
+    }
+
     /// `status --task`: one task in full, sizes in words and exact bytes.
-    static func detail(_ task: TaskState, in state: AgentState, agentRunning: Bool) -> String {
+    static func detail(_ task: TaskState, in state: AgentState, agentRunning: Bool, retryClock: (nowMs: Int64, retries: Int)) -> String {
         let figures = state.figures(of: task)
         func size(_ bytes: Int64) -> String { "\(ByteCount.format(bytes)) (\(bytes) bytes)" }
         let interrupted = task.phase == .running && !agentRunning
+        let retry = StatusView.retryWait(of: task, nowMs: retryClock.nowMs, retries: retryClock.retries)
+        let phase = interrupted ? "interrupted (running when its agent stopped; the next start resumes it)"
+            : retry.map { "queued, \($0.words)" } ?? task.phase.rawValue
         var lines = [
             "id:          \(task.id)",
             "kind:        \(task.spec.kind.rawValue)",
-            "state:       \(interrupted ? "interrupted (running when its agent stopped; the next start resumes it)" : task.phase.rawValue)",
+            "state:       \(phase)",
             "url:         \(Redaction.url(task.spec.url))",
             "current url: \(Redaction.url(task.currentURL))",
             "dest:        \(task.dest ?? "- (the response body is not kept)")",

@@ -39,6 +39,9 @@ struct EventCodingTests {
         // Issue 9: control outcomes, reloads, skips, rejections that know their file.
         .controlled(Controlled(action: "pause", target: "a", outcome: "a: nothing to do: task already finished",
                                file: "pause.job", identity: "1:2:3:abc")),
+        // Issue 39: how many tasks it changed, for the command waiting on it.
+        .controlled(Controlled(action: "cancel", target: "*", outcome: "a: cancelled", file: "cancel.job", identity: "1:2:4:abc",
+                               changed: 1)),
         .configReloaded(ConfigReloaded(file: "/c.toml", applied: ["max_speed"], needRestart: ["inbox"])),
         .configReloaded(ConfigReloaded(file: "/c.toml", applied: [], needRestart: [], error: "key \"x\" is not a known key")),
         .finished(Finished(bytes: 0, dest: nil, skipped: "skipped: task a (queued) already brings /d/x")),
@@ -102,6 +105,20 @@ struct EventCodingTests {
     @Test func keysAreSnakeCase() {
         let data = EventCoding.data(of: .retrying(Retrying(attempt: 1, reason: "r", delayMs: 2, bytes: 3)))
         #expect(data == #"{"attempt":1,"bytes":3,"delay_ms":2,"reason":"r"}"#)
+    }
+
+    /// A control outcome says whether it changed a task: by its count, or,
+    /// in a log from before the count was kept, by its words.
+    @Test func aControlOutcomeSaysWhetherItChangedAnything() throws {
+        let counted = #"{"action":"pause","changed":0,"outcome":"a: paused at byte 3","target":"a"}"#
+        let old = #"{"action":"cancel","outcome":"a: nothing to do: task already finished","target":"a"}"#
+        let oldDone = #"{"action":"resume","outcome":"a: runs again from byte 0","target":"a"}"#
+        let changed = try [counted, old, oldDone].map { data -> Bool in
+            guard case .controlled(let control) = try EventCoding.body(type: "controlled", data: data) else { return true }
+            return control.changedAnything
+        }
+        #expect(changed == [false, false, true])
+        #expect(EventCoding.data(of: try EventCoding.body(type: "controlled", data: old)) == old, "an old event writes back as it was")
     }
 
     @Test func unknownTypeNamesTheEvent() {

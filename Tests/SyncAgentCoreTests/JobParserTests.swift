@@ -93,7 +93,7 @@ struct JobParserTests {
         ("url = \"http://h/x\"\nsha256 = \"abc\"", #"key "sha256" must be 64 hexadecimal digits"#),
         ("url = \"http://h/x\"\noverwrite = \"clobber\"", #"key "overwrite" must be one of "rename", "replace", "skip", "fail", "update", not "clobber""#),
         ("url = \"http://h/x\"\nretries = 1000", #"key "retries" must be between 0 and 100, not 1000"#),
-        ("url = \"http://h/x\"\nmax_speed = \"fast\"", #"key "max_speed" must be a positive number of bytes such as 2000000, "512K" or "2M""#),
+        ("url = \"http://h/x\"\nmax_speed = \"fast\"", #"key "max_speed" must be a positive number of bytes such as 2000000, "512K" or "2M" (K, M and G are powers of 1024, also written KiB, MiB and GiB)"#),
         ("url = \"http://h/x\"\nid = \"a b\"", #"key "id" must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'"#),
         ("url = \"http://h/x\"\nid = \"--all\"", #"key "id" must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'"#),
         ("url = \"http://h/x\"\nkind = \"hls\"\nvariant = \"huge\"", #"key "variant" must be "best", "worst", a BANDWIDTH such as "2500000" or a resolution such as "1280x720", not "huge""#),
@@ -184,6 +184,35 @@ struct JobParserTests {
         #expect(PathRules.isInside(path, folder) == inside)
     }
 
+    /// `more_dirs`: an absolute dest may name a folder the config allows;
+    /// one outside them all is refused, saying how to allow its folder.
+    @Test func moreDirsAreFoldersADestMayName() throws {
+        let parser = JobParser(downloadDir: "/home/u/Downloads", moreDirs: ["/mnt/media/", "/srv/x"], forbiddenDirs: ["/mnt/media/inbox"])
+        func dest(_ path: String) throws -> String? {
+            guard case .transfer(_, let spec) = try parser.parse(Array("url = \"http://h/x\"\ndest = \"\(path)\"".utf8)) else { return nil }
+            return spec.dest
+        }
+        #expect(try dest("/mnt/media/isos/a.iso") == "/mnt/media/isos/a.iso")
+        #expect(try dest("/srv/x/../x/b.iso") == "/srv/x/b.iso")
+        #expect(try dest("isos/a.iso") == "/home/u/Downloads/isos/a.iso", "a relative dest is download_dir's")
+        #expect(throws: KeyError(key: "dest", "\"/mnt/media/inbox/a.job\" is inside the agent's own folder /mnt/media/inbox")) {
+            try dest("/mnt/media/inbox/a.job")
+        }
+        #expect(throws: KeyError(key: "dest", "\"/mnt/other/a.iso\" is outside download_dir /home/u/Downloads and more_dirs; to let jobs "
+                                 + "save in /mnt/other, add it to more_dirs in the config (more_dirs = [\"/mnt/other\"]) and restart the agent")) {
+            try dest("/mnt/other/a.iso")
+        }
+        #expect(throws: KeyError(key: "dest", "\"/mnt/media\" is outside download_dir /home/u/Downloads and more_dirs; to let jobs save in "
+                                 + "/mnt, add it to more_dirs in the config (more_dirs = [\"/mnt\"]) and restart the agent")) {
+            try dest("/mnt/media")
+        }
+        #expect(try AgentConfig.parse("more_dirs = [\"/mnt/media\", \"~/Videos\"]").moreDirs == ["/mnt/media", "~/Videos"])
+        let rule = "must be an array of folders, each absolute or starting with ~/, such as [\"/mnt/media\", \"~/Videos\"]"
+        for bad in ["more_dirs = \"/mnt\"", "more_dirs = [\"media\"]", "more_dirs = [1]"] {
+            #expect(throws: KeyError(key: "more_dirs", rule), "\(bad)") { try AgentConfig.parse(bad) }
+        }
+    }
+
     /// Found by the adversary of issue 12's intake work: String comparison
     /// treats canonically equivalent text as equal and a '/' followed by a
     /// combining mark as no '/', so these passed the checks (a download became
@@ -239,6 +268,19 @@ struct JobParserTests {
         #expect(ByteCount.parse("1.5GiB") == 1_610_612_736)
         #expect(ByteCount.parse("100") == 100)
         #expect(ByteCount.parse("lots") == nil)
+        // MB, kb, Gb: powers of 1000 to some tools, of 1024 or bits to others. Refused, saying what to write.
+        for ambiguous in ["2MB", "2mb", "2Mb", "500KB", "1GB", "1.5MB"] {
+            #expect(ByteCount.parse(ambiguous) == nil, "\(ambiguous)")
+            #expect(ByteCount.ambiguity(of: ambiguous)?.hasPrefix("must not be \"\(ambiguous)\": ") == true, "\(ambiguous)")
+        }
+        #expect(ByteCount.ambiguity(of: "2MB") == "must not be \"2MB\": MB is a power of 1000 to some tools, of 1024 (or bits) to "
+                + "others; write \"2M\" or \"2MiB\" (2097152 bytes), or a number of bytes (K, M and G are powers of 1024, also written "
+                + "KiB, MiB and GiB)")
+        for fine in ["2M", "2MiB", "2mib", "100B", "100", "lots", "B", "MB"] { #expect(ByteCount.ambiguity(of: fine) == nil, "\(fine)") }
+        #expect(ByteCount.parse("100B") == 100 && ByteCount.parse("2mib") == 2_097_152)
+        #expect(throws: KeyError(key: "max_speed", ByteCount.ambiguity(of: "2MB")!)) {
+            try JobParser(downloadDir: "/d").parse(Array("url = \"http://h/a\"\nmax_speed = \"2MB\"\n".utf8))
+        }
         #expect(ByteCount.format(1536) == "1.5 KiB")
     }
 

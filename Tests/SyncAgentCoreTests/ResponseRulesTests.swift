@@ -245,6 +245,16 @@ struct RequestPlanTests {
 
 @Suite("Failure codes")
 struct FailureCodeTests {
+    /// `submit --wait` exits as aria2c does for the same failure.
+    @Test(arguments: [
+        (FailureCode.http(404), Int32(3)), (.http(410), 3), (.http(403), 24), (.http(401), 24), (.checksumMismatch, 32),
+        (.diskFull, 9), (.destExists, 13), (.totalTimeout, 2), (.curl(6), 19), (.curl(7), 6), (.retriesExhausted, 6),
+        (.ioError, 17), (.http(400), 1), (.badPlaylist, 1), (.other("new_code"), 1),
+    ])
+    func aria2cExitStatus(code: FailureCode, status: Int32) {
+        #expect(code.aria2ExitStatus == status)
+    }
+
     @Test func everyCodeIsWrittenAsTheLogHasAlwaysHeldIt() {
         let written = ["disk_full", "io_error", "local_error", "log_error", "read_error", "cannot_start", "dest_busy",
                        "dest_exists", "dest_reserved", "dest_unreachable", "dest_refused", "part_changed", "checksum_mismatch", "total_timeout",

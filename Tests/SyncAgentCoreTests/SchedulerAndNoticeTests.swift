@@ -52,12 +52,29 @@ struct SchedulerTests {
         #expect(SchedulerPolicy.tasksToStart(in: log.state, nowMs: log.nowMs, limits: roomy).isEmpty)
     }
 
-    @Test func retryDelayGrowsIsJitteredAndHonoursRetryAfter() {
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: nil, jitter: 1) == 1000)
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: nil, jitter: 0) == 500)
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 3, retryAfterMs: nil, jitter: 1) == 4000)
-        #expect(SchedulerPolicy.retryDelayMs(attempt: 40, retryAfterMs: nil, jitter: 1) == 300_000)
+    /// The waits, attempt by attempt, at both ends of the jitter: from a
+    /// second to minutes, never over five.
+    @Test(arguments: [
+        (1, 1000, 750), (2, 4000, 3000), (3, 16_000, 12_000), (4, 64_000, 48_000), (5, 256_000, 192_000),
+        (6, 300_000, 225_000), (7, 300_000, 225_000), (40, 300_000, 225_000), (Int.max, 300_000, 225_000),
+        (0, 1000, 750), (-3, 1000, 750),
+    ])
+    func retryDelayGrowsToMinutes(attempt: Int, longest: Int64, shortest: Int64) {
+        #expect(SchedulerPolicy.retryDelayMs(attempt: attempt, retryAfterMs: nil, jitter: 1) == longest)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: attempt, retryAfterMs: nil, jitter: 0) == shortest)
+        #expect((shortest...longest).contains(SchedulerPolicy.retryDelayMs(attempt: attempt, retryAfterMs: nil, jitter: 0.5)))
+    }
+
+    /// The default budget (retries = 5) waits out an outage of four minutes
+    /// at least, whatever the jitter; a server's Retry-After wins when longer.
+    @Test func theDefaultBudgetCoversAnOutageOfMinutesAndRetryAfterWins() {
+        let retries = AgentConfig().retries
+        for jitter in [0.0, 0.5, 1.0] {
+            let waited = (1...retries).reduce(Int64(0)) { $0 + SchedulerPolicy.retryDelayMs(attempt: $1, retryAfterMs: nil, jitter: jitter) }
+            #expect(waited >= 240_000 && waited <= 360_000, "jitter \(jitter): \(waited) ms")
+        }
         #expect(SchedulerPolicy.retryDelayMs(attempt: 1, retryAfterMs: 2000, jitter: 1) == 2000)
+        #expect(SchedulerPolicy.retryDelayMs(attempt: 5, retryAfterMs: 2000, jitter: 1) == 256_000)
     }
 
     @Test func retryAfterBeyondTheDeadlineFailsWithAReason() {
@@ -65,7 +82,7 @@ struct SchedulerTests {
             RetryDecision.decide(reason: "server answered 503", attemptsUsed: 1, retriesAllowed: 5, retryAfterMs: retryAfter,
                                  nowMs: 1_000_000, deadlineMs: 1_060_000, totalTimeoutS: 60, jitter: 0.5)
         }
-        #expect(decide(nil) == .retry(delayMs: 750))
+        #expect(decide(nil) == .retry(delayMs: 875))
         #expect(decide(30_000) == .retry(delayMs: 30_000))
         guard case .fail(let reason, let code) = decide(.max) else { Issue.record(); return }
         #expect(code == .totalTimeout)
@@ -81,6 +98,30 @@ struct SchedulerTests {
 
 @Suite("What a control job did")
 struct ControlOutcomeTests {
+    /// What each control would change, phase by phase: what completion offers.
+    @Test func whatEachControlWouldChange() {
+        var log = LogBuilder()
+        for id in ["queued", "running", "paused", "offline", "finished", "failed", "cancelled", "forgotten"] { log.create(id) }
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://h/r")), task: "running")
+        _ = log.add(.paused(Paused(bytes: 0, reason: .user)), task: "paused")
+        _ = log.add(.paused(Paused(bytes: 0, reason: .offline)), task: "offline")
+        log.runToEnd("finished")
+        log.runToEnd("forgotten")
+        _ = log.add(.forgotten(Forgotten()), task: "forgotten")
+        _ = log.add(.failed(Failed(reason: "404", code: .http(404), bytes: 0)), task: "failed")
+        _ = log.add(.cancelled(Cancelled(bytes: 0)), task: "cancelled")
+        var child = TaskSpec(url: "http://h/seg", dest: "/d/v/seg")
+        child.parent = "queued"
+        _ = log.add(.created(child), task: "segment")
+        let state = log.state
+        func changed(by action: ControlJob.Action) -> [String] { state.orderedTasks.filter { action.changes($0) }.map(\.id) }
+        #expect(changed(by: .pause) == ["queued", "running", "offline"])
+        #expect(changed(by: .resume) == ["paused", "offline", "failed"])
+        #expect(changed(by: .cancel) == ["queued", "running", "paused", "offline", "failed"])
+        #expect(changed(by: .forget) == ["finished", "failed", "cancelled"])
+        #expect(changed(by: .compact).isEmpty)
+    }
+
     @Test func fewOutcomesAreNamedEachManyAreCountedByKind() {
         let few = (0..<Controlled.outcomesNamed).map { "t\($0): paused at byte \($0 * 10)" }
         #expect(Controlled.outcome(of: few) == few.joined(separator: "; "))
@@ -92,6 +133,69 @@ struct ControlOutcomeTests {
         let line = Controlled.outcome(of: many)
         #expect(line == few.joined(separator: "; ") + "; and 100004 more: paused at byte … ×100000, runs again from byte … ×1, "
                 + "cannot run again: its segment … ×1, cancelled ×2")
+    }
+}
+
+@Suite("Failures told as they happen")
+struct FailureNoticeTests {
+    /// What only the user can mend is told at once; an outage waits for the batch.
+    @Test(arguments: [
+        (FailureCode.http(404), true), (.http(403), true), (.http(401), true), (.http(410), true), (.http(400), true),
+        (.checksumMismatch, true), (.diskFull, true), (.destExists, true), (.segmentFailed, true), (.curl(60), true),
+        (.http(503), false), (.http(500), false), (.http(429), false), (.http(408), false),
+        (.retriesExhausted, false), (.totalTimeout, false), (.curl(7), false), (.curl(28), false), (.curl(6), false),
+    ])
+    func whatNeedsTheUser(code: FailureCode, told: Bool) {
+        #expect(Notices.needsTheUser(code) == told)
+    }
+
+    private func failing(_ log: inout LogBuilder, _ id: String, code: FailureCode = .http(404)) {
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:8080/\(id)")), task: id)
+        _ = log.add(.failed(Failed(reason: "server answered \(code) for \(id)", code: code, bytes: 0)), task: id)
+    }
+
+    /// Only a task of a batch that goes on, still failed, is told: its own
+    /// notice or its batch's tells the others.
+    @Test func whoIsToldAtOnce() {
+        var log = LogBuilder()
+        log.create("gone")
+        log.create("each", notify: .each)
+        log.create("quiet", notify: .none)
+        log.create("running")
+        log.create("nightly", batch: "nightly")
+        for id in ["gone", "each", "quiet", "nightly"] { failing(&log, id) }
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://127.0.0.1:8080/running")), task: "running")
+        let state = log.state
+        #expect(["gone", "each", "quiet", "nightly"].filter { Notices.tellsAtOnce(state["\($0)"]!, code: .http(404)) } == ["gone", "nightly"])
+        #expect(!Notices.tellsAtOnce(state["gone"]!, code: .retriesExhausted))
+        // "nightly" has no task left running: its batch notice, due now, names it.
+        #expect(Notices.stillToTell(["gone", "nightly", "gone"], in: state).map(\.id) == ["gone"])
+        // Run again meanwhile: no longer a failure to tell.
+        _ = log.add(.resumed(Resumed(bytes: 0, reason: "run again by the user")), task: "gone")
+        #expect(Notices.stillToTell(["gone"], in: log.state).isEmpty)
+        // Its batch over: the batch's notice tells it.
+        var ended = LogBuilder()
+        ended.create("a")
+        failing(&ended, "a")
+        #expect(Notices.stillToTell(["a"], in: ended.state).isEmpty)
+    }
+
+    /// One failure names its file and why; several are one critical notice.
+    @Test func oneNoticeNamesItsFileSeveralAreCollapsed() throws {
+        var log = LogBuilder()
+        for id in (1...7).map({ "f\($0)" }) {
+            log.create(id)
+            failing(&log, id)
+        }
+        let tasks = (1...7).compactMap { log.state["f\($0)"] }
+        let one = Notices.failureNotice(for: [tasks[0]])
+        #expect(one.summary == "f1.bin failed" && one.body == "server answered http_404 for f1" && one.critical)
+        let many = Notices.failureNotice(for: tasks)
+        #expect(many.summary == "7 transfers failed" && many.critical)
+        #expect(many.body.split(separator: "\n") == ["✗ f1.bin: server answered http_404 for f1", "✗ f2.bin: server answered http_404 for f2",
+                                                    "✗ f3.bin: server answered http_404 for f3", "✗ f4.bin: server answered http_404 for f4",
+                                                    "✗ f5.bin: server answered http_404 for f5",
+                                                    "… and 2 more (syncagent status --state failed)"])
     }
 }
 

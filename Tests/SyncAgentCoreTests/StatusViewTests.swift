@@ -47,11 +47,26 @@ import TestSupport
         #expect(StatusView.duration(seconds) == words)
     }
 
-    @Test func shorteningKeepsTheEndOfAPath() {
-        #expect(StatusView.shorten("/home/me/Downloads/talks/keynote.ts", to: 14) == "…ks/keynote.ts")
-        #expect(StatusView.shorten("short", to: 14) == "short")
-        #expect(StatusView.shorten("abc", to: 1) == "…")
-        #expect(StatusView.shorten("abc", to: 0) == "")
+    /// A path keeps its file name whole and the start of its folders; a
+    /// name that cannot stay whole keeps both its ends, more of the last.
+    @Test(arguments: [
+        ("/home/me/Downloads/talks/keynote.ts", 31, "/home/me/Downloads/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 21, "/home/me/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 20, "/home/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 14, "…/keynote.ts"),
+        ("~/Downloads/talks/keynote.ts", 25, "~/Downloads/…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 12, "…/keynote.ts"),
+        ("/home/me/Downloads/talks/keynote.ts", 11, "…keynote.ts"),
+        ("/tmp/dl/backup-2026-part01.img", 10, "bac…01.img"),
+        ("debian-13.0.0-amd64-netinst.iso", 16, "debia…etinst.iso"),
+        ("/日本語/動画ファイル.ts", 12, "動画…イル.ts"),
+        ("short", 14, "short"),
+        ("abc", 1, "…"),
+        ("abc", 0, ""),
+    ])
+    func shorteningKeepsBothEnds(text: String, width: Int, shortened: String) {
+        #expect(StatusView.shorten(text, to: width) == shortened)
+        #expect(Printable.cells(StatusView.shorten(text, to: width)) <= max(width, 0))
     }
 }
 
@@ -96,14 +111,18 @@ import TestSupport
     /// What `status --json` printed when it encoded the whole document at once.
     private struct WholeDocument: Encodable {
         var agent: AgentReport?
+        var rejected: [RejectionReport]?
         var tasks: [TaskReport]
+        var waiting: [WaitingReport]?
     }
 
-    private func whole(_ reports: [TaskReport], agent: AgentReport?) throws -> String {
+    private func whole(_ reports: [TaskReport], agent: AgentReport?, rejected: [RejectionReport]? = nil,
+                       waiting: [WaitingReport]? = nil) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
         encoder.keyEncodingStrategy = .convertToSnakeCase
-        return String(decoding: try encoder.encode(WholeDocument(agent: agent, tasks: reports)), as: UTF8.self)
+        return String(decoding: try encoder.encode(WholeDocument(agent: agent, rejected: rejected, tasks: reports, waiting: waiting)),
+                      as: UTF8.self)
     }
 
     /// Streamed a task at a time, the document is byte for byte the one encoded whole.
@@ -119,6 +138,17 @@ import TestSupport
             TaskReport.writeJSON(reports, agent: agent) { pieces.append($0) }
             #expect(pieces.joined() == (try whole(reports, agent: agent)))
             #expect(pieces.count == count + (agent == nil ? 3 : 4), "one write per task")
+        }
+        // `status` adds the job files rejected and those waiting in the inbox, none or some.
+        let agent = AgentReport(running: false, pid: nil, startedAtMs: nil)
+        let someRejected = [RejectionReport(file: "a \"b\".job", error: "key \"url\" is missing", atMs: 5, seq: 2)]
+        let someWaiting = [WaitingReport(file: "submit-x.job", id: "x", spec: TaskSpec(url: "https://u:p@h/a", dest: "/d/a")),
+                           WaitingReport(file: "y.job", id: nil, spec: TaskSpec(url: "https://h/b", kind: .data, dest: nil))]
+        for (rejected, waiting) in [([], []), (someRejected, someWaiting)] {
+            var pieces: [String] = []
+            TaskReport.writeJSON(reports, agent: agent, rejected: rejected, waiting: waiting) { pieces.append($0) }
+            #expect(pieces.joined() == (try whole(reports, agent: agent, rejected: rejected, waiting: waiting)))
+            #expect(!pieces.joined().contains("u:p@"), "credentials in a waiting job's URL are not shown")
         }
     }
 
@@ -159,5 +189,23 @@ import TestSupport
             }
             #expect(TaskReport.json(reports, agent: agent) == Printable.jsonSafe(try whole(reports, agent: agent)))
         }
+    }
+}
+
+@Suite struct WaitVerdictTests {
+    /// Over once every task has ended; 0 when all finished, else the last
+    /// failure's aria2c status, or 7 for what was cancelled or never ended.
+    @Test func theLastFailureSaysTheExitStatus() {
+        var log = LogBuilder()
+        for id in ["a", "b", "c", "d"] { log.create(id) }
+        log.runToEnd("a")
+        #expect(WaitVerdict.allEnded(["a"], in: log.state) && WaitVerdict.exitStatus(["a"], in: log.state) == 0)
+        #expect(!WaitVerdict.allEnded(["a", "b"], in: log.state) && !WaitVerdict.allEnded(["a", "unknown"], in: log.state))
+        _ = log.add(.failed(Failed(reason: "sha256 mismatch", code: .checksumMismatch, bytes: 0)), task: "b")
+        _ = log.add(.failed(Failed(reason: "server answered 404", code: .http(404), bytes: 0)), task: "c", afterMs: 50)
+        #expect(WaitVerdict.exitStatus(["a", "b", "c"], in: log.state) == 3, "the last to fail")
+        #expect(WaitVerdict.exitStatus(["a", "b"], in: log.state) == 32)
+        _ = log.add(.cancelled(Cancelled(bytes: 0)), task: "d")
+        #expect(WaitVerdict.allEnded(["a", "d"], in: log.state) && WaitVerdict.exitStatus(["a", "d"], in: log.state) == 7)
     }
 }

@@ -71,6 +71,29 @@ struct URLRulesTests {
         }
     }
 
+    /// The URL is quoted once, its control characters escaped so the
+    /// message stays one line.
+    @Test(arguments: [
+        ("http://x y/", #"key "url" must not contain spaces or control characters: "http://x y/""#),
+        ("http://h/a\nb", #"key "url" must not contain spaces or control characters: "http://h/a\nb""#),
+        ("http://u:s3cret@h/a b", #"key "url" must not contain spaces or control characters: "http://<redacted>@h/a b""#),
+    ])
+    func aURLWithASpaceIsQuotedOnce(_ url: String, _ message: String) {
+        #expect(throws: KeyError.self) { try URLRules.checkTransferURL(url, key: "url") }
+        do { try URLRules.checkTransferURL(url, key: "url") } catch { #expect("\(error)" == message) }
+    }
+
+    /// What `submit` takes as an https URL when no scheme was typed, and what it leaves alone.
+    @Test(arguments: [
+        ("example.com/a.iso", "https://example.com/a.iso"), ("example.com", "https://example.com"),
+        ("localhost:8443/x?y=1", "https://localhost:8443/x?y=1"), ("user@example.com/f", "https://user@example.com/f"),
+        ("http://example.com/a", nil), ("ftp://example.com/a", nil), ("/home/me/a.iso", nil), ("./a.iso", nil),
+        ("mailto:me@example.com", nil), ("example.com:http/x", nil), ("a b/c", nil), ("", nil),
+    ])
+    func noSchemeIsTakenAsHTTPS(_ typed: String, _ url: String?) {
+        #expect(URLRules.assumingHTTPS(typed) == url)
+    }
+
     @Test(arguments: ["http://h:/x", "http://[::1]:8080/x", "http://u%40x:p@h/x", "https://h:65535", "http://h/a@b?c=@#@",
                       "http://127.0.0.1:018232/x", "http://h:0000000000018232/x", "http://[fe80::1%25lo]:8080/x"])
     func unusualButValidURLsAreTaken(_ url: String) throws {

@@ -145,26 +145,42 @@ struct CommandLineTests {
         let agent = try harness.startAgent()
         #expect(eventually(within: 20) { harness.state(of: "slow") == "running" && harness.state(of: "other") == "running" })
 
+        // With an agent running, each command prints what the agent did, once it did it, and exits
+        // 0 only when it changed something.
         let pause = try harness.run(["pause", "slow"])
-        #expect(pause.status == 0)
-        #expect(pause.stdout.hasPrefix("pause requested for task slow"))
-        #expect(eventually { harness.state(of: "slow") == "paused" })
+        #expect(pause.status == 0, "\(pause.stderr)")
+        #expect(pause.stdout.hasPrefix("task slow: paused at byte "), "\(pause.stdout)")
+        #expect(harness.state(of: "slow") == "paused", "applied before the command returned")
         #expect(FileManager.default.fileExists(atPath: "\(harness.downloads)/slow.bin.part"))
+        let again = try harness.run(["pause", "slow"])
+        #expect(again.status == 1 && again.stdout.isEmpty, "\(again.stdout)")
+        #expect(again.stderr == "syncagent: task slow: nothing to do: task already paused\n", "\(again.stderr)")
 
-        #expect(try harness.run(["cancel", "other"]).status == 0)
-        #expect(eventually { harness.state(of: "other") == "cancelled" })
+        let cancel = try harness.run(["cancel", "other"])
+        #expect(cancel.status == 0 && cancel.stdout == "task other: cancelled\n", "\(cancel.stdout) \(cancel.stderr)")
+        #expect(harness.state(of: "other") == "cancelled")
         #expect(!FileManager.default.fileExists(atPath: "\(harness.downloads)/other.bin.part"))
+        let late = try harness.run(["cancel", "other"])
+        #expect(late.status == 1 && late.stderr == "syncagent: task other: nothing to do: task already cancelled\n", "\(late.stderr)")
 
-        #expect(try harness.run(["resume", "--all"]).status == 0)
+        let resume = try harness.run(["resume", "--all"])
+        #expect(resume.status == 0 && resume.stdout.hasPrefix("resume --all: slow: resumed at byte "), "\(resume.stdout)")
         #expect(eventually(within: 30) { harness.state(of: "slow") == "finished" })
         #expect(FileManager.default.contents(atPath: "\(harness.downloads)/slow.bin")
             == FileManager.default.contents(atPath: "\(nginx.root)/slow.bin"))
+        let nothing = try harness.run(["pause", "--all"])
+        #expect(nothing.status == 1 && nothing.stderr == "syncagent: nothing to do: no task to pause\n", "\(nothing.stderr)")
 
         let unknown = try harness.run(["pause", "nope"])
         #expect(unknown.status != 0)
         #expect(unknown.stderr.contains("no task has the id \"nope\""))
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 5) == 0)
+
+        // With none running, the request waits for the next start, and the command says so.
+        let forget = try harness.run(["forget", "other"])
+        #expect(forget.status == 0 && forget.stdout.hasPrefix("forget requested for task other: \(harness.inbox)/"), "\(forget.stdout)")
+        #expect(forget.stderr.contains("no agent is running") && forget.stderr.contains("applies when the agent starts"), "\(forget.stderr)")
     }
 
     @Test func replayUntilShowsThePast() throws {
@@ -398,7 +414,8 @@ struct CommandLineTests {
         #expect(eventually(within: 10) { harness.state(of: "gone") == "failed" })
         #expect(try harness.run(["forget", "gone"]).status == 0)
         #expect(eventually(within: 10) { (try? harness.tasksByID())?["gone"] == nil })
-        #expect(try harness.run(["resume", "--all"]).status == 0)
+        let resumeAll = try harness.run(["resume", "--all"])
+        #expect(resumeAll.status == 1 && resumeAll.stderr == "syncagent: nothing to do: no task to resume\n", "\(resumeAll.stderr)")
         #expect(eventually(within: 10) { ((try? harness.events()) ?? []).filter { $0.type == "controlled" && $0.data["action"] as? String == "resume" && $0.data["target"] as? String == "*" }.count == 1 })
         #expect(try harness.events().filter { $0.task == "gone" && $0.type == "resumed" }.isEmpty)
         let both = try harness.run(["forget", "--ended", "a"])

@@ -139,6 +139,62 @@ struct DestinationTests {
         try expectVerifyClean(harness)
     }
 
+    /// `more_dirs` lets jobs save outside download_dir, in folders the
+    /// config names, each reached as download_dir is: a symbolic link in
+    /// one is never followed, the agent's own folders stay out, and one
+    /// that is not there keeps the agent from starting. A folder not named
+    /// is refused, saying how to allow it.
+    @Test func moreDirsAreRootsCheckedAsDownloadDirIs() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("x.bin", size: 5000)
+        let media = harness.directory.file("media")
+        let elsewhere = harness.directory.file("elsewhere")
+        for folder in [media, elsewhere] { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
+        try FileManager.default.createSymbolicLink(atPath: media + "/link", withDestinationPath: elsewhere)
+        let config = "download_dir = \"\(harness.downloads)\"\nmore_dirs = [\"\(media)\", \"\(harness.inbox)\"]\n"
+        try config.write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+
+        let submitted = try harness.run(["submit", "--id", "saved", "-d", media + "/isos", nginx.url("x.bin")])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let refused = try harness.run(["submit", "-d", elsewhere, nginx.url("x.bin")])
+        #expect(refused.status != 0 && harness.jobFiles().count == 1)
+        #expect(refused.stderr.contains("is outside download_dir \(harness.downloads) and more_dirs; to let jobs save in \(elsewhere), add it to "
+                                        + "more_dirs in the config (more_dirs = [\"\(elsewhere)\"]) and restart the agent"), "\(refused.stderr)")
+        try harness.drop("linked.job", "id = \"linked\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"\(media)/link/x.bin\"\n")
+        // Named in more_dirs, the inbox is still the agent's own.
+        try harness.drop("own.job", "id = \"own\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"\(harness.inbox)/more.job\"\n")
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
+        #expect(FileManager.default.contents(atPath: media + "/isos/x.bin") == FileManager.default.contents(atPath: nginx.root + "/x.bin"))
+        let tasks = try harness.tasksByID()
+        #expect(tasks["saved"]?["state"] as? String == "finished" && tasks["saved"]?["dest"] as? String == media + "/isos/x.bin")
+        #expect(tasks["linked"]?["state"] as? String == "failed")
+        #expect((tasks["linked"]?["error"] as? String)?.contains("a symbolic link inside download_dir or more_dirs is never followed") == true,
+                "\(tasks["linked"]?["error"] ?? "")")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere).isEmpty)
+        let own = try String(contentsOfFile: harness.inbox + "/rejected/own.job.error", encoding: .utf8)
+        #expect(own.contains("is inside the agent's own folder"), "\(own)")
+        try expectVerifyClean(harness)
+        // replay --verify reads a file in more_dirs as it reads download_dir's (one the log puts outside both it does not read).
+        let saved = media + "/isos/x.bin"
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: saved))
+        bytes[0] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: saved))
+        let verify = try harness.run(["replay", "--verify"])
+        #expect(verify.status == 5 && verify.stdout.contains("mismatch: ") && verify.stdout.contains(saved)
+                && !verify.stdout.contains("not checked: saved"), "\(verify.stdout)\(verify.stderr)")
+        bytes[0] ^= 0xFF
+        try bytes.write(to: URL(fileURLWithPath: saved))
+
+        // A folder of more_dirs that is not there (a disk not mounted): the agent does not start.
+        try (config + "").replacingOccurrences(of: media, with: media + "-unmounted")
+            .write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        let missing = try harness.startAgent(exitWhenIdle: true)
+        #expect(missing.wait(seconds: 30) == 1)
+        #expect(missing.stderr.contains("more_dirs names \(media)-unmounted, which cannot be opened (No such file or directory); make it, "
+                                        + "or mount its disk, or take it out of more_dirs"), "\(missing.stderr.suffix(500))")
+    }
+
     @Test func destinationsInsideTheStateDirOrInboxAreRejected() throws {
         // download_dir is the harness folder itself: state dir and inbox lie inside it.
         let harness = try AgentHarness()

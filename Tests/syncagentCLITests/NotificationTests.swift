@@ -25,6 +25,34 @@ struct NotificationTests {
         #expect(call.contains("✗ gone.bin: server answered 404") && call.contains("✓ ok.bin"), "\(call)")
     }
 
+    /// Three 404s dropped beside a slow download are told while it still
+    /// runs, in one or two notices (the first at once, those within the
+    /// next seconds together), not when the batch ends; the batch's notice
+    /// at its end names them among the rest, as before.
+    @Test func aFailureTheUserMustMendIsToldAsItHappens() throws {
+        let harness = try AgentHarness()
+        let daemon = try NotificationDaemon(in: harness.directory)
+        harness.busAddress = daemon.busAddress
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("slow.bin", size: 2_500_000)
+        try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(nginx.url("slow.bin"))\"\nmax_speed = \"300K\"\n")
+        for index in 1...3 { try harness.drop("gone\(index).job", "id = \"gone\(index)\"\nurl = \"\(nginx.url("gone\(index).bin"))\"\n") }
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        defer { agent.signal(SIGKILL) }
+        func told() -> String { (try? String(contentsOfFile: daemon.callLog, encoding: .utf8)) ?? "" }
+        #expect(eventually(within: 20) { (1...3).allSatisfy { told().contains("gone\($0).bin") } }, "\(told())")
+        #expect(harness.state(of: "slow") == "running", "told before the batch ended")
+        let early = daemon.notifyCalls
+        #expect((1...2).contains(early.count), "collapsed, not one per failure: \(early)")
+        #expect(told().contains("server answered 404") && told().contains("\"category\": \"transfer.error\""), "\(told())")
+
+        #expect(agent.wait(seconds: 60) == 4)
+        #expect(daemon.notifyCalls.count == early.count + 1, "the batch's own notice at its end: \(daemon.notifyCalls)")
+        #expect(daemon.notifyCalls.last?.contains("1 finished, 3 failed") == true, "\(daemon.notifyCalls)")
+        let notified = try harness.events().filter { $0.type == "notified" }
+        #expect(Set(notified.compactMap(\.task)) == ["gone1", "gone2", "gone3"], "each told once, recorded first")
+    }
+
     /// A notification server answering only at D-Bus's timeout must not freeze the agent (no job
     /// taken, no byte written, SIGTERM after 44 s), and a kill -9 while it waits must not post the
     /// notice again: notices go out on a thread of their own, recorded first.

@@ -43,6 +43,13 @@ struct StatusTests {
         #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["speed"] as? Int == 0)
         #expect((deadJSON["tasks"] as? [[String: Any]])?.first?["eta_s"] is NSNull)
         #expect(((deadJSON["tasks"] as? [[String: Any]])?.first?.keys).map { $0.contains("error") } == true)
+        // replay reads the same log the same way: interrupted, nothing moving.
+        let replay = try harness.run(["replay"]).stdout
+        let row = replay.split(separator: "\n").first { $0.hasPrefix("big ") }.map(String.init) ?? ""
+        #expect(row.contains(" interrupted ") && !row.contains("/s "), "\(replay)")
+        let replayed = try harness.replayTasks().first
+        #expect(replayed?["state"] as? String == "running" && replayed?["speed"] as? Int == 0 && replayed?["eta_s"] is NSNull,
+                "\(replayed ?? [:])")
 
         // Control with no agent says the request waits; a new agent starts despite status probing the lock.
         let pause = try harness.run(["pause", "big"])
@@ -88,6 +95,106 @@ struct StatusTests {
         #expect(try harness.statusTasks().count == 2, "--json lists every task")
     }
 
+    /// Job files the agent refused are shown where a user looks: the newest
+    /// of the last day in `status` (under `--state failed` too), every one
+    /// of them in `--json`, a few on the `--watch` screen; not one older.
+    @Test func rejectedJobsShowInStatusJSONAndWatch() throws {
+        let harness = try AgentHarness()
+        let bad = [
+            ("noscheme.job", "url = \"example.com/a.iso\"\n"),
+            ("ftp.job", "url = \"ftp://example.com/a.iso\"\n"),
+            ("typo.job", "url = \"http://127.0.0.1:9/a\"\nsha265 = \"00\"\n"),
+            ("nourl.job", "dest = \"a.iso\"\n"),
+            ("prio.job", "url = \"http://127.0.0.1:9/b\"\npriority = \"high\"\n"),
+            ("kind.job", "url = \"http://127.0.0.1:9/c\"\nkind = \"torrent\"\n"),
+            ("old.job", "url = \"gopher://example.com/\"\n"),
+        ]
+        for (name, text) in bad { try harness.drop(name, text) }
+        try harness.runUntilIdle()
+        // One of them a day and more ago, as a log kept since then would have it.
+        _ = try pythonSQLite(harness.stateDir + "/events.sqlite",
+                             "UPDATE events SET at_ms = at_ms - 2*86400000 WHERE type = 'rejected' AND data LIKE '%old.job%'")
+
+        let status = try harness.run(["status"]).stdout
+        let lines = status.split(separator: "\n").map(String.init)
+        #expect(lines.contains("rejected job files (moved to \(harness.inbox)/rejected/, each with a .error file):"), "\(status)")
+        #expect(lines.contains("  … 1 earlier (syncagent status --json lists them all)"), "\(status)")
+        #expect(lines.contains { $0.contains("kind.job: key \"kind\"") && $0.contains("torrent") }, "\(status)")
+        #expect(lines.contains { $0.contains("typo.job: ") && $0.contains("sha265") }, "\(status)")
+        #expect(lines.filter { $0.contains(".job: ") }.count == 5, "the newest five listed: \(status)")
+        #expect(!status.contains("old.job"), "\(status)")
+        #expect(lines.last == "no tasks · 6 jobs rejected", "\(status)")
+
+        let failed = try harness.run(["status", "--state", "failed"]).stdout
+        #expect(failed.contains("kind.job: ") && failed.hasSuffix("no tasks · 6 jobs rejected\n"), "\(failed)")
+        let finished = try harness.run(["status", "--state", "finished"]).stdout
+        #expect(!finished.contains(".job") && finished.hasSuffix("no tasks\n"), "\(finished)")
+
+        let document = try statusDocument(harness)
+        let rejected = try #require(document["rejected"] as? [[String: Any]])
+        #expect(Set(rejected.compactMap { $0["file"] as? String }) == Set(bad.dropLast().map(\.0)), "every one of the day")
+        #expect(rejected.compactMap { $0["seq"] as? Int } == rejected.compactMap { $0["seq"] as? Int }.sorted(), "oldest first")
+        #expect(rejected.allSatisfy { ($0["error"] as? String)?.isEmpty == false && ($0["at_ms"] as? Int ?? 0) > 0 })
+        #expect((document["tasks"] as? [Any])?.isEmpty == true)
+
+        let frame = try #require(try harness.underTerminal(["status", "--watch"], columns: 100, rows: 20, seconds: 1.5).last)
+        #expect(frame.contains { $0.hasPrefix("rejected job files") }, "\(frame)")
+        let newest = rejected.suffix(3).compactMap { $0["file"] as? String }
+        #expect(frame.filter { $0.contains(".job: ") }.count == 3 && newest.allSatisfy { file in frame.contains { $0.contains(file + ": ") } },
+                "\(frame)")
+        #expect(frame.last == "no tasks · 6 jobs rejected", "\(frame)")
+    }
+
+    /// A job submitted while no agent runs is known by the id `submit`
+    /// printed: `status` lists it as waiting for the agent, `status --task`
+    /// shows it, `--json` lists it under "waiting".
+    @Test func aJobWaitingInTheInboxShowsAsWaitingForTheAgent() throws {
+        let harness = try AgentHarness()
+        let submitted = try harness.run(["submit", "--id", "later", "--dir", "isos", "http://127.0.0.1:9/later.iso"])
+        #expect(submitted.status == 0 && submitted.stdout == "later\n", "\(submitted.stderr)")
+
+        let status = try harness.run(["status"]).stdout
+        let row = status.split(separator: "\n").first { $0.hasPrefix("later ") }
+        #expect(row?.contains(" waiting ") == true && row?.hasSuffix(" \(harness.downloads)/isos/later.iso") == true, "\(status)")
+        #expect(status.hasSuffix("\n1 waiting for the agent\n"), "\(status)")
+
+        let detail = try harness.run(["status", "--task", "later"])
+        #expect(detail.status == 0, "\(detail.stderr)")
+        #expect(detail.stdout.contains("state:       waiting for the agent (its job is \(harness.inbox)/submit-later-"), "\(detail.stdout)")
+        #expect(detail.stdout.contains("url:         http://127.0.0.1:9/later.iso"), "\(detail.stdout)")
+
+        let document = try statusDocument(harness)
+        let waiting = try #require(document["waiting"] as? [[String: Any]])
+        #expect(waiting.count == 1 && waiting.first?["id"] as? String == "later", "\(waiting)")
+        #expect(waiting.first?["dest"] as? String == "\(harness.downloads)/isos/later.iso")
+        #expect(try harness.run(["status", "--state", "finished"]).stdout.hasSuffix("no tasks\n"), "filtered out by state")
+        #expect(try harness.run(["status", "--task", "nope"]).stderr.contains("no task has the id \"nope\""))
+    }
+
+    /// A task waiting out its backoff reads as retrying, with the time left
+    /// and the attempt to come of those its retries allow, not as queued.
+    @Test func aTaskWaitingToRetrySaysWhenAndWhichAttempt() throws {
+        let harness = try AgentHarness()
+        let server = try FaultServer(in: harness.directory)
+        try server.serve("down.bin", size: 1000)
+        try harness.drop("down.job", "id = \"down\"\nurl = \"\(server.url("down.bin", "fail_status=503"))\"\n")
+        let agent = try harness.startAgent()
+        // The second wait is 3 to 4 s long (the first, under one): read while it lasts.
+        #expect(eventually(within: 20) { ((try? harness.events()) ?? []).filter { $0.type == "retrying" }.count == 2 })
+        let status = try harness.run(["status"]).stdout
+        let lines = status.split(separator: "\n").map(String.init)
+        let row = try #require(lines.firstIndex { $0.hasPrefix("down ") }, "\(status)")
+        #expect(lines[row].contains(" retrying "), "\(status)")
+        let note = lines[row + 1].trimmingCharacters(in: .whitespaces)
+        #expect(note.hasPrefix("retrying in ") && note.contains("s (attempt 3/6): server answered 503 Service Unavailable"), "\(status)")
+        let seconds = Int(note.dropFirst("retrying in ".count).prefix { $0.isNumber }) ?? 0
+        #expect((1...4).contains(seconds), "\(note)")
+        let detail = try harness.run(["status", "--task", "down"]).stdout
+        #expect(detail.contains("state:       queued, retrying in ") && detail.contains("(attempt 3/6)"), "\(detail)")
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
     /// 60 queued tasks with long destinations: under an 80×24 pseudo-terminal
     /// every frame fits (no line over 80 columns, at most 24 lines) and keeps
     /// its header; piped, the snapshots carry no escape code.
@@ -95,7 +202,7 @@ struct StatusTests {
         let harness = try AgentHarness()
         try logQueuedTasks(harness, 60, id: "w") { "a/rather/long/folder/name/that/goes/on/and/on/and/on/file-number-\($0).bin" }
 
-        let frames = try underTerminal(harness, ["status", "--watch"], columns: 80, rows: 24, seconds: 2.5)
+        let frames = try harness.underTerminal(["status", "--watch"], columns: 80, rows: 24, seconds: 2.5)
         let frame = try #require(frames.last)
         #expect(frame.count <= 24, "\(frame.count) lines")
         #expect(frame.allSatisfy { $0.count <= 80 }, "\(frame.filter { $0.count > 80 })")
@@ -120,18 +227,76 @@ struct StatusTests {
         // Colour on a terminal, none with NO_COLOR.
         var colourless = harness.environment
         colourless["NO_COLOR"] = "1"
-        let plain = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, environment: colourless,
+        let plain = try harness.underTerminal(["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, environment: colourless,
                                       keepEscapes: true)
         #expect(!(plain.last ?? []).joined().contains("\u{1B}[3"), "NO_COLOR honoured")
-        let coloured = try underTerminal(harness, ["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, keepEscapes: true)
+        let coloured = try harness.underTerminal(["status", "--watch"], columns: 120, rows: 80, seconds: 1.5, keepEscapes: true)
         #expect((coloured.last ?? []).joined().contains("\u{1B}[36mqueued"), "queued in colour on a terminal")
+    }
+
+    /// Three downloads into one long folder and a 404: on terminals of 80,
+    /// 120 and 160 columns the destination gets the room (KIND, the same on
+    /// every row, is left out; the bar has a column of its own, or none) and
+    /// keeps its file name; plain `status` and `replay` wrap the error and
+    /// the plans under their rows instead of running past the edge.
+    @Test func tablesFitEightyAndOneHundredTwentyColumns() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        for part in 1...3 {
+            try nginx.serve("part0\(part).img", size: 4_000_000, seed: UInt64(part))
+            try harness.drop("p\(part).job", """
+                id = "p\(part)"
+                url = "\(nginx.url("part0\(part).img"))"
+                dest = "some/rather/long/folder/name/backup-2026-11-part0\(part).img"
+                max_speed = "100K"
+                """)
+        }
+        try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("reports/2026/november/quarterly-summary-final-v2.pdf"))\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 20) {
+            let tasks = (try? harness.tasksByID()) ?? [:]
+            return (1...3).allSatisfy { (tasks["p\($0)"]?["bytes"] as? Int ?? 0) > 0 } && tasks["gone"]?["state"] as? String == "failed"
+        })
+
+        for (columns, rows) in [(80, 24), (120, 30), (160, 30)] {
+            let frame = try #require(try harness.underTerminal(["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
+            #expect(frame.allSatisfy { cells($0) <= columns }, "\(columns): \(frame)")
+            let header = frame.first { $0.hasPrefix("ID ") } ?? ""
+            #expect(!header.contains("KIND") && header.contains("STATE") && header.hasSuffix("DEST"), "\(columns): \(header)")
+            for part in 1...3 {
+                let row = frame.first { $0.hasPrefix("p\(part) ") } ?? ""
+                #expect(row.hasSuffix("part0\(part).img"), "\(columns): the name's end is kept: \(row)")
+                // The bar is never glued to the destination: in a column of its own, or not there.
+                #expect(!row.contains("] ") || row.contains("]  "), "\(columns): \(row)")
+            }
+            if columns == 160 {
+                #expect(header.range(of: "PROGRESS +DEST$", options: .regularExpression) != nil, "\(header)")
+                #expect((1...3).allSatisfy { part in frame.contains { $0.hasPrefix("p\(part) ") && $0.contains("[#") } }, "\(frame)")
+            }
+            if columns == 80 { #expect(!header.contains("PROGRESS"), "no room for bars: \(header)") }
+        }
+
+        // Plain status and replay on a terminal: each line within it, the error and plans wrapped whole.
+        for command in ["status", "replay"] {
+            let lines = try harness.printedOnTerminal([command], columns: 80)
+            #expect(lines.allSatisfy { cells($0) <= 80 }, "\(command): \(lines.filter { cells($0) > 80 })")
+            let failed = try #require(lines.firstIndex { $0.hasPrefix("gone ") }, "\(lines)")
+            let under = lines[(failed + 1)...].prefix { $0.hasPrefix(" ") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            let note = under.joined(separator: " ")
+            #expect(note.hasPrefix("server answered 404 Not Found for ") && under.count >= 2, "\(command): \(lines)")
+            #expect(note.replacingOccurrences(of: " ", with: "").contains(nginx.url("reports/2026/november/quarterly-summary-final-v2.pdf")),
+                    "\(command): the whole URL, broken only at the edge: \(under)")
+            #expect(!lines.contains { $0.hasPrefix("ID ") && $0.contains("KIND") }, "\(command): \(lines)")
+        }
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
     }
 
     @Test func watchCountsWideCharactersAndTinyTerminals() throws {
         let harness = try AgentHarness()
         try logQueuedTasks(harness, 8, id: "c") { "日本語のファイル名前がとても長いフォルダ/動画ファイル📼\($0).bin" }
         for (columns, rows) in [(80, 24), (40, 6), (20, 3), (10, 2), (30, 1)] {
-            let frame = try #require(try underTerminal(harness, ["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
+            let frame = try #require(try harness.underTerminal(["status", "--watch"], columns: columns, rows: rows, seconds: 1.5).last)
             #expect(frame.count <= rows, "\(columns)x\(rows): \(frame)")
             #expect(frame.allSatisfy { cells($0) <= columns }, "\(columns)x\(rows): \(frame)")
             if rows >= 3 { #expect(frame.first?.hasPrefix("agent") == true || columns < 8) }
@@ -165,48 +330,5 @@ struct StatusTests {
     private func statusDocument(_ harness: AgentHarness) throws -> [String: Any] {
         let result = try harness.run(["status", "--json"])
         return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
-    }
-
-    /// Runs a command under a pseudo-terminal of the given size for a while
-    /// and returns the frames it drew (split at cursor-home), each as lines
-    /// with escape codes removed unless `keepEscapes`.
-    private func underTerminal(_ harness: AgentHarness, _ arguments: [String], columns: Int, rows: Int, seconds: Double,
-                               environment: [String: String]? = nil, keepEscapes: Bool = false) throws -> [[String]] {
-        let output = harness.directory.file("pty-\(UUID().uuidString).out")
-        let script = """
-            import fcntl, os, pty, select, struct, sys, termios, time
-            out, seconds, rows, cols = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-            pid, fd = pty.fork()
-            if pid == 0:
-                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-                os.execv(sys.argv[5], sys.argv[5:])
-            data, end = b"", time.time() + seconds
-            while time.time() < end:
-                ready, _, _ = select.select([fd], [], [], 0.1)
-                if ready:
-                    try:
-                        data += os.read(fd, 65536)
-                    except OSError:
-                        break
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            open(out, "wb").write(data)
-            """
-        let arguments = [arguments[0]] + harness.globalFlags + arguments.dropFirst()
-        let child = try ChildProcess("/usr/bin/python3", ["-c", script, output, "\(seconds)", "\(rows)", "\(columns)", syncagentBinary]
-                                     + arguments, environment: environment ?? harness.environment, outputIn: harness.directory.path)
-        guard child.wait(seconds: seconds + 20) == 0 else { throw TestFailure("pty run failed: \(child.stderr)") }
-        let text = try String(contentsOfFile: output, encoding: .utf8)
-        let frames = text.components(separatedBy: "\u{1B}[H").dropFirst().filter { !$0.isEmpty }
-        // The last frame may be cut mid-draw by the kill: keep whole ones (ended by clear-to-end).
-        let whole = frames.filter { $0.hasSuffix("\u{1B}[J") }
-        return whole.map { frame in
-            let lines = frame.replacingOccurrences(of: "\r", with: "").components(separatedBy: "\n")
-            return keepEscapes ? lines : lines.map(stripEscapes)
-        }
-    }
-
-    private func stripEscapes(_ line: String) -> String {
-        line.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
     }
 }

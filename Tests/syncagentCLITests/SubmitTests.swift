@@ -70,6 +70,60 @@ struct SubmitTests {
         #expect(FileManager.default.fileExists(atPath: harness.downloads + "/many/a.bin"))
     }
 
+    /// A URL typed without a scheme is taken as https, and said so; -d and
+    /// -o name the folder and the file, as aria2c's do.
+    @Test func noSchemeMeansHTTPSAndDashDAndDashONameTheFolderAndFile() throws {
+        let harness = try AgentHarness()
+        let bare = try harness.run(["submit", "--id", "bare", "example.com/isos/a.iso"])
+        #expect(bare.status == 0 && bare.stdout == "bare\n", "\(bare.stderr)")
+        #expect(bare.stderr.hasPrefix("syncagent: no scheme in \"example.com/isos/a.iso\": taken as https://example.com/isos/a.iso\n"),
+                "\(bare.stderr)")
+        let named = try harness.run(["submit", "--id", "named", "-d", "isos", "-o", "debian.iso", "https://example.com/d-13.iso"])
+        #expect(named.status == 0, "\(named.stderr)")
+        let waiting = try harness.run(["status", "--json"])
+        let jobs = (try JSONSerialization.jsonObject(with: Data(waiting.stdout.utf8)) as? [String: Any])?["waiting"] as? [[String: Any]] ?? []
+        let byID = Dictionary(uniqueKeysWithValues: jobs.map { ($0["id"] as? String ?? "", $0) })
+        #expect(byID["bare"]?["url"] as? String == "https://example.com/isos/a.iso", "\(jobs)")
+        #expect(byID["bare"]?["dest"] as? String == harness.downloads + "/a.iso")
+        #expect(byID["named"]?["dest"] as? String == harness.downloads + "/isos/debian.iso", "\(jobs)")
+        let two = try harness.run(["submit", "-o", "one.iso", "https://example.com/a", "https://example.com/b"])
+        #expect(two.status != 0 && two.stderr.contains("-o/--out names one file, but 2 URLs were given; use -d/--dir"), "\(two.stderr)")
+        let path = try harness.run(["submit", "-o", "a/b.iso", "https://example.com/a"])
+        #expect(path.status != 0 && path.stderr.contains("-o/--out takes a file name"), "\(path.stderr)")
+    }
+
+    /// `submit --wait` stays until its tasks end and exits as aria2c
+    /// would: 0 when all finished, 3 for a 404. On a terminal each task has
+    /// a line redrawn in place; piped, a line as each ends. The ids still
+    /// go to stdout, alone.
+    @Test func submitWaitFollowsItsTasksAndExitsAsAria2cDoes() throws {
+        let harness = try AgentHarness()
+        let nginx = try Nginx(in: harness.directory)
+        try nginx.serve("ok.bin", size: 100_000)
+        try nginx.serve("slow.bin", size: 400_000)
+        let agent = try harness.startAgent()
+        defer { agent.signal(SIGKILL) }
+        #expect(eventually(within: 20) { harness.statusSaysAgentRuns })
+
+        let mixed = try harness.run(["submit", "--wait", "--id", "good", nginx.url("ok.bin")])
+        #expect(mixed.status == 0 && mixed.stdout == "good\n", "\(mixed.stderr)")
+        #expect(mixed.stderr.contains("good  finished  97.7 KiB/97.7 KiB  \(harness.downloads)/ok.bin\n"), "\(mixed.stderr)")
+        #expect(mixed.stderr.hasSuffix("syncagent: 1 finished\n"), "\(mixed.stderr)")
+        let failing = try harness.run(["submit", "--wait", "-d", "again", nginx.url("ok.bin"), nginx.url("absent.bin")])
+        #expect(failing.status == 3, "aria2c's \"resource not found\": \(failing.stderr)")
+        let ids = failing.stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 2)
+        #expect(failing.stderr.contains("\(ids.last ?? "?")  failed  absent.bin: server answered 404 Not Found"), "\(failing.stderr)")
+        #expect(failing.stderr.contains("syncagent: 1 finished, 1 failed\n  \(ids.last ?? "?"): server answered 404"), "\(failing.stderr)")
+
+        // On a terminal: a line per task, redrawn while it runs.
+        let drawn = try harness.printedOnTerminal(["submit", "--wait", "--max-speed", "200K", "--id", "slow", nginx.url("slow.bin")],
+                                                  columns: 100)
+        #expect(drawn.contains { $0.hasPrefix("slow  running  ") && $0.contains("%") && $0.contains("/s") }, "\(drawn)")
+        #expect(drawn.contains { $0.hasPrefix("slow  finished  390.6 KiB/390.6 KiB") }, "\(drawn)")
+        #expect(drawn.last == "syncagent: 1 finished", "\(drawn)")
+    }
+
     @Test func submitWritesEveryJobBeforeItsIDsAndSaysWhenTheyCannotBePrinted() throws {
         let harness = try AgentHarness()
         let list = (0..<300).map { "http://127.0.0.1:9/f\($0).bin" }.joined(separator: "\n")

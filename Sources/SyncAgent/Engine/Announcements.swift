@@ -50,6 +50,33 @@ final class Announcements {
         try context.commit()
     }
 
+    /// When failure notices last went out (monotonic ms): failures within
+    /// `Notices.failureQuietMs` after wait, and go out together.
+    private var lastFailureNoticeMs: Int64?
+
+    /// When the failures waiting to be told are due (monotonic ms); nil when none waits.
+    var nextFailureNoticeMs: Int64? {
+        guard let first = context.failuresToTell.first else { return nil }
+        return max(first.atMs + Notices.failureGraceMs, lastFailureNoticeMs.map { $0 + Notices.failureQuietMs } ?? 0)
+    }
+
+    /// Failures only the user can mend, told as they happen (a 404 queued
+    /// behind twenty downloads is not kept for the batch's end): one
+    /// notice for those of the same second, or of the quiet time after the
+    /// last notice.
+    /// Each task's `notified` is recorded first, as for every notice; the
+    /// batch's notice at its end names them again among the rest.
+    func tellFailures() {
+        guard let due = nextFailureNoticeMs, due <= Posix.monotonicMs else { return }
+        let failed = Notices.stillToTell(context.failuresToTell.map(\.id), in: context.state)
+        context.failuresToTell.removeAll()
+        guard !failed.isEmpty else { return }
+        let notice = Notices.failureNotice(for: failed)
+        for task in failed { context.record(.notified(Notified(batch: task.spec.batch, summary: notice.summary)), task: task.id) }
+        noticesAfterCommit.append(notice)
+        lastFailureNoticeMs = Posix.monotonicMs
+    }
+
     /// A batch's notice, or, for a batch of `notify = "none"` tasks alone (there for
     /// `on_batch_end`), a `notified` that says none was wanted.
     private func announce(_ batch: BatchFinished) {

@@ -42,25 +42,36 @@ final class ControlDesk {
     /// pauses, resumes, removes or forgets downloads.
     func apply(_ action: ControlJob.Action, to targets: [TaskState], target: String, file: String?, identity: String? = nil) {
         var outcomes: [String] = []
+        var changed = 0
         for task in targets {
             let outcome = carryOut(action, on: task)
+            if outcome.changed { changed += 1 }
             // One line per task for a single target; for "*", only what changed.
-            if target != "*" || !outcome.hasPrefix("nothing to do") { outcomes.append("\(task.id): \(outcome)") }
+            if target != "*" || !outcome.words.hasPrefix("nothing to do") { outcomes.append("\(task.id): \(outcome.words)") }
         }
         let words = outcomes.isEmpty ? "nothing to do: no task to \(action.rawValue)" : Controlled.outcome(of: outcomes)
-        context.record(.controlled(Controlled(action: action.rawValue, target: target, outcome: words, file: file, identity: identity)),
+        context.record(.controlled(Controlled(action: action.rawValue, target: target, outcome: words, file: file, identity: identity,
+                                              changed: changed)),
                        task: target == "*" ? nil : target)
         context.needsScheduling = true
     }
 
-    private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> String {
+    /// What a control did to one task, in words, and whether it changed it.
+    private struct Outcome {
+        var words: String
+        var changed: Bool
+        static func done(_ words: String) -> Outcome { Outcome(words: words, changed: true) }
+        static func refused(_ words: String) -> Outcome { Outcome(words: words, changed: false) }
+    }
+
+    private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> Outcome {
         if action == .forget { return forget(task) }
         let state = context.state
         let kind = Kinds.runnerType(for: task.spec)
         if action == .resume, task.phase == .failed,
            let cancelled = (state.children[task.id] ?? []).first(where: { state[$0]?.phase == .cancelled }) {
             let words = task.spec.behaviour.family
-            return "cannot run again: its \(words.child) \(cancelled) was cancelled; cancel the \(words.whole) and submit it again"
+            return .refused("cannot run again: its \(words.child) \(cancelled) was cancelled; cancel the \(words.whole) and submit it again")
         }
         // On a parent, control applies to its children too, whenever it applies to the parent.
         let applies = switch action {
@@ -78,51 +89,51 @@ final class ControlDesk {
         }
         switch (action, task.phase) {
         case (.pause, .queued), (.pause, .running):
-            return "paused at byte \(context.runners.pause(task.id, reason: .user, bytesIfIdle: task.bytes))"
+            return .done("paused at byte \(context.runners.pause(task.id, reason: .user, bytesIfIdle: task.bytes))")
         case (.pause, .paused) where task.pauseReason != .user:
             // It waited for the network; now it waits for the user, whatever the network does.
-            return "paused at byte \(context.runners.pause(task.id, reason: .user, bytesIfIdle: task.bytes))"
+            return .done("paused at byte \(context.runners.pause(task.id, reason: .user, bytesIfIdle: task.bytes))")
         case (.resume, .paused):
             context.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
-            return "resumed at byte \(task.bytes)"
+            return .done("resumed at byte \(task.bytes)")
         case (.resume, .failed):
             return runAgain(task, kind: kind)
         case (.cancel, .queued), (.cancel, .running), (.cancel, .paused), (.cancel, .failed):
             context.runners.cancel(task)
-            return "cancelled"
+            return .done("cancelled")
         case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase), (.compact, let phase):
-            return "nothing to do: task already \(phase.rawValue)"
+            return .refused("nothing to do: task already \(phase.rawValue)")
         }
     }
 
     /// A failed task runs again: the way to recover after freeing disk space or a server outage.
-    private func runAgain(_ task: TaskState, kind: TaskRunner.Type) -> String {
+    private func runAgain(_ task: TaskState, kind: TaskRunner.Type) -> Outcome {
         if let dest = task.spec.dest, let holder = Destinations.holder(of: dest, in: context.state, except: task.id) {
-            return "cannot run again: \(dest) is now the destination of task \(holder)"
+            return .refused("cannot run again: \(dest) is now the destination of task \(holder)")
         }
         // A task that failed keeping nothing left no partial file: one there now is someone else's
         // (the reason it was refused at intake, or a second agent's), and running again would truncate it.
         if task.bytes == 0, task.spec.behaviour.body == .partialFile, let part = task.partPath, context.root.exists(part) {
-            return "cannot run again: \(part) exists and is not this task's; move it away first"
+            return .refused("cannot run again: \(part) exists and is not this task's; move it away first")
         }
         // The bytes kept when it failed, if what holds them (its partial file, its server) still does.
         let kept = kind.bytesKeptForRunAgain(task, in: context)
         let bytes = task.spec.isResumable && kept >= task.bytes ? task.bytes : 0
         context.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
                        task: task.id)
-        return "runs again from byte \(bytes)"
+        return .done("runs again from byte \(bytes)")
     }
 
     /// An ended task leaves `status`, its children with it; a live one is
     /// refused, since forgetting must never lose a transfer.
-    private func forget(_ task: TaskState) -> String {
-        guard task.phase.isEnded else { return "nothing to do: task is \(task.phase.rawValue); cancel it first" }
+    private func forget(_ task: TaskState) -> Outcome {
+        guard task.phase.isEnded else { return .refused("nothing to do: task is \(task.phase.rawValue); cancel it first") }
         // Read afresh: forgetting a video forgets its segments, which "*" then meets again.
-        guard context.state[task.id]?.forgotten == false else { return "nothing to do: task already forgotten" }
+        guard context.state[task.id]?.forgotten == false else { return .refused("nothing to do: task already forgotten") }
         context.record(.forgotten(Forgotten()), task: task.id)
         for child in context.state.children[task.id] ?? [] where context.state[child]?.forgotten == false {
             context.record(.forgotten(Forgotten()), task: child)
         }
-        return "forgotten"
+        return .done("forgotten")
     }
 }

@@ -33,6 +33,10 @@ final class RunnerContext {
     /// "task finished" and "task failed", said once the commit has made them
     /// true: an agent stopping before that commit must not have said them.
     var linesAfterCommit: [(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata)] = []
+    /// Top-level tasks that failed in a way only the user can mend, and
+    /// when (monotonic ms): told as it happened, not when their batch ends
+    /// (`Announcements`).
+    var failuresToTell: [(id: String, atMs: Int64)] = []
     /// Commits the log and carries out what follows a commit. A resumable
     /// upload makes its URL durable this way before the first byte goes.
     private let commitNow: () throws -> Void
@@ -58,6 +62,9 @@ final class RunnerContext {
 
     func record(_ body: EventBody, task: String? = nil) {
         log.record(body, task: task)
+        if case .failed(let failure) = body, let task, let failed = state[task], Notices.tellsAtOnce(failed, code: failure.code) {
+            failuresToTell.append((task, Posix.monotonicMs))
+        }
     }
 
     func commit() throws { try commitNow() }

@@ -550,12 +550,12 @@ public enum Posix {
 
     /// A descriptor readable when SIGTERM, SIGINT or SIGHUP comes, which
     /// are blocked for it; SIGPIPE and SIGIO are ignored (`sa_stop_signal_fd`).
-    static func stopSignals() throws -> Int32 {
+    public static func stopSignals() throws -> Int32 {
         try checked(.signalfd, "make a signalfd for the stop signals") { sa_stop_signal_fd() }
     }
 
     /// The next signal waiting on the descriptor `stopSignals` made, or nil when none is (EAGAIN).
-    static func nextSignal(_ descriptor: Int32) throws -> Int32? {
+    public static func nextSignal(_ descriptor: Int32) throws -> Int32? {
         try checked(.signalfd, "read the stop signals", unless: [EAGAIN]) { sa_read_signal(descriptor) }
     }
 

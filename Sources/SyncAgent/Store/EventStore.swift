@@ -275,6 +275,44 @@ public final class EventStore {
         }
     }
 
+    /// A job file the agent refused, as its `rejected` row records it.
+    public struct RejectionRow {
+        public var seq: Int64
+        public var atMs: Int64
+        public var rejection: Rejected
+    }
+
+    /// The `rejected` rows recorded at or after `sinceMs`: the newest `limit`
+    /// of them, newest first, and how many there are in all. (Agent-level
+    /// rows are found through the task index, as task NULL: a log of a
+    /// million transfer events is not read for them.)
+    public func rejections(sinceMs: Int64, limit: Int) throws -> (newest: [RejectionRow], count: Int) {
+        guard db != nil, try schemaVersion() > 0 else { return ([], 0) }
+        let filter = "FROM events WHERE task IS NULL AND type = 'rejected' AND at_ms >= ?1"
+        let counting = try prepare("SELECT count(*) \(filter)")
+        defer { sqlite3_finalize(counting) }
+        guard sqlite3_bind_int64(counting, 1, sinceMs) == SQLITE_OK, sqlite3_step(counting) == SQLITE_ROW else {
+            throw error("cannot count rejected jobs")
+        }
+        let count = Int(sqlite3_column_int64(counting, 0))
+        let statement = try prepare("SELECT seq, at_ms, data \(filter) ORDER BY seq DESC LIMIT ?2")
+        defer { sqlite3_finalize(statement) }
+        guard sqlite3_bind_int64(statement, 1, sinceMs) == SQLITE_OK, sqlite3_bind_int64(statement, 2, Int64(max(0, limit))) == SQLITE_OK else {
+            throw error("cannot bind the rejected jobs' query")
+        }
+        var newest: [RejectionRow] = []
+        while true {
+            let code = sqlite3_step(statement)
+            if code == SQLITE_DONE { break }
+            guard code == SQLITE_ROW, let statement else { throw error("cannot read rejected jobs") }
+            let seq = sqlite3_column_int64(statement, 0)
+            guard case .rejected(let rejection) = try EventCoding.body(
+                type: "rejected", data: Self.text(statement, 2) ?? UnsafeRawBufferPointer(start: nil, count: 0), seq: seq) else { continue }
+            newest.append(RejectionRow(seq: seq, atMs: sqlite3_column_int64(statement, 1), rejection: rejection))
+        }
+        return (newest, count)
+    }
+
     /// Streams raw rows (for `events`).
     public func forEachRow(after seq: Int64 = 0, through last: Int64 = .max, task: String? = nil,
                            _ body: (Row) throws -> Void) throws {

@@ -13,44 +13,85 @@ import Glibc
 /// call; kernels before 5.6 get the same rule from `openat` with
 /// O_NOFOLLOW, one component at a time.
 ///
-/// Nothing outside it is reached, whatever path a task holds: one the log
-/// gives outside it (a task made under another download_dir, or a log not
+/// The folders of `more_dirs` are opened and reached the same way: a
+/// destination beneath one of them is beneath that one.
+///
+/// Nothing outside them is reached, whatever path a task holds: one the log
+/// gives outside them (a task made under another download_dir, or a log not
 /// written by this agent) is refused, never admitted (SPEC §6 rule 3), and so
 /// is a path with a `.` or `..` name in it, which the walk of old kernels
 /// would otherwise follow up and out.
 final class DownloadRoot: Sendable {
     let path: String
-    private let fd: Int32
+    /// download_dir first, then each of `more_dirs`, each opened once.
+    private let roots: [(path: String, fd: Int32)]
 
-    init(path: String) throws {
+    /// - Parameter more: `more_dirs`, each of which must be there: a folder of a disk not mounted is
+    ///   no place to write into (the mount point beneath it is the root file system's).
+    init(path: String, more: [String] = []) throws {
         self.path = path
-        fd = try Posix.open(path, O_RDONLY | O_DIRECTORY, shown: "download_dir \(path)")
+        var roots = [(path, try Posix.open(path, O_RDONLY | O_DIRECTORY, shown: "download_dir \(path)"))]
+        for folder in more where !roots.contains(where: { PathRules.isSame($0.0, folder) }) {
+            do {
+                roots.append((folder, try Posix.open(folder, O_RDONLY | O_DIRECTORY, shown: "more_dirs folder \(folder)")))
+            } catch {
+                for root in roots { Posix.close(root.1) }
+                throw MoreDirUnavailable(folder: folder, errno: (error as? SystemError)?.errno ?? EIO)
+            }
+        }
+        self.roots = roots.map { (path: $0.0, fd: $0.1) }
     }
 
-    deinit { Posix.close(fd) }
+    deinit { for root in roots { Posix.close(root.fd) } }
 
-    /// The folder opened (device, inode), whatever its path names meanwhile.
-    func identity() throws -> FileIdentity {
-        FileIdentity(try Posix.status(of: fd, shown: "download_dir \(path)"))
+    /// A folder of `more_dirs` that cannot be opened: the agent does not start.
+    struct MoreDirUnavailable: Error, CustomStringConvertible {
+        var folder: String
+        var errno: Int32
+        var description: String {
+            "more_dirs names \(folder), which cannot be opened (\(Posix.words(errno))); make it, or mount its disk, or take it out of more_dirs"
+        }
     }
 
-    /// Whether `file` lies beneath download_dir itself.
+    /// The folders opened (device, inode), whatever their paths name meanwhile: download_dir first.
+    func identities() throws -> [(path: String, identity: FileIdentity)] {
+        try roots.map { root in
+            (root.path, FileIdentity(try Posix.status(of: root.fd, shown: root.path == path ? "download_dir \(path)" : root.path)))
+        }
+    }
+
+    /// Whether `file` lies beneath download_dir or one of more_dirs.
     func holds(_ file: String) -> Bool { beneath(file) != nil }
 
-    /// `file` relative to the root, or an error if it is not beneath it
-    /// (a task created under another download_dir).
-    private func relative(_ file: String) throws -> String {
-        guard let relative = beneath(file) else {
-            throw SystemError(operation: "\(file) is not a plain path beneath download_dir \(path)", errno: EXDEV)
+    /// The root `file` lies beneath and `file` relative to it, or an error if
+    /// it is beneath none (a task created under another download_dir).
+    private func relative(_ file: String) throws -> (root: (path: String, fd: Int32), relative: String) {
+        guard let found = beneath(file) else {
+            throw SystemError(operation: "\(file) is not a plain path beneath download_dir \(path)\(roots.count > 1 ? " or more_dirs" : "")",
+                              errno: EXDEV)
         }
-        return relative
+        return found
     }
 
-    /// `file` relative to the root, or nil: for questions, which an
-    /// answer of "no" settles without building an error's message.
-    private func beneath(_ file: String) -> String? {
-        guard PathRules.isInside(file, path) else { return nil }
-        let relative = file.utf8.dropFirst(path == "/" ? 1 : path.utf8.count + 1)
+    /// The root `file` lies beneath (the deepest, where one holds another)
+    /// and `file` relative to it, or nil: for questions, which an answer of
+    /// "no" settles without building an error's message.
+    private func beneath(_ file: String) -> (root: (path: String, fd: Int32), relative: String)? {
+        // download_dir alone, as always, asked first: almost every file is beneath it.
+        if roots.count == 1 { return Self.relative(file, to: path).map { (roots[0], $0) } }
+        var found: (root: (path: String, fd: Int32), relative: String)?
+        for root in roots {
+            guard let relative = Self.relative(file, to: root.path) else { continue }
+            if let best = found, best.root.path.utf8.count >= root.path.utf8.count { continue }
+            found = (root, relative)
+        }
+        return found
+    }
+
+    /// `file` relative to `folder`, or nil when it is not beneath it by plain names.
+    private static func relative(_ file: String, to folder: String) -> String? {
+        guard PathRules.isInside(file, folder) else { return nil }
+        let relative = file.utf8.dropFirst(folder == "/" ? 1 : folder.utf8.count + 1)
         // Names only: no empty one, no `.`, no `..` (checked in place: every open asks).
         let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
         for name in relative.split(separator: slash, omittingEmptySubsequences: false) {
@@ -59,14 +100,9 @@ final class DownloadRoot: Sendable {
         return String(decoding: relative, as: UTF8.self)
     }
 
-    /// The directory holding `file`, opened beneath the root (created, with
-    /// its parents, when `create`), and the file's own name in it.
-    /// `relative` is `file` beneath the root, as `relative(_:)` gave it.
-    private func parent(of file: String, relative: String, create: Bool) throws -> (directory: Int32, name: String) {
-        try parent(of: file, relative: relative, create: create, beneath: fd, named: path)
-    }
-
-    /// As above, beneath `base`, which is named `basePath`.
+    /// The directory holding `file`, opened beneath `base` (a root, named
+    /// `basePath`; created, with its parents, when `create`), and the file's
+    /// own name in it. `relative` is `file` beneath the root, as `relative(_:)` gave it.
     private func parent(of file: String, relative: String, create: Bool, beneath base: Int32,
                         named basePath: String) throws -> (directory: Int32, name: String) {
         // Split on the byte '/', as the kernel does (and without a Character split's cost, on every open).
@@ -82,7 +118,7 @@ final class DownloadRoot: Sendable {
         } catch let error as SystemError where error.errno == ENOSYS || (error.errno == ENOENT && create) {
             // Walked below.
         } catch let error as SystemError {
-            throw SystemError(operation: "open \(basePath)/\(joined) \(Self.words(error.errno))", errno: error.errno)
+            throw SystemError(operation: "open \(basePath)/\(joined) \(words(error.errno))", errno: error.errno)
         }
         // One component at a time: made if missing, never a symlink.
         var current = try Self.duplicate(base, named: basePath)
@@ -96,7 +132,7 @@ final class DownloadRoot: Sendable {
                 do {
                     next = try Posix.open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, at: current)
                 } catch let error as SystemError {
-                    throw SystemError(operation: "open \(walked) \(Self.words(error.errno))", errno: error.errno)
+                    throw SystemError(operation: "open \(walked) \(words(error.errno))", errno: error.errno)
                 }
             }
             current = next
@@ -127,8 +163,9 @@ final class DownloadRoot: Sendable {
     }
 
     /// Says why a symlink stopped us, in the words a user needs.
-    private static func words(_ error: Int32) -> String {
-        error == ELOOP || error == EXDEV ? "(a symbolic link inside download_dir is never followed)" : ""
+    private func words(_ error: Int32) -> String {
+        guard error == ELOOP || error == EXDEV else { return "" }
+        return "(a symbolic link inside download_dir\(roots.count > 1 ? " or more_dirs" : "") is never followed)"
     }
 
     /// Runs `body` with the directory holding `file` and the file's name in
@@ -136,9 +173,9 @@ final class DownloadRoot: Sendable {
     /// `dup` of it to close again: each small download asks this six times).
     @discardableResult
     private func withParent<T>(of file: String, create: Bool = false, _ body: (Int32, String) throws -> T) throws -> T {
-        let relative = try relative(file)
-        if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(fd, relative) }
-        let (directory, name) = try parent(of: file, relative: relative, create: create)
+        let (root, relative) = try relative(file)
+        if !relative.isEmpty, !relative.utf8.contains(UInt8(ascii: "/")) { return try body(root.fd, relative) }
+        let (directory, name) = try parent(of: file, relative: relative, create: create, beneath: root.fd, named: root.path)
         defer { Posix.close(directory) }
         return try body(directory, name)
     }
@@ -229,7 +266,7 @@ final class DownloadRoot: Sendable {
     /// the root is absent by its path far more often than not, and opening
     /// its folders each time cost 6,000 instructions a task.)
     func exists(_ file: String) -> Bool {
-        let (folder, name) = beneath(file).map { (fd, $0) } ?? (AT_FDCWD, file)
+        let (folder, name) = beneath(file).map { ($0.root.fd, $0.relative) } ?? (AT_FDCWD, file)
         do {
             if try Posix.statusIfPresent(of: name, at: folder, flags: AT_SYMLINK_NOFOLLOW, shown: file) == nil { return false }
         } catch {

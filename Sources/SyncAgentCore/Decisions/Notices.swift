@@ -95,6 +95,59 @@ public enum Notices {
         return Notice(summary: summary, body: lines.joined(separator: "\n"), critical: failed > 0)
     }
 
+    /// Whether a failure is one only the user can mend — a wrong or gone
+    /// URL, a refusal, a damaged or unwanted file, a full disk — and so is
+    /// told as it happens rather than when its batch ends. An outage (the
+    /// retries or `total_timeout` spent, a connection that would not come)
+    /// is the server's to mend: the batch's notice tells it.
+    public static func needsTheUser(_ code: FailureCode) -> Bool {
+        switch code {
+        case .retriesExhausted, .totalTimeout: false
+        // Certificate and TLS failures need the user (a CA file, a URL); other curl errors are the network's.
+        case .curl(let code): [35, 51, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91].contains(code)
+        case .http(let status): !(500..<600).contains(status) && status != 408 && status != 429
+        default: true
+        }
+    }
+
+    /// The top-level tasks that failed and want telling at once: those
+    /// whose notices go with their batch (`notify = "each"` ones get their
+    /// own anyway, `none` ones none), for a failure that needs the user.
+    public static func tellsAtOnce(_ task: TaskState, code: FailureCode) -> Bool {
+        task.spec.parent == nil && task.spec.notify == .batch && needsTheUser(code)
+    }
+
+    /// Of the tasks that failed and wanted telling at once, those still to
+    /// tell: not one run again or forgotten since (no longer the user's to
+    /// mend), nor one whose batch has ended since (its batch's notice,
+    /// posted now, names it: not twice).
+    public static func stillToTell(_ ids: [String], in state: AgentState) -> [TaskState] {
+        var seen = Set<String>()
+        return ids.filter { seen.insert($0).inserted }.compactMap { state[$0] }.filter { task in
+            let batch = BatchKey(task.spec.batch)
+            let batchGoesOn = batch.name == nil ? state.activeCount > 0 : state.activeByBatch[batch, default: 0] > 0
+            return task.phase == .failed && !task.forgotten && batchGoesOn
+        }
+    }
+
+    /// How long a failure waits to be told: failures of the same moment go
+    /// out in one notice, and one whose batch ends meanwhile (its last
+    /// other task finishing) is told by the batch's notice alone.
+    public static let failureGraceMs: Int64 = 1_000
+
+    /// How long failure notices keep quiet after one went out: failures in
+    /// that time go out together, in one notice, when it ends.
+    public static let failureQuietMs: Int64 = 5_000
+
+    /// Failures told as they happen: one names its file and reason; several
+    /// are one notice, named as a batch's failures are.
+    public static func failureNotice(for tasks: [TaskState]) -> Notice {
+        if tasks.count == 1, let task = tasks.first { return ownNotice(for: task) }
+        var lines = tasks.prefix(namesListedUpTo).map { "✗ \($0.displayName): \($0.error ?? "failed")" }
+        if tasks.count > namesListedUpTo { lines.append("… and \(tasks.count - namesListedUpTo) more (syncagent status --state failed)") }
+        return Notice(summary: "\(tasks.count) transfers failed", body: lines.joined(separator: "\n"), critical: true)
+    }
+
     /// `notify = "each"`: one per task, on top of its batch's.
     public static func ownNotice(for task: TaskState) -> Notice {
         let name = task.displayName

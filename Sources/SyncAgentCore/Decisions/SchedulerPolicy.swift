@@ -43,14 +43,22 @@ public enum SchedulerPolicy {
         return earliest
     }
 
-    /// Exponential backoff with jitter (1 s, 2 s, 4 s … capped at 5 min);
-    /// a server's `Retry-After` wins when it asks for longer.
+    /// Exponential backoff with jitter: 1 s, 4 s, 16 s, 64 s, 256 s, then
+    /// 5 min each, every wait cut by up to a quarter at random. The default
+    /// 5 retries then wait 4 min 16 s to 5 min 41 s in all: a server down for
+    /// a few minutes (a restart, a deploy) is waited out, where doubling from
+    /// 1 s gave up after 20 s. A blip still costs only a second. Tasks that
+    /// failed together spread over the last quarter of each wait, and a
+    /// server's `Retry-After` wins when it asks for longer.
     public static func retryDelayMs(attempt: Int, retryAfterMs: Int64?, jitter: Double) -> Int64 {
-        let exponent = min(max(attempt - 1, 0), 16)
-        let base = min(Int64(1000) << exponent, 300_000)
-        let jittered = Int64(Double(base) * (0.5 + 0.5 * min(max(jitter, 0), 1)))
+        let exponent = min(max(attempt - 1, 0), 8)
+        let base = min(Int64(1000) << (2 * exponent), maximumRetryDelayMs)
+        let jittered = Int64(Double(base) * (0.75 + 0.25 * min(max(jitter, 0), 1)))
         return max(jittered, retryAfterMs ?? 0)
     }
+
+    /// The longest wait between two attempts the agent chooses itself.
+    public static let maximumRetryDelayMs: Int64 = 300_000
 }
 
 /// Retry or fail, after a transient failure: a pure decision the agent

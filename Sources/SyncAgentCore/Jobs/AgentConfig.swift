@@ -10,6 +10,8 @@ public struct AgentConfig: Equatable, Sendable {
     public var inbox: String?
     public var stateDir: String?
     public var downloadDir: String?
+    /// More folders a job's `dest` may name (absolutely), each reached as download_dir is.
+    public var moreDirs: [String] = []
     public var maxActive = 4
     public var maxPerHost = 6
     public var retries = 5
@@ -67,12 +69,13 @@ public struct AgentConfig: Equatable, Sendable {
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
-        "allow_metered", "keep_ended", "inbox_poll", "min_speed", "min_speed_time",
+        "allow_metered", "keep_ended", "more_dirs", "inbox_poll", "min_speed", "min_speed_time",
         "rpc", "rpc_listen", "rpc_secret",
     ]
 
     /// Keys a running agent cannot change: SIGHUP reports them for the next start.
-    public static let restartKeys: Set<String> = ["inbox", "state_dir", "download_dir", "cookies", "rpc", "rpc_listen", "rpc_secret"]
+    public static let restartKeys: Set<String> = ["inbox", "state_dir", "download_dir", "more_dirs", "cookies", "rpc", "rpc_listen",
+                                                  "rpc_secret"]
 
     /// The keys whose values differ, for the reload's log entry.
     public static func changes(from old: AgentConfig, to new: AgentConfig) -> [String] {
@@ -80,7 +83,7 @@ public struct AgentConfig: Equatable, Sendable {
         func note<T: Equatable>(_ key: String, _ path: KeyPath<AgentConfig, T>) {
             if old[keyPath: path] != new[keyPath: path] { keys.append(key) }
         }
-        note("inbox", \.inbox); note("state_dir", \.stateDir); note("download_dir", \.downloadDir)
+        note("inbox", \.inbox); note("state_dir", \.stateDir); note("download_dir", \.downloadDir); note("more_dirs", \.moreDirs)
         note("max_active", \.maxActive); note("max_per_host", \.maxPerHost); note("retries", \.retries)
         note("connect_timeout", \.connectTimeout); note("idle_timeout", \.idleTimeout)
         note("total_timeout", \.totalTimeout); note("max_redirects", \.maxRedirects); note("max_speed", \.maxSpeed)
@@ -102,6 +105,7 @@ public struct AgentConfig: Equatable, Sendable {
         config.inbox = try reader.string("inbox")
         config.stateDir = try reader.string("state_dir")
         config.downloadDir = try reader.string("download_dir")
+        config.moreDirs = try reader.folders("more_dirs") ?? []
         config.maxActive = try reader.int("max_active", in: 1...1024) ?? config.maxActive
         config.maxPerHost = try reader.int("max_per_host", in: 1...1024) ?? config.maxPerHost
         config.retries = try reader.int("retries", in: 0...100) ?? config.retries

@@ -18,26 +18,45 @@ public struct ControlJob: Equatable, Sendable {
     }
 }
 
+extension ControlJob.Action {
+    /// Whether this control would change `task` (what shell completion
+    /// offers it for; anything else the agent answers "nothing to do").
+    public func changes(_ task: TaskState) -> Bool {
+        // A video's segments and an upload's parts follow their parent, and are not offered.
+        guard task.parentID == nil else { return false }
+        switch self {
+        case .pause: return task.phase.isActive || (task.phase == .paused && task.pauseReason != .user)
+        case .resume: return task.phase == .paused || task.phase == .failed
+        case .cancel: return !task.phase.isEnded || task.phase == .failed
+        case .forget: return task.phase.isEnded && !task.forgotten
+        case .compact: return false
+        }
+    }
+}
+
 /// Turns the bytes of a job file into a `Job`, or a `KeyError` whose
 /// sentence goes into `INBOX/rejected/NAME.error`. Pure: the caller reads the file.
 public struct JobParser: Sendable {
     public static let maximumSize = 64 * 1024
 
-    /// Absolute; every destination must stay inside it.
+    /// Absolute; every destination must stay inside it, or inside one of `moreDirs`.
     public var downloadDir: String
+    /// `more_dirs`: folders an absolute `dest` may name too.
+    public var moreDirs: [String]
     public var defaultNotify: NotifyMode
     /// The agent's own folders (state dir, inbox): no destination may lie
     /// in them, even when they sit inside `download_dir`.
     public var forbiddenDirs: [String]
 
-    public init(downloadDir: String, defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = []) {
+    public init(downloadDir: String, moreDirs: [String] = [], defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = []) {
         self.downloadDir = PathRules.normalize(downloadDir)
+        self.moreDirs = moreDirs.map(PathRules.normalize)
         self.defaultNotify = defaultNotify
         self.forbiddenDirs = forbiddenDirs.map(PathRules.normalize)
     }
 
     private func resolveDest(_ dest: String) throws -> String {
-        try PathRules.resolve(dest, inside: downloadDir, excluding: forbiddenDirs, key: "dest")
+        try PathRules.resolve(dest, inside: downloadDir, orIn: moreDirs, excluding: forbiddenDirs, key: "dest")
     }
 
     /// What keeps a task read from the log from running, if anything: the
@@ -50,8 +69,9 @@ public struct JobParser: Sendable {
     public func refusal(ofRecorded spec: TaskSpec) -> (reason: String, code: FailureCode)? {
         if let dest = spec.dest {
             do {
-                let resolved = try PathRules.resolve(dest, inside: downloadDir, excluding: forbiddenDirs, key: "dest",
-                                                     nameLimit: PathRules.nameMax, pathLimit: PathRules.pathMax)
+                // No advice to allow its folder: the log may be another hand's, naming any file at all.
+                let resolved = try PathRules.resolve(dest, inside: downloadDir, orIn: moreDirs, excluding: forbiddenDirs, key: "dest",
+                                                     nameLimit: PathRules.nameMax, pathLimit: PathRules.pathMax, advising: false)
                 guard PathRules.isSame(resolved, dest) else {
                     return ("the log's dest \"\(Printable.escaping(dest))\" is not a plain path (it means \(resolved))", .destRefused)
                 }
@@ -353,7 +373,9 @@ public enum URLRules {
         var shown: String { Redaction.url(url) }
         // A space or a control character (CR, LF, NUL …) could end the request line.
         guard !url.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else {
-            throw KeyError(key: key, "must not contain spaces or control characters: \"\(Redaction.url(url.debugDescription))\"")
+            // Swift's own quoting, without its quotes: a line break reads \n, not as the end of the message.
+            let escaped = String(url.debugDescription.dropFirst().dropLast())
+            throw KeyError(key: key, "must not contain spaces or control characters: \"\(Redaction.url(escaped))\"")
         }
         guard url.utf8.count <= 8192 else {
             throw KeyError(key: key, "is \(url.utf8.count) bytes long, over the 8 KiB a URL may have")
@@ -414,6 +436,24 @@ public enum URLRules {
     }
 
     /// The default destination: the URL's last path segment, decoded.
+    /// `example.com/a.iso` → `https://example.com/a.iso`: what was typed
+    /// with no scheme (as one types into curl or a browser), when it reads
+    /// as a host, with a port or none, and a path; nil for anything else (a
+    /// URL with a scheme, a file path, `mailto:x`), to be judged as it is.
+    public static func assumingHTTPS(_ text: String) -> String? {
+        guard !text.isEmpty, !text.contains("://"), !text.hasPrefix("/"), !text.hasPrefix("."),
+              !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) else { return nil }
+        let authority = text.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        if let colon = authority.lastIndex(of: ":") {
+            // host:port, not scheme:rest.
+            let port = authority[authority.index(after: colon)...]
+            guard !port.isEmpty, port.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        }
+        let candidate = "https://" + text
+        guard let host = URLComponents(string: candidate)?.host, !host.isEmpty else { return nil }
+        return candidate
+    }
+
     public static func fileName(from url: String) -> String {
         let path = URLComponents(string: url)?.path ?? ""
         let last = path.split(separator: "/").last.map(String.init) ?? ""
@@ -647,19 +687,20 @@ public enum PathRules {
         return normalized.isEmpty ? "/" : String(decoding: normalized, as: UTF8.self)
     }
 
-    /// `dest` relative to `downloadDir` (or absolute inside it) → absolute
-    /// path, never inside one of `excluded` (the agent's own folders).
-    /// Symbolic links are not looked at here: the engine opens every
-    /// component beneath `downloadDir` without following one.
     /// The longest name a Linux file system holds, and the longest path the kernel takes.
     public static let nameMax = 255
     public static let pathMax = 4096
 
+    /// `dest` relative to `downloadDir` (or absolute inside it, or inside
+    /// one of `moreDirs`) → absolute path, never inside one of `excluded`
+    /// (the agent's own folders). Symbolic links are not looked at here:
+    /// the engine opens every component beneath its folder without following one.
     /// - Parameters:
     ///   - nameLimit, pathLimit: the longest name and path allowed: a job's leave
     ///     room for `.part` and a rename's `.N` within `nameMax` and `pathMax`.
-    public static func resolve(_ dest: String, inside downloadDir: String, excluding excluded: [String] = [],
-                               key: String, nameLimit: Int = 240, pathLimit: Int = 4000) throws -> String {
+    ///   - advising: a refusal for being outside says how to allow the folder (more_dirs).
+    public static func resolve(_ dest: String, inside downloadDir: String, orIn moreDirs: [String] = [], excluding excluded: [String] = [],
+                               key: String, nameLimit: Int = 240, pathLimit: Int = 4000, advising: Bool = true) throws -> String {
         if dest.isEmpty || dest.utf8.last == UInt8(ascii: "/") {
             throw KeyError(key: key, "must name a file, not \"\(dest)\"")
         }
@@ -669,8 +710,12 @@ public enum PathRules {
         let root = normalize(downloadDir)
         let joined = dest.utf8.first == UInt8(ascii: "/") ? dest : root + "/" + dest
         let resolved = normalize(joined)
-        guard isInside(resolved, root) else {
-            throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)")
+        guard isInside(resolved, root) || moreDirs.contains(where: { isInside(resolved, normalize($0)) }) else {
+            // Refused for a job anyone's script may drop; allowed by the one who writes the config.
+            let folder = normalize(resolved + "/..")
+            let advice = "; to let jobs save in \(folder), add it to more_dirs in the config (more_dirs = [\"\(folder)\"]) and restart the agent"
+            throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)" + (moreDirs.isEmpty ? "" : " and more_dirs")
+                           + (advising ? advice : ""))
         }
         for folder in excluded where isSame(resolved, folder) || isInside(resolved, folder) {
             throw KeyError(key: key, "\"\(dest)\" is inside the agent's own folder \(folder)")

@@ -115,8 +115,12 @@ struct TOMLReader {
     func byteCount(_ key: String) throws -> Int64? {
         guard let value = table[key] else { return nil }
         if case .integer(let int) = value, int > 0 { return Int64(int) }
-        if case .string(let text) = value, let count = ByteCount.parse(text), count > 0 { return count }
-        throw KeyError(key: prefix + key, "must be a positive number of bytes such as 2000000, \"512K\" or \"2M\"")
+        if case .string(let text) = value {
+            if let count = ByteCount.parse(text), count > 0 { return count }
+            if let words = ByteCount.ambiguity(of: text) { throw KeyError(key: prefix + key, words) }
+        }
+        throw KeyError(key: prefix + key, "must be a positive number of bytes such as 2000000, \"512K\" or \"2M\" "
+                       + "(K, M and G are powers of 1024, also written KiB, MiB and GiB)")
     }
 
     /// A TOML offset date-time (`2026-11-22T03:00:00Z`) or the same as a string.
@@ -125,6 +129,20 @@ struct TOMLReader {
         if case .instant(let ms) = value { return ms }
         if case .string(let text) = value, case .instant(let ms)? = try? TOML.parse("t = \(text)")["t"] { return ms }
         throw KeyError(key: prefix + key, "must be a date-time with a time zone, such as 2026-11-22T03:00:00Z")
+    }
+
+    /// Folders as an array of strings, each absolute or under `~`
+    /// (`["/mnt/media", "~/Videos"]`): relative to what, for an agent
+    /// started anywhere, could not be said.
+    func folders(_ key: String) throws -> [String]? {
+        guard let value = table[key] else { return nil }
+        let rule = "must be an array of folders, each absolute or starting with ~/, such as [\"/mnt/media\", \"~/Videos\"]"
+        guard case .array(let items) = value else { throw KeyError(key: prefix + key, rule) }
+        return try items.map { item in
+            guard case .string(let folder) = item, folder.hasPrefix("/") || folder == "~" || folder.hasPrefix("~/"),
+                  !folder.unicodeScalars.contains(where: Printable.isControl) else { throw KeyError(key: prefix + key, rule) }
+            return folder
+        }
     }
 
     /// A command as an array of strings (`["notify-send", "done"]`): run
@@ -191,9 +209,12 @@ struct TOMLReader {
 }
 
 public enum ByteCount {
-    /// `"2M"` → 2097152. Accepts an optional `B`/`iB` suffix after K, M, G.
+    /// `"2M"` and `"2MiB"` → 2097152, `"100"` and `"100B"` → 100: K, M and G
+    /// are powers of 1024. `"2MB"` is nil: MB is 10⁶ bytes to some tools and
+    /// 2²⁰ to others (`ambiguity` says so), and `"2Mb"` may be megabits.
     public static func parse(_ text: String) -> Int64? {
         var digits = text.trimmingCharacters(in: .whitespaces).uppercased()
+        guard ambiguousUnit(of: text) == nil else { return nil }
         for suffix in ["IB", "B"] where digits.hasSuffix(suffix) && digits.count > suffix.count {
             digits.removeLast(suffix.count)
         }
@@ -204,6 +225,27 @@ public enum ByteCount {
         }
         guard let number = Double(digits), number >= 0, number * Double(multiplier) < 9e18 else { return nil }
         return Int64(number * Double(multiplier))
+    }
+
+    /// The unit of `"2MB"`, `"500kb"`, `"1Gb"`: one that tools read as powers
+    /// of 1000 or of 1024 (or as bits); nil for any other text.
+    private static func ambiguousUnit(of text: String) -> String? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard trimmed.count >= 3, trimmed.uppercased().hasSuffix("B"), !trimmed.uppercased().hasSuffix("IB") else { return nil }
+        let unit = String(trimmed.suffix(2))
+        guard let prefix = unit.first, "KMGkmg".contains(prefix), let number = Double(trimmed.dropLast(2)), number >= 0 else { return nil }
+        return unit
+    }
+
+    /// Why `text` is refused though it looks like a size ("2MB"), with what to write instead.
+    public static func ambiguity(of text: String) -> String? {
+        guard let unit = ambiguousUnit(of: text) else { return nil }
+        let number = text.trimmingCharacters(in: .whitespaces).dropLast(2)
+        let letter = unit.prefix(1).uppercased()
+        let binary = parse("\(number)\(letter)").map { " (\($0) bytes)" } ?? ""
+        return "must not be \"\(text)\": \(unit) is a power of 1000 to some tools, of 1024 (or bits) to others; "
+            + "write \"\(number)\(letter)\" or \"\(number)\(letter)iB\"\(binary), or a number of bytes "
+            + "(K, M and G are powers of 1024, also written KiB, MiB and GiB)"
     }
 
     /// 1536 → "1.5 KiB".

@@ -268,8 +268,19 @@ public struct Controlled: Codable, Equatable, Sendable {
     public var file: String?
     /// The job file's identity: intake is exactly-once for control jobs too.
     public var identity: String?
-    public init(action: String, target: String, outcome: String, file: String? = nil, identity: String? = nil) {
+    /// How many tasks it changed (0: "nothing to do", "cannot run again"):
+    /// what the command that asked exits with. Nil in logs from before it was kept.
+    public var changed: Int?
+    public init(action: String, target: String, outcome: String, file: String? = nil, identity: String? = nil, changed: Int? = nil) {
         self.action = action; self.target = target; self.outcome = outcome; self.file = file; self.identity = identity
+        self.changed = changed
+    }
+
+    /// Whether it changed any task. (A log from before `changed` was kept
+    /// says so only in words: every outcome that changed nothing begins so.)
+    public var changedAnything: Bool {
+        if let changed { return changed > 0 }
+        return !outcome.contains("nothing to do") && !outcome.contains("cannot run again")
     }
 
     /// The most tasks one `outcome` names, each with what happened to it.

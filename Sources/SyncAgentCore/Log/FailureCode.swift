@@ -84,3 +84,25 @@ extension FailureCode: Codable {
         try container.encode(rawValue)
     }
 }
+
+extension FailureCode {
+    /// aria2c's exit status for the same failure (its man page, EXIT
+    /// STATUS), for `submit --wait`, which answers as aria2c would: a script
+    /// written for one reads the other. 1 for what aria2c has no number of its own for.
+    public var aria2ExitStatus: Int32 {
+        switch self {
+        case .http(404), .http(410): 3
+        case .http(401), .http(403), .http(407): 24
+        case .checksumMismatch: 32
+        case .diskFull: 9
+        case .destExists: 13
+        case .totalTimeout: 2
+        case .ioError, .readError, .partChanged: 17
+        // Couldn't resolve host; a connection refused, reset or timed out; retries spent on them.
+        case .curl(6): 19
+        case .curl(7), .curl(28), .curl(52), .curl(55), .curl(56), .retriesExhausted: 6
+        case .rangeIgnored: 8
+        default: 1
+        }
+    }
+}

@@ -14,6 +14,11 @@ public enum StatusView {
     /// 100,000 rows waiting their turn say no more than their number.
     public static let queuedListed = 50
 
+    /// The human view lists the newest few job files rejected since
+    /// `hiddenEndedBeforeMs` (the same day ended tasks are shown for), and
+    /// counts the rest; `--json` lists them all.
+    public static let rejectionsListed = 5
+
     public struct Selection: Sendable {
         public var tasks: [TaskState] = []
         /// Ended tasks older than a day, not listed.
@@ -64,6 +69,29 @@ public enum StatusView {
         return selection
     }
 
+    /// A queued task waiting out the backoff after a transient failure:
+    /// how long is left, and which attempt comes next of how many its
+    /// retries allow.
+    public struct RetryWait: Equatable, Sendable {
+        public var seconds: Int64
+        public var attempt: Int
+        public var attempts: Int
+
+        /// "retrying in 40s (attempt 4/6)".
+        public var words: String { "retrying in \(StatusView.duration(seconds)) (attempt \(attempt)/\(attempts))" }
+    }
+
+    /// - Parameter retries: the config's `retries`, for a job that sets none.
+    public static func retryWait(of task: TaskState, nowMs: Int64, retries: Int) -> RetryWait? {
+        // A retry is what leaves a task queued with an error and a start time still to come, other than its job's.
+        guard task.phase == .queued, task.error != nil, let wakeMs = task.notBeforeMs, wakeMs > nowMs,
+              wakeMs != task.spec.notBeforeMs else { return nil }
+        let left = (Double(wakeMs) - Double(nowMs)) / 1000
+        let allowed = (task.spec.retries ?? retries).addingReportingOverflow(1)
+        return RetryWait(seconds: Int64(min(left.rounded(.up), 9e15)), attempt: task.attemptsUsed + 1,
+                         attempts: allowed.overflow ? .max : allowed.partialValue)
+    }
+
     /// Seconds left at the current speed; nil when not running, the size is
     /// unknown or nothing moves.
     public static func etaSeconds(_ figures: TaskFigures, phase: TaskPhase) -> Int64? {
@@ -93,6 +121,10 @@ public enum StatusView {
         public var unchanged = 0
         /// Finished tasks `overwrite = "skip"` did not transfer (a file was there), also in `counts`.
         public var skipped = 0
+        /// Job files rejected in the time the view covers (not tasks: they never became one).
+        public var rejected = 0
+        /// Jobs in the inbox the agent has not taken yet (not tasks yet either).
+        public var waiting = 0
 
         public var etaSeconds: Int64? {
             guard speed > 0, bytesLeft > 0 else { return nil }
@@ -111,9 +143,11 @@ public enum StatusView {
                 return "\(count) \(phase.rawValue)" + (notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")")
             }
             if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
+            if waiting > 0 { named.append("\(waiting) waiting for the agent") }
             parts.append(named.isEmpty ? "no tasks" : named.joined(separator: ", "))
             if speed > 0 { parts.append(ByteCount.format(speed) + "/s") }
             if let eta = etaSeconds { parts.append("ETA " + (sizeUnknown ? "≥ " : "") + StatusView.duration(eta)) }
+            if rejected > 0 { parts.append(rejected == 1 ? "1 job rejected" : "\(rejected) jobs rejected") }
             if notListed > 0 { parts.append("\(notListed) more not listed (--all)") }
             if hidden > 0 { parts.append("\(hidden) ended over a day ago not shown (--all)") }
             return parts.joined(separator: " · ")
@@ -176,18 +210,55 @@ public enum StatusView {
         }
     }
 
-    /// Fits `text` into `width` terminal cells, keeping its end (a path's
-    /// file name matters more than its folders): "…/talks/2026/keynote.ts".
+    /// Fits `text` into `width` terminal cells, keeping both its ends: a
+    /// path keeps its file name whole and as many of its first folders as
+    /// fit ("/home/me/…/keynote.ts"); a name too long for that keeps its start
+    /// and, more of, its end ("debi…netinst.iso"), where names that differ
+    /// mostly differ (a part number, an extension).
     public static func shorten(_ text: String, to width: Int) -> String {
         guard width > 0 else { return "" }
-        guard Printable.cells(text) > width else { return text }
-        var kept = Substring(text)
-        var cells = Printable.cells(text)
-        while cells > width - 1, let first = kept.first {
-            cells -= Printable.cells(first)
-            kept = kept.dropFirst()
+        let cells = Printable.cells(text)
+        guard cells > width else { return text }
+        guard width > 1 else { return "…" }
+        let slash = text.lastIndex(of: "/")
+        let name = slash.map { text[text.index(after: $0)...] } ?? Substring(text)
+        let nameCells = Printable.cells(String(name))
+        if let slash, nameCells + 2 <= width {
+            // Whole folders only: "/home/me/…/keynote.ts", not "/home/m…/keynote.ts".
+            let head = leading(text[..<slash], cells: width - 2 - nameCells)
+            let folders = head.lastIndex(of: "/").map { head[...$0] } ?? ""
+            return (folders.count > 1 ? folders : "") + "…/" + name
         }
-        return "…" + kept
+        if nameCells + 1 <= width { return "…" + name }
+        let tail = (width - 1) * 2 / 3
+        return leading(name, cells: width - 1 - tail) + "…" + trailing(name, cells: tail)
+    }
+
+    /// The longest start of `text` that fits in `cells`.
+    private static func leading(_ text: Substring, cells: Int) -> Substring {
+        var used = 0
+        var end = text.startIndex
+        while end < text.endIndex {
+            let next = Printable.cells(text[end])
+            if used + next > cells { break }
+            used += next
+            end = text.index(after: end)
+        }
+        return text[..<end]
+    }
+
+    /// The longest end of `text` that fits in `cells`.
+    private static func trailing(_ text: Substring, cells: Int) -> Substring {
+        var used = 0
+        var start = text.endIndex
+        while start > text.startIndex {
+            let previous = text.index(before: start)
+            let next = Printable.cells(text[previous])
+            if used + next > cells { break }
+            used += next
+            start = previous
+        }
+        return text[start...]
     }
 
     /// Fits `text` into `width` cells, keeping its start (a sentence reads from its beginning).
@@ -224,5 +295,27 @@ public enum StatusView {
             if a.phase.isEnded, b.phase.isEnded, a.endedAtMs != b.endedAtMs { return (a.endedAtMs ?? 0) > (b.endedAtMs ?? 0) }
             return left.offset < right.offset
         }.map(\.element)
+    }
+}
+
+/// `submit --wait`: when the tasks it submitted are over, and what its
+/// exit status says of them, as aria2c's does of its downloads.
+public enum WaitVerdict {
+    /// Every task is in the log and has ended (finished, failed or cancelled).
+    public static func allEnded(_ ids: [String], in state: AgentState) -> Bool {
+        ids.allSatisfy { state[$0]?.phase.isEnded == true }
+    }
+
+    /// 0 when every task finished; else aria2c's status for the failure
+    /// that came last (`FailureCode.aria2ExitStatus`); 7 (aria2c's
+    /// "unfinished downloads") when none failed but some were cancelled or
+    /// had not ended.
+    public static func exitStatus(_ ids: [String], in state: AgentState) -> Int32 {
+        let tasks = ids.map { state[$0] }
+        let failures = tasks.compactMap { $0 }.filter { $0.phase == .failed }
+        if let last = failures.max(by: { ($0.endedAtMs ?? 0) < ($1.endedAtMs ?? 0) }) {
+            return last.errorCode?.aria2ExitStatus ?? 1
+        }
+        return tasks.allSatisfy { $0?.phase == .finished } ? 0 : 7
     }
 }

@@ -129,9 +129,9 @@ public struct TaskReport: Codable, Equatable, Sendable {
     }
 
     /// `{"tasks": [...]}` (and `"agent"` for `status`), keys sorted so output is stable.
-    public static func json(_ reports: [TaskReport], agent: AgentReport? = nil) -> String {
+    public static func json(_ reports: [TaskReport], agent: AgentReport? = nil, waiting: [WaitingReport]? = nil) -> String {
         var document = ""
-        writeJSON(reports, agent: agent) { document += $0 }
+        writeJSON(reports, agent: agent, waiting: waiting) { document += $0 }
         return document
     }
 
@@ -141,6 +141,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
     /// - Parameter hookRuns: the hook runs that may not have run, listed as
     ///   `"hooks_may_not_have_run"` when there are any (`status`).
     public static func writeJSON<Reports: Sequence>(_ reports: Reports, agent: AgentReport? = nil, hookRuns: [HookRun] = [],
+                                                   rejected: [RejectionReport]? = nil, waiting: [WaitingReport]? = nil,
                                                    to write: (String) -> Void) where Reports.Element == TaskReport {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
@@ -167,6 +168,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
             }
             write("  \"hooks_may_not_have_run\" : [\n    " + runs.joined(separator: ",\n    ") + "\n  ],\n")
         }
+        if let rejected { write("  \"rejected\" : " + nested(rejected, indent: "  ") + ",\n") }
         write("  \"tasks\" : [")
         var empty = true
         for report in reports {
@@ -176,7 +178,7 @@ public struct TaskReport: Codable, Equatable, Sendable {
             write((empty ? "\n    " : ",\n    ") + text)
             empty = false
         }
-        write(empty ? "\n\n  ]\n}" : "\n  ]\n}")
+        write((empty ? "\n\n  ]" : "\n  ]") + (waiting.map { ",\n  \"waiting\" : " + nested($0, indent: "  ") } ?? "") + "\n}")
     }
 }
 
@@ -284,6 +286,52 @@ struct PrettyJSONObject {
         newline(indent: indent)
         bytes.append(UInt8(ascii: "}"))
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// `status --json`'s `"rejected"`: a job file the agent refused, and why.
+public struct RejectionReport: Codable, Equatable, Sendable {
+    /// The job file's name when it was dropped (it now sits in `INBOX/rejected/`).
+    public var file: String
+    public var error: String
+    public var atMs: Int64
+    public var seq: Int64
+
+    public init(file: String, error: String, atMs: Int64, seq: Int64) {
+        self.file = file
+        // A reason may quote the job's URL: credentials in it are not shown.
+        self.error = Redaction.text(error)
+        self.atMs = atMs; self.seq = seq
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case file, error, seq
+        case atMs = "at_ms"
+    }
+}
+
+/// `status --json`'s `"waiting"`: a transfer job in the inbox the agent has not taken yet.
+public struct WaitingReport: Codable, Equatable, Sendable {
+    /// Its file's name in the inbox.
+    public var file: String
+    /// Nil when the job names none: the agent chooses one as it takes it.
+    public var id: String?
+    public var kind: String
+    public var url: String
+    public var dest: String?
+
+    public init(file: String, id: String?, spec: TaskSpec) {
+        self.file = file; self.id = id
+        kind = spec.kind.rawValue
+        url = Redaction.url(spec.url)
+        dest = spec.dest
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        // Every key present, null when it has no value, as a task's are.
+        var keys = encoder.container(keyedBy: CodingKeys.self)
+        try keys.encode(file, forKey: .file); try keys.encode(id, forKey: .id); try keys.encode(kind, forKey: .kind)
+        try keys.encode(url, forKey: .url); try keys.encode(dest, forKey: .dest)
     }
 }
 
