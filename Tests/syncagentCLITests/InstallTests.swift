@@ -171,14 +171,16 @@ struct InstallTests {
         let object = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
         let id = try #require((object?["tasks"] as? [[String: Any]])?.first?["id"] as? String, "\(status.stdout)")
 
-        // bash: subcommands, and the task ids of the log the typed --state-dir names.
+        // bash: subcommands, and the task ids of the log the typed --state-dir names (the failed
+        // task is one `resume` can act on; `pause` is not offered it).
         func bash(_ line: String) throws -> [String] {
             let result = try run("/bin/bash", ["-c", Self.bashComplete, "bash", line], user, in: world)
             #expect(result.status == 0, "\(result.stderr)")
             return result.stdout.split(separator: "\n").map(String.init)
         }
         #expect(try bash("syncagent pa") == ["pause"])
-        #expect(try bash("syncagent pause --state-dir \(stateDir) ") == [id])
+        #expect(try bash("syncagent resume --state-dir \(stateDir) ") == [id])
+        #expect(try bash("syncagent pause --state-dir \(stateDir) ").isEmpty)
         #expect(try bash("syncagent status --state-dir \(stateDir) --task ") == [id])
 
         // zsh: parses, and compinit takes it from fpath for syncagent.
@@ -194,7 +196,7 @@ struct InstallTests {
         #expect(try run("/usr/bin/fish", ["-n", "\(prefix)/share/fish/vendor_completions.d/syncagent.fish"], user, in: world).status == 0)
         let subcommands = try run("/usr/bin/fish", ["-c", "complete -C 'syncagent pa'"], user, in: world)
         #expect(subcommands.stdout.hasPrefix("pause\t"), "\(subcommands.stdout)\(subcommands.stderr)")
-        let tab = try run("/usr/bin/python3", ["-c", Self.fishTab, "syncagent pause --state-dir \(stateDir) ", id], user, in: world)
+        let tab = try run("/usr/bin/python3", ["-c", Self.fishTab, "syncagent resume --state-dir \(stateDir) ", id], user, in: world)
         #expect(tab.stdout.contains(id), "fish drew: \(tab.stdout)\(tab.stderr)")
 
         // systemd: the unit names the installed binary, passes verify (which also
