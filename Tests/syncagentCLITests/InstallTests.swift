@@ -20,6 +20,8 @@ struct InstallTests {
         "share/doc/syncagent/README.md",
         "share/fish/vendor_completions.d/syncagent.fish",
         "share/man/man1/syncagent.1",
+        "share/man/man5/syncagent.job.5",
+        "share/man/man5/syncagent.toml.5",
         "share/syncagent/config.toml.example",
         "share/systemd/user/syncagent.service",
         "share/zsh/site-functions/_syncagent",
@@ -144,18 +146,23 @@ struct InstallTests {
         let libraries = try run("/usr/bin/ldd", [binary], user, in: world)
         #expect(!libraries.stdout.contains("libswiftCore"), "\(libraries.stdout)")
 
-        // The man page renders, and `man syncagent` finds it from PATH.
+        // The man pages render, and `man syncagent`, `man syncagent.job` and `man syncagent.toml` find them from PATH.
         var manReader = user
         manReader["MANPAGER"] = "cat"
         manReader["MANWIDTH"] = "100"
-        let page = try run("/usr/bin/man", ["-l", "\(prefix)/share/man/man1/syncagent.1"], manReader, in: world)
+        let page = try run("/usr/bin/man", ["-l", "--warnings", "\(prefix)/share/man/man1/syncagent.1"], manReader, in: world)
         #expect(page.status == 0 && page.stderr.isEmpty, "\(page.stderr)")
-        for word in ["SYNOPSIS", "run", "submit", "status", "replay", "events", "pause", "resume", "cancel", "--state-dir"] {
+        for word in ["SYNOPSIS", "run", "submit", "status", "replay", "events", "pause", "resume", "cancel", "--state-dir", "EXIT STATUS"] {
             #expect(page.stdout.contains(word), "\(word) not in the man page")
         }
-        let found = try run("/usr/bin/man", ["-w", "syncagent"], manReader, in: world)
-        #expect(found.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(prefix)/share/man/man1/syncagent.1",
-                "\(found.stdout)\(found.stderr)")
+        for (section, name, path) in [("1", "syncagent", "man1/syncagent.1"), ("5", "syncagent.job", "man5/syncagent.job.5"),
+                                      ("5", "syncagent.toml", "man5/syncagent.toml.5")] {
+            let found = try run("/usr/bin/man", ["-w", section, name], manReader, in: world)
+            #expect(found.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(prefix)/share/man/\(path)",
+                    "\(found.stdout)\(found.stderr)")
+            let shown = try run("/usr/bin/man", ["--warnings", section, name], manReader, in: world)
+            #expect(shown.status == 0 && shown.stderr.isEmpty && shown.stdout.contains("SEE ALSO"), "man \(section) \(name): \(shown.stderr)")
+        }
 
         // One failed task in a log of its own; no retry wait (the user's config says so).
         let stateDir = world.file("state")
