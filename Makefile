@@ -5,7 +5,7 @@
 SHELL := /bin/bash
 
 # libnotify-dev brings libnotify4, which the agent dlopens at its first notification;
-# libcurl4-openssl-dev brings libcurl4, which it dlopens as it starts (see README, Installing).
+# libcurl4-openssl-dev brings libcurl4, which it dlopens as it starts (see docs/install.md).
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4);
 # ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.
@@ -121,10 +121,12 @@ ifneq ($(filter install uninstall,$(MAKECMDGOALS)),)
     $(error PREFIX must be one path, without spaces: "$(PREFIX)")
   endif
 endif
+# The README's reference pages, beside it so its links resolve.
+REFERENCE := $(sort $(wildcard docs/*.md))
 INSTALLED := $(bindir)/syncagent $(man1dir)/syncagent.1 $(man5dir)/syncagent.job.5 $(man5dir)/syncagent.toml.5 \
              $(bashcompdir)/syncagent $(zshcompdir)/_syncagent \
              $(fishcompdir)/syncagent.fish $(userunitdir)/syncagent.service $(exampledir)/config.toml.example \
-             $(docdir)/README.md
+             $(docdir)/README.md $(addprefix $(docdir)/,$(REFERENCE))
 
 # The man pages are written by hand in docs/man (ManPageTests holds them to
 # the binary's commands, options and exit statuses, and to every job and
@@ -148,13 +150,14 @@ install: release
 	install -D -m 644 "$$gen/fish"               "$(DESTDIR)$(fishcompdir)/syncagent.fish"; \
 	install -D -m 644 "$$gen/syncagent.service"  "$(DESTDIR)$(userunitdir)/syncagent.service"; \
 	install -D -m 644 config/syncagent.toml      "$(DESTDIR)$(exampledir)/config.toml.example"; \
-	install -D -m 644 README.md                  "$(DESTDIR)$(docdir)/README.md"
+	install -D -m 644 README.md                  "$(DESTDIR)$(docdir)/README.md"; \
+	for page in $(REFERENCE); do install -D -m 644 "$$page" "$(DESTDIR)$(docdir)/$$page"; done
 	@printf 'installed %s\n' $(foreach file,$(INSTALLED),"$(DESTDIR)$(file)")
 
-# Exactly the files install wrote, and the two folders only syncagent uses, once empty.
+# Exactly the files install wrote, and the folders only syncagent uses, once empty.
 uninstall:
 	rm -f $(foreach file,$(INSTALLED),"$(DESTDIR)$(file)")
-	@for dir in "$(DESTDIR)$(exampledir)" "$(DESTDIR)$(docdir)"; do \
+	@for dir in "$(DESTDIR)$(exampledir)" "$(DESTDIR)$(docdir)/docs" "$(DESTDIR)$(docdir)"; do \
 	  [ ! -d "$$dir" ] || rmdir --ignore-fail-on-non-empty "$$dir"; done
 
 # Every system call goes through Sources/SyncAgent/Posix/Posix.swift (DESIGN.md

@@ -14,7 +14,11 @@ struct InstallTests {
     /// suite: swift test holds the lock of .build, where a build would wait forever.
     static let releaseBuild = root + "/.build-install-test"
 
-    static let installedFiles = [
+    /// The README's reference pages, installed beside it so its links resolve.
+    static let referencePages = ((try? FileManager.default.contentsOfDirectory(atPath: root + "/docs")) ?? [])
+        .filter { $0.hasSuffix(".md") }.map { "share/doc/syncagent/docs/" + $0 }
+
+    static let installedFiles = (referencePages + [
         "bin/syncagent",
         "share/bash-completion/completions/syncagent",
         "share/doc/syncagent/README.md",
@@ -25,7 +29,7 @@ struct InstallTests {
         "share/syncagent/config.toml.example",
         "share/systemd/user/syncagent.service",
         "share/zsh/site-functions/_syncagent",
-    ]
+    ]).sorted()
 
     struct Outcome {
         var status: Int32
@@ -136,6 +140,11 @@ struct InstallTests {
             == FileManager.default.contents(atPath: Self.root + "/config/syncagent.toml"))
         #expect(FileManager.default.contents(atPath: "\(prefix)/share/doc/syncagent/README.md")
             == FileManager.default.contents(atPath: Self.root + "/README.md"))
+        #expect(Self.referencePages.count >= 10)
+        for page in Self.referencePages {
+            #expect(FileManager.default.contents(atPath: "\(prefix)/\(page)")
+                == FileManager.default.contents(atPath: Self.root + "/docs/" + (page as NSString).lastPathComponent), "\(page)")
+        }
 
         let user = try userEnvironment(world, prefix: prefix)
         let binary = prefix + "/bin/syncagent"
