@@ -5,7 +5,7 @@
 SHELL := /bin/bash
 
 # libnotify-dev brings libnotify4, which the agent dlopens at its first notification;
-# libcurl4-openssl-dev brings libcurl4, which it dlopens as it starts (see README, Installing).
+# libcurl4-openssl-dev brings libcurl4, which it dlopens as it starts (see docs/install.md).
 BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # e2fsprogs and mount: the full- and failing-disk tests (tmpfs, loop-mounted ext4);
 # ffmpeg (and ffprobe) make and check real HLS; openssl encrypts its AES-128 copy.
@@ -37,7 +37,7 @@ define venv_install
 endef
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test torture bench bench-ab fuzz build release manual-tool install uninstall deps test-deps bench-deps clean check-syscalls
+.PHONY: run test torture bench bench-ab fuzz build release install uninstall deps test-deps bench-deps clean check-syscalls
 
 # Installs, with apt, only the packages that are missing.
 define apt_install
@@ -73,8 +73,8 @@ RELEASE := swift build --scratch-path $(RELEASE_BUILD) $(RELEASE_FLAGS)
 RELEASE_BINARY = "$$($(RELEASE) --show-bin-path)/syncagent"
 
 # SwiftPM (6.3) keeps a tree's build plan when only --static-swift-stdlib
-# changes: after a plain `swift build -c release` there, or the GenerateManual
-# plugin, it would keep linking the Swift runtime dynamically. Its plan file
+# changes: after a plain `swift build -c release` there, it would keep linking
+# the Swift runtime dynamically. Its plan file
 # removed, it plans again; a binary that needs a Swift install is never shipped.
 release: deps
 	$(RELEASE) --product syncagent
@@ -89,7 +89,7 @@ run: release
 # The release tree InstallTests installs from is built here, before the suite
 # runs beside it, so the test only finds it up to date.
 test: test-deps
-	$(MAKE) --no-print-directory release manual-tool RELEASE_BUILD=$(INSTALL_TEST_BUILD)
+	$(MAKE) --no-print-directory release RELEASE_BUILD=$(INSTALL_TEST_BUILD)
 	swift build --build-tests
 	swift test
 
@@ -108,6 +108,7 @@ PREFIX ?= $(HOME)/.local
 bindir      := $(PREFIX)/bin
 datadir     := $(PREFIX)/share
 man1dir     := $(datadir)/man/man1
+man5dir     := $(datadir)/man/man5
 bashcompdir := $(datadir)/bash-completion/completions
 zshcompdir  := $(datadir)/zsh/site-functions
 fishcompdir := $(datadir)/fish/vendor_completions.d
@@ -120,30 +121,19 @@ ifneq ($(filter install uninstall,$(MAKECMDGOALS)),)
     $(error PREFIX must be one path, without spaces: "$(PREFIX)")
   endif
 endif
-INSTALLED := $(bindir)/syncagent $(man1dir)/syncagent.1 $(bashcompdir)/syncagent $(zshcompdir)/_syncagent \
+# The README's reference pages, beside it so its links resolve.
+REFERENCE := $(sort $(wildcard docs/*.md))
+INSTALLED := $(bindir)/syncagent $(man1dir)/syncagent.1 $(man5dir)/syncagent.job.5 $(man5dir)/syncagent.toml.5 \
+             $(bashcompdir)/syncagent $(zshcompdir)/_syncagent \
              $(fishcompdir)/syncagent.fish $(userunitdir)/syncagent.service $(exampledir)/config.toml.example \
-             $(docdir)/README.md
+             $(docdir)/README.md $(addprefix $(docdir)/,$(REFERENCE))
 
-# The man page: swift-argument-parser's generate-manual, the tool its
-# GenerateManual plugin runs, pointed at the binary being installed. The plugin
-# (`swift package plugin generate-manual`) first builds every product in release
-# without --static-swift-stdlib into the same tree, which `make release` then
-# keeps (see above); with --configuration debug it builds the package once more.
-# One page, not --multi-page: `man syncagent` shows every command, where the
-# split pages would be syncagent.pause(1) and so on, plus one for `help`.
-# Dated by the last commit, so the same source gives the same page; its blank
-# lines (which man warns about) become .Pp, mdoc's paragraph break, drawn the same.
-MANUAL_DATE := $(shell git log -1 --format=%cs 2>/dev/null)
-GENERATE_MANUAL = "$$(swift build --scratch-path $(RELEASE_BUILD) --show-bin-path)/generate-manual"
-
-manual-tool:
-	swift build --scratch-path $(RELEASE_BUILD) --product generate-manual
-
-install: release manual-tool
+# The man pages are written by hand in docs/man (ManPageTests holds them to
+# the binary's commands, options and exit statuses, and to every job and
+# config key the parsers take): syncagent(1), syncagent.job(5), syncagent.toml(5).
+install: release
 	@set -e; bin=$(RELEASE_BINARY); \
 	gen=$$(mktemp -d); trap 'rm -rf "$$gen"' EXIT; \
-	$(GENERATE_MANUAL) "$$bin" $(if $(MANUAL_DATE),--date $(MANUAL_DATE)) --output-directory "$$gen"; \
-	sed -i 's/^$$/.Pp/' "$$gen/syncagent.1"; \
 	for shell in bash zsh fish; do "$$bin" --generate-completion-script $$shell > "$$gen/$$shell"; done; \
 	exec_start='ExecStart=$(subst %,%%,$(bindir))/syncagent run'; \
 	sed -e "s|^ExecStart=%h/.local/bin/syncagent run\$$|$$exec_start|" \
@@ -152,19 +142,22 @@ install: release manual-tool
 	grep -qxF "$$exec_start" "$$gen/syncagent.service" || \
 	  { echo "contrib/syncagent.service: no ExecStart to point at $(bindir)/syncagent" >&2; exit 1; }; \
 	install -D -m 755 "$$bin"                    "$(DESTDIR)$(bindir)/syncagent"; \
-	install -D -m 644 "$$gen/syncagent.1"        "$(DESTDIR)$(man1dir)/syncagent.1"; \
+	install -D -m 644 docs/man/syncagent.1       "$(DESTDIR)$(man1dir)/syncagent.1"; \
+	install -D -m 644 docs/man/syncagent.job.5   "$(DESTDIR)$(man5dir)/syncagent.job.5"; \
+	install -D -m 644 docs/man/syncagent.toml.5  "$(DESTDIR)$(man5dir)/syncagent.toml.5"; \
 	install -D -m 644 "$$gen/bash"               "$(DESTDIR)$(bashcompdir)/syncagent"; \
 	install -D -m 644 "$$gen/zsh"                "$(DESTDIR)$(zshcompdir)/_syncagent"; \
 	install -D -m 644 "$$gen/fish"               "$(DESTDIR)$(fishcompdir)/syncagent.fish"; \
 	install -D -m 644 "$$gen/syncagent.service"  "$(DESTDIR)$(userunitdir)/syncagent.service"; \
 	install -D -m 644 config/syncagent.toml      "$(DESTDIR)$(exampledir)/config.toml.example"; \
-	install -D -m 644 README.md                  "$(DESTDIR)$(docdir)/README.md"
+	install -D -m 644 README.md                  "$(DESTDIR)$(docdir)/README.md"; \
+	for page in $(REFERENCE); do install -D -m 644 "$$page" "$(DESTDIR)$(docdir)/$$page"; done
 	@printf 'installed %s\n' $(foreach file,$(INSTALLED),"$(DESTDIR)$(file)")
 
-# Exactly the files install wrote, and the two folders only syncagent uses, once empty.
+# Exactly the files install wrote, and the folders only syncagent uses, once empty.
 uninstall:
 	rm -f $(foreach file,$(INSTALLED),"$(DESTDIR)$(file)")
-	@for dir in "$(DESTDIR)$(exampledir)" "$(DESTDIR)$(docdir)"; do \
+	@for dir in "$(DESTDIR)$(exampledir)" "$(DESTDIR)$(docdir)/docs" "$(DESTDIR)$(docdir)"; do \
 	  [ ! -d "$$dir" ] || rmdir --ignore-fail-on-non-empty "$$dir"; done
 
 # Every system call goes through Sources/SyncAgent/Posix/Posix.swift (DESIGN.md

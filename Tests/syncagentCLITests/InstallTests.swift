@@ -14,16 +14,22 @@ struct InstallTests {
     /// suite: swift test holds the lock of .build, where a build would wait forever.
     static let releaseBuild = root + "/.build-install-test"
 
-    static let installedFiles = [
+    /// The README's reference pages, installed beside it so its links resolve.
+    static let referencePages = ((try? FileManager.default.contentsOfDirectory(atPath: root + "/docs")) ?? [])
+        .filter { $0.hasSuffix(".md") }.map { "share/doc/syncagent/docs/" + $0 }
+
+    static let installedFiles = (referencePages + [
         "bin/syncagent",
         "share/bash-completion/completions/syncagent",
         "share/doc/syncagent/README.md",
         "share/fish/vendor_completions.d/syncagent.fish",
         "share/man/man1/syncagent.1",
+        "share/man/man5/syncagent.job.5",
+        "share/man/man5/syncagent.toml.5",
         "share/syncagent/config.toml.example",
         "share/systemd/user/syncagent.service",
         "share/zsh/site-functions/_syncagent",
-    ]
+    ]).sorted()
 
     struct Outcome {
         var status: Int32
@@ -134,6 +140,11 @@ struct InstallTests {
             == FileManager.default.contents(atPath: Self.root + "/config/syncagent.toml"))
         #expect(FileManager.default.contents(atPath: "\(prefix)/share/doc/syncagent/README.md")
             == FileManager.default.contents(atPath: Self.root + "/README.md"))
+        #expect(Self.referencePages.count >= 10)
+        for page in Self.referencePages {
+            #expect(FileManager.default.contents(atPath: "\(prefix)/\(page)")
+                == FileManager.default.contents(atPath: Self.root + "/docs/" + (page as NSString).lastPathComponent), "\(page)")
+        }
 
         let user = try userEnvironment(world, prefix: prefix)
         let binary = prefix + "/bin/syncagent"
@@ -144,18 +155,23 @@ struct InstallTests {
         let libraries = try run("/usr/bin/ldd", [binary], user, in: world)
         #expect(!libraries.stdout.contains("libswiftCore"), "\(libraries.stdout)")
 
-        // The man page renders, and `man syncagent` finds it from PATH.
+        // The man pages render, and `man syncagent`, `man syncagent.job` and `man syncagent.toml` find them from PATH.
         var manReader = user
         manReader["MANPAGER"] = "cat"
         manReader["MANWIDTH"] = "100"
-        let page = try run("/usr/bin/man", ["-l", "\(prefix)/share/man/man1/syncagent.1"], manReader, in: world)
+        let page = try run("/usr/bin/man", ["-l", "--warnings", "\(prefix)/share/man/man1/syncagent.1"], manReader, in: world)
         #expect(page.status == 0 && page.stderr.isEmpty, "\(page.stderr)")
-        for word in ["SYNOPSIS", "run", "submit", "status", "replay", "events", "pause", "resume", "cancel", "--state-dir"] {
+        for word in ["SYNOPSIS", "run", "submit", "status", "replay", "events", "pause", "resume", "cancel", "--state-dir", "EXIT STATUS"] {
             #expect(page.stdout.contains(word), "\(word) not in the man page")
         }
-        let found = try run("/usr/bin/man", ["-w", "syncagent"], manReader, in: world)
-        #expect(found.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(prefix)/share/man/man1/syncagent.1",
-                "\(found.stdout)\(found.stderr)")
+        for (section, name, path) in [("1", "syncagent", "man1/syncagent.1"), ("5", "syncagent.job", "man5/syncagent.job.5"),
+                                      ("5", "syncagent.toml", "man5/syncagent.toml.5")] {
+            let found = try run("/usr/bin/man", ["-w", section, name], manReader, in: world)
+            #expect(found.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "\(prefix)/share/man/\(path)",
+                    "\(found.stdout)\(found.stderr)")
+            let shown = try run("/usr/bin/man", ["--warnings", section, name], manReader, in: world)
+            #expect(shown.status == 0 && shown.stderr.isEmpty && shown.stdout.contains("SEE ALSO"), "man \(section) \(name): \(shown.stderr)")
+        }
 
         // One failed task in a log of its own; no retry wait (the user's config says so).
         let stateDir = world.file("state")
@@ -171,14 +187,16 @@ struct InstallTests {
         let object = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
         let id = try #require((object?["tasks"] as? [[String: Any]])?.first?["id"] as? String, "\(status.stdout)")
 
-        // bash: subcommands, and the task ids of the log the typed --state-dir names.
+        // bash: subcommands, and the task ids of the log the typed --state-dir names (the failed
+        // task is one `resume` can act on; `pause` is not offered it).
         func bash(_ line: String) throws -> [String] {
             let result = try run("/bin/bash", ["-c", Self.bashComplete, "bash", line], user, in: world)
             #expect(result.status == 0, "\(result.stderr)")
             return result.stdout.split(separator: "\n").map(String.init)
         }
         #expect(try bash("syncagent pa") == ["pause"])
-        #expect(try bash("syncagent pause --state-dir \(stateDir) ") == [id])
+        #expect(try bash("syncagent resume --state-dir \(stateDir) ") == [id])
+        #expect(try bash("syncagent pause --state-dir \(stateDir) ").isEmpty)
         #expect(try bash("syncagent status --state-dir \(stateDir) --task ") == [id])
 
         // zsh: parses, and compinit takes it from fpath for syncagent.
@@ -194,7 +212,7 @@ struct InstallTests {
         #expect(try run("/usr/bin/fish", ["-n", "\(prefix)/share/fish/vendor_completions.d/syncagent.fish"], user, in: world).status == 0)
         let subcommands = try run("/usr/bin/fish", ["-c", "complete -C 'syncagent pa'"], user, in: world)
         #expect(subcommands.stdout.hasPrefix("pause\t"), "\(subcommands.stdout)\(subcommands.stderr)")
-        let tab = try run("/usr/bin/python3", ["-c", Self.fishTab, "syncagent pause --state-dir \(stateDir) ", id], user, in: world)
+        let tab = try run("/usr/bin/python3", ["-c", Self.fishTab, "syncagent resume --state-dir \(stateDir) ", id], user, in: world)
         #expect(tab.stdout.contains(id), "fish drew: \(tab.stdout)\(tab.stderr)")
 
         // systemd: the unit names the installed binary, passes verify (which also

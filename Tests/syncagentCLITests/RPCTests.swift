@@ -45,7 +45,7 @@ struct RPCTests {
     }
 
     /// The differences from aria2c 1.36 the oracle comparison may find, each
-    /// named in the README ("aria2 RPC", what differs). A new difference
+    /// named in docs/rpc.md (what differs). A new difference
     /// fails the test; so does one fixed and still listed.
     static let knownDifferences: Set<String> = [
         // aria2 lists the features it was built with; syncagent the ones it has.
@@ -77,7 +77,7 @@ struct RPCTests {
         try JSONSerialization.data(withJSONObject: ours).write(to: URL(fileURLWithPath: directory.file("syncagent.json")))
         let found = Set(try RPCClient.run(["compare", directory.file("aria2c.json"), directory.file("syncagent.json")], in: directory)
             as? [String] ?? ["no comparison"])
-        #expect(found.subtracting(Self.knownDifferences).isEmpty, "differences not named in the README: \(found.subtracting(Self.knownDifferences).sorted())")
+        #expect(found.subtracting(Self.knownDifferences).isEmpty, "differences not named in docs/rpc.md: \(found.subtracting(Self.knownDifferences).sorted())")
         #expect(Self.knownDifferences.subtracting(found).isEmpty, "named differences no longer found: \(Self.knownDifferences.subtracting(found).sorted())")
         #expect(FileManager.default.contents(atPath: rpc.harness.downloads + "/small.bin") == FileManager.default.contents(atPath: server.root + "/small.bin"))
     }

@@ -64,7 +64,8 @@ public struct AgentConfig: Equatable, Sendable {
 
     public var limits: SchedulerLimits { SchedulerLimits(maxActive: maxActive, maxPerHost: maxPerHost) }
 
-    static let keys: Set<String> = [
+    /// Every key the config file may hold (syncagent.toml(5) names each).
+    public static let keys: Set<String> = [
         "inbox", "state_dir", "download_dir", "max_active", "max_per_host", "retries",
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",

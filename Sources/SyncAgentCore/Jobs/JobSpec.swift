@@ -90,7 +90,8 @@ public struct JobParser: Sendable {
         !path.hasPrefix("/") || path.contains("\0") ? "must be an absolute path, not \"\(Printable.escaping(path))\"" : nil
     }
 
-    static let transferKeys: Set<String> = [
+    /// Every key a transfer job may hold (syncagent.job(5) names each).
+    public static let transferKeys: Set<String> = [
         "url", "kind", "dest", "id", "sha256", "md5", "priority", "overwrite", "not_before",
         "batch", "notify", "retries", "max_speed", "headers", "connections", "allow_metered",
         // upload and data jobs:
@@ -100,7 +101,8 @@ public struct JobParser: Sendable {
         // HLS jobs:
         "variant", "output", "max_duration",
     ]
-    static let controlKeys: Set<String> = ["action", "task", "older_than"]
+    /// Every key a control job may hold.
+    public static let controlKeys: Set<String> = ["action", "task", "older_than"]
 
     public func parse(_ bytes: [UInt8], source: JobSource? = nil) throws -> Job {
         if bytes.count > Self.maximumSize {

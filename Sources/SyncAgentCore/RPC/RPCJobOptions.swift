@@ -2,7 +2,7 @@
 /// the keys of a job file: the job parser then checks an RPC download
 /// exactly as it checks a dropped job. Options with no counterpart here
 /// (BitTorrent's, FTP's, aria2's own file allocation …) are left out, as
-/// aria2 itself leaves out what does not apply; the README lists those
+/// aria2 itself leaves out what does not apply; docs/rpc.md lists those
 /// that take effect.
 public enum RPCJobOptions {
     /// The options key for everything aria2 has no option for: job keys as
