@@ -25,7 +25,7 @@ enum FileSystem {
             }
             return
         }
-        let parent = (path as NSString).deletingLastPathComponent
+        let parent = PathRules.folder(of: path)
         if !parent.isEmpty, parent != path { try makeDirectory(parent, mode: mode) }
         do {
             try Posix.makeDirectory(path, mode: mode)
@@ -136,7 +136,7 @@ enum FileSystem {
 
     /// A rename is only durable once its directory is synced.
     static func syncDirectory(of path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathRules.folder(of: path)
         try sync(directory: directory.isEmpty ? "." : directory)
     }
 

@@ -213,6 +213,21 @@ struct JobParserTests {
         }
     }
 
+    /// Sameness is by bytes too: canonically equal text is another name.
+    @Test(arguments: [
+        ("/dl", "/dl", true), ("", "", true), ("/dl", "/dl/", false), ("/caf\u{E9}", "/cafe\u{301}", false), ("/a", "/b", false),
+    ])
+    func samenessIsByBytes(_ path: String, _ other: String, _ same: Bool) {
+        #expect(PathRules.isSame(path, other) == same)
+    }
+
+    /// A path's folder, as Foundation names it (the agent asks for every
+    /// file it publishes, and cannot afford Foundation's bridging).
+    @Test(arguments: ["/dl/a.bin", "/a", "/", "a", "", "a/b", "/dl/sub/x.part", "/dl//x", "/dl/x/", "//x", "a//b/", "/caf\u{E9}/n\u{E9}"])
+    func aFolderIsWhatFoundationSaysItIs(_ path: String) {
+        #expect(PathRules.folder(of: path) == (path as NSString).deletingLastPathComponent, "\(path)")
+    }
+
     /// Found by the adversary of issue 12's intake work: String comparison
     /// treats canonically equivalent text as equal and a '/' followed by a
     /// combining mark as no '/', so these passed the checks (a download became

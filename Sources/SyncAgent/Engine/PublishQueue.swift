@@ -89,7 +89,7 @@ final class PublishQueue {
     /// durable once that is, and one sync serves every file published there (`synced`).
     private func publish(_ rename: Rename, synced: inout Set<String>) throws {
         try Publisher.complete(part: rename.part, to: rename.dest, replacing: rename.replacing, root: root)
-        if synced.insert((rename.dest as NSString).deletingLastPathComponent).inserted { try root.syncDirectory(of: rename.dest) }
+        if synced.insert(PathRules.folder(of: rename.dest)).inserted { try root.syncDirectory(of: rename.dest) }
     }
 
     /// The renames a commit could not make, tried again. One whose

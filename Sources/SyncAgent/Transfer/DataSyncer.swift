@@ -91,7 +91,7 @@ final class DataSyncer: Sendable {
             do {
                 if done.complete { try Posix.sync(duplicate, shown: shown) } else { try Posix.dataSync(duplicate, shown: shown) }
                 if let name {
-                    let folder = (name.path as NSString).deletingLastPathComponent
+                    let folder = PathRules.folder(of: name.path)
                     try folderSyncs.sync(folder) { try name.root.syncDirectory(of: name.path) }
                 }
             } catch let failure {
