@@ -91,6 +91,15 @@ struct SubmitCommand: ParsableCommand {
     @Option(name: .customLong("max-speed"), help: ArgumentHelp("A cap in bytes per second, such as 500K or 2M.", valueName: "rate"))
     var maxSpeed: String?
 
+    @Option(name: .customLong("min-speed"), help: ArgumentHelp(
+        "An attempt slower than this (bytes per second, such as 1K) over --min-speed-time is retried; 0: never (default: the config's).",
+        valueName: "rate"))
+    var minSpeed: String?
+
+    @Option(name: .customLong("min-speed-time"), help: ArgumentHelp("Seconds --min-speed is averaged over (default: the config's).",
+                                                                     valueName: "seconds"))
+    var minSpeedTime: Int?
+
     @Option(name: .customLong("not-before"), help: ArgumentHelp("Do not start before this time, such as 2026-11-22T03:00:00Z.", valueName: "time"))
     var notBefore: String?
 
@@ -297,6 +306,7 @@ struct SubmitCommand: ParsableCommand {
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
         set("protocol", uploadProtocol); set("chunk_size", chunkSize); set("parallel", parallel.map(String.init))
+        set("min_speed", minSpeed); set("min_speed_time", minSpeedTime.map(String.init))
         // Each with how an error names it: the flag, or the list's line that gave it.
         var headerLines = headers.map { (text: $0, shown: "--header \"\($0)\"") }
         var formLines = formFields.map { (text: $0, shown: "--form \"\($0)\"") }
@@ -330,7 +340,7 @@ struct SubmitCommand: ParsableCommand {
         }
         keys["id"] = taskID
         // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).
-        let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections", "parallel"]
+        let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections", "parallel", "min_speed_time"]
         let booleanKeys: Set<String> = ["allow_metered"]
         var lines = ["url = \(tomlString(entry.url))"]
         for key in keys.keys.sorted() {

@@ -107,7 +107,18 @@ final class RunnerContext {
         let origin = task.spec.parent.flatMap { state[$0]?.spec.url }
         let plan = try RequestPlan.of(task, sharedHeaders: settings.headers, origin: origin, offset: offset, rangeEnd: rangeEnd,
                                       ifRange: ifRange, ifChanged: ifChanged, protocolRequest: protocolRequest)
-        return try Exchange(for: task.id, plan: plan, sink: sink, settings: settings, speedCap: task.spec.maxSpeed,
+        return try Exchange(for: task.id, plan: plan, sink: sink, settings: settings(of: task), speedCap: task.spec.maxSpeed,
                             deadlineMs: deadlineMs(of: task), cookies: exchanges.cookies)
+    }
+
+    /// The settings an exchange of `task` runs under: the config's, with
+    /// what its job sets over them (`min_speed`, 0 turning the check off; `min_speed_time`).
+    func settings(of task: TaskState) -> TransferSettings {
+        let spec = task.spec
+        guard spec.minSpeed != nil || spec.minSpeedTimeS != nil else { return settings }
+        var own = settings
+        if let speed = spec.minSpeed { own.minSpeed = speed > 0 ? speed : nil }
+        if let seconds = spec.minSpeedTimeS { own.minSpeedTimeS = seconds }
+        return own
     }
 }

@@ -29,7 +29,6 @@ public struct JobParser: Sendable {
     /// The agent's own folders (state dir, inbox): no destination may lie
     /// in them, even when they sit inside `download_dir`.
     public var forbiddenDirs: [String]
-
     public init(downloadDir: String, defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = []) {
         self.downloadDir = PathRules.normalize(downloadDir)
         self.defaultNotify = defaultNotify
@@ -73,6 +72,7 @@ public struct JobParser: Sendable {
     static let transferKeys: Set<String> = [
         "url", "kind", "dest", "id", "sha256", "md5", "priority", "overwrite", "not_before",
         "batch", "notify", "retries", "max_speed", "headers", "connections", "allow_metered",
+        "min_speed", "min_speed_time",
         // upload and data jobs:
         "method", "body_file", "form_field", "form",
         // resumable uploads:
@@ -188,9 +188,31 @@ public struct JobParser: Sendable {
             hls: hls,
             connections: try parseConnections(reader, kind: kind),
             allowMetered: try reader.bool("allow_metered"),
-            upload: try parseUpload(reader, kind: kind, method: request.method, formField: request.formField)
+            upload: try parseUpload(reader, kind: kind, method: request.method, formField: request.formField),
+            minSpeed: try parseMinSpeed(reader),
+            minSpeedTimeS: try parseMinSpeedTime(reader)
         )
         return .transfer(id: id, spec: spec)
+    }
+
+    /// `min_speed`: bytes per second, over the config's; 0 turns the check off for this job.
+    private func parseMinSpeed(_ reader: TOMLReader) throws -> Int64? {
+        guard reader.has("min_speed") else { return nil }
+        if reader.isZero("min_speed") { return 0 }
+        guard let speed = try? reader.byteCount("min_speed") else {
+            throw KeyError(key: "min_speed", "must be a speed in bytes per second such as 1024, \"512\", \"1K\" or \"2M\", "
+                           + "or 0 to turn the check off for this job")
+        }
+        return speed
+    }
+
+    /// `min_speed_time`: the seconds `min_speed` is averaged over.
+    private func parseMinSpeedTime(_ reader: TOMLReader) throws -> Int? {
+        guard reader.has("min_speed_time") else { return nil }
+        guard let seconds = try? reader.seconds("min_speed_time") else {
+            throw KeyError(key: "min_speed_time", "must be a whole number of seconds from 1 to \(Int32.max), such as 120")
+        }
+        return seconds
     }
 
     /// `connections`: downloads only (an upload or a data task is one

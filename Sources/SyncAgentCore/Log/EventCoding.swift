@@ -86,7 +86,8 @@ public enum EventCoding {
                 return object.finish()
             })
             json.field("kind", p.kind.rawValue); json.field("max_speed", p.maxSpeed); json.field("md5", p.md5)
-            json.field("method", p.method); json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
+            json.field("method", p.method); json.field("min_speed", p.minSpeed); json.field("min_speed_time", p.minSpeedTimeS.map(Int64.init))
+            json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
             json.field("overwrite", p.overwrite.rawValue); json.field("parent", p.parent); json.field("priority", p.priority)
             json.field("retries", p.retries.map(Int64.init)); json.field("sha256", p.sha256)
             json.field("source", json: p.source.map { source in
@@ -470,7 +471,7 @@ extension TaskSpec {
         var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
         var method: String?, bodyFile: String?, formField: String?, form: [FormField] = []
         var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?, connections: Int?, allowMetered: Bool?
-        var upload: UploadOptions?
+        var upload: UploadOptions?, minSpeed: Int64?, minSpeedTimeS: Int?
         func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
             let raw = try value.readString()
             guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
@@ -501,6 +502,9 @@ extension TaskSpec {
             case "headers": headers = try value.readHeaders()
             case "parent": parent = try value.readOptional { try $0.readString() }
             case "allow_metered": allowMetered = try value.readOptional { try $0.readBool() }
+            // Whatever a damaged log says, within what a job may ask (0: the check off).
+            case "min_speed": minSpeed = try value.readOptional { max(try $0.readInt(), 0) }
+            case "min_speed_time": minSpeedTimeS = try value.readOptional { Int(min(max(try $0.readInt(), 1), Int64(Int32.max))) }
             case "connections":
                 // Whatever a damaged log says, within what a job may ask.
                 connections = try value.readOptional { min(max(try $0.readInt(), 1), Int64(SegmentPlan.maximumConnections)) }.map(Int.init)
@@ -557,7 +561,7 @@ extension TaskSpec {
                   retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source,
                   method: method, bodyFile: bodyFile, formField: formField, form: form, parent: parent,
                   byteRange: byteRange, hls: hls, connections: connections, allowMetered: allowMetered,
-                  upload: upload)
+                  upload: upload, minSpeed: minSpeed, minSpeedTimeS: minSpeedTimeS)
     }
 }
 
