@@ -455,6 +455,7 @@ public final class Agent {
 
     private func jobParser() -> JobParser {
         JobParser(downloadDir: paths.downloadDir, defaultNotify: config.notify,
-                  forbiddenDirs: FileSystem.spellingsBeneath(paths.downloadDir, of: [paths.stateDir, paths.inbox]))
+                  forbiddenDirs: FileSystem.spellingsBeneath(paths.downloadDir, of: [paths.stateDir, paths.inbox]),
+                  nameFromServer: config.nameFromServer)
     }
 }

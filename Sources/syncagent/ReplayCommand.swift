@@ -70,7 +70,7 @@ struct ReplayCommand: ParsableCommand {
             // A log is input too: a file it places outside download_dir is not read (the agent would not write it).
             let rules = JobParser(downloadDir: try global.resolve().paths.downloadDir)
             let checked = tasks.filter { task in
-                guard let refusal = rules.refusal(ofRecorded: task.spec) else { return true }
+                guard let refusal = rules.refusal(ofRecorded: task.spec, serverNamed: task.namedDest) else { return true }
                 print("not checked: \(task.id): \(refusal.reason); its files are not read")
                 return false
             }

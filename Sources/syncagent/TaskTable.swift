@@ -158,6 +158,11 @@ enum TaskTable {
             "attempts:    \(task.attempts)",
             "priority:    \(task.spec.priority)",
         ]
+        if task.spec.nameFromServer == true {
+            lines.append(task.awaitsServerName
+                ? "name:        from its server's answer, not come yet (name_from_server); till then the URL's, for \(task.partPath ?? "its partial file")"
+                : "name:        from its server's answer (name_from_server); partial file \(task.partPath ?? "-")")
+        }
         if let parent = task.spec.parent { lines.append("parent:      \(parent)") }
         if let connections = task.spec.connections { lines.append("connections: \(connections)") }
         if let reason = task.singleConnectionReason { lines.append("one connection: \(reason)") }

@@ -2,8 +2,9 @@ import Foundation
 import Testing
 @testable import SyncAgentCore
 
-/// A job's own `min_speed` and `min_speed_time`, as the parser reads them.
-@Suite("Job keys: min_speed")
+/// A job's own `min_speed` and `min_speed_time`, and `name_from_server`
+/// (the job's, and the config's as its default), as the parser reads them.
+@Suite("Job keys: min_speed, name_from_server")
 struct JobSpeedAndNameKeysTests {
     let parser = JobParser(downloadDir: "/dl")
 
@@ -51,8 +52,41 @@ struct JobSpeedAndNameKeysTests {
         #expect(error.hasPrefix("key \"\(key)\""), "\(error)")
     }
 
+    @Test func aDownloadWithoutDestIsNamedByItsServerWhenAsked() throws {
+        let named = try spec("name_from_server = true\n")
+        #expect(named.nameFromServer == true)
+        // Its partial file's place until the answer: the name its URL gives.
+        #expect(named.dest == "/dl/get")
+        #expect(try spec("name_from_server = false\n").nameFromServer == nil)
+        #expect(try spec("").nameFromServer == nil)
+    }
+
+    @Test func theConfigsDefaultAppliesWhereAJobCanBeNamedSo() throws {
+        let byDefault = JobParser(downloadDir: "/dl", nameFromServer: true)
+        #expect(try spec("", parser: byDefault).nameFromServer == true)
+        #expect(try spec("name_from_server = false\n", parser: byDefault).nameFromServer == nil)
+        // A job that names its file, fetches only if changed, or is no download keeps its ways.
+        #expect(try spec("dest = \"mine.bin\"\n", parser: byDefault).nameFromServer == nil)
+        #expect(try spec("overwrite = \"update\"\n", parser: byDefault).nameFromServer == nil)
+        #expect(try spec("kind = \"hls\"\n", parser: byDefault).nameFromServer == nil)
+        #expect(try spec("kind = \"data\"\n", parser: byDefault).nameFromServer == nil)
+    }
+
+    @Test(arguments: [
+        ("name_from_server = true\ndest = \"x.bin\"\n", "dest"),
+        ("name_from_server = true\noverwrite = \"update\"\n", "update"),
+        ("name_from_server = true\nkind = \"hls\"\n", "downloads only"),
+        ("name_from_server = true\nkind = \"data\"\n", "downloads only"),
+        ("name_from_server = \"yes\"\n", "true or false"),
+    ])
+    func aJobThatCannotBeNamedByItsServerIsRefused(text: String, words: String) throws {
+        let error = try #require(rejection(text))
+        #expect(error.hasPrefix("key \"name_from_server\""), "\(error)")
+        #expect(error.contains(words), "\(error)")
+    }
+
     @Test func theKeysGoThroughTheLogAndBack() throws {
-        let spec = try spec("min_speed = 0\nmin_speed_time = 45\n")
+        let spec = try spec("min_speed = 0\nmin_speed_time = 45\nname_from_server = true\n")
         guard case .created(let back) = try EventCoding.body(type: "created", data: EventCoding.data(of: .created(spec))) else {
             Issue.record("not a created event"); return
         }
@@ -60,6 +94,13 @@ struct JobSpeedAndNameKeysTests {
         // A log without them (any written before) reads as before.
         let plain = try self.spec("")
         #expect(!EventCoding.data(of: .created(plain)).contains("min_speed"))
+        #expect(!EventCoding.data(of: .created(plain)).contains("name_from_server"))
+    }
+
+    @Test func theConfigReadsNameFromServer() throws {
+        #expect(try AgentConfig.parse("name_from_server = true\n").nameFromServer)
+        #expect(try !AgentConfig.parse("").nameFromServer)
+        #expect(throws: KeyError.self) { try AgentConfig.parse("name_from_server = 1\n") }
     }
 
     @Test func aSegmentOfAVideoTakesItsJobsLowestSpeed() throws {

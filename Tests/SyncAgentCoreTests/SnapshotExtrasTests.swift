@@ -6,21 +6,25 @@ import Testing
 /// key or a task field added later adds a name, not a format.
 @Suite("Snapshot extras")
 struct SnapshotExtrasTests {
-    /// A download with its own lowest speed, live, and one without.
+    /// A download named by its server, live, with its own lowest speed.
     static func namedState() -> AgentState {
         var state = AgentState()
-        let spec = TaskSpec(url: "https://h.test/get", dest: "/d/get", minSpeed: 0, minSpeedTimeS: 45)
+        let spec = TaskSpec(url: "https://h.test/get", dest: "/d/get", minSpeed: 0, minSpeedTimeS: 45, nameFromServer: true)
         state.apply(Event(seq: 1, atMs: 1, task: "n", body: .created(spec)))
         state.apply(Event(seq: 2, atMs: 2, task: "n", body: .started(Started(attempt: 1, offset: 0, url: spec.url))))
+        state.apply(Event(seq: 3, atMs: 3, task: "n", body: .progressed(Progressed(bytes: 0, dest: "/d/Report é.pdf"))))
         state.apply(Event(seq: 4, atMs: 4, task: "plain", body: .created(TaskSpec(url: "https://h.test/x", dest: "/d/x"))))
         return state
     }
 
-    @Test func extrasComeBack() throws {
+    @Test func extrasAndServerNamesComeBack() throws {
         let state = Self.namedState()
         let restored = try Snapshot.decode(Snapshot.encode(state))
         #expect(restored == state)
-        #expect(restored["n"]?.spec.minSpeed == 0 && restored["n"]?.spec.minSpeedTimeS == 45)
+        #expect(restored["n"]?.spec.minSpeed == 0 && restored["n"]?.spec.minSpeedTimeS == 45 && restored["n"]?.spec.nameFromServer == true)
+        #expect(restored["n"]?.namedDest == "/d/Report é.pdf")
+        #expect(restored.holder(ofDestination: "/d/Report é.pdf") == "n")
+        #expect(restored.holder(ofDestination: "/d/get") == "n")
         // Written a part at a time, the same bytes.
         var streamed: [UInt8] = []
         _ = try Snapshot.write(state, partBytes: 64) { streamed += $0 }
@@ -29,7 +33,7 @@ struct SnapshotExtrasTests {
         let table = try Snapshot.encode(state).withUnsafeBytes {
             try Snapshot.decode($0, forTable: .init(named: ["n"], queuedListed: 0, hiddenEndedBeforeMs: nil)).state
         }
-        #expect(table["n"]?.spec.minSpeed == 0)
+        #expect(table["n"]?.namedDest == "/d/Report é.pdf" && table["n"]?.spec.minSpeed == 0)
     }
 
     /// The bytes of `state`'s snapshot with `old` (of the same length) made `new`, signed again.
@@ -45,7 +49,7 @@ struct SnapshotExtrasTests {
     /// A name this build does not know was written by a newer one: the
     /// snapshot is refused as of another format (its events, where they
     /// remain, are read instead), naming it, never read with the key let go.
-    @Test(arguments: [("min_speed_time", "min_speed_kind")])
+    @Test(arguments: [("min_speed_time", "min_speed_kind"), ("named_dest", "named_zzzz")])
     func anExtraThisBuildDoesNotKnowIsANewerSyncagents(old: String, new: String) throws {
         let bytes = try Self.resigned(Self.namedState(), replacing: old, with: new)
         do {

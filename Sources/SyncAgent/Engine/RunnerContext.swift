@@ -66,7 +66,8 @@ final class RunnerContext {
     /// with `file` where the rules do not reach (outside download_dir, say):
     /// said at each start, and left where it is.
     func sayUnreachable(_ task: TaskState, file: String) {
-        guard !root.holds(file), Posix.exists(file), let refusal = rules.refusal(ofRecorded: task.spec) else { return }
+        guard !root.holds(file), Posix.exists(file), let refusal = rules.refusal(ofRecorded: task.spec, serverNamed: task.namedDest)
+        else { return }
         logger.error("a finished file is left where it is, not moved where the log says",
                      metadata: ["task.id": "\(task.id)", "file": "\(file)", "reason": "\(refusal.reason)"])
     }
@@ -78,7 +79,7 @@ final class RunnerContext {
     /// stay counted and its files untouched, so a task made under another
     /// download_dir runs again (`resume`) once that folder is download_dir again.
     func failIfRefused(_ task: TaskState) -> Bool {
-        guard let refusal = rules.refusal(ofRecorded: task.spec) else { return false }
+        guard let refusal = rules.refusal(ofRecorded: task.spec, serverNamed: task.namedDest) else { return false }
         let reason = "\(refusal.reason); nothing is written there"
         record(.failed(Failed(reason: reason, code: refusal.code, bytes: task.bytes)), task: task.id)
         logger.error("a task read from the log is refused", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])

@@ -22,8 +22,8 @@ public enum Snapshot {
     /// before 5, the taken sources listed every task's job file too, not only control jobs';
     /// before 6, hook runs were not followed past their start (none is then in flight or lost);
     /// before 7, no task held the digests of its durable bytes (its events then had none);
-    /// before 8, no spec or task had named extras (none then had `min_speed`
-    /// or `min_speed_time`).
+    /// before 8, no spec or task had named extras (none then had `min_speed`,
+    /// `min_speed_time`, `name_from_server` or a name from its server).
     public static let readableFormats: ClosedRange<Int64> = 2...8
 
     public struct Malformed: Error, CustomStringConvertible {
@@ -144,6 +144,14 @@ public enum Snapshot {
             for runs in [state.hooksInFlight, state.hooksMayNotHaveRun] {
                 out.int(Int64(runs.count))
                 for run in runs.values.sorted(by: { $0.startedSeq < $1.startedSeq }) { out.hookRun(run) }
+            }
+        }
+        if format >= 8 {
+            out.lengthPrefixed { out in
+                // In the holders' creation order: each path is the name its holder's server gave.
+                let holders = state.namedReservations.positions
+                out.int(Int64(holders.count))
+                for position in holders { out.string(state.tasks[position].namedDest ?? ""); out.string(state.tasks[position].id) }
             }
         }
     }
@@ -374,6 +382,15 @@ public enum Snapshot {
                 state.hooksMayNotHaveRun[run.key] = run
             }
         }
+        if input.format >= 8 {
+            try input.section(lengthPrefixed, skip: table != nil) { input in
+                for _ in 0..<(try input.count()) {
+                    let path = try input.string(), id = try input.string()
+                    guard let position = state.tasks.index(forKey: id) else { throw input.malformed("named path holder \(id) to be known") }
+                    state.namedReservations.insert(path, position: position, in: state.tasks, keyOf: \.namedDest)
+                }
+            }
+        }
         guard input.atEnd else { throw input.malformed("end of snapshot") }
         return (state, passedOver)
     }
@@ -600,7 +617,8 @@ private struct SnapshotWriter {
         guard writesExtras else { return }
         // Job keys added since format 8, by their names in a job file.
         extras([("min_speed", spec.minSpeed.map(SnapshotExtra.int)),
-                ("min_speed_time", spec.minSpeedTimeS.map { .int(Int64($0)) })])
+                ("min_speed_time", spec.minSpeedTimeS.map { .int(Int64($0)) }),
+                ("name_from_server", spec.nameFromServer == true ? .flag : nil)])
     }
 
     /// The extras that are set, each as its name and its value's bytes
@@ -661,8 +679,8 @@ private struct SnapshotWriter {
             bytes.append(contentsOf: record.sha256.bytes)
         }
         guard writesExtras else { return }
-        // Fields of a task added since format 8, by the names of the event fields that set them: none yet.
-        extras([])
+        // Fields of a task added since format 8, by the names of the event fields that set them.
+        extras([("named_dest", details.namedDest.map(SnapshotExtra.text))])
     }
 }
 
@@ -1011,12 +1029,13 @@ private struct SnapshotReader {
                 upload = options
             }
         }
-        var minSpeed: Int64?, minSpeedTimeS: Int?
+        var minSpeed: Int64?, minSpeedTimeS: Int?, nameFromServer: Bool?
         if format >= 8 {
             try extras(of: "job key") { name, value in
                 switch name {
                 case "min_speed": minSpeed = try value.int()
                 case "min_speed_time": minSpeedTimeS = Int(truncatingIfNeeded: try value.int())
+                case "name_from_server": nameFromServer = try value.flag()
                 default: return false
                 }
                 return true
@@ -1026,7 +1045,8 @@ private struct SnapshotReader {
                         headers: headers, batch: batch, notify: notify, retries: retries, maxSpeed: maxSpeed,
                         notBeforeMs: notBeforeMs, source: source, method: method, bodyFile: bodyFile, formField: formField,
                         form: form, parent: parent, byteRange: byteRange, hls: hls, connections: connections,
-                        allowMetered: allowMetered, upload: upload, minSpeed: minSpeed, minSpeedTimeS: minSpeedTimeS)
+                        allowMetered: allowMetered, upload: upload, minSpeed: minSpeed, minSpeedTimeS: minSpeedTimeS,
+                        nameFromServer: nameFromServer)
     }
 
     /// Named extras (format 8 on): `read` takes each name it knows from
@@ -1113,7 +1133,13 @@ private struct SnapshotReader {
             }
         }
         if format >= 8 {
-            try extras(of: "task field") { _, _ in false }
+            try extras(of: "task field") { name, value in
+                switch name {
+                case "named_dest": details.namedDest = try value.text()
+                default: return false
+                }
+                return true
+            }
         }
         task.details = OutOfLine(details)
         return task
