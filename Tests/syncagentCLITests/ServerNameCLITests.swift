@@ -234,6 +234,22 @@ struct ServerNameCLITests {
         try expectVerifyClean(harness)
     }
 
+    /// `submit` writes the keys, and refuses a folder or a file name beside `--name-from-server`.
+    @Test func submitWritesTheKeys() throws {
+        let harness = try AgentHarness()
+        let submitted = try harness.run(["submit", "--name-from-server", "--min-speed", "0", "--min-speed-time", "30",
+                                         "https://h.example/get"])
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let job = try String(contentsOfFile: harness.inbox + "/" + (harness.jobFiles().first ?? "-"), encoding: .utf8)
+        #expect(job.contains("name_from_server = true") && job.contains("min_speed = \"0\"") && job.contains("min_speed_time = 30"),
+                "\(job)")
+        for flag in [["--dir", "isos"], ["--dest", "x.iso"]] {
+            let refused = try harness.run(["submit", "--name-from-server"] + flag + ["https://h.example/get"])
+            #expect(refused.status != 0 && refused.stderr.contains("--name-from-server"), "\(refused.stderr)")
+        }
+        #expect(harness.jobFiles().count == 1)
+    }
+
     /// Over several connections the first answer names the file, before
     /// another connection writes a range; the ranges' answers rename nothing.
     @Test func aDownloadOverSeveralConnectionsIsNamedByItsFirstAnswer() throws {
