@@ -462,6 +462,7 @@ public final class Agent {
         JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs, defaultNotify: config.notify,
                   forbiddenDirs: ([paths.downloadDir] + paths.moreDirs).flatMap {
                       FileSystem.spellingsBeneath($0, of: [paths.stateDir, paths.inbox])
-                  })
+                  },
+                  nameFromServer: config.nameFromServer)
     }
 }

@@ -19,6 +19,27 @@ public enum FuzzTargets {
         playlists(bytes)
         uploadAnswers(text)
         rpcRequests(bytes, text: text)
+        serverNames(bytes, text: text)
+    }
+
+    /// A name a server gives a file (`name_from_server`): the input as a
+    /// `Content-Disposition`, or as the end of the URL that answered, made
+    /// safe and placed among another task's names.
+    static func serverNames(_ bytes: [UInt8], text: String) {
+        _ = ServerFileName.safe(text)
+        var state = AgentState()
+        state.apply(Event(seq: 1, atMs: 1, task: "other", body: .created(TaskSpec(url: "https://h.example/o", dest: "/home/me/Downloads/o"))))
+        for (index, mode) in OverwriteMode.allCases.enumerated() {
+            let spec = TaskSpec(url: "https://h.example/get", dest: "/home/me/Downloads/get\(index)", overwrite: mode, nameFromServer: true)
+            state.apply(Event(seq: Int64(index + 2), atMs: 2, task: "t\(index)", body: .created(spec)))
+        }
+        for chosen in [ServerFileName.choose(contentDisposition: bytes, finalURL: "https://h.example/get"),
+                       ServerFileName.choose(contentDisposition: nil, finalURL: "https://h.example/" + text)] {
+            guard let path = parser.serverNamedPath(chosen.name, beside: "/home/me/Downloads/get0") else { continue }
+            for task in state.orderedTasks where task.spec.nameFromServer == true {
+                _ = Destinations.decide(serverNamed: path, for: task, in: state, exists: { $0.hasSuffix(".1") })
+            }
+        }
     }
 
     /// What an RPC client sends: a request body read as one, the host it
@@ -105,6 +126,7 @@ public enum FuzzTargets {
                 _ = HTTPNumbers.contentLength(value)
                 _ = HTTPNumbers.retryAfter(value, nowMs: 1_795_315_973_543)
             }
+            if let disposition = line.rawValue(ifNamed: "content-disposition") { _ = ContentDisposition.parse(disposition) }
         }
     }
 

@@ -81,7 +81,7 @@ struct ReplayCommand: ParsableCommand {
             let paths = try global.resolve().paths
             let rules = JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs)
             let checked = tasks.filter { task in
-                guard let refusal = rules.refusal(ofRecorded: task.spec) else { return true }
+                guard let refusal = rules.refusal(ofRecorded: task.spec, serverNamed: task.namedDest) else { return true }
                 print("not checked: \(task.id): \(refusal.reason); its files are not read")
                 return false
             }

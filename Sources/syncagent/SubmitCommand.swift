@@ -99,6 +99,19 @@ struct SubmitCommand: ParsableCommand {
                                                                              valueName: "rate"))
     var maxSpeed: String?
 
+    @Option(name: .customLong("min-speed"), help: ArgumentHelp(
+        "An attempt slower than this (bytes per second, such as 1K) over --min-speed-time is retried; 0: never (default: the config's).",
+        valueName: "rate"))
+    var minSpeed: String?
+
+    @Option(name: .customLong("min-speed-time"), help: ArgumentHelp("Seconds --min-speed is averaged over (default: the config's).",
+                                                                     valueName: "seconds"))
+    var minSpeedTime: Int?
+
+    @Flag(name: .customLong("name-from-server"),
+          help: "Downloads without --dest: name the file as its server does (Content-Disposition, else the URL after redirects).")
+    var nameFromServer = false
+
     @Option(name: .customLong("not-before"), help: ArgumentHelp("Do not start before this time, such as 2026-11-22T03:00:00Z.", valueName: "time"))
     var notBefore: String?
 
@@ -151,6 +164,9 @@ struct SubmitCommand: ParsableCommand {
             throw fail("-o/--out takes a file name, not \"\(out)\" (a folder goes in -d/--dir)")
         }
         if update, let overwrite, overwrite != "update" { throw fail("--update is overwrite = \"update\"; it cannot go with --overwrite \(overwrite)") }
+        if nameFromServer, dest != nil || dir != nil || out != nil {
+            throw fail("--name-from-server names the file in download_dir as its server does; it cannot go with --dest, --dir or --out")
+        }
         if urls.isEmpty && inputFile == nil { throw fail("give at least one URL, or -i FILE (- for standard input)") }
     }
 
@@ -160,7 +176,7 @@ struct SubmitCommand: ParsableCommand {
     /// missing from the list only leaves a URL to the parser, which then parses
     /// the whole line itself (`SyncAgentCommand.parsed`).
     static func urlsTakenOut(of arguments: [String]) -> (rest: [String], urls: [String])? {
-        let flags: Set<String> = ["--update", "--wait"]
+        let flags: Set<String> = ["--update", "--wait", "--name-from-server"]
         guard arguments.first == "submit", arguments.count > 64 else { return nil }
         var rest = ["submit"], urls: [String] = []
         var index = 1
@@ -322,6 +338,8 @@ struct SubmitCommand: ParsableCommand {
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
         set("protocol", uploadProtocol); set("chunk_size", chunkSize); set("parallel", parallel.map(String.init))
+        set("min_speed", minSpeed); set("min_speed_time", minSpeedTime.map(String.init))
+        if nameFromServer { set("name_from_server", "true") }
         // Each with how an error names it: the flag, or the list's line that gave it.
         var headerLines = headers.map { (text: $0, shown: "--header \"\($0)\"") }
         var formLines = formFields.map { (text: $0, shown: "--form \"\($0)\"") }
@@ -355,8 +373,8 @@ struct SubmitCommand: ParsableCommand {
         }
         keys["id"] = taskID
         // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).
-        let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections", "parallel"]
-        let booleanKeys: Set<String> = ["allow_metered"]
+        let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections", "parallel", "min_speed_time"]
+        let booleanKeys: Set<String> = ["allow_metered", "name_from_server"]
         var lines = ["url = \(tomlString(entry.url))"]
         for key in keys.keys.sorted() {
             let value = keys[key]!

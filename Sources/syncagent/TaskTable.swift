@@ -257,6 +257,11 @@ enum TaskTable {
             "attempts:    \(task.attempts)",
             "priority:    \(task.spec.priority)",
         ]
+        if task.spec.nameFromServer == true {
+            lines.append(task.awaitsServerName
+                ? "name:        from its server's answer, not come yet (name_from_server); till then the URL's, for \(task.partPath ?? "its partial file")"
+                : "name:        from its server's answer (name_from_server); partial file \(task.partPath ?? "-")")
+        }
         if let parent = task.spec.parent { lines.append("parent:      \(parent)") }
         if let connections = task.spec.connections { lines.append("connections: \(connections)") }
         if let reason = task.singleConnectionReason { lines.append("one connection: \(reason)") }
@@ -291,6 +296,13 @@ enum TaskTable {
         if task.forgotten { lines.append("forgotten:   yes (not listed by status)") }
         if task.phase == .paused, let words = task.pauseReason.flatMap(NetworkPolicy.waitingWords) { lines.append("waiting:     \(words)") }
         if task.spec.allowMetered == false { lines.append("metered:     not allowed (allow_metered = false)") }
+        if let speed = task.spec.minSpeed {
+            lines.append(speed == 0 ? "min speed:   no check (the job's min_speed = 0)"
+                         : "min speed:   \(ByteCount.format(speed))/s (the job's min_speed)"
+                         + (task.spec.minSpeedTimeS.map { " over \($0) s" } ?? ""))
+        } else if let seconds = task.spec.minSpeedTimeS {
+            lines.append("min speed:   the config's, over \(seconds) s (the job's min_speed_time)")
+        }
         return lines.map(Printable.escaping).joined(separator: "\n")
     }
 }

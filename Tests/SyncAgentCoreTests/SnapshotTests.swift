@@ -250,11 +250,12 @@ struct SnapshotTests {
                             formField: "file", form: [FormField(name: "title", value: "Talk é")], parent: "video",
                             byteRange: HLSByteRange(length: 1_000, offset: 20), hls: HLSOptions(variant: "1280x720", output: .file, maxDurationS: 90),
                             connections: 8, allowMetered: false,
-                            upload: UploadOptions(protocol: .tus, chunkSize: 8 << 20, parallel: 4, part: ByteSpan(10, 20)))
-        // The rare keys' box stands for the 13 fields of `Rare`.
+                            upload: UploadOptions(protocol: .tus, chunkSize: 8 << 20, parallel: 4, part: ByteSpan(10, 20)),
+                            minSpeed: 2048, minSpeedTimeS: 30, nameFromServer: true)
+        // The rare keys' box stands for the 16 fields of `Rare`.
         let common = Mirror(reflecting: spec).children.filter { $0.label != "rare" }
         let fields = common + Mirror(reflecting: spec.rare.fields).children
-        #expect(common.count == 11 && fields.count == 24, "TaskSpec has a new field: write and read it in Snapshot, compare it in TaskSpec.==, then update this count")
+        #expect(common.count == 11 && fields.count == 27, "TaskSpec has a new field: write and read it in Snapshot, compare it in TaskSpec.==, then update this count")
         for field in fields {
             let text = "\(field.value)"
             #expect(text != "nil" && text != "[]", "\(field.label ?? "?") is not set in this test")
@@ -355,11 +356,11 @@ struct SnapshotTests {
         let task = state["t"]!
         let counts = [
             // (`sourcesOfTasks` is not written: it is made again from the tasks' jobs.)
-            ("AgentState", Mirror(reflecting: state).children.count, 26),
+            ("AgentState", Mirror(reflecting: state).children.count, 27),
             // (`jobAllowsMetered` is not written either: it is the job's.)
             ("TaskState", Mirror(reflecting: task).children.count, 12),
             ("TaskActivity", Mirror(reflecting: task.activity.box!.fields).children.count, 12),
-            ("TaskDetails", Mirror(reflecting: task.details.box!.fields).children.count, 17),
+            ("TaskDetails", Mirror(reflecting: task.details.box!.fields).children.count, 18),
             ("HLSProgress", Mirror(reflecting: HLSProgress(playlist: "", targetDurationMs: 0, ended: false, entries: [], mediaMs: 0,
                                                             lastSequence: nil)).children.count, 6),
             ("PublishedFile", Mirror(reflecting: PublishedFile(task: "", url: "", size: 0)).children.count, 7),

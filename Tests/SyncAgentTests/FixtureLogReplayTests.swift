@@ -13,7 +13,7 @@ import TestSupport
 struct FixtureLogReplayTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .appendingPathComponent("../Fixtures/logs").standardizedFileURL.path
-    static let snapshotFormats = [2, 3, 4, 5, 6, 7]
+    static let snapshotFormats = [2, 3, 4, 5, 6, 7, 8]
 
     let directory = TempDirectory()
 
@@ -129,6 +129,8 @@ struct FixtureLogReplayTests {
     /// then events after it; replay is that snapshot, decoded, with the
     /// rows after it folded one by one. Formats 3 to 7 were written from
     /// the very story the raw log tells (7's progress with digests): their snapshot holds its fold.
+    /// Format 8's story has jobs more (its own lowest speeds, files named
+    /// by their servers): its snapshot holds them as named extras.
     @Test(arguments: snapshotFormats)
     func aSnapshotLogReplaysFromItsSnapshotAndTheRowsAfterIt(format: Int) throws {
         let path = try copy("snapshot-format-\(format)")
@@ -154,7 +156,18 @@ struct FixtureLogReplayTests {
         #expect(try store.replay(through: snapshot.seq) == snapshotState)
         #expect(state.orphanEvents.isEmpty)
 
-        if format >= 7 {
+        if format >= 8 {
+            let tasks = snapshotState.orderedTasks
+            #expect(tasks.contains { $0.spec.minSpeed == 0 } && tasks.contains { $0.spec.minSpeed == 4096 && $0.spec.minSpeedTimeS == 60 })
+            let named = tasks.filter { $0.spec.nameFromServer == true }
+            #expect(named.count == 4 && named.allSatisfy { $0.namedDest != nil })
+            // A live one holds its server's name beside its own; an ended one holds neither.
+            let live = try #require(named.first { $0.id == "named-iso" })
+            #expect(snapshotState.holder(ofDestination: live.namedDest!) == "named-iso")
+            #expect(snapshotState.holder(ofDestination: live.spec.dest!) == "named-iso")
+            #expect(state["named-iso"]?.phase == .finished && state["named-iso"]?.dest == live.namedDest)
+            #expect(named.contains { $0.namedDest == "/home/ada/Downloads/notes.1.pdf" })
+        } else if format >= 7 {
             // Its story's progress records digests (the raw log's, older, has none): the fold held them.
             #expect(snapshotState.orderedTasks.contains { $0.details.box?.fields.digests?.records.isEmpty == false })
             let raw = try decodedRows(EventStore(readingFrom: copy("all-events"))).map(\.event)

@@ -48,6 +48,10 @@ parameters, so one server covers every case:
   no_accept_ranges=1  send no Accept-Ranges header (Range is still honoured)
   not_modified=ETAG answer 304 with ETag: ETAG to any conditional request
                     (If-None-Match or If-Modified-Since), whatever it asked
+  disposition=VALUE send Content-Disposition: VALUE with every answer of this path
+                    (a redirect's too), its UTF-8 bytes as they are; {n} in it is
+                    the request's number for this path (a name that changes),
+                    {pad} disposition_pad=N times "é" (a name too long for any file)
 
 Any method with a request body (PUT, POST, PATCH, …) is read in chunks and
 answered with a JSON description of what arrived: method, path, size,
@@ -1138,6 +1142,11 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         if "header_bytes" in self.query:
             self.extra_headers.append(["X-Padding", "a" * max(0, int(self.query["header_bytes"]) - len("X-Padding: "))])
         self.number = next_count(url.path)
+        if "disposition" in self.query:
+            value = self.query["disposition"].replace("{n}", str(self.number))
+            value = value.replace("{pad}", "\u00e9" * int(self.query.get("disposition_pad", "0")))
+            # send_header writes ISO-8859-1: the UTF-8 bytes go out as they are.
+            self.extra_headers.append(["Content-Disposition", value.encode("utf-8").decode("latin-1")])
         return url
 
     def within(self, times_key):

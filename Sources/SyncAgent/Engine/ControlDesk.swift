@@ -108,8 +108,10 @@ final class ControlDesk {
 
     /// A failed task runs again: the way to recover after freeing disk space or a server outage.
     private func runAgain(_ task: TaskState, kind: TaskRunner.Type) -> Outcome {
-        if let dest = task.spec.dest, let holder = Destinations.holder(of: dest, in: context.state, except: task.id) {
-            return .refused("cannot run again: \(dest) is now the destination of task \(holder)")
+        for dest in [task.spec.dest, task.namedDest].compactMap({ $0 }) {
+            if let holder = Destinations.holder(of: dest, in: context.state, except: task.id) {
+                return .refused("cannot run again: \(dest) is now the destination of task \(holder)")
+            }
         }
         // A task that failed keeping nothing left no partial file: one there now is someone else's
         // (the reason it was refused at intake, or a second agent's), and running again would truncate it.

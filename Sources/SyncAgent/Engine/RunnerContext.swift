@@ -73,7 +73,8 @@ final class RunnerContext {
     /// with `file` where the rules do not reach (outside download_dir, say):
     /// said at each start, and left where it is.
     func sayUnreachable(_ task: TaskState, file: String) {
-        guard !root.holds(file), Posix.exists(file), let refusal = rules.refusal(ofRecorded: task.spec) else { return }
+        guard !root.holds(file), Posix.exists(file), let refusal = rules.refusal(ofRecorded: task.spec, serverNamed: task.namedDest)
+        else { return }
         logger.error("a finished file is left where it is, not moved where the log says",
                      metadata: ["task.id": "\(task.id)", "file": "\(file)", "reason": "\(refusal.reason)"])
     }
@@ -85,7 +86,7 @@ final class RunnerContext {
     /// stay counted and its files untouched, so a task made under another
     /// download_dir runs again (`resume`) once that folder is download_dir again.
     func failIfRefused(_ task: TaskState) -> Bool {
-        guard let refusal = rules.refusal(ofRecorded: task.spec) else { return false }
+        guard let refusal = rules.refusal(ofRecorded: task.spec, serverNamed: task.namedDest) else { return false }
         let reason = "\(refusal.reason); nothing is written there"
         record(.failed(Failed(reason: reason, code: refusal.code, bytes: task.bytes)), task: task.id)
         logger.error("a task read from the log is refused", metadata: ["task.id": "\(task.id)", "reason": "\(reason)"])
@@ -114,7 +115,18 @@ final class RunnerContext {
         let origin = task.spec.parent.flatMap { state[$0]?.spec.url }
         let plan = try RequestPlan.of(task, sharedHeaders: settings.headers, origin: origin, offset: offset, rangeEnd: rangeEnd,
                                       ifRange: ifRange, ifChanged: ifChanged, protocolRequest: protocolRequest)
-        return try Exchange(for: task.id, plan: plan, sink: sink, settings: settings, speedCap: task.spec.maxSpeed,
+        return try Exchange(for: task.id, plan: plan, sink: sink, settings: settings(of: task), speedCap: task.spec.maxSpeed,
                             deadlineMs: deadlineMs(of: task), cookies: exchanges.cookies)
+    }
+
+    /// The settings an exchange of `task` runs under: the config's, with
+    /// what its job sets over them (`min_speed`, 0 turning the check off; `min_speed_time`).
+    func settings(of task: TaskState) -> TransferSettings {
+        let spec = task.spec
+        guard spec.minSpeed != nil || spec.minSpeedTimeS != nil else { return settings }
+        var own = settings
+        if let speed = spec.minSpeed { own.minSpeed = speed > 0 ? speed : nil }
+        if let seconds = spec.minSpeedTimeS { own.minSpeedTimeS = seconds }
+        return own
     }
 }

@@ -30,7 +30,8 @@ final class Runners {
             context.needsScheduling = true
             return
         }
-        if let dest = task.spec.dest, Kinds.runnerType(for: task.spec).destinationIsKnownAtStart(task.spec), context.endedByExistingDest(task, dest) { return }
+        if let dest = task.finalDest, !task.awaitsServerName, Kinds.runnerType(for: task.spec).destinationIsKnownAtStart(task.spec),
+           context.endedByExistingDest(task, dest) { return }
         if context.deadlineMs(of: task) <= Posix.nowMs {
             context.fail(task, reason: context.totalTimeoutWords, code: .totalTimeout, keeping: task.bytes)
             return

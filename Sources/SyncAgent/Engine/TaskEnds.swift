@@ -63,7 +63,7 @@ extension RunnerContext {
             fail(task, reason: reason, code: .rangeIgnored, metrics: metrics)
         case .redirect(let target, let status):
             follow(task, to: target, status: status, metrics: metrics)
-        case .complete, .notModified:
+        case .complete, .notModified, .skipped:
             assertionFailure("\(outcome) reached the shared rules: its runner judges it")
             logger.error("an attempt's end was not judged by its runner", metadata: ["task.id": "\(id)"])
         }

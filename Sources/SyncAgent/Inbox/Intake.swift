@@ -339,7 +339,9 @@ final class Intake {
         var spec = spec
         var ending: EventBody?
         if let dest = spec.dest {
-            switch Destinations.decide(dest: dest, overwrite: spec.overwrite, in: log.state, hints: &renameHints, exists: exists) {
+            // A download its server names holds this name only for its partial file: any free one will do.
+            let overwrite = spec.nameFromServer == true ? .rename : spec.overwrite
+            switch Destinations.decide(dest: dest, overwrite: overwrite, in: log.state, hints: &renameHints, exists: exists) {
             case .use(let path):
                 spec.dest = path
             case .skip(_, let reason):

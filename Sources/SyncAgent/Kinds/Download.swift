@@ -140,6 +140,10 @@ final class DownloadRunner: TransferRunner {
                 return exchange.plan.ask.rangeEnd == nil ? download.firstAnswer(exchange) : download.rangeAnswer(exchange)
             }
             exchange.onEnded = { [unowned self] exchange, outcome in connectionEnded(exchange, outcome) }
+            // Its first answer names the file, before another connection opens to write a range.
+            if task.awaitsServerName {
+                exchange.onServerName = { [unowned self] disposition, url in context.nameFromServer(id, contentDisposition: disposition, url: url) }
+            }
             connection.exchange = exchange
             try context.exchanges.add(exchange)
         } catch {
@@ -200,6 +204,8 @@ final class DownloadRunner: TransferRunner {
             awaitDurability(of: exchange, bytes: bytes)
         case .notModified(let etag):
             unchanged(task, etag: etag, exchange: exchange)
+        case .skipped(let reason, let existing):
+            context.finishSkipped(task, reason: reason, existing: existing, metrics: metrics)
         default:
             context.attemptEnded(task, ended, on: exchange, metrics: metrics, durable: durable)
         }

@@ -225,7 +225,7 @@ final class HLSVideoRunner: TaskRunner {
                 refreshFailed(task, "\(error)")
             }
         case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _), .rangeRefused(let reason),
-             .fallBack(let reason):
+             .fallBack(let reason), .skipped(let reason, _):
             refreshFailed(task, reason)
         case .redirect(let target, _):
             refreshFailed(task, "the live playlist moved to \(Redaction.url(target))")

@@ -188,6 +188,9 @@ class TransferRunner: TaskRunner {
                                 hashing: exchange.partialFile?.chain.map { .init(claims: [($0, offset)]) })
         }
         exchange.onEnded = { [unowned self] exchange, outcome in ended(exchange, outcome) }
+        if context.state[taskID]?.awaitsServerName == true {
+            exchange.onServerName = { [unowned self] disposition, url in context.nameFromServer(id, contentDisposition: disposition, url: url) }
+        }
         do {
             try context.exchanges.add(exchange)
         } catch {
@@ -215,6 +218,8 @@ class TransferRunner: TaskRunner {
             context.recordFinished(task, exchange, bytes: bytes, dest: nil)
         case .notModified(let etag):
             unchanged(task, etag: etag, exchange: exchange)
+        case .skipped(let reason, let existing):
+            context.finishSkipped(task, reason: reason, existing: existing, metrics: exchange.metrics)
         default:
             context.attemptEnded(task, outcome, on: exchange, metrics: exchange.metrics, durable: exchange.durable)
         }
@@ -303,7 +308,7 @@ class TransferRunner: TaskRunner {
             context.publishing.rename(.init(task: taskID, part: part, dest: path, replacing: task.spec.overwrite.replacesFiles))
         case .skipped(let reason):
             context.removePartial(part, of: taskID)
-            context.record(.finished(Finished(bytes: context.root.size(task.spec.dest!) ?? 0, dest: task.spec.dest,
+            context.record(.finished(Finished(bytes: context.root.size(task.finalDest!) ?? 0, dest: task.finalDest,
                                               metrics: exchange.metrics, skipped: reason)), task: taskID)
         case .failed(let reason, .checksumMismatch) where pieces != nil || exchange.plan.ask.offset > 0:
             // SPEC §7: a bad checksum is final only after a full re-download. This body was put

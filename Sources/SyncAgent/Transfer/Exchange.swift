@@ -41,6 +41,11 @@ final class Exchange {
     // Called on the loop thread, from inside curl's callbacks or the loop's own checks.
     /// The answer was accepted, before its first byte is written: an outcome stops the exchange.
     var onAccepted: ((Exchange) -> AttemptOutcome?)?
+    /// Set by a runner whose file its server names (`name_from_server`): called once, when an
+    /// answer is accepted (before a byte of it is written, or at the end of an empty one), with
+    /// its `Content-Disposition` (the bytes sent; nil: none) and the URL that answered. An
+    /// outcome stops the exchange.
+    var onServerName: ((_ contentDisposition: [UInt8]?, _ url: String) -> AttemptOutcome?)?
     /// Bytes became durable (or the partial file went back to 0): the log should say so.
     var onProgress: (Progressed) -> Void = { _ in }
     /// curl followed a redirect.
@@ -84,6 +89,8 @@ final class Exchange {
     private var conflictingLengths = false
     private var retryAfterMs: Int64?
     private var location: String?
+    /// Only when a runner asks for it (`onServerName`).
+    private var contentDisposition: [UInt8]?
     /// The response said `Accept-Ranges: bytes`.
     private(set) var acceptsRanges = false
     /// The final response's headers (the first 100), when the plan keeps them.
@@ -348,6 +355,9 @@ final class Exchange {
             acceptsRanges = value.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" }
         } else if plan.ask.hopStatuses.contains(status), location == nil, let value = header.value(ifNamed: "location") {
             location = value.trimmingCharacters(in: .whitespaces)
+        } else if onServerName != nil, contentDisposition == nil, let value = header.rawValue(ifNamed: "content-disposition") {
+            // The first, as for any parameter sent twice.
+            contentDisposition = value
         }
         return true
     }
@@ -383,6 +393,8 @@ final class Exchange {
         conflictingLengths = false
         retryAfterMs = nil
         location = nil
+        // A redirect's (or a 1xx's) Content-Disposition names nothing: only the final answer's does.
+        contentDisposition = nil
         responseHeaders.removeAll()
         return true
     }
@@ -515,7 +527,9 @@ final class Exchange {
             if let reason = acceptance.restartReason, let failure = restart(reason: reason) { return failure }
             total = acceptance.total
             answerEnd = acceptance.answerEnd
-            return nil
+            guard let naming = onServerName else { return nil }
+            onServerName = nil
+            return naming(contentDisposition, currentURL)
         }
     }
 

@@ -27,7 +27,8 @@ enum Publisher {
     ///   durable: the job's `sha256` is checked against it without reading
     ///   the file again.
     static func prepare(_ task: TaskState, bytes: Int64, sha256: String, in state: AgentState, root: DownloadRoot) -> Verdict {
-        guard let part = task.partPath, let dest = task.spec.dest else {
+        // A name its server gave is where it goes; the partial file stays beside the job's.
+        guard let part = task.partPath, let dest = task.finalDest else {
             return .failed(reason: "the task keeps no file", code: .localError)
         }
         let onDisk = root.sizeAndModified(part)

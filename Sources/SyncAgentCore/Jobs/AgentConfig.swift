@@ -25,6 +25,8 @@ public struct AgentConfig: Equatable, Sendable {
     /// A transfer moving fewer bytes per second than this over `minSpeedTimeS` retries (nil: never).
     public var minSpeed: Int64? = LowSpeedWatch.defaultMinBytesPerS
     public var minSpeedTimeS = LowSpeedWatch.defaultWindowS
+    /// Downloads without `dest` are named by their server's answer (jobs may say otherwise).
+    public var nameFromServer = false
     /// Run when a task ends (`on_task_end`) or a batch drains (`on_batch_end`); argv, no shell.
     public var onTaskEnd: [String]?
     public var onBatchEnd: [String]?
@@ -70,7 +72,7 @@ public struct AgentConfig: Equatable, Sendable {
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
         "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
-        "allow_metered", "keep_ended", "more_dirs", "inbox_poll", "min_speed", "min_speed_time",
+        "allow_metered", "keep_ended", "more_dirs", "inbox_poll", "min_speed", "min_speed_time", "name_from_server",
         "rpc", "rpc_listen", "rpc_secret",
     ]
 
@@ -93,7 +95,7 @@ public struct AgentConfig: Equatable, Sendable {
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
         note("connections", \.connections); note("allow_metered", \.allowMetered)
         note("keep_ended", \.keepEndedS); note("inbox_poll", \.inboxPollS)
-        note("min_speed", \.minSpeed); note("min_speed_time", \.minSpeedTimeS)
+        note("min_speed", \.minSpeed); note("min_speed_time", \.minSpeedTimeS); note("name_from_server", \.nameFromServer)
         note("rpc", \.rpc); note("rpc_listen", \.rpcListen); note("rpc_secret", \.rpcSecret)
         return keys
     }
@@ -119,6 +121,7 @@ public struct AgentConfig: Equatable, Sendable {
         // 0 turns the check off: a transfer may then crawl until total_timeout.
         if reader.isZero("min_speed") { config.minSpeed = nil } else { config.minSpeed = try reader.byteCount("min_speed") ?? config.minSpeed }
         config.minSpeedTimeS = try reader.seconds("min_speed_time") ?? config.minSpeedTimeS
+        config.nameFromServer = try reader.bool("name_from_server") ?? config.nameFromServer
         config.onTaskEnd = try reader.command("on_task_end")
         config.onBatchEnd = try reader.command("on_batch_end")
         config.hookTimeout = try reader.seconds("hook_timeout") ?? config.hookTimeout

@@ -47,12 +47,29 @@ public struct JobParser: Sendable {
     /// The agent's own folders (state dir, inbox): no destination may lie
     /// in them, even when they sit inside `download_dir`.
     public var forbiddenDirs: [String]
+    /// The config's `name_from_server`: downloads without `dest` (nor a
+    /// key of their own) are named by their server's answer.
+    public var defaultNameFromServer: Bool
 
-    public init(downloadDir: String, moreDirs: [String] = [], defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = []) {
+    public init(downloadDir: String, moreDirs: [String] = [], defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = [],
+                nameFromServer: Bool = false) {
         self.downloadDir = PathRules.normalize(downloadDir)
         self.moreDirs = moreDirs.map(PathRules.normalize)
         self.defaultNotify = defaultNotify
         self.forbiddenDirs = forbiddenDirs.map(PathRules.normalize)
+        defaultNameFromServer = nameFromServer
+    }
+
+    /// Where `name`, a name a server gave (made safe: `ServerFileName`),
+    /// puts a file beside `dest`: nil when the rules a job's `dest` is held
+    /// to refuse it there (one of the agent's own folders, say).
+    public func serverNamedPath(_ name: String, beside dest: String) -> String? {
+        let folder = PathRules.folder(of: dest)
+        let path = (folder == "/" ? "" : folder) + "/" + name
+        guard let resolved = try? PathRules.resolve(path, inside: downloadDir, orIn: moreDirs, excluding: forbiddenDirs, key: "dest",
+                                                    advising: false),
+              PathRules.isSame(resolved, path) else { return nil }
+        return resolved
     }
 
     private func resolveDest(_ dest: String) throws -> String {
@@ -66,8 +83,9 @@ public struct JobParser: Sendable {
     /// destination must also be the path those rules make of it (no `..`,
     /// `.` or `//` left in it), and names may be as long as the file system
     /// allows: `rename` adds `.N`, and an HLS video's segments go in `DEST.part/`.
-    public func refusal(ofRecorded spec: TaskSpec) -> (reason: String, code: FailureCode)? {
-        if let dest = spec.dest {
+    /// - Parameter serverNamed: the destination its server's answer named, as the log recorded it.
+    public func refusal(ofRecorded spec: TaskSpec, serverNamed: String? = nil) -> (reason: String, code: FailureCode)? {
+        for dest in [spec.dest, serverNamed].compactMap({ $0 }) {
             do {
                 // No advice to allow its folder: the log may be another hand's, naming any file at all.
                 let resolved = try PathRules.resolve(dest, inside: downloadDir, orIn: moreDirs, excluding: forbiddenDirs, key: "dest",
@@ -94,6 +112,7 @@ public struct JobParser: Sendable {
     public static let transferKeys: Set<String> = [
         "url", "kind", "dest", "id", "sha256", "md5", "priority", "overwrite", "not_before",
         "batch", "notify", "retries", "max_speed", "headers", "connections", "allow_metered",
+        "min_speed", "min_speed_time", "name_from_server",
         // upload and data jobs:
         "method", "body_file", "form_field", "form",
         // resumable uploads:
@@ -176,6 +195,7 @@ public struct JobParser: Sendable {
             throw KeyError(key: "overwrite", "\"update\" (fetch only if changed) applies to downloads")
         }
 
+        let nameFromServer = try parseNameFromServer(reader, kind: kind)
         let sha256 = try reader.string("sha256").map { try Self.hexDigest($0, key: "sha256", length: 64) }
         let md5 = try reader.string("md5").map { try Self.hexDigest($0, key: "md5", length: 32) }
 
@@ -210,9 +230,56 @@ public struct JobParser: Sendable {
             hls: hls,
             connections: try parseConnections(reader, kind: kind),
             allowMetered: try reader.bool("allow_metered"),
-            upload: try parseUpload(reader, kind: kind, method: request.method, formField: request.formField)
+            upload: try parseUpload(reader, kind: kind, method: request.method, formField: request.formField),
+            minSpeed: try parseMinSpeed(reader),
+            minSpeedTimeS: try parseMinSpeedTime(reader),
+            nameFromServer: nameFromServer ? true : nil
         )
         return .transfer(id: id, spec: spec)
+    }
+
+    /// `min_speed`: bytes per second, over the config's; 0 turns the check off for this job.
+    private func parseMinSpeed(_ reader: TOMLReader) throws -> Int64? {
+        guard reader.has("min_speed") else { return nil }
+        if reader.isZero("min_speed") { return 0 }
+        guard let speed = try? reader.byteCount("min_speed") else {
+            throw KeyError(key: "min_speed", "must be a speed in bytes per second such as 1024, \"512\", \"1K\" or \"2M\", "
+                           + "or 0 to turn the check off for this job")
+        }
+        return speed
+    }
+
+    /// `min_speed_time`: the seconds `min_speed` is averaged over.
+    private func parseMinSpeedTime(_ reader: TOMLReader) throws -> Int? {
+        guard reader.has("min_speed_time") else { return nil }
+        guard let seconds = try? reader.seconds("min_speed_time") else {
+            throw KeyError(key: "min_speed_time", "must be a whole number of seconds from 1 to \(Int32.max), such as 120")
+        }
+        return seconds
+    }
+
+    /// `name_from_server` (the job's, else the config's): a download without
+    /// `dest` is named by its server's answer. A job that names its file, or
+    /// asks to fetch it only if changed (the file must be known before the
+    /// request), cannot be named so; the config's default then does not apply.
+    private func parseNameFromServer(_ reader: TOMLReader, kind: TransferKind) throws -> Bool {
+        guard let asked = try reader.bool("name_from_server") else {
+            return defaultNameFromServer && kind == .download && !reader.has("dest")
+                && (try? reader.choice("overwrite", OverwriteMode.self)) != .update
+        }
+        guard asked else { return false }
+        guard kind == .download else {
+            throw KeyError(key: "name_from_server", "applies to downloads only, not to kind = \"\(kind.rawValue)\"")
+        }
+        if reader.has("dest") {
+            throw KeyError(key: "name_from_server", "names a file the job leaves unnamed, and this job sets dest: "
+                           + "drop one of the two")
+        }
+        if try reader.choice("overwrite", OverwriteMode.self) == .update {
+            throw KeyError(key: "name_from_server", "does not go with overwrite = \"update\", which needs the file's name "
+                           + "before the request; the server's name comes with its answer")
+        }
+        return true
     }
 
     /// `connections`: downloads only (an upload or a data task is one

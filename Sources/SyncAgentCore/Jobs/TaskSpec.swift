@@ -141,6 +141,9 @@ public struct TaskSpec: Equatable, Sendable {
         var connections: Int?
         var allowMetered: Bool?
         var upload: UploadOptions?
+        var minSpeed: Int64?
+        var minSpeedTimeS: Int?
+        var nameFromServer: Bool?
     }
 
     public var sha256: String? { get { rare.box?.fields.sha256 } set { rare.fields.sha256 = newValue } }
@@ -166,6 +169,14 @@ public struct TaskSpec: Equatable, Sendable {
     public var allowMetered: Bool? { get { rare.box?.fields.allowMetered } set { rare.fields.allowMetered = newValue } }
     /// A resumable upload (`protocol = "tus" | "ietf"`); nil for a plain one and for other kinds.
     public var upload: UploadOptions? { get { rare.box?.fields.upload } set { rare.fields.upload = newValue } }
+    /// The job's `min_speed` in bytes per second, over the config's; 0 turns
+    /// the check off for this task; nil: the config's.
+    public var minSpeed: Int64? { get { rare.box?.fields.minSpeed } set { rare.fields.minSpeed = newValue } }
+    /// The job's `min_speed_time` in seconds; nil: the config's.
+    public var minSpeedTimeS: Int? { get { rare.box?.fields.minSpeedTimeS } set { rare.fields.minSpeedTimeS = newValue } }
+    /// True: a download without `dest` is named by its server's answer
+    /// (`name_from_server`); `dest` is then only where its partial file goes.
+    public var nameFromServer: Bool? { get { rare.box?.fields.nameFromServer } set { rare.fields.nameFromServer = newValue } }
 
     public init(url: String, kind: TransferKind = .download, dest: String?, sha256: String? = nil,
                 md5: String? = nil, priority: Int = 0, overwrite: OverwriteMode = .rename,
@@ -174,14 +185,15 @@ public struct TaskSpec: Equatable, Sendable {
                 source: JobSource? = nil, method: String? = nil, bodyFile: String? = nil,
                 formField: String? = nil, form: [FormField] = [], parent: String? = nil,
                 byteRange: HLSByteRange? = nil, hls: HLSOptions? = nil, connections: Int? = nil, allowMetered: Bool? = nil,
-                upload: UploadOptions? = nil) {
+                upload: UploadOptions? = nil, minSpeed: Int64? = nil, minSpeedTimeS: Int? = nil, nameFromServer: Bool? = nil) {
         self.url = url; self.kind = kind; self.dest = dest
         self.priority = priority; self.overwrite = overwrite; self.headers = headers
         self.batch = batch; self.notify = notify; self.notBeforeMs = notBeforeMs; self.source = source
         self.parent = parent
         self.rare = OutOfLine(Rare(sha256: sha256, md5: md5, retries: retries, maxSpeed: maxSpeed, method: method, bodyFile: bodyFile,
                          formField: formField, form: form, byteRange: byteRange, hls: hls, connections: connections,
-                         allowMetered: allowMetered, upload: upload))
+                         allowMetered: allowMetered, upload: upload, minSpeed: minSpeed, minSpeedTimeS: minSpeedTimeS,
+                         nameFromServer: nameFromServer))
     }
 
     public static func == (lhs: TaskSpec, rhs: TaskSpec) -> Bool {

@@ -59,7 +59,8 @@ public enum HLSFanOut {
             let spec = TaskSpec(url: url, kind: .download, dest: "\(work)/\(name)", priority: parent.spec.priority,
                                 overwrite: .replace, headers: parent.spec.headers.filter { sameHost || !$0.isSecret },
                                 batch: parent.spec.batch, notify: .none,
-                                retries: parent.spec.retries, maxSpeed: parent.spec.maxSpeed, parent: parent.id, byteRange: range)
+                                retries: parent.spec.retries, maxSpeed: parent.spec.maxSpeed, parent: parent.id, byteRange: range,
+                                minSpeed: parent.spec.minSpeed, minSpeedTimeS: parent.spec.minSpeedTimeS)
             children.append(Child(id: id, spec: spec))
             return id
         }

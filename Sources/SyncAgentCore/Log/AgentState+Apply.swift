@@ -98,8 +98,14 @@ extension AgentState {
         }
         if change.before != change.after {
             if change.before.isEnded != change.after.isEnded {
-                let dest = tasks[index].spec.dest
-                if change.after.isEnded { release(dest, at: index) } else { reserve(dest, at: index) }
+                let dest = tasks[index].spec.dest, named = tasks[index].namedDest
+                if change.after.isEnded {
+                    release(dest, at: index)
+                    releaseNamed(named, at: index)
+                } else {
+                    reserve(dest, at: index)
+                    reserveNamed(named, at: index)
+                }
             }
             countActive(id, was: change.before, now: change.after)
             if change.after.isEnded, !change.before.isEnded, armedHooks.contains(.taskEnd), change.parent == nil {
@@ -111,6 +117,7 @@ extension AgentState {
             // Still queued, but its start time or host may have changed.
             countActive(id, was: .queued, now: .queued)
         }
+        if change.named, !change.after.isEnded { reserveNamed(tasks[index].namedDest, at: index) }
         if change.before == .running, change.after == .running, change.hostBefore != change.hostAfter,
            !tasks[index].isFannedOut {
             // A running transfer moved host (a redirect): its max_per_host slot moves with it.
@@ -175,6 +182,20 @@ extension AgentState {
         reservations.remove(dest, position: position)
     }
 
+    /// The destination a server's answer named (`name_from_server`): held
+    /// beside the job's own (where its partial file is) until the task ends,
+    /// unless another live task holds that path already (only a log written
+    /// by hand or by another build can say so: the agent names a file free).
+    private mutating func reserveNamed(_ dest: String?, at position: Int) {
+        guard let dest, holder(ofDestination: dest) == nil else { return }
+        namedReservations.insert(dest, position: position, in: tasks, keyOf: \.namedDest)
+    }
+
+    private mutating func releaseNamed(_ dest: String?, at position: Int) {
+        guard let dest else { return }
+        namedReservations.remove(dest, position: position)
+    }
+
     /// Keeps the derived indexes current on every phase change — the run
     /// queue, running counts, per-batch active counts, "ended since notice"
     /// — so scheduling and announcing never scan every task.
@@ -233,6 +254,8 @@ extension TaskState {
         /// The task's parent, if it is a child: read here, so the fold never
         /// copies the task out of its dictionary (on every event of a replay).
         var parent: String?
+        /// Its server's answer named it (`Progressed.dest`) just now.
+        var named = false
     }
 
     /// Returns what changed, so the caller never has to copy the task out of
@@ -241,7 +264,7 @@ extension TaskState {
         let before = phase
         let hostBefore = hostKey
         let bytesBefore = bytes
-        var expanded = false, fannedOut = false
+        var expanded = false, fannedOut = false, named = false
         defer {
             let (createdSeq, createdAtMs) = (self.createdSeq, self.createdAtMs)
             // One change to the activity, not two: replay passes here on every event.
@@ -306,6 +329,11 @@ extension TaskState {
             }
             // (The same file, damaged on disk: its validators still hold.)
             if let reason = progress.mismatch { restartReason = reason }
+            // The first name holds: the destination other tasks were kept from.
+            if let dest = progress.dest, namedDest == nil, spec.nameFromServer == true {
+                namedDest = dest
+                named = true
+            }
             if let records = progress.digests, !records.isEmpty {
                 // In place: a large download's book is not copied on each of its events.
                 details.modify { details in
@@ -402,6 +430,7 @@ extension TaskState {
             break
         }
         return Change(before: before, after: phase, hostBefore: hostBefore, hostAfter: hostKey,
-                      bytesBefore: bytesBefore, bytesAfter: bytes, expanded: expanded, fannedOut: fannedOut, parent: parentID)
+                      bytesBefore: bytesBefore, bytesAfter: bytes, expanded: expanded, fannedOut: fannedOut, parent: parentID,
+                      named: named)
     }
 }

@@ -124,12 +124,18 @@ public struct Progressed: Codable, Equatable, Sendable {
     /// digests: which, and how many are fetched again (`bytes` and `ranges`
     /// say what is left).
     public var mismatch: String?
+    /// `name_from_server`: where the file is to be published, as its server's
+    /// answer named it (made safe, `overwrite` applied). Recorded once, with
+    /// the first answer, before any of its bytes are claimed; the name holds
+    /// for the task's life, whatever later answers say.
+    public var dest: String?
     public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
                 restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil,
-                digests: [SpanDigest]? = nil, mismatch: String? = nil) {
+                digests: [SpanDigest]? = nil, mismatch: String? = nil, dest: String? = nil) {
         self.bytes = bytes; self.total = total; self.etag = etag
         self.lastModified = lastModified; self.restartReason = restartReason; self.ranges = ranges
         self.fallback = fallback; self.chunk = chunk; self.digests = digests; self.mismatch = mismatch
+        self.dest = dest
     }
 }
 

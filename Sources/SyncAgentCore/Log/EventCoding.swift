@@ -31,7 +31,7 @@ public enum EventCoding {
             json.field("attempt", p.attempt); json.field("offset", p.offset); json.field("url", p.url)
             return json.finish()
         case .progressed(let p):
-            json.field("bytes", p.bytes); json.field("chunk", p.chunk)
+            json.field("bytes", p.bytes); json.field("chunk", p.chunk); json.field("dest", p.dest)
             json.field("digests", json: p.digests.map { "[" + $0.map { "[\($0.from),\($0.to),\"\($0.sha256.hex)\"]" }.joined(separator: ",") + "]" })
             json.field("etag", p.etag); json.field("fallback", p.fallback)
             json.field("last_modified", p.lastModified); json.field("mismatch", p.mismatch)
@@ -86,7 +86,9 @@ public enum EventCoding {
                 return object.finish()
             })
             json.field("kind", p.kind.rawValue); json.field("max_speed", p.maxSpeed); json.field("md5", p.md5)
-            json.field("method", p.method); json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
+            json.field("method", p.method); json.field("min_speed", p.minSpeed); json.field("min_speed_time", p.minSpeedTimeS.map(Int64.init))
+            json.field("name_from_server", p.nameFromServer)
+            json.field("not_before_ms", p.notBeforeMs); json.field("notify", p.notify.rawValue)
             json.field("overwrite", p.overwrite.rawValue); json.field("parent", p.parent); json.field("priority", p.priority)
             json.field("retries", p.retries.map(Int64.init)); json.field("sha256", p.sha256)
             json.field("source", json: p.source.map { source in
@@ -241,10 +243,11 @@ extension Started {
 extension Progressed {
     init(reading reader: inout JSONReader) throws {
         var bytes: Int64?, total: Int64?, etag: String?, lastModified: String?, restartReason: String?
-        var ranges: [ByteSpan]?, fallback: String?, chunk: Int64?, digests: [SpanDigest]?, mismatch: String?
+        var ranges: [ByteSpan]?, fallback: String?, chunk: Int64?, digests: [SpanDigest]?, mismatch: String?, dest: String?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
+            case "dest": dest = try value.readOptional { try $0.readString() }
             case "chunk": chunk = try value.readOptional { try $0.readInt() }
             case "digests": digests = try value.readOptional { try $0.readArray { try SpanDigest(reading: &$0) } }
             case "mismatch": mismatch = try value.readOptional { try $0.readString() }
@@ -258,7 +261,7 @@ extension Progressed {
             }
         }
         self.init(bytes: try required(bytes, "bytes"), total: total, etag: etag, lastModified: lastModified, restartReason: restartReason,
-                  ranges: ranges, fallback: fallback, chunk: chunk, digests: digests, mismatch: mismatch)
+                  ranges: ranges, fallback: fallback, chunk: chunk, digests: digests, mismatch: mismatch, dest: dest)
     }
 }
 
@@ -470,7 +473,7 @@ extension TaskSpec {
         var notify = NotifyMode.batch, retries: Int64?, maxSpeed: Int64?, notBeforeMs: Int64?, source: JobSource?
         var method: String?, bodyFile: String?, formField: String?, form: [FormField] = []
         var parent: String?, byteRange: HLSByteRange?, hls: HLSOptions?, connections: Int?, allowMetered: Bool?
-        var upload: UploadOptions?
+        var upload: UploadOptions?, minSpeed: Int64?, minSpeedTimeS: Int?, nameFromServer: Bool?
         func choice<E: RawRepresentable>(_ value: inout JSONReader, _ key: String) throws -> E where E.RawValue == String {
             let raw = try value.readString()
             guard let choice = E(rawValue: raw) else { throw JSONReader.Malformed(offset: 0, expected: "a known \(key), not \(raw)") }
@@ -501,6 +504,10 @@ extension TaskSpec {
             case "headers": headers = try value.readHeaders()
             case "parent": parent = try value.readOptional { try $0.readString() }
             case "allow_metered": allowMetered = try value.readOptional { try $0.readBool() }
+            // Whatever a damaged log says, within what a job may ask (0: the check off).
+            case "min_speed": minSpeed = try value.readOptional { max(try $0.readInt(), 0) }
+            case "min_speed_time": minSpeedTimeS = try value.readOptional { Int(min(max(try $0.readInt(), 1), Int64(Int32.max))) }
+            case "name_from_server": nameFromServer = try value.readOptional { try $0.readBool() } == true ? true : nil
             case "connections":
                 // Whatever a damaged log says, within what a job may ask.
                 connections = try value.readOptional { min(max(try $0.readInt(), 1), Int64(SegmentPlan.maximumConnections)) }.map(Int.init)
@@ -557,7 +564,7 @@ extension TaskSpec {
                   retries: retries.map(Int.init), maxSpeed: maxSpeed, notBeforeMs: notBeforeMs, source: source,
                   method: method, bodyFile: bodyFile, formField: formField, form: form, parent: parent,
                   byteRange: byteRange, hls: hls, connections: connections, allowMetered: allowMetered,
-                  upload: upload)
+                  upload: upload, minSpeed: minSpeed, minSpeedTimeS: minSpeedTimeS, nameFromServer: nameFromServer)
     }
 }
 

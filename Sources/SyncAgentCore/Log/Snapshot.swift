@@ -14,13 +14,17 @@ import Foundation
 public enum Snapshot {
     /// Raised with every change to the layout below. A snapshot of a format
     /// this build does not read is never half-read: it is refused whole.
-    public static let format = 7
+    /// A job key or a task field added later need not raise it: a spec and
+    /// a task's details end with named extras (format 8 on, `extras`).
+    public static let format = 8
     /// Formats this build reads: 2 lacks the fields of resumable uploads (none of its tasks had them);
     /// before 4, no task or index carried its length, so `status` could pass over none;
     /// before 5, the taken sources listed every task's job file too, not only control jobs';
     /// before 6, hook runs were not followed past their start (none is then in flight or lost);
-    /// before 7, no task held the digests of its durable bytes (its events then had none).
-    public static let readableFormats: ClosedRange<Int64> = 2...7
+    /// before 7, no task held the digests of its durable bytes (its events then had none);
+    /// before 8, no spec or task had named extras (none then had `min_speed`,
+    /// `min_speed_time`, `name_from_server` or a name from its server).
+    public static let readableFormats: ClosedRange<Int64> = 2...8
 
     public struct Malformed: Error, CustomStringConvertible {
         public var description: String
@@ -38,6 +42,7 @@ public enum Snapshot {
         precondition(format == 3 || format == Self.format, "snapshot format \(format) is not written")
         var out = SnapshotWriter(writesLengths: format >= 4, mode: .inMemory)
         out.writesDigests = format >= 7
+        out.writesExtras = format >= 8
         emit(state, format: format, into: &out)
         var bytes = out.bytes
         let sum = bytes.withUnsafeBytes(checksum)
@@ -139,6 +144,14 @@ public enum Snapshot {
             for runs in [state.hooksInFlight, state.hooksMayNotHaveRun] {
                 out.int(Int64(runs.count))
                 for run in runs.values.sorted(by: { $0.startedSeq < $1.startedSeq }) { out.hookRun(run) }
+            }
+        }
+        if format >= 8 {
+            out.lengthPrefixed { out in
+                // In the holders' creation order: each path is the name its holder's server gave.
+                let holders = state.namedReservations.positions
+                out.int(Int64(holders.count))
+                for position in holders { out.string(state.tasks[position].namedDest ?? ""); out.string(state.tasks[position].id) }
             }
         }
     }
@@ -369,6 +382,15 @@ public enum Snapshot {
                 state.hooksMayNotHaveRun[run.key] = run
             }
         }
+        if input.format >= 8 {
+            try input.section(lengthPrefixed, skip: table != nil) { input in
+                for _ in 0..<(try input.count()) {
+                    let path = try input.string(), id = try input.string()
+                    guard let position = state.tasks.index(forKey: id) else { throw input.malformed("named path holder \(id) to be known") }
+                    state.namedReservations.insert(path, position: position, in: state.tasks, keyOf: \.namedDest)
+                }
+            }
+        }
         guard input.atEnd else { throw input.malformed("end of snapshot") }
         return (state, passedOver)
     }
@@ -408,6 +430,8 @@ private struct SnapshotWriter {
     let writesLengths: Bool
     /// Format 7 on: a task's details end with the digests of its durable bytes.
     var writesDigests = true
+    /// Format 8 on: a spec and a task's details end with named extras.
+    var writesExtras = true
     let mode: Mode
     /// Bytes no longer in `bytes`: dropped (sizing) or handed to `sink`.
     private var flushed = 0
@@ -475,6 +499,11 @@ private struct SnapshotWriter {
 
     /// Zig-zag varint: small numbers of either sign take one byte.
     mutating func int(_ value: Int64) {
+        Self.appendInt(value, to: &bytes)
+    }
+
+    @inline(__always)
+    static func appendInt(_ value: Int64, to bytes: inout [UInt8]) {
         var zigzag = UInt64(bitPattern: (value << 1) ^ (value >> 63))
         while zigzag >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: zigzag) | 0x80)
@@ -585,6 +614,24 @@ private struct SnapshotWriter {
         optionalString(spec.upload?.protocol.rawValue)
         optionalInt(spec.upload?.chunkSize); optionalInt(spec.upload.map { Int64($0.parallel) })
         optionalInt(spec.upload?.part?.start); optionalInt(spec.upload?.part?.end)
+        guard writesExtras else { return }
+        // Job keys added since format 8, by their names in a job file.
+        extras([("min_speed", spec.minSpeed.map(SnapshotExtra.int)),
+                ("min_speed_time", spec.minSpeedTimeS.map { .int(Int64($0)) }),
+                ("name_from_server", spec.nameFromServer == true ? .flag : nil)])
+    }
+
+    /// The extras that are set, each as its name and its value's bytes
+    /// after their length: a reader can name one it does not know, and
+    /// pass over the rest of the record as it would any field.
+    mutating func extras(_ fields: [(name: String, value: SnapshotExtra?)]) {
+        int(Int64(fields.count(where: { $0.value != nil })))
+        for case let (name, value?) in fields {
+            string(name)
+            let encoded = value.bytes
+            int(Int64(encoded.count))
+            bytes.append(contentsOf: encoded)
+        }
     }
 
     mutating func task(_ task: TaskState) {
@@ -631,6 +678,9 @@ private struct SnapshotWriter {
             int(record.from); int(record.to)
             bytes.append(contentsOf: record.sha256.bytes)
         }
+        guard writesExtras else { return }
+        // Fields of a task added since format 8, by the names of the event fields that set them.
+        extras([("named_dest", details.namedDest.map(SnapshotExtra.text))])
     }
 }
 
@@ -979,11 +1029,43 @@ private struct SnapshotReader {
                 upload = options
             }
         }
+        var minSpeed: Int64?, minSpeedTimeS: Int?, nameFromServer: Bool?
+        if format >= 8 {
+            try extras(of: "job key") { name, value in
+                switch name {
+                case "min_speed": minSpeed = try value.int()
+                case "min_speed_time": minSpeedTimeS = Int(truncatingIfNeeded: try value.int())
+                case "name_from_server": nameFromServer = try value.flag()
+                default: return false
+                }
+                return true
+            }
+        }
         return TaskSpec(url: url, kind: kind, dest: dest, sha256: sha256, md5: md5, priority: priority, overwrite: overwrite,
                         headers: headers, batch: batch, notify: notify, retries: retries, maxSpeed: maxSpeed,
                         notBeforeMs: notBeforeMs, source: source, method: method, bodyFile: bodyFile, formField: formField,
                         form: form, parent: parent, byteRange: byteRange, hls: hls, connections: connections,
-                        allowMetered: allowMetered, upload: upload)
+                        allowMetered: allowMetered, upload: upload, minSpeed: minSpeed, minSpeedTimeS: minSpeedTimeS,
+                        nameFromServer: nameFromServer)
+    }
+
+    /// Named extras (format 8 on): `read` takes each name it knows from
+    /// its value (and says so). A name it does not know was written by a
+    /// newer syncagent: the snapshot is refused as of another format, as a
+    /// new format number would have it (never read with a job key let go:
+    /// the task would run as its job did not ask), and a log whose events
+    /// still hold its tasks is read from them instead.
+    mutating func extras(of what: String, _ read: (String, inout SnapshotExtra.Reader) throws -> Bool) throws {
+        var names: Set<String> = []
+        for _ in 0..<(try count()) {
+            let name = try string()
+            guard names.insert(name).inserted else { throw malformed("\(what) \(name) once") }
+            var value = SnapshotExtra.Reader(bytes: try raw(try count()), at: offset)
+            guard try read(name, &value) else {
+                throw Snapshot.Malformed(description: "snapshot holds \(what) \"\(Printable.escaping(name))\", which this syncagent "
+                                         + "does not know: a newer syncagent wrote it", ofAnotherFormat: true)
+            }
+        }
     }
 
     mutating func task(_ repeats: inout Repeats) throws -> TaskState {
@@ -1050,7 +1132,71 @@ private struct SnapshotReader {
                 details.digests = book
             }
         }
+        if format >= 8 {
+            try extras(of: "task field") { name, value in
+                switch name {
+                case "named_dest": details.namedDest = try value.text()
+                default: return false
+                }
+                return true
+            }
+        }
         task.details = OutOfLine(details)
         return task
+    }
+}
+
+/// The value of a named extra (`SnapshotWriter.extras`), as bytes of its own.
+enum SnapshotExtra {
+    /// A zig-zag varint, as the snapshot's numbers.
+    case int(Int64)
+    /// True (a flag written only when set).
+    case flag
+    /// UTF-8.
+    case text(String)
+
+    var bytes: [UInt8] {
+        switch self {
+        case .int(let value):
+            var out: [UInt8] = []
+            SnapshotWriter.appendInt(value, to: &out)
+            return out
+        case .flag:
+            return [1]
+        case .text(let text):
+            return Array(text.utf8)
+        }
+    }
+
+    /// Reads one extra's value, which must fill its bytes exactly.
+    struct Reader {
+        let bytes: UnsafeRawBufferPointer
+        /// Where the value starts in the snapshot: named in an error.
+        let at: Int
+
+        init(bytes: UnsafeRawBufferPointer, at end: Int) {
+            self.bytes = bytes
+            at = end - bytes.count
+        }
+
+        private func malformed(_ expected: String) -> Snapshot.Malformed {
+            Snapshot.Malformed(description: "snapshot damaged at byte \(at): expected \(expected)")
+        }
+
+        func int() throws -> Int64 {
+            var input = SnapshotReader(bytes)
+            guard let value = try? input.int(), input.atEnd else { throw malformed("a number filling its extra") }
+            return value
+        }
+
+        func flag() throws -> Bool {
+            guard bytes.count == 1, bytes[0] == 1 else { throw malformed("a flag") }
+            return true
+        }
+
+        func text() throws -> String {
+            guard let text = String(validating: bytes, as: UTF8.self) else { throw malformed("UTF-8 text") }
+            return text
+        }
     }
 }

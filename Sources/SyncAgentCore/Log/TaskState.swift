@@ -52,6 +52,7 @@ struct TaskDetails: OutOfLineFields {
     var splitInto: Int?
     var bodyChangedNs: Int64?
     var digests: DigestBook?
+    var namedDest: String?
 }
 
 /// What a task gains once it is started, moved or ended: byte and attempt
@@ -300,8 +301,19 @@ public struct TaskState: Equatable, Sendable {
         if specSlot.box == nil, let spec = SpecArchive.read(of: id, createdAt: createdSeq) { specSlot.box = SpecBox(spec) }
     }
 
+    /// `name_from_server`: where its server's answer said the file goes
+    /// (`Progressed.dest`); nil until that answer, and for every other task.
+    public var namedDest: String? { get { details.box?.fields.namedDest } set { details.fields.namedDest = newValue } }
+
+    /// A download named by its server whose name is still to come: its
+    /// destination is known once the first answer is.
+    public var awaitsServerName: Bool { namedDest == nil && spec.nameFromServer == true }
+
+    /// Where the file is to be published: the server's name, else the job's destination.
+    public var finalDest: String? { namedDest ?? spec.dest }
+
     /// The file as the user should look for it; nil when the task keeps no body.
-    public var dest: String? { publishedPath ?? spec.dest }
+    public var dest: String? { publishedPath ?? finalDest }
 
     /// The partial file a received body streams into: beside the requested destination.
     public var partPath: String? { spec.dest.map(Destinations.partPath(of:)) }
@@ -375,6 +387,9 @@ public struct AgentState: Equatable, Sendable {
     /// so their partial files): two live tasks never share one (see
     /// `Destinations`). Each is its holder's own `dest`, so the index holds none.
     var reservations = TaskKeyIndex()
+    /// Destinations named by a server's answer (`name_from_server`), of live
+    /// tasks that hold their own `dest` too (where their partial file is).
+    var namedReservations = TaskKeyIndex()
     /// Children of each parent, in creation order, and their numbers.
     public internal(set) var children: [String: [String]] = [:]
     public internal(set) var families: [String: Family] = [:]
@@ -421,14 +436,17 @@ public struct AgentState: Equatable, Sendable {
 
     /// The live task holding `path` as its destination, if any.
     public func holder(ofDestination path: String) -> String? {
-        reservations.position(of: path, in: tasks, keyOf: \.spec.dest).map { tasks[$0].id }
+        let position = reservations.position(of: path, in: tasks, keyOf: \.spec.dest)
+            ?? (namedReservations.isEmpty ? nil : namedReservations.position(of: path, in: tasks, keyOf: \.namedDest))
+        return position.map { tasks[$0].id }
     }
 
     /// Every reserved destination and its holder (reads every holder's job: for tests).
     public var reservedPaths: [String: String] {
-        Dictionary(reservations.positions.compactMap { position in
+        let named = namedReservations.positions.compactMap { position in tasks[position].namedDest.map { ($0, tasks[position].id) } }
+        return Dictionary(reservations.positions.compactMap { position in
             tasks[position].spec.dest.map { ($0, tasks[position].id) }
-        }, uniquingKeysWith: { first, _ in first })
+        } + named, uniquingKeysWith: { first, _ in first })
     }
 
     /// The agent lets a waiting top-level task's job go once its `created`

@@ -23,6 +23,10 @@ public enum AttemptOutcome: Equatable, Sendable {
     /// A segmented download's ranges cannot be trusted (the reason says
     /// why): it starts again from 0 over one connection, spending no retry.
     case fallBack(reason: String)
+    /// `overwrite = "skip"`, and the name the server gave (`name_from_server`)
+    /// is taken: by the file `existing` on disk, or by another live task
+    /// (nil). The task finishes skipped; nothing of the body is kept.
+    case skipped(reason: String, existing: String?)
 
     /// A transient failure that keeps the bytes written.
     public static func retry(_ reason: String, retryAfterMs: Int64? = nil) -> AttemptOutcome {
@@ -40,7 +44,7 @@ public enum AttemptOutcome: Equatable, Sendable {
         case .transient(let reason, _, _), .permanent(let reason, _), .localFailure(let reason, _), .rangeRefused(let reason),
              .fallBack(let reason):
             reason
-        case .complete, .redirect, .notModified:
+        case .complete, .redirect, .notModified, .skipped:
             nil
         }
     }

@@ -32,6 +32,16 @@ public struct HeaderLine {
 
     /// The trimmed value if this line is `name: value` (name matched ignoring case).
     public func value(ifNamed lowercaseName: StaticString) -> String? {
+        valueBytes(ifNamed: lowercaseName).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The trimmed value's bytes as sent (a value that is not UTF-8 is read
+    /// by its own rules: `Content-Disposition`'s `filename` as ISO-8859-1).
+    public func rawValue(ifNamed lowercaseName: StaticString) -> [UInt8]? {
+        valueBytes(ifNamed: lowercaseName).map(Array.init)
+    }
+
+    private func valueBytes(ifNamed lowercaseName: StaticString) -> UnsafeRawBufferPointer? {
         let count = lowercaseName.utf8CodeUnitCount
         guard bytes.count > count, bytes[count] == UInt8(ascii: ":") else { return nil }
         for index in 0..<count where bytes[index] | 0x20 != lowercaseName.utf8Start[index] { return nil }
@@ -40,6 +50,6 @@ public struct HeaderLine {
         let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0D || byte == 0x0A }
         while start < end, isSpace(bytes[start]) { start += 1 }
         while end > start, isSpace(bytes[end - 1]) { end -= 1 }
-        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+        return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
     }
 }
