@@ -132,6 +132,29 @@ struct RPCTests {
         #expect(try rpc.harness.events().allSatisfy { $0.type != "created" })
     }
 
+    /// Two downloads never share a GID: an addUri whose `gid` is another
+    /// download's, or a job file whose `id` spells another task's GID, is
+    /// refused, and the first download is still the one its GID reaches.
+    @Test func aGIDIsNeverShared() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let victim = try rpc.result("aria2.addUri", ["http://127.0.0.1:9/victim.bin"], ["out": "victim.bin", "pause": "true"]) as? String ?? ""
+        #expect(victim.count == 16)
+        let intruder = try rpc.call([["aria2.addUri", ["http://127.0.0.1:9/intruder.bin"], ["out": "intruder.bin", "gid": victim]]])
+        let refusal = (intruder.first?["error"] as? [String: Any])?["message"] as? String ?? ""
+        #expect(refusal == "GID \(victim) is already used by another download", "\(intruder)")
+        try rpc.harness.drop("intruder.job", "id = \"\(victim)\"\nurl = \"http://127.0.0.1:9/job.bin\"\n")
+        let errorFile = rpc.harness.inbox + "/rejected/intruder.job.error"
+        #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: errorFile) })
+        let said = (try? String(contentsOfFile: errorFile, encoding: .utf8)) ?? ""
+        #expect(said.contains("would have the aria2 RPC GID \(victim), which task"), "\(said)")
+        let listed = try rpc.result("aria2.tellWaiting", 0, 10, ["gid", "files"]) as? [[String: Any]] ?? []
+        #expect(listed.count == 1, "\(listed)")
+        let path = ((listed.first?["files"] as? [[String: Any]])?.first?["path"] as? String) ?? ""
+        #expect(path.hasSuffix("/victim.bin"))
+        #expect(try rpc.harness.events().filter { $0.type == "created" }.count == 1)
+    }
+
     // MARK: - Attacks
 
     /// A page with no token or a wrong one adds nothing; the refusal is
