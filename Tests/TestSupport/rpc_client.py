@@ -13,6 +13,7 @@ the venv's python; prints one JSON document on stdout.
   calls   URL SECRET JSON        each [method, param…] of JSON, with the token
   unauthorized|rebinding|huge|malformed  HOST PORT SECRET    an attack each: how it was answered
   connections HOST PORT COUNT    COUNT connections held at once: how many the server kept
+  pingflood HOST PORT COUNT      COUNT WebSocket pings from a client that never reads
 """
 import base64
 import http.client
@@ -488,6 +489,50 @@ def frames(host, port):
     return results
 
 
+def handshake(host, port, sock=None):
+    """A WebSocket upgrade on a connection of its own (or `sock`): the socket and the status line."""
+    sock = sock or socket.create_connection((host, int(port)), timeout=5)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /jsonrpc HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    return sock, head.split(b"\r\n")[0].decode()
+
+
+def masked_frame(opcode, payload, fin=True, rsv=0):
+    """A client's frame (masked, as RFC 6455 asks), payload under 64 KiB."""
+    first = (0x80 if fin else 0) | rsv << 4 | opcode
+    header = struct.pack("!BB", first, 0x80 | len(payload)) if len(payload) < 126 else struct.pack("!BBH", first, 0xFE, len(payload))
+    key = os.urandom(4)
+    return header + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+def pingflood(host, port, count):
+    """`count` pings, 125 bytes each, from a client that never reads the pongs: how many went out before the
+    server stopped taking them (a send that waits 3 s is taken for a server no longer reading)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    sock, status = handshake(host, port, sock)
+    batch = masked_frame(0x9, b"p" * 125) * 1000
+    sock.settimeout(3)
+    sent = 0
+    try:
+        while sent < int(count):
+            sock.sendall(batch)
+            sent += 1000
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        pass
+    sock.close()
+    return {"upgrade": status, "sent": sent}
+
+
 def calls(url, secret, listed):
     """Each [method, param…] of `listed` (JSON) with the token: the answers, with their HTTP status."""
     answers = []
@@ -656,5 +701,5 @@ if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     handlers = {"script": script, "compare": compare, "aria2p": with_aria2p, "listen": listen,
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
-                "huge": huge, "malformed": malformed, "connections": connections}
+                "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood}
     print(json.dumps(handlers[command](*arguments), indent=1))

@@ -227,6 +227,21 @@ struct RPCTests {
         #expect(try rpc.result("aria2.getGlobalStat") as? [String: Any] != nil)
     }
 
+    /// A client that sends pings and never reads the pongs (no token
+    /// needed): the server stops reading it once its answers back up, so
+    /// what the agent holds for it stays bounded, and others are answered.
+    @Test func aClientThatDoesNotReadIsNotBufferedFor() throws {
+        let rpc = try RPCAgent()
+        let agent = try rpc.start()
+        #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
+        let before = residentKiB(agent.pid)
+        let flood = try RPCClient.run(["pingflood", "127.0.0.1", "\(rpc.port)", "150000"], in: rpc.harness.directory) as? [String: Any] ?? [:]
+        #expect(flood["upgrade"] as? String == "HTTP/1.1 101 Switching Protocols", "\(flood)")
+        let after = residentKiB(agent.pid)
+        #expect(after < before + 24 * 1024, "RSS \(before) KiB before \(flood["sent"] ?? 0) pings, \(after) KiB after")
+        #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
+    }
+
     /// Bodies no client sends: each answered as aria2 answers a bad request,
     /// nothing recorded, the agent unharmed.
     @Test func malformedRequestsAreAnsweredAndChangeNothing() throws {

@@ -48,6 +48,9 @@ final class RPCServer: Sendable {
                 channel.closeFuture.whenComplete { _ in gate.closeConnection() }
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    // A client that does not read what it is sent (pongs to a ping flood, answers) is read
+                    // no further until it does: its answers are not buffered for without end.
+                    try sync.addHandler(BackPressureHandler())
                     try sync.addHandler(IdleStateHandler(readTimeout: .seconds(RPCHTTPPolicy.idleSeconds)))
                     try sync.configureHTTPServerPipeline(withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
                         context.pipeline.removeHandler(name: RPCHTTPHandler.name, promise: nil)
