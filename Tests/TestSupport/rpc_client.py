@@ -14,6 +14,7 @@ the venv's python; prints one JSON document on stdout.
   unauthorized|rebinding|huge|malformed  HOST PORT SECRET    an attack each: how it was answered
   connections HOST PORT COUNT    COUNT connections held at once: how many the server kept
   pingflood HOST PORT COUNT      COUNT WebSocket pings from a client that never reads
+  slowloris HOST PORT COUNT      COUNT requests sent a header line a second: how many the server closed
 """
 import base64
 import http.client
@@ -533,6 +534,40 @@ def pingflood(host, port, count):
     return {"upgrade": status, "sent": sent}
 
 
+def slowloris(host, port, count):
+    """`count` connections, each sending a request's head one line a second and never ending it (the
+    idle close never comes): how many the server closed, within 60 s."""
+    held = []
+    for _ in range(int(count)):
+        sock = socket.create_connection((host, int(port)), timeout=5)
+        sock.sendall(f"POST /jsonrpc HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
+        sock.setblocking(False)
+        held.append(sock)
+    closed = set()
+    deadline = time.time() + 60
+    while len(closed) < len(held) and time.time() < deadline:
+        time.sleep(1)
+        for index, sock in enumerate(held):
+            if index in closed:
+                continue
+            try:
+                if sock.recv(1) == b"":
+                    closed.add(index)
+                    continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed.add(index)
+                continue
+            try:
+                sock.send(b"X-Slow: y\r\n")
+            except OSError:
+                closed.add(index)
+    for sock in held:
+        sock.close()
+    return {"opened": len(held), "closed by server": len(closed)}
+
+
 def calls(url, secret, listed):
     """Each [method, param…] of `listed` (JSON) with the token: the answers, with their HTTP status."""
     answers = []
@@ -701,5 +736,6 @@ if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     handlers = {"script": script, "compare": compare, "aria2p": with_aria2p, "listen": listen,
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
-                "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood}
+                "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood,
+                "slowloris": slowloris}
     print(json.dumps(handlers[command](*arguments), indent=1))

@@ -34,8 +34,9 @@ final class RPCServer: Sendable {
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    // The HTTP side was idle-limited; a WebSocket may wait for notifications as long as it likes.
+                    // The HTTP side was time-limited; a WebSocket may wait for notifications as long as it likes.
                     if let idle = try? sync.handler(type: IdleStateHandler.self) { sync.removeHandler(idle, promise: nil) }
+                    if let deadline = try? sync.handler(type: RequestDeadline.self) { sync.removeHandler(deadline, promise: nil) }
                     try sync.addHandler(NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 256,
                                                                     maxAccumulatedFrameSize: RPCHTTPPolicy.maximumBodyBytes))
                     try sync.addHandler(RPCWebSocketHandler(gate: gate, clients: clients))
@@ -52,6 +53,7 @@ final class RPCServer: Sendable {
                     // no further until it does: its answers are not buffered for without end.
                     try sync.addHandler(BackPressureHandler())
                     try sync.addHandler(IdleStateHandler(readTimeout: .seconds(RPCHTTPPolicy.idleSeconds)))
+                    try sync.addHandler(RequestDeadline())
                     try sync.configureHTTPServerPipeline(withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
                         context.pipeline.removeHandler(name: RPCHTTPHandler.name, promise: nil)
                     }))
@@ -134,6 +136,7 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
             }
             body?.writeBuffer(&chunk)
         case .end:
+            (try? context.pipeline.syncOperations.handler(type: RequestDeadline.self))?.requestRead()
             guard let request = head, !answered else { return }
             let bytes = body.map { Array($0.readableBytesView) } ?? []
             body = nil
@@ -195,6 +198,38 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
         // An upgrade refused (another path, a rebinding Host) comes on as a plain request, answered above.
         guard !(error is NIOWebSocketUpgradeError) else { return }
         context.close(promise: nil)
+    }
+}
+
+/// Closes a connection whose request has not come whole within
+/// `RPCHTTPPolicy.requestSeconds` of its first byte. It sees the bytes
+/// before the HTTP decoder does; the HTTP handler says when a request
+/// was read whole, and the next byte starts the next request's clock.
+private final class RequestDeadline: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private var deadline: Scheduled<Void>?
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if deadline == nil {
+            let channel = context.channel
+            deadline = context.eventLoop.scheduleTask(in: .seconds(RPCHTTPPolicy.requestSeconds)) { channel.close(promise: nil) }
+        }
+        context.fireChannelRead(data)
+    }
+
+    /// The request in progress was read whole.
+    func requestRead() {
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) { requestRead() }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        requestRead()
+        context.fireChannelInactive()
     }
 }
 
