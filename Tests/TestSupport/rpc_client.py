@@ -423,6 +423,9 @@ def flood(url, secret, calls):
     return {"sent in seconds": sent_in, **answers}
 
 
+LISTING = b'{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}'
+
+
 def frames(host, port):
     """Malformed WebSocket frames, each on a connection of its own: how each connection ended."""
     port = int(port)
@@ -440,8 +443,8 @@ def frames(host, port):
             head += chunk
         return sock, head.split(b"\r\n")[0].decode()
 
-    def masked(opcode, payload, fin=True, mask=True, length=None):
-        first = (0x80 if fin else 0) | opcode
+    def masked(opcode, payload, fin=True, mask=True, length=None, rsv=0):
+        first = (0x80 if fin else 0) | rsv << 4 | opcode
         size = len(payload) if length is None else length
         if size < 126:
             header = struct.pack("!BB", first, (0x80 if mask else 0) | size)
@@ -464,6 +467,10 @@ def frames(host, port):
         "malformed JSON text": masked(0x1, b"{bad json"),
         "continuation first": masked(0x0, b"x"),
         "invalid UTF-8 text": masked(0x1, b"\xff\xfe\"x\""),
+        # A message in three fragments, as RFC 6455 §5.4 allows: answered whole.
+        "fragmented text": masked(0x1, LISTING[:10], fin=False) + masked(0x0, LISTING[10:30], fin=False) + masked(0x0, LISTING[30:]),
+        # RSV1 means an extension (permessage-deflate) that was never agreed (§5.2).
+        "RSV1 set": masked(0x1, LISTING, rsv=4),
     }
     results = {}
     for name, frame in cases.items():
@@ -479,8 +486,8 @@ def frames(host, port):
                         closed = True
                         break
                     received += chunk
-                    # An answer (the JSON error) to a text frame: the connection is kept for the next call.
-                    if b"Parse error" in received:
+                    # An answer to a text frame: the connection is kept for the next call.
+                    if b"Parse error" in received or b"aria2.addUri" in received:
                         sock.settimeout(1)
             except (socket.timeout, ConnectionResetError):
                 pass

@@ -37,6 +37,7 @@ final class RPCServer: Sendable {
                     // The HTTP side was time-limited; a WebSocket may wait for notifications as long as it likes.
                     if let idle = try? sync.handler(type: IdleStateHandler.self) { sync.removeHandler(idle, promise: nil) }
                     if let deadline = try? sync.handler(type: RequestDeadline.self) { sync.removeHandler(deadline, promise: nil) }
+                    try sync.addHandler(WebSocketFrameRules())
                     try sync.addHandler(NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 256,
                                                                     maxAccumulatedFrameSize: RPCHTTPPolicy.maximumBodyBytes))
                     try sync.addHandler(RPCWebSocketHandler(gate: gate, clients: clients))
@@ -233,6 +234,31 @@ private final class RequestDeadline: ChannelInboundHandler, RemovableChannelHand
     }
 }
 
+/// What RFC 6455 asks of every frame a client sends, checked on each
+/// frame before fragments are joined into a message (the joined message
+/// no longer carries a mask): it is masked (§5.1: no browser's frame, nor
+/// any library's, is not), and sets no reserved bit, since no extension
+/// was agreed (§5.2). A frame that breaks either closes its connection (1002).
+private final class WebSocketFrameRules: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias InboundOut = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    private var closing = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
+        let frame = unwrapInboundIn(data)
+        guard frame.maskKey == nil || frame.rsv1 || frame.rsv2 || frame.rsv3 else { return context.fireChannelRead(data) }
+        closing = true
+        var code = context.channel.allocator.buffer(capacity: 2)
+        code.write(webSocketErrorCode: .protocolError)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: code)))
+            .whenComplete { _ in channel.close(promise: nil) }
+    }
+}
+
 /// One WebSocket client: each text message is a request, answered in a
 /// text message; notifications are pushed to it as events commit.
 private final class RPCWebSocketHandler: ChannelInboundHandler {
@@ -262,8 +288,6 @@ private final class RPCWebSocketHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        // A client masks every frame (RFC 6455 §5.1): one that does not is no browser's, nor any library's.
-        guard frame.maskKey != nil else { return sendCloseFrame(context, .protocolError) }
         switch frame.opcode {
         case .text:
             let channel = context.channel
