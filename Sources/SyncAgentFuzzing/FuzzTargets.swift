@@ -54,7 +54,7 @@ public enum FuzzTargets {
         let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "s", version: "v")
         var context = RPCMethods.Context(state: state, view: RPCView(state: state),
                                          settings: RPCSettings(downloadDir: "/home/me/Downloads", config: AgentConfig()),
-                                         parser: parser, isFree: { _ in true })
+                                         parser: parser)
         for case .success(let call) in request.calls { _ = methods.action(for: call, in: &context) }
         guard let params = (try? JSONValue.parse(bytes))?.array else { return }
         for method in RPCMethod.allCases {

@@ -130,6 +130,41 @@ struct RPCCoreTests {
         #expect(RPCGID.of(taskID: "00000000000000AA") != "00000000000000AA")
     }
 
+    /// Two tasks never share a GID, whoever chose the id: a job file's `id`
+    /// or an RPC `gid` spelling another task's GID is refused, and so is an
+    /// id another task already has; the fold read back from a snapshot
+    /// knows the same.
+    @Test func aNewTaskIDWhoseGIDIsTakenIsRefused() throws {
+        var log = LogBuilder()
+        log.create("qufbf9")
+        log.create("7000000000000001")
+        log.create("child")
+        var childSpec = TaskSpec(url: "http://h.example/s0.ts", dest: "/downloads/v/0.ts")
+        childSpec.parent = "qufbf9"
+        _ = log.add(.created(childSpec), task: "qufbf9.0")
+        let victim = RPCGID.of(taskID: "qufbf9")
+        for state in [log.state, try Snapshot.decode(Snapshot.encode(log.state))] {
+            #expect(state.conflict(ofNewTaskID: victim) == .sharesGID(gid: victim, with: "qufbf9"))
+            #expect(state.conflict(ofNewTaskID: "7000000000000001") == .taken)
+            #expect(state.conflict(ofNewTaskID: "qufbf9") == .taken)
+            #expect(state.conflict(ofNewTaskID: "fresh1") == nil)
+            #expect(state.conflict(ofNewTaskID: "7000000000000002") == nil)
+            // A segment is its parent's business: no client names it by GID.
+            #expect(state.conflict(ofNewTaskID: RPCGID.of(taskID: "qufbf9.0")) == nil)
+        }
+        #expect(TaskIDConflict.sharesGID(gid: victim, with: "qufbf9").sentence(for: victim)
+                == "\"\(victim)\" would have the aria2 RPC GID \(victim), which task qufbf9 has: choose another id")
+
+        // Over RPC, the gid option is refused the same way, and a drawn id never lands on a GID in use.
+        let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "sid", version: "v")
+        var context = RPCMethods.Context(state: log.state, view: RPCView(state: log.state),
+                                         settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig()),
+                                         parser: JobParser(downloadDir: "/downloads"))
+        let refused = methods.action(for: RPCCall(id: 1, method: "aria2.addUri",
+                                                  params: ["token:s", ["http://h.example/intruder.bin"], ["gid": .string(victim)]]), in: &context)
+        #expect(refused == .fail(RPCError("GID \(victim) is already used by another download")))
+    }
+
     @Test func aGIDIsNamedByAUniquePrefixInEitherCase() {
         var log = LogBuilder()
         log.create("00000000000000aa")
@@ -280,7 +315,7 @@ struct RPCCoreTests {
         let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "sid", version: "v")
         var context = RPCMethods.Context(state: log.state, view: RPCView(state: log.state),
                                          settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig()),
-                                         parser: JobParser(downloadDir: "/downloads"), isFree: { _ in true })
+                                         parser: JobParser(downloadDir: "/downloads"))
         context.listBudget = 50
         func listed(_ offset: Int64, _ count: Int64) -> Int? {
             guard case .answer(.success(.array(let items))) = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped",
@@ -304,7 +339,7 @@ struct RPCCoreTests {
         let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "sid", version: "v")
         var context = RPCMethods.Context(state: log.state, view: RPCView(state: log.state),
                                          settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig()),
-                                         parser: JobParser(downloadDir: "/downloads"), isFree: { $0 != "w" && $0 != "d" })
+                                         parser: JobParser(downloadDir: "/downloads"))
         func action(_ method: String, _ params: JSONValue...) -> RPCAction {
             methods.action(for: RPCCall(id: 1, method: method, params: ["token:s"] + params), in: &context)
         }
@@ -328,7 +363,7 @@ struct RPCCoreTests {
         guard case .add(let id, let spec, false) = action("aria2.addUri", ["http://h.example/x/file.bin"], ["out": "y.bin"]) else {
             Issue.record("addUri made no task"); return
         }
-        #expect(spec.dest == "/downloads/y.bin" && spec.source?.file == "rpc" && context.isFree(id))
+        #expect(spec.dest == "/downloads/y.bin" && spec.source?.file == "rpc" && context.state.conflict(ofNewTaskID: id) == nil)
         if case .answer(.failure(let error)) = action("aria2.addUri", ["http://h.example/x"], ["out": "../../etc/passwd"]) {
             #expect(error.message.hasPrefix("option out:"), "\(error.message)")
         } else {

@@ -355,8 +355,8 @@ struct SnapshotTests {
         state.apply(Event(seq: 2, atMs: 2, task: "t", body: .failed(Failed(reason: "r", code: .other("c"), bytes: 0))))
         let task = state["t"]!
         let counts = [
-            // (`sourcesOfTasks` is not written: it is made again from the tasks' jobs.)
-            ("AgentState", Mirror(reflecting: state).children.count, 27),
+            // (`sourcesOfTasks` and `gidIndex` are not written: they are made again from the tasks.)
+            ("AgentState", Mirror(reflecting: state).children.count, 28),
             // (`jobAllowsMetered` is not written either: it is the job's.)
             ("TaskState", Mirror(reflecting: task).children.count, 12),
             ("TaskActivity", Mirror(reflecting: task.activity.box!.fields).children.count, 12),

@@ -13,6 +13,8 @@ the venv's python; prints one JSON document on stdout.
   calls   URL SECRET JSON        each [method, param…] of JSON, with the token
   unauthorized|rebinding|huge|malformed  HOST PORT SECRET    an attack each: how it was answered
   connections HOST PORT COUNT    COUNT connections held at once: how many the server kept
+  pingflood HOST PORT COUNT      COUNT WebSocket pings from a client that never reads
+  slowloris HOST PORT COUNT      COUNT requests sent a header line a second: how many the server closed
 """
 import base64
 import http.client
@@ -421,6 +423,9 @@ def flood(url, secret, calls):
     return {"sent in seconds": sent_in, **answers}
 
 
+LISTING = b'{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}'
+
+
 def frames(host, port):
     """Malformed WebSocket frames, each on a connection of its own: how each connection ended."""
     port = int(port)
@@ -438,8 +443,8 @@ def frames(host, port):
             head += chunk
         return sock, head.split(b"\r\n")[0].decode()
 
-    def masked(opcode, payload, fin=True, mask=True, length=None):
-        first = (0x80 if fin else 0) | opcode
+    def masked(opcode, payload, fin=True, mask=True, length=None, rsv=0):
+        first = (0x80 if fin else 0) | rsv << 4 | opcode
         size = len(payload) if length is None else length
         if size < 126:
             header = struct.pack("!BB", first, (0x80 if mask else 0) | size)
@@ -462,6 +467,10 @@ def frames(host, port):
         "malformed JSON text": masked(0x1, b"{bad json"),
         "continuation first": masked(0x0, b"x"),
         "invalid UTF-8 text": masked(0x1, b"\xff\xfe\"x\""),
+        # A message in three fragments, as RFC 6455 §5.4 allows: answered whole.
+        "fragmented text": masked(0x1, LISTING[:10], fin=False) + masked(0x0, LISTING[10:30], fin=False) + masked(0x0, LISTING[30:]),
+        # RSV1 means an extension (permessage-deflate) that was never agreed (§5.2).
+        "RSV1 set": masked(0x1, LISTING, rsv=4),
     }
     results = {}
     for name, frame in cases.items():
@@ -477,8 +486,8 @@ def frames(host, port):
                         closed = True
                         break
                     received += chunk
-                    # An answer (the JSON error) to a text frame: the connection is kept for the next call.
-                    if b"Parse error" in received:
+                    # An answer to a text frame: the connection is kept for the next call.
+                    if b"Parse error" in received or b"aria2.addUri" in received:
                         sock.settimeout(1)
             except (socket.timeout, ConnectionResetError):
                 pass
@@ -486,6 +495,84 @@ def frames(host, port):
         finally:
             sock.close()
     return results
+
+
+def handshake(host, port, sock=None):
+    """A WebSocket upgrade on a connection of its own (or `sock`): the socket and the status line."""
+    sock = sock or socket.create_connection((host, int(port)), timeout=5)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /jsonrpc HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    return sock, head.split(b"\r\n")[0].decode()
+
+
+def masked_frame(opcode, payload, fin=True, rsv=0):
+    """A client's frame (masked, as RFC 6455 asks), payload under 64 KiB."""
+    first = (0x80 if fin else 0) | rsv << 4 | opcode
+    header = struct.pack("!BB", first, 0x80 | len(payload)) if len(payload) < 126 else struct.pack("!BBH", first, 0xFE, len(payload))
+    key = os.urandom(4)
+    return header + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+def pingflood(host, port, count):
+    """`count` pings, 125 bytes each, from a client that never reads the pongs: how many went out before the
+    server stopped taking them (a send that waits 3 s is taken for a server no longer reading)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    sock, status = handshake(host, port, sock)
+    batch = masked_frame(0x9, b"p" * 125) * 1000
+    sock.settimeout(3)
+    sent = 0
+    try:
+        while sent < int(count):
+            sock.sendall(batch)
+            sent += 1000
+    except (socket.timeout, ConnectionResetError, BrokenPipeError):
+        pass
+    sock.close()
+    return {"upgrade": status, "sent": sent}
+
+
+def slowloris(host, port, count):
+    """`count` connections, each sending a request's head one line a second and never ending it (the
+    idle close never comes): how many the server closed, within 60 s."""
+    held = []
+    for _ in range(int(count)):
+        sock = socket.create_connection((host, int(port)), timeout=5)
+        sock.sendall(f"POST /jsonrpc HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
+        sock.setblocking(False)
+        held.append(sock)
+    closed = set()
+    deadline = time.time() + 60
+    while len(closed) < len(held) and time.time() < deadline:
+        time.sleep(1)
+        for index, sock in enumerate(held):
+            if index in closed:
+                continue
+            try:
+                if sock.recv(1) == b"":
+                    closed.add(index)
+                    continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed.add(index)
+                continue
+            try:
+                sock.send(b"X-Slow: y\r\n")
+            except OSError:
+                closed.add(index)
+    for sock in held:
+        sock.close()
+    return {"opened": len(held), "closed by server": len(closed)}
 
 
 def calls(url, secret, listed):
@@ -656,5 +743,6 @@ if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     handlers = {"script": script, "compare": compare, "aria2p": with_aria2p, "listen": listen,
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
-                "huge": huge, "malformed": malformed, "connections": connections}
+                "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood,
+                "slowloris": slowloris}
     print(json.dumps(handlers[command](*arguments), indent=1))

@@ -132,6 +132,29 @@ struct RPCTests {
         #expect(try rpc.harness.events().allSatisfy { $0.type != "created" })
     }
 
+    /// Two downloads never share a GID: an addUri whose `gid` is another
+    /// download's, or a job file whose `id` spells another task's GID, is
+    /// refused, and the first download is still the one its GID reaches.
+    @Test func aGIDIsNeverShared() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let victim = try rpc.result("aria2.addUri", ["http://127.0.0.1:9/victim.bin"], ["out": "victim.bin", "pause": "true"]) as? String ?? ""
+        #expect(victim.count == 16)
+        let intruder = try rpc.call([["aria2.addUri", ["http://127.0.0.1:9/intruder.bin"], ["out": "intruder.bin", "gid": victim]]])
+        let refusal = (intruder.first?["error"] as? [String: Any])?["message"] as? String ?? ""
+        #expect(refusal == "GID \(victim) is already used by another download", "\(intruder)")
+        try rpc.harness.drop("intruder.job", "id = \"\(victim)\"\nurl = \"http://127.0.0.1:9/job.bin\"\n")
+        let errorFile = rpc.harness.inbox + "/rejected/intruder.job.error"
+        #expect(eventually(within: 20) { FileManager.default.fileExists(atPath: errorFile) })
+        let said = (try? String(contentsOfFile: errorFile, encoding: .utf8)) ?? ""
+        #expect(said.contains("would have the aria2 RPC GID \(victim), which task"), "\(said)")
+        let listed = try rpc.result("aria2.tellWaiting", 0, 10, ["gid", "files"]) as? [[String: Any]] ?? []
+        #expect(listed.count == 1, "\(listed)")
+        let path = ((listed.first?["files"] as? [[String: Any]])?.first?["path"] as? String) ?? ""
+        #expect(path.hasSuffix("/victim.bin"))
+        #expect(try rpc.harness.events().filter { $0.type == "created" }.count == 1)
+    }
+
     // MARK: - Attacks
 
     /// A page with no token or a wrong one adds nothing; the refusal is
@@ -204,6 +227,21 @@ struct RPCTests {
         #expect(try rpc.result("aria2.getGlobalStat") as? [String: Any] != nil)
     }
 
+    /// A client that sends pings and never reads the pongs (no token
+    /// needed): the server stops reading it once its answers back up, so
+    /// what the agent holds for it stays bounded, and others are answered.
+    @Test func aClientThatDoesNotReadIsNotBufferedFor() throws {
+        let rpc = try RPCAgent()
+        let agent = try rpc.start()
+        #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
+        let before = residentKiB(agent.pid)
+        let flood = try RPCClient.run(["pingflood", "127.0.0.1", "\(rpc.port)", "150000"], in: rpc.harness.directory) as? [String: Any] ?? [:]
+        #expect(flood["upgrade"] as? String == "HTTP/1.1 101 Switching Protocols", "\(flood)")
+        let after = residentKiB(agent.pid)
+        #expect(after < before + 24 * 1024, "RSS \(before) KiB before \(flood["sent"] ?? 0) pings, \(after) KiB after")
+        #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
+    }
+
     /// Bodies no client sends: each answered as aria2 answers a bad request,
     /// nothing recorded, the agent unharmed.
     @Test func malformedRequestsAreAnsweredAndChangeNothing() throws {
@@ -227,18 +265,19 @@ struct RPCTests {
 
     /// WebSocket frames no client sends: each closes its own connection (a
     /// malformed JSON text is answered and the connection kept), and the
-    /// agent answers the next client.
+    /// agent answers the next client. A message sent in fragments is one
+    /// message, answered; a reserved bit no extension was agreed for closes.
     @Test func malformedWebSocketFramesCloseOnlyTheirConnection() throws {
         let rpc = try RPCAgent()
         try rpc.start()
         let answers = try RPCClient.run(["frames", "127.0.0.1", "\(rpc.port)"], in: rpc.harness.directory) as? [String: [String: Any]] ?? [:]
-        #expect(answers.count == 9)
+        #expect(answers.count == 11)
         for (name, answer) in answers {
             #expect(answer["upgrade"] as? String == "HTTP/1.1 101 Switching Protocols", "\(name)")
-            let answered = name == "malformed JSON text" || name == "invalid UTF-8 text"
+            let answered = name == "malformed JSON text" || name == "invalid UTF-8 text" || name == "fragmented text"
             #expect(answer["closed by server"] as? Bool == !answered, "\(name): \(answer)")
             let said = text(answer["answer"])
-            if answered { #expect(said.contains("Parse error"), "\(name)") }
+            if answered { #expect(said.contains(name == "fragmented text" ? "aria2.addUri" : "Parse error"), "\(name): \(said)") }
         }
         #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
         #expect(rpc.process?.isRunning == true)
@@ -250,6 +289,18 @@ struct RPCTests {
         try rpc.start()
         let held = try RPCClient.run(["connections", "127.0.0.1", "\(rpc.port)", "200"], in: rpc.harness.directory) as? [String: Int] ?? [:]
         #expect(held["opened"] == 200 && held["kept"] == 64, "\(held)")
+        #expect(eventually(within: 10) { (try? rpc.result("aria2.getVersion")) as? [String: Any] != nil })
+    }
+
+    /// Slowloris: every connection sends its request's head a line a
+    /// second and never ends it, so the idle close never comes. A request
+    /// has a deadline from its first byte: each is closed, and a client
+    /// is answered again.
+    @Test func aRequestSentSlowlyDoesNotHoldItsConnection() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let held = try RPCClient.run(["slowloris", "127.0.0.1", "\(rpc.port)", "\(64)"], in: rpc.harness.directory) as? [String: Int] ?? [:]
+        #expect(held["opened"] == 64 && held["closed by server"] == 64, "\(held)")
         #expect(eventually(within: 10) { (try? rpc.result("aria2.getVersion")) as? [String: Any] != nil })
     }
 

@@ -308,8 +308,8 @@ final class Intake {
         case .transfer(let requestedID, let spec):
             let id: String
             if let requestedID {
-                guard log.state[requestedID] == nil else {
-                    reject(takenPath, name: name, "key \"id\" \"\(requestedID)\" is already used by another task", identity: file.identity)
+                if let conflict = log.state.conflict(ofNewTaskID: requestedID) {
+                    reject(takenPath, name: name, "key \"id\" \(conflict.sentence(for: requestedID))", identity: file.identity)
                     return
                 }
                 id = requestedID
@@ -538,7 +538,7 @@ final class Intake {
     /// Six lowercase letters and digits, unused so far. One random draw
     /// gives all six (randomElement() would make a getrandom call per letter).
     private func newTaskID() -> String {
-        IDRules.random { log.state[$0] != nil }
+        IDRules.random { log.state.conflict(ofNewTaskID: $0) != nil }
     }
 }
 

@@ -46,8 +46,7 @@ final class RPCDesk {
     }
 
     private func handle(_ job: RPCJob) {
-        var calls = RPCMethods.Context(state: log.state, view: view, settings: settings, parser: parser(),
-                                       isFree: { [log] id in log.state[id] == nil })
+        var calls = RPCMethods.Context(state: log.state, view: view, settings: settings, parser: parser())
         var responses: [RPCResponse] = []
         for element in job.request.calls {
             switch element {
@@ -117,7 +116,9 @@ final class RPCDesk {
 
     /// A download, recorded as a job file taken from the inbox would be.
     private func add(id: String, spec: TaskSpec, startsPaused: Bool) -> Result<JSONValue, RPCError> {
-        guard log.state[id] == nil else { return .failure(RPCError("GID \(RPCGID.of(taskID: id)) is already used by another download")) }
+        guard log.state.conflict(ofNewTaskID: id) == nil else {
+            return .failure(RPCError("GID \(RPCGID.of(taskID: id)) is already used by another download"))
+        }
         if let problem = Intake.unreadableBody(spec) { return .failure(RPCError("option \(RPCJobOptions.jobKey): \(problem)")) }
         intake.create(spec, id: id)
         if startsPaused, let task = log.state[id], task.phase.isActive {

@@ -34,8 +34,10 @@ final class RPCServer: Sendable {
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    // The HTTP side was idle-limited; a WebSocket may wait for notifications as long as it likes.
+                    // The HTTP side was time-limited; a WebSocket may wait for notifications as long as it likes.
                     if let idle = try? sync.handler(type: IdleStateHandler.self) { sync.removeHandler(idle, promise: nil) }
+                    if let deadline = try? sync.handler(type: RequestDeadline.self) { sync.removeHandler(deadline, promise: nil) }
+                    try sync.addHandler(WebSocketFrameRules())
                     try sync.addHandler(NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 256,
                                                                     maxAccumulatedFrameSize: RPCHTTPPolicy.maximumBodyBytes))
                     try sync.addHandler(RPCWebSocketHandler(gate: gate, clients: clients))
@@ -48,7 +50,11 @@ final class RPCServer: Sendable {
                 channel.closeFuture.whenComplete { _ in gate.closeConnection() }
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
+                    // A client that does not read what it is sent (pongs to a ping flood, answers) is read
+                    // no further until it does: its answers are not buffered for without end.
+                    try sync.addHandler(BackPressureHandler())
                     try sync.addHandler(IdleStateHandler(readTimeout: .seconds(RPCHTTPPolicy.idleSeconds)))
+                    try sync.addHandler(RequestDeadline())
                     try sync.configureHTTPServerPipeline(withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
                         context.pipeline.removeHandler(name: RPCHTTPHandler.name, promise: nil)
                     }))
@@ -131,6 +137,7 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
             }
             body?.writeBuffer(&chunk)
         case .end:
+            (try? context.pipeline.syncOperations.handler(type: RequestDeadline.self))?.requestRead()
             guard let request = head, !answered else { return }
             let bytes = body.map { Array($0.readableBytesView) } ?? []
             body = nil
@@ -195,6 +202,63 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 }
 
+/// Closes a connection whose request has not come whole within
+/// `RPCHTTPPolicy.requestSeconds` of its first byte. It sees the bytes
+/// before the HTTP decoder does; the HTTP handler says when a request
+/// was read whole, and the next byte starts the next request's clock.
+private final class RequestDeadline: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+
+    private var deadline: Scheduled<Void>?
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if deadline == nil {
+            let channel = context.channel
+            deadline = context.eventLoop.scheduleTask(in: .seconds(RPCHTTPPolicy.requestSeconds)) { channel.close(promise: nil) }
+        }
+        context.fireChannelRead(data)
+    }
+
+    /// The request in progress was read whole.
+    func requestRead() {
+        deadline?.cancel()
+        deadline = nil
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) { requestRead() }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        requestRead()
+        context.fireChannelInactive()
+    }
+}
+
+/// What RFC 6455 asks of every frame a client sends, checked on each
+/// frame before fragments are joined into a message (the joined message
+/// no longer carries a mask): it is masked (§5.1: no browser's frame, nor
+/// any library's, is not), and sets no reserved bit, since no extension
+/// was agreed (§5.2). A frame that breaks either closes its connection (1002).
+private final class WebSocketFrameRules: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias InboundOut = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    private var closing = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
+        let frame = unwrapInboundIn(data)
+        guard frame.maskKey == nil || frame.rsv1 || frame.rsv2 || frame.rsv3 else { return context.fireChannelRead(data) }
+        closing = true
+        var code = context.channel.allocator.buffer(capacity: 2)
+        code.write(webSocketErrorCode: .protocolError)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: code)))
+            .whenComplete { _ in channel.close(promise: nil) }
+    }
+}
+
 /// One WebSocket client: each text message is a request, answered in a
 /// text message; notifications are pushed to it as events commit.
 private final class RPCWebSocketHandler: ChannelInboundHandler {
@@ -224,8 +288,6 @@ private final class RPCWebSocketHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        // A client masks every frame (RFC 6455 §5.1): one that does not is no browser's, nor any library's.
-        guard frame.maskKey != nil else { return sendCloseFrame(context, .protocolError) }
         switch frame.opcode {
         case .text:
             let channel = context.channel

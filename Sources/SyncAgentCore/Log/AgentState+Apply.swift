@@ -21,6 +21,7 @@ extension AgentState {
                 return
             }
             indexSourceOfTask(at: position)
+            indexGIDOfTask(at: position)
             reserve(spec.dest, at: position)
             countActive(id, was: nil, now: .queued)
             if let parent = spec.parent {

@@ -297,7 +297,10 @@ public enum Snapshot {
         }
         try input.section(lengthPrefixed, skip: table != nil) { input in
             let listed = try input.strings()
-            for position in state.tasks.indices { state.indexSourceOfTask(at: position) }
+            for position in state.tasks.indices {
+                state.indexSourceOfTask(at: position)
+                state.indexGIDOfTask(at: position)
+            }
             // Before format 5 the list held the tasks' own as well.
             state.controlSources = Set(input.format >= 5 ? listed : listed.filter { !state.hasTaken($0) })
         }

@@ -363,6 +363,8 @@ public struct AgentState: Equatable, Sendable {
     /// Identities of job files that became tasks (`hasTaken`): each task's
     /// job names its own, so the index holds none of them.
     var sourcesOfTasks = TaskKeyIndex()
+    /// Top-level tasks by GID (`conflict(ofNewTaskID:)`).
+    var gidIndex = GIDIndex()
     /// Identities of job files applied as control jobs.
     public internal(set) var controlSources: Set<String> = []
     /// Identities of job files that were rejected.

@@ -6,6 +6,12 @@
 public enum RPCGID {
     public static func of(taskID id: String) -> String {
         if isGID(id) { return id }
+        return hex(number(of: id))
+    }
+
+    /// The GID of task `id` as the number its 16 hex digits spell.
+    public static func number(of id: String) -> UInt64 {
+        if isGID(id), let value = UInt64(id, radix: 16) { return value }
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in id.utf8 {
             hash ^= UInt64(byte)
@@ -14,7 +20,7 @@ public enum RPCGID {
         hash = (hash ^ (hash >> 30)) &* 0xbf58_476d_1ce4_e5b9
         hash = (hash ^ (hash >> 27)) &* 0x94d0_49bb_1331_11eb
         hash ^= hash >> 31
-        return hex(hash)
+        return hash
     }
 
     /// Exactly 16 lowercase hex digits.

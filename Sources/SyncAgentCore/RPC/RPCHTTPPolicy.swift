@@ -6,8 +6,11 @@ public enum RPCHTTPPolicy {
     public static let maximumBodyBytes = 2 << 20
     /// Connections open at once; more are closed as they come.
     public static let maximumConnections = 64
-    /// A connection that sends nothing for this long (a request begun and never finished) is closed.
+    /// A connection that sends nothing for this long is closed.
     public static let idleSeconds: Int64 = 30
+    /// A request must have come whole (head and body) this long after its first byte:
+    /// one sending a header line every few seconds never lets the idle close come.
+    public static let requestSeconds: Int64 = 10
 
     /// Whether the `Host` a request names may reach the server. DNS
     /// rebinding points a name the attacker owns at 127.0.0.1, and the

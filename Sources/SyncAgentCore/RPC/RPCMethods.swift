@@ -91,14 +91,12 @@ public struct RPCMethods: Sendable {
         public var view: RPCView
         public var settings: RPCSettings
         public var parser: JobParser
-        /// Whether an id is free for a new task.
-        public var isFree: (String) -> Bool
         /// Downloads a request may still have described: a batch of list calls
         /// over a long log must not keep the loop (or the memory) for seconds.
         public var listBudget = RPCMethods.listBudget
 
-        public init(state: AgentState, view: RPCView, settings: RPCSettings, parser: JobParser, isFree: @escaping (String) -> Bool) {
-            self.state = state; self.view = view; self.settings = settings; self.parser = parser; self.isFree = isFree
+        public init(state: AgentState, view: RPCView, settings: RPCSettings, parser: JobParser) {
+            self.state = state; self.view = view; self.settings = settings; self.parser = parser
         }
     }
 
@@ -265,11 +263,12 @@ public struct RPCMethods: Sendable {
         let addition = try RPCJobOptions.addition(uris: uris, options: options)
         let id: String
         if let chosen = addition.taskID {
-            guard context.isFree(chosen) else { throw RPCError("GID \(chosen) is already used by another download") }
+            guard context.state.conflict(ofNewTaskID: chosen) == nil else {
+                throw RPCError("GID \(chosen) is already used by another download")
+            }
             id = chosen
         } else {
-            // Its GID must name it alone: an id whose GID is taken is drawn again.
-            id = IDRules.random { !context.isFree($0) || context.view.tasksByGID[RPCGID.of(taskID: $0)] != nil }
+            id = IDRules.random { context.state.conflict(ofNewTaskID: $0) != nil }
         }
         let job: Job
         do {
