@@ -9,6 +9,9 @@ parameters, so one server covers every case:
   drop_request=K    ... only for request K of this path
   stall_after=N     stop sending after N body bytes for stall=S seconds (then close)
   stall_request=K   ... only for request K of this path
+  hold_after=N      stop sending after N body bytes until the file ROOT/NAME named by
+  release=NAME      release exists (at most 120 s), then send the rest: a test acts
+                    mid-body, however slow the machine, and then lets the body end
   ignore_range=1    answer 200 with the whole file even to a Range request
   ignore_range_end=1  answer bytes=A-B with everything from A to the end of the file
   cap_range=N       answer a range with at most N bytes (an honest, shorter 206)
@@ -1393,13 +1396,17 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
             stall_after = None
         rate = int(query["rate"]) if "rate" in query else None
         piece = max(1, int(query.get("chunk", 64 * 1024)))
+        hold_after = int(query["hold_after"]) if "hold_after" in query else None
         sent = 0
         began = time.monotonic()
         try:
             with open(path, "rb") as source:
                 source.seek(body_start)
                 while sent < length:
-                    chunk = source.read(min(piece, length - sent))
+                    wanted = min(piece, length - sent)
+                    if hold_after is not None and sent < hold_after:
+                        wanted = min(wanted, hold_after - sent)
+                    chunk = source.read(wanted)
                     if drop_after is not None:
                         chunk = chunk[: max(0, drop_after - sent)]
                     if stall_after is not None:
@@ -1419,6 +1426,10 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
                         time.sleep(float(query.get("stall", "30")))
                         self.connection.shutdown(socket.SHUT_RDWR)
                         return
+                    if hold_after is not None and sent >= hold_after:
+                        hold_after = None
+                        if not self.held_until_released(query.get("release", "release")):
+                            break
                     if rate:
                         ahead = sent / rate - (time.monotonic() - began)
                         # Waits on the socket, not in sleep: a client that hangs up
@@ -1430,6 +1441,15 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
             pass
         self.close_connection = drop_after is not None or stall_after is not None
         self.record(status, range_header, sent)
+
+    def held_until_released(self, name):
+        """Waits for ROOT/name to exist; False if the client hung up first."""
+        release = os.path.join(self.server.root, name)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            if select.select([self.connection], [], [], 0.05)[0] and not self.connection.recv(1, socket.MSG_PEEK):
+                return False
+        return True
 
 
 def main():

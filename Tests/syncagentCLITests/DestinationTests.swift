@@ -236,7 +236,7 @@ struct DestinationTests {
         let server = try FaultServer(in: harness.directory)
         let big = try server.serve("big.bin", size: 3_000_000, seed: 1)
         let small = try server.serve("small.bin", size: 5000, seed: 2)
-        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\ndest = \"sub/big.bin\"\n")
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("big.bin", "hold_after=1000000&release=back"))\"\ndest = \"sub/big.bin\"\n")
         let agent = try harness.startAgent()
         #expect(eventually(within: 20) { ((try? harness.statusTasks().first?["bytes"] as? Int) ?? 0) > 0 })
         // Queued behind it (max_active = 1): made under the old folder, never started there.
@@ -274,6 +274,7 @@ struct DestinationTests {
 
         // The old folder back: they run on where they were going, from their bytes.
         try config.write(toFile: harness.configFile, atomically: true, encoding: .utf8)
+        try Data().write(to: URL(fileURLWithPath: server.root + "/back"))
         #expect(try harness.run(["resume", "--all"]).status == 0)
         let again = try harness.startAgent(exitWhenIdle: true)
         #expect(again.wait(seconds: 60) == 4, "\(again.stderr.suffix(2000))")
