@@ -258,9 +258,10 @@ enum TaskTable {
             "priority:    \(task.spec.priority)",
         ]
         if task.spec.nameFromServer == true {
+            let part = task.partPath ?? "-"
             lines.append(task.awaitsServerName
-                ? "name:        from its server's answer, not come yet (name_from_server); till then the URL's, for \(task.partPath ?? "its partial file")"
-                : "name:        from its server's answer (name_from_server); partial file \(task.partPath ?? "-")")
+                ? "name:        to come with its server's answer (name_from_server); partial file \(part)"
+                : "name:        given by its server's answer (name_from_server); partial file \(part)")
         }
         if let parent = task.spec.parent { lines.append("parent:      \(parent)") }
         if let connections = task.spec.connections { lines.append("connections: \(connections)") }

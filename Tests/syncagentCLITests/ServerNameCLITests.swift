@@ -40,7 +40,7 @@ struct ServerNameCLITests {
         #expect(try harness.tasksByID()["n"]?["dest"] as? String == named)
         #expect(try harness.replayTasks().first { $0["id"] as? String == "n" }?["dest"] as? String == named)
         let detail = try harness.run(["status", "--task", "n"]).stdout
-        #expect(detail.contains("dest:        \(named)") && detail.contains("name:        from its server's answer"), "\(detail)")
+        #expect(detail.contains("dest:        \(named)") && detail.contains("name:        given by its server's answer"), "\(detail)")
         try expectVerifyClean(harness)
     }
 
