@@ -17,9 +17,10 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 # forgets at a power cut what was never made durable (Tests/TestSupport/forgetfs);
 # bindfs (FUSE) shows an inbox whose files appear as a network mount's do, unseen by inotify.
 # aria2: aria2c itself, the oracle the RPC's answers are compared with (and a bench peer).
+# dante-server: danted, the real SOCKS5 server the proxy tests send transfers through.
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
                   man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0 \
-                  python3-venv fuse3 libfuse3-dev gcc bindfs aria2
+                  python3-venv fuse3 libfuse3-dev gcc bindfs aria2 dante-server
 BENCH_PACKAGES := curl time
 # From PyPI into a virtualenv of our own, made by Debian's python3 (python3-venv),
 # whatever python3 comes first on PATH: aiohttp-tus, the real tus server of the

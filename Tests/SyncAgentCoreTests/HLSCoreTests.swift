@@ -64,7 +64,9 @@ struct HLSCoreTests {
         #expect(variants.count == 3)
         #expect(variants[0].codecs == "avc1.4d401e,mp4a.40.2")
         #expect(HLSVariant.pick(variants, rule: "best")?.uri == "https://cdn.example.com/talk/720/index.m3u8")
-        #expect(HLSVariant.pick(variants, rule: "worst")?.uri == "https://cdn.example.com/talk/audio.m3u8")
+        // The third has no RESOLUTION where the others have one: sound alone, never the worst video either.
+        #expect(variants.map(\.isAudioOnly) == [false, false, true])
+        #expect(HLSVariant.pick(variants, rule: "worst")?.uri == "https://cdn.example.com/talk/360/index.m3u8")
         #expect(HLSVariant.pick(variants, rule: "900000")?.resolution == "640x360")
         #expect(HLSVariant.pick(variants, rule: "1280x720")?.bandwidth == 2_500_000)
         #expect(HLSVariant.pick(variants, rule: "1920x1080") == nil)

@@ -27,8 +27,14 @@ struct ResponseRulesTests {
     }
 
     static let fresh = ExchangeAsk()
-    static let resume = ExchangeAsk(offset: 500, ifRange: "\"v1\"", knownTotal: 1000, heldValidator: "\"v1\"")
-    static let segment = ExchangeAsk(offset: 4096, rangeEnd: 8192, ifRange: "\"v1\"", knownTotal: 10_000, heldValidator: "\"v1\"")
+    static let resume = ExchangeAsk(offset: 500, ifRange: "\"v1\"", knownTotal: 1000, heldETag: "\"v1\"")
+    static let segment = ExchangeAsk(offset: 4096, rangeEnd: 8192, ifRange: "\"v1\"", knownTotal: 10_000, heldETag: "\"v1\"")
+    static let date = "Tue, 01 Oct 2024 10:00:00 GMT"
+    /// Apache's answer for a file changed within the second: a weak ETag; the resume is guarded by the date.
+    static let weakResume = ExchangeAsk(offset: 500, ifRange: date, knownTotal: 1000, heldETag: "W/\"v1\"", heldLastModified: date)
+    static let dateResume = ExchangeAsk(offset: 500, ifRange: date, knownTotal: 1000, heldLastModified: date)
+    static let weakGuard = "the server sent the whole file instead of the rest: it would not resume against If-Range: \(date), its ETag "
+        + "W/\"v1\" being weak (RFC 9110 §13.1.5 lets If-Range resume only against a strong validator); the file had not changed"
     static let slice = ExchangeAsk(slice: HLSByteRange(length: 100, offset: 1000), knownTotal: 100)
     static let upload = ExchangeAsk(resumes: false, hopStatuses: [307, 308])
     static let withCredentials = ExchangeAsk(hopStatuses: [301, 302, 303, 307, 308])
@@ -62,6 +68,27 @@ struct ResponseRulesTests {
         Row(name: "If-Range found a changed file: the whole new one, from 0", asked: resume,
             head: head(200, etag: "\"v2\"", length: "1200"),
             verdict: .accept(Acceptance(total: 1200, restartReason: "the file changed on the server (validator \"v1\" → \"v2\")"))),
+        // Issue 38: "the file changed on the server" where it had not: Apache would not resume against the date.
+        Row(name: "a weak ETag grown strong, the date refused: the same file, sent whole", asked: weakResume,
+            head: head(200, etag: "\"v1\"", lastModified: date, length: "1000"),
+            verdict: .accept(Acceptance(total: 1000, restartReason: weakGuard))),
+        Row(name: "a weak ETag still weak, the date refused: the same file, sent whole", asked: weakResume,
+            head: head(200, etag: "W/\"v1\"", lastModified: date, length: "1000"),
+            verdict: .accept(Acceptance(total: 1000, restartReason: weakGuard))),
+        Row(name: "a weak ETag that changed: another file", asked: weakResume,
+            head: head(200, etag: "W/\"v2\"", lastModified: date, length: "1000"),
+            verdict: .accept(Acceptance(total: 1000, restartReason: "the file changed on the server (validator W/\"v1\" → W/\"v2\")"))),
+        Row(name: "a date refused, no ETag at all: the same file, sent whole", asked: dateResume,
+            head: head(200, lastModified: date, length: "1000"),
+            verdict: .accept(Acceptance(total: 1000, restartReason: "the server sent the whole file instead of the rest: it would not "
+                                        + "resume against If-Range: \(date) (RFC 9110 §13.1.5 lets If-Range resume only against a strong "
+                                        + "validator); the file had not changed"))),
+        Row(name: "a date that changed: another file", asked: dateResume,
+            head: head(200, lastModified: "Wed, 02 Oct 2024 10:00:00 GMT", length: "1000"),
+            verdict: .accept(Acceptance(total: 1000, restartReason: "the file changed on the server (validator \(date) → "
+                                        + "Wed, 02 Oct 2024 10:00:00 GMT)"))),
+        Row(name: "a date answered without validators: nothing said of the file", asked: dateResume, head: head(200, length: "1000"),
+            verdict: .accept(Acceptance(total: 1000, restartReason: "the server ignored Range and sent the whole file"))),
         Row(name: "two different Content-Lengths", asked: fresh, head: head(200, length: "10", twoLengths: true),
             verdict: .end(.retryFromZero("server sent two different Content-Length headers for \(url)"))),
         Row(name: "an unreadable Content-Length (curl would read 1e5 as 1)", asked: fresh, head: head(200, length: "1e5"),
@@ -194,7 +221,7 @@ struct RequestPlanTests {
     @Test func aRangeOfASegmentedDownloadIsGuardedByTheDownloadsValidator() throws {
         let plan = try RequestPlan.of(Self.task(), sharedHeaders: [], offset: 4096, rangeEnd: 8192, ifRange: "\"v1\"")
         #expect(plan.range == "4096-8191")
-        #expect(plan.ask.heldValidator == "\"v1\"" && plan.ask.rangeEnd == 8192)
+        #expect(plan.ask.heldETag == "\"v1\"" && plan.ask.heldLastModified == nil && plan.ask.rangeEnd == 8192)
     }
 
     @Test func aPlaylistsByteRangeAsksForItsSliceOnly() throws {

@@ -358,6 +358,13 @@ struct RecoveryPlanTests {
         #expect(RecoveryPlan.plan(for: running, nowMs: 0) == .resume(at: 10, ifRange: "Sun, 22 Nov 2026 02:00:00 GMT"))
     }
 
+    /// A weak ETag alone cannot guard a resume: said so, not "no validator".
+    @Test func aWeakETagAloneRestartsSayingWhy() {
+        let running = task { _ = $0.add(.progressed(Progressed(bytes: 10, etag: "W/\"abc\"")), task: "t") }
+        #expect(RecoveryPlan.plan(for: running, nowMs: 0).words == "restart from 0: the server's only validator is a weak ETag "
+                + "(W/\"abc\"), and RFC 9110 §13.1.5 lets If-Range resume only against a strong one")
+    }
+
     @Test func noValidatorRestarts() {
         let running = task { _ = $0.add(.progressed(Progressed(bytes: 10)), task: "t") }
         #expect(RecoveryPlan.plan(for: running, nowMs: 0).words == "restart from 0: the server sent no validator (ETag or Last-Modified) to resume against")

@@ -64,6 +64,23 @@ public final class FaultServer {
         }
     }
 
+    /// A GET or HEAD with a `Range`, and the `If-Range` that guarded it (nil: none).
+    public struct RangedRequest: Equatable {
+        public var path: String
+        public var range: String
+        public var ifRange: String?
+    }
+
+    /// Every request with a `Range` answered so far, in order.
+    public var rangedRequests: [RangedRequest] {
+        let text = (try? String(contentsOfFile: requestLog + ".if-range", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            guard let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any],
+                  let path = object["path"] as? String, let range = object["range"] as? String else { return nil }
+            return RangedRequest(path: path, range: range, ifRange: object["if_range"] as? String)
+        }
+    }
+
     /// What the server read from every request body so far, in order.
     public var received: [[String: Any]] {
         let text = (try? String(contentsOfFile: receivedLog, encoding: .utf8)) ?? ""

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Real HLS made by ffmpeg (SPEC §10's tests): a clear VOD, two renditions
-/// under a master playlist, an AES-128 copy (encrypted here with openssl, so
+/// under a master playlist, sound alone, an AES-128 copy (encrypted here with openssl, so
 /// each clear segment is known), fMP4, one file with byte ranges, and a
 /// 100-segment video. Made once per test process, in `root`.
 public final class HLSMedia: @unchecked Sendable {
@@ -34,12 +34,16 @@ public final class HLSMedia: @unchecked Sendable {
              "-i", "sine=frequency=440:duration=\(seconds)", "-c:v", "libx264", "-preset", "ultrafast", "-g", "50",
              "-c:a", "aac", "-f", "hls", "-hls_time", "2", "-hls_playlist_type", "vod"]
         }
-        for folder in ["clear", "lo", "hi", "enc", "fmp4", "single", "long"] {
+        for folder in ["clear", "lo", "hi", "audio", "enc", "fmp4", "single", "long"] {
             try FileManager.default.createDirectory(atPath: path(folder), withIntermediateDirectories: true)
         }
         try ffmpeg(video("320x240", 20) + ["-hls_segment_filename", path("clear/seg%03d.ts"), path("clear/index.m3u8")])
         try ffmpeg(video("160x120", 10) + ["-hls_segment_filename", path("lo/seg%03d.ts"), path("lo/index.m3u8")])
         try ffmpeg(video("320x240", 10) + ["-hls_segment_filename", path("hi/seg%03d.ts"), path("hi/index.m3u8")])
+        // Sound alone, as a master's audio-only variant (64 kbit/s AAC).
+        try ffmpeg(["-f", "lavfi", "-i", "sine=frequency=440:duration=10", "-c:a", "aac", "-b:a", "64k", "-f", "hls",
+                    "-hls_time", "2", "-hls_playlist_type", "vod", "-hls_segment_filename", path("audio/seg%03d.ts"),
+                    path("audio/index.m3u8")])
         try """
             #EXTM3U
             #EXT-X-STREAM-INF:BANDWIDTH=300000,RESOLUTION=160x120,CODECS="avc1.42e00a,mp4a.40.2"

@@ -12,8 +12,9 @@ public final class LocalUser {
     public let uid: uid_t
     public let gid: gid_t
 
-    public init() throws {
-        name = "sa-test-" + String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
+    /// - Parameter prefix: the start of its name, which ends in a random word.
+    public init(prefix: String = "sa-test-") throws {
+        name = prefix + String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
         try Self.administer("/usr/sbin/useradd", ["-M", "-N", "-s", "/usr/sbin/nologin", name])
         guard let entry = getpwnam(name) else { throw TestFailure("useradd made no user \(name)") }
         uid = entry.pointee.pw_uid
@@ -35,6 +36,24 @@ public final class LocalUser {
     public func shell(_ command: String, in directory: String) throws {
         let result = try run("/bin/sh", ["-c", command], in: directory)
         guard result.status == 0 else { throw TestFailure("as \(name): \(command): \(result.stderr)") }
+    }
+
+    /// Gives this user a password (`chpasswd`, read from its standard input: never in an argument list).
+    public func setPassword(_ password: String) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/chpasswd")
+        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"]
+        let input = Pipe()
+        let errors = Pipe()
+        process.standardInput = input
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = errors
+        try process.run()
+        input.fileHandleForWriting.write(Data("\(name):\(password)\n".utf8))
+        try input.fileHandleForWriting.close()
+        let words = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw TestFailure("chpasswd for \(name): \(words)") }
     }
 
     /// Gives `path` (a link itself, not what it names) to this user.

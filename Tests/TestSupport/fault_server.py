@@ -25,6 +25,12 @@ parameters, so one server covers every case:
   ignore_if_range=1  answer a Range request with 206 even when If-Range names another validator
   no_validators_206=1  send no ETag or Last-Modified with a 206
   no_etag=1         send no ETag at all (Last-Modified is the only validator)
+  no_last_modified=1  send no Last-Modified (the ETag is the only validator)
+  weak_etag=1       send the ETag weak (W/"…"), as Apache does for a file changed within the
+                    second, and judge If-Range as Apache then does: a weak ETag never matches,
+                    nor does a date (Apache holds a date weak for a minute after the change)
+  weak_etag_times=K ... only for the first K requests of this path (then strong, as Apache's
+                    ETag for the same file a second later)
   always_416=1      answer every Range request with 416
   fail_status=C     answer status C (e.g. 503) ...
   fail_times=K      ... for the first K requests of this path (default: always)
@@ -1334,13 +1340,20 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         etag = f'"{stat.st_ino:x}-{size:x}"'
         if query.get("etag_changes"):
             etag = f'"{stat.st_ino:x}-{size:x}-{number}"'
+        weak = query.get("weak_etag") and within("weak_etag_times")
+        if weak:
+            etag = "W/" + etag
+        if range_header:
+            with log_lock, open(self.server.log_path + ".if-range", "a") as log:
+                log.write(json.dumps({"path": url.path, "range": range_header, "if_range": self.headers.get("If-Range")}) + "\n")
 
         start = 0
         end = None
         status = 200
         if range_header and range_header.startswith("bytes=") and not query.get("ignore_range"):
             if_range = self.headers.get("If-Range")
-            if if_range is None or if_range == etag or query.get("ignore_if_range"):
+            # (RFC 9110 §13.1.5: If-Range matches a strong validator only; weak, Apache refuses a date too.)
+            if if_range is None or (if_range == etag and not weak) or query.get("ignore_if_range"):
                 first, _, last = range_header[len("bytes="):].partition("-")
                 start = int(first) if first else 0
                 if last and not query.get("ignore_range_end"):
@@ -1373,7 +1386,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         if not (status == 206 and query.get("no_validators_206")):
             if not query.get("no_etag"):
                 self.send_header("ETag", etag)
-            self.send_header("Last-Modified", self.date_time_string(stat.st_mtime))
+            if not query.get("no_last_modified"):
+                self.send_header("Last-Modified", self.date_time_string(stat.st_mtime))
         if not query.get("no_accept_ranges"):
             self.send_header("Accept-Ranges", "bytes")
         if status == 206 and query.get("range_no_length"):

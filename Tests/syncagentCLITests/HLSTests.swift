@@ -109,6 +109,63 @@ struct HLSTests {
         #expect((none["error"] as? String)?.contains("it offers 160x120, 320x240") == true)
     }
 
+    /// Issue 38: playlists as servers write them. A master whose video variants give BANDWIDTH
+    /// with decimals (read as 0) had `best` take its one integer one, the 64 kbit/s sound alone;
+    /// a space after a tag's colon refused the playlist. This master and its media playlist,
+    /// edited by hand from ffmpeg's, carry every harmless quirk players read; the agent takes
+    /// the 320x240 variant's segments as ffmpeg made them, and ffprobe plays what it publishes.
+    @Test func anUntidyPlaylistFromTheWildIsReadAsPlayersReadIt() throws {
+        let (harness, nginx, media) = try world()
+        let folder = nginx.root + "/untidy"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let master = [
+            "#EXTM3U",
+            "#EXT-X-VERSION: 3",
+            "",
+            "#EXT-X-STREAM-INF:BANDWIDTH=65000,CODECS=\"mp4a.40.2\"",
+            "../hls/audio/index.m3u8",
+            "#EXT-X-STREAM-INF: BANDWIDTH=300000.0, RESOLUTION=160x120, CODECS=\"avc1.42e00a,mp4a.40.2\",",
+            "  lo.m3u8  ",
+            "#EXT-X-STREAM-INF:BANDWIDTH=800000.5,AVERAGE-BANDWIDTH=700000,RESOLUTION=320X240,CODECS=\"avc1.42e00d,mp4a.40.2\"",
+            "hi.m3u8",
+        ]
+        // A byte order mark and Windows line endings.
+        try Data(([0xEF, 0xBB, 0xBF] as [UInt8]) + Array((master.joined(separator: "\r\n") + "\r\n").utf8))
+            .write(to: URL(fileURLWithPath: folder + "/master.m3u8"))
+        for rendition in ["lo", "hi"] {
+            var lines: [String] = []
+            for line in try String(contentsOfFile: media.path("\(rendition)/index.m3u8"), encoding: .utf8).split(separator: "\n") {
+                if line.hasPrefix("#EXT-X-TARGETDURATION:") {
+                    lines.append("#EXT-X-TARGETDURATION: " + line.dropFirst("#EXT-X-TARGETDURATION:".count) + ".0")
+                } else if line.hasPrefix("#EXTINF:") {
+                    lines.append("#EXTINF: " + line.dropFirst("#EXTINF:".count).replacingOccurrences(of: ",", with: " ,"))
+                } else if line.hasPrefix("#EXT-X-PLAYLIST-TYPE:") {
+                    lines.append("#EXT-X-PLAYLIST-TYPE:vod")
+                } else if line == "#EXT-X-ENDLIST" {
+                    continue  // the lower-case VOD type says it ends
+                } else if line.hasPrefix("#") {
+                    lines.append(String(line))
+                } else {
+                    lines += ["# segment \(lines.count)", "\t../hls/\(rendition)/\(line) ", ""]
+                }
+            }
+            try (lines.joined(separator: "\r\n") + "\r\n").write(toFile: folder + "/\(rendition).m3u8", atomically: true, encoding: .utf8)
+        }
+        try harness.drop("u.job", videoJob("u", nginx.url("untidy/master.m3u8"), dest: "untidy"))
+        try harness.drop("f.job", videoJob("f", nginx.url("untidy/master.m3u8"), dest: "joined", "output = \"file\"\nvariant = \"worst\"\n"))
+        try harness.runUntilIdle()
+        try expectSegments(in: harness.downloads + "/untidy", of: "hi", media)
+        for (published, seconds) in [(harness.downloads + "/untidy/index.m3u8", 10.0), (harness.downloads + "/joined.ts", 10.0)] {
+            let duration = try #require(HLSMedia.duration(of: published))
+            #expect(abs(duration - seconds) <= 0.5, "\(published): \(duration) s")
+            #expect(Set(HLSMedia.streams(of: published)) == ["video", "audio"], "\(published)")
+        }
+        // `worst` is the smallest video, never the sound alone.
+        #expect(nginx.requests.contains { $0.uri.hasPrefix("/hls/lo/seg") })
+        #expect(!nginx.requests.contains { $0.uri.hasPrefix("/hls/audio/seg") })
+        try expectVerifyClean(harness)
+    }
+
     /// A fifth adversary: a variant taking its sound from `#EXT-X-MEDIA:TYPE=AUDIO,URI=…` (the usual
     /// CMAF layout) was published as a silent video, `finished`. Refused with the reason instead.
     @Test func aVariantWhoseAudioIsARenditionOfItsOwnIsRefusedNotPublishedSilent() throws {

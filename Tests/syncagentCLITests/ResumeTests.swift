@@ -115,6 +115,39 @@ struct ResumeTests {
         #expect(server.requests.map(\.range) == [nil, "bytes=\(dropAt)-"])
     }
 
+    /// Issue 38: Apache hands out a weak ETag for a file changed within the second, and takes a
+    /// date in If-Range for a weak validator while the file is that new: the resume, guarded by
+    /// the date (never by the weak ETag), gets the whole file. The log said "the file changed on
+    /// the server" when the ETag came back strong; it says what happened.
+    @Test func aResumeApacheWillNotGuardWithAWeakValidatorIsNotCalledAChangedFile() throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&weak_etag=1&weak_etag_times=1")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        let ranged = server.rangedRequests
+        #expect(ranged.map(\.range) == ["bytes=\(dropAt)-"])
+        let ifRange = try #require(ranged.first?.ifRange)
+        #expect(ifRange.hasSuffix(" GMT") && !ifRange.contains("\""), "If-Range: \(ifRange)")
+        #expect(server.requests.map(\.status) == [200, 200])
+        let reason = try harness.events().last { $0.data["restart_reason"] != nil }?.data["restart_reason"] as? String ?? ""
+        #expect(reason.hasPrefix("the server sent the whole file instead of the rest: it would not resume against If-Range: "
+                                 + "\(ifRange), its ETag W/\""), "\(reason)")
+        #expect(!reason.contains("the file changed on the server"))
+    }
+
+    /// A weak ETag and no date: nothing may guard the rest (a weak ETag never goes in If-Range),
+    /// so the retry asks for the whole file, and the plan says why.
+    @Test func aWeakETagAloneIsNeverSentInIfRange() throws {
+        let (harness, server, data, status) = try download("drop_after=\(dropAt)&drop_times=1&weak_etag=1&no_last_modified=1")
+        #expect(status == 0)
+        #expect(fileMatches(harness, data))
+        #expect(server.rangedRequests.isEmpty)
+        #expect(server.requests.map(\.range) == [nil, nil])
+        let held = try #require(try harness.events().first { $0.type == "progressed" && $0.data["etag"] != nil })
+        #expect((held.data["etag"] as? String)?.hasPrefix("W/\"") == true)
+        let plan = try harness.run(["replay", "--json", "--until", "\(held.seq)", "--task", "j"])
+        #expect(plan.stdout.contains("restart from 0: the server's only validator is a weak ETag (W/"), "\(plan.stdout)")
+    }
+
     /// A `206` naming another size than the file had: the rest of another file.
     @Test func aResumeFromAFileOfAnotherSizeRestartsFromZero() throws {
         let lie = "header=Content-Range:bytes%20\(dropAt)-\(size - 1)/\(size + 1000)"

@@ -206,6 +206,8 @@ final class Exchange {
         try set("CONNECTTIMEOUT", sa_easy_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, settings.connectTimeout))
         try set("USERAGENT", sa_easy_setopt_string(easy, CURLOPT_USERAGENT, settings.userAgent))
         if let proxy = settings.proxy { try set("PROXY", sa_easy_setopt_string(easy, CURLOPT_PROXY, proxy)) }
+        // Unset, curl reads the environment's no_proxy, for the config's proxy too (as curl's own tool does).
+        if let noProxy = settings.noProxy { try set("NOPROXY", sa_easy_setopt_string(easy, CURLOPT_NOPROXY, noProxy)) }
         if let caFile = settings.caFile { try set("CAINFO", sa_easy_setopt_string(easy, CURLOPT_CAINFO, caFile)) }
         if let speed = ownSpeedCap {
             try set("MAX_RECV_SPEED_LARGE", sa_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(speed)))
@@ -629,6 +631,10 @@ final class Exchange {
         failedOnTheWire = !refused && (status == 0 || result == CURLE_RECV_ERROR || result == CURLE_SEND_ERROR
             || result == CURLE_OPERATION_TIMEDOUT || result == CURLE_PARTIAL_FILE)
         switch result {
+        case CURLE_PROXY:
+            return ProxyRules.outcome(of: proxyRefusal(), proxy: settings.proxy, url: currentURL, curlWords: words)
+        case CURLE_COULDNT_RESOLVE_PROXY:
+            return ProxyRules.unresolvedProxy(settings.proxy, url: currentURL, curlWords: words)
         case CURLE_UNSUPPORTED_PROTOCOL where (300..<400).contains(status):
             return .permanent(reason: "refused a redirect to a scheme other than http or https (\(Redaction.url(currentURL)))",
                               code: .curl(Int(result.rawValue)))
@@ -644,6 +650,26 @@ final class Exchange {
             return .permanent(reason: reason, code: .curl(Int(result.rawValue)))
         default:
             return .retry(reason)
+        }
+    }
+
+    /// Why the proxy refused, as curl's `CURLINFO_PROXY_ERROR` tells it (a curl before 7.73
+    /// cannot tell: the refusal is then retried as any other).
+    private func proxyRefusal() -> ProxyRules.Refusal {
+        var code = 0
+        guard sa_easy_getinfo_long(easy, CURLINFO_PROXY_ERROR, &code) == CURLE_OK else { return .other }
+        switch UInt32(truncatingIfNeeded: code) {
+        case CURLPX_USER_REJECTED.rawValue, CURLPX_LONG_USER.rawValue, CURLPX_LONG_PASSWD.rawValue:
+            return .credentials
+        case CURLPX_NO_AUTH.rawValue:
+            return .noAcceptableLogin
+        case CURLPX_REPLY_NOT_ALLOWED.rawValue:
+            return .notAllowed
+        case CURLPX_REPLY_HOST_UNREACHABLE.rawValue, CURLPX_REPLY_NETWORK_UNREACHABLE.rawValue,
+             CURLPX_REPLY_CONNECTION_REFUSED.rawValue, CURLPX_REPLY_TTL_EXPIRED.rawValue, CURLPX_RESOLVE_HOST.rawValue:
+            return .serverUnreachable
+        default:
+            return .other
         }
     }
 

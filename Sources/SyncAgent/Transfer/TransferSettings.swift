@@ -11,6 +11,7 @@ struct TransferSettings {
     var maxActive: Int
     var userAgent: String
     var proxy: String?
+    var noProxy: String?
     var caFile: String?
     var headers: [Header]
     var progressIntervalMs: Int64
@@ -28,6 +29,7 @@ struct TransferSettings {
         maxSpeed = config.maxSpeed
         userAgent = config.userAgent ?? "syncagent/\(SyncAgentVersion.current)"
         proxy = config.proxy
+        noProxy = config.noProxy
         caFile = config.caFile
         headers = config.headers
         progressIntervalMs = Int64(config.progressIntervalMs)

@@ -44,7 +44,10 @@ public struct AgentConfig: Equatable, Sendable {
     public var notify: NotifyMode = .batch
     public var userAgent: String?
     public var cookies: CookieMode = .persistent
+    /// curl's proxy URL (`socks5h://user:password@host:1080`); nil: curl's environment decides.
     public var proxy: String?
+    /// Hosts reached without the proxy (curl's `--noproxy`); nil: the environment's `no_proxy`.
+    public var noProxy: String?
     public var caFile: String?
     public var headers: [Header] = []
     /// Progress is made durable and logged at most this often …
@@ -70,7 +73,7 @@ public struct AgentConfig: Equatable, Sendable {
     public static let keys: Set<String> = [
         "inbox", "state_dir", "download_dir", "max_active", "max_per_host", "retries",
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
-        "notify", "user_agent", "cookies", "proxy", "ca_file", "headers",
+        "notify", "user_agent", "cookies", "proxy", "no_proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
         "allow_metered", "keep_ended", "more_dirs", "inbox_poll", "min_speed", "min_speed_time", "name_from_server",
         "rpc", "rpc_listen", "rpc_secret",
@@ -91,6 +94,7 @@ public struct AgentConfig: Equatable, Sendable {
         note("connect_timeout", \.connectTimeout); note("idle_timeout", \.idleTimeout)
         note("total_timeout", \.totalTimeout); note("max_redirects", \.maxRedirects); note("max_speed", \.maxSpeed)
         note("notify", \.notify); note("user_agent", \.userAgent); note("cookies", \.cookies); note("proxy", \.proxy)
+        note("no_proxy", \.noProxy)
         note("ca_file", \.caFile); note("headers", \.headers); note("max_overall_speed", \.maxOverallSpeed)
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
         note("connections", \.connections); note("allow_metered", \.allowMetered)
@@ -137,6 +141,9 @@ public struct AgentConfig: Equatable, Sendable {
         }
         config.cookies = try reader.choice("cookies", CookieMode.self) ?? config.cookies
         config.proxy = try reader.string("proxy")
+        if let proxy = config.proxy { try ProxyRules.check(proxy: proxy) }
+        config.noProxy = try reader.string("no_proxy")
+        if let noProxy = config.noProxy { try ProxyRules.check(noProxy: noProxy) }
         config.caFile = try reader.string("ca_file")
         config.headers = try reader.headers("headers")
         config.rpc = try reader.bool("rpc") ?? config.rpc

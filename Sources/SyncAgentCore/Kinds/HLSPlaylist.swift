@@ -15,21 +15,27 @@ public enum HLSPlaylist: Equatable, Sendable {
     }
 
     /// - Parameter base: the playlist's final URL (after redirects): relative URIs resolve against it.
+    ///
+    /// Read as mainstream players (hls.js, ffmpeg) read playlists where RFC 8216 is broken in
+    /// harmless ways: any line ending (LF, CRLF, CR), a byte order mark, blank lines, whitespace
+    /// around a line, a tag's value (`#EXT-X-TARGETDURATION: 10`) or an attribute, a decimal
+    /// `#EXT-X-TARGETDURATION`, `BANDWIDTH` or `#EXTINF` written oddly (`10.0`, `.5`, `9.009 ,`),
+    /// enumerated values in lower case (`METHOD=aes-128`, `TYPE=audio`, `PLAYLIST-TYPE:vod`),
+    /// trailing commas, and text that is not UTF-8 where nothing is read from it (a title, a
+    /// comment, a tag this agent ignores). What cannot be read safely is refused, naming it.
     public static func parse(_ bytes: [UInt8], base: String) throws -> HLSPlaylist {
-        guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw ParseError(message: "not an HLS playlist: the answer is not text")
-        }
-        var lines = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" || $0 == "\r" })
-            .map { $0.trimmingCharacters(in: .whitespaces) }[...]
-        while lines.first?.isEmpty == true { lines.removeFirst() }
-        // A byte order mark may open it.
-        let first = lines.first.map { $0.hasPrefix("\u{FEFF}") ? String($0.dropFirst()) : $0 }
-        guard first == "#EXTM3U" else {
-            let start = String((first ?? "").prefix(40))
+        // No text holds NUL: a media segment or another binary answer.
+        guard !bytes.contains(0) else { throw ParseError(message: "not an HLS playlist: the answer is not text") }
+        var lines = PlaylistLine.split(bytes)[...]
+        while lines.first?.text.isEmpty == true { lines.removeFirst() }
+        let first = lines.first?.text ?? ""
+        // `#EXTM3U`, alone or followed by whitespace (IPTV lists put attributes there).
+        guard first == "#EXTM3U" || (first.hasPrefix("#EXTM3U") && first.dropFirst(7).first?.isWhitespace == true) else {
+            let start = String(first.prefix(40))
             throw ParseError(message: "not an HLS playlist: it starts with \"\(start)\", not #EXTM3U")
         }
         var parser = Parser(base: base)
-        for line in lines.dropFirst() where !line.isEmpty {
+        for line in lines.dropFirst() where !line.text.isEmpty {
             try parser.take(line)
         }
         return try parser.finish()
@@ -55,35 +61,45 @@ public enum HLSPlaylist: Equatable, Sendable {
 
         init(base: String) { self.base = base }
 
-        mutating func take(_ line: String) throws {
-            guard line.hasPrefix("#") else { return try uri(line) }
-            guard line.hasPrefix("#EXT") else { return }  // a comment
-            let (tag, value) = split(line)
+        mutating func take(_ line: PlaylistLine) throws {
+            guard line.text.hasPrefix("#") else {
+                try line.mustBeText("a playlist URI")
+                return try uri(line.text)
+            }
+            guard line.text.hasPrefix("#EXT") else { return }  // a comment
+            let (tag, value) = split(line.text)
+            // Only a title may be read from a line that is not text; a tag ignored reads nothing.
+            if tag != "#EXTINF", Self.tagsRead.contains(tag) { try line.mustBeText(tag) }
             switch tag {
             case "#EXT-X-STREAM-INF":
                 let attributes = HLSAttributes.parse(value)
-                pendingVariant = HLSVariant(uri: "", bandwidth: attributes["BANDWIDTH"].flatMap(HTTPNumbers.parseCount),
+                // As hls.js: BANDWIDTH, else AVERAGE-BANDWIDTH when BANDWIDTH is missing, unreadable or 0.
+                let bandwidth = attributes["BANDWIDTH"].flatMap(HLSNumbers.bitsPerSecond)
+                pendingVariant = HLSVariant(uri: "",
+                                            bandwidth: bandwidth.flatMap { $0 > 0 ? $0 : nil }
+                                                ?? attributes["AVERAGE-BANDWIDTH"].flatMap(HLSNumbers.bitsPerSecond) ?? bandwidth,
                                             resolution: attributes["RESOLUTION"], codecs: attributes["CODECS"],
                                             separateAudio: attributes["AUDIO"])
             case "#EXT-X-MEDIA":
                 let attributes = HLSAttributes.parse(value)
-                if attributes["TYPE"] == "AUDIO", attributes["URI"] != nil, let group = attributes["GROUP-ID"] {
+                if attributes["TYPE"]?.uppercased() == "AUDIO", attributes["URI"] != nil, let group = attributes["GROUP-ID"] {
                     audioGroupsWithPlaylists.insert(group)
                 }
             case "#EXTINF":
                 sawMediaTag = true
                 let parts = value.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false)
-                guard let duration = HLSNumbers.milliseconds(String(parts.first ?? "")) else {
+                guard let duration = HLSNumbers.leadingMilliseconds(String(parts.first ?? "")) else {
                     throw ParseError(message: "bad #EXTINF duration \"\((parts.first ?? "").prefix(40))\"")
                 }
                 pendingDurationMs = duration
                 pendingTitle = parts.count > 1 ? String(parts[1]) : ""
             case "#EXT-X-TARGETDURATION":
                 sawMediaTag = true
-                guard let seconds = HTTPNumbers.parseCount(value), seconds <= 86_400 else {
+                // An integer by the RFC; `10.0` or `6.006` in the wild: read as hls.js and ffmpeg read it, to the second.
+                guard let ms = HLSNumbers.leadingMilliseconds(value) else {
                     throw ParseError(message: "bad #EXT-X-TARGETDURATION \"\(value.prefix(40))\"")
                 }
-                media.targetDurationMs = seconds * 1000
+                media.targetDurationMs = ms / 1000 * 1000
             case "#EXT-X-MEDIA-SEQUENCE":
                 guard let sequence = HTTPNumbers.parseCount(value) else {
                     throw ParseError(message: "bad #EXT-X-MEDIA-SEQUENCE \"\(value.prefix(40))\"")
@@ -94,7 +110,7 @@ public enum HLSPlaylist: Equatable, Sendable {
             case "#EXT-X-ENDLIST":
                 media.ended = true
             case "#EXT-X-PLAYLIST-TYPE":
-                playlistTypeVOD = value == "VOD"
+                playlistTypeVOD = value.uppercased() == "VOD"
             case "#EXT-X-BYTERANGE":
                 guard let range = HLSByteRange(value) else { throw ParseError(message: "bad #EXT-X-BYTERANGE \"\(value.prefix(40))\"") }
                 pendingRange = range
@@ -117,9 +133,16 @@ public enum HLSPlaylist: Equatable, Sendable {
             }
         }
 
+        /// The tags whose values this parser reads.
+        static let tagsRead: Set<String> = [
+            "#EXT-X-STREAM-INF", "#EXT-X-MEDIA", "#EXTINF", "#EXT-X-TARGETDURATION", "#EXT-X-MEDIA-SEQUENCE",
+            "#EXT-X-DISCONTINUITY", "#EXT-X-ENDLIST", "#EXT-X-PLAYLIST-TYPE", "#EXT-X-BYTERANGE", "#EXT-X-KEY", "#EXT-X-MAP",
+        ]
+
+        /// `#TAG:value` → the tag and its value, each without the whitespace around it.
         func split(_ line: String) -> (String, String) {
             guard let colon = line.firstIndex(of: ":") else { return (line, "") }
-            return (String(line[..<colon]), String(line[line.index(after: colon)...]))
+            return (line[..<colon].trimmingCharacters(in: .whitespaces), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
         }
 
         /// The URI against the playlist's URL, held to the job URL's rules
@@ -139,7 +162,8 @@ public enum HLSPlaylist: Equatable, Sendable {
 
         func parseKey(_ value: String) throws -> HLSKey? {
             let attributes = HLSAttributes.parse(value)
-            switch attributes["METHOD"] {
+            // The method's name in any case (`aes-128`): one meaning, however written.
+            switch attributes["METHOD"]?.uppercased() {
             case "NONE":
                 return nil
             case "AES-128":
@@ -190,9 +214,12 @@ public enum HLSPlaylist: Equatable, Sendable {
         func finish() throws -> HLSPlaylist {
             if !variants.isEmpty {
                 // (An AUDIO group whose renditions all lack a URI plays from the variant's own segments.)
+                let someHaveAPicture = variants.contains { $0.resolution != nil }
                 return .master(variants.map { variant in
                     var variant = variant
                     if let group = variant.separateAudio, !audioGroupsWithPlaylists.contains(group) { variant.separateAudio = nil }
+                    variant.isAudioOnly = HLSCodecs.audioOnly(variant.codecs)
+                        ?? (variant.resolution == nil && someHaveAPicture)
                     return variant
                 })
             }
@@ -216,12 +243,25 @@ public struct HLSVariant: Equatable, Sendable {
     /// Its `AUDIO` group, when an `#EXT-X-MEDIA:TYPE=AUDIO` of that group has a playlist of
     /// its own: the sound is not in the variant's segments.
     public var separateAudio: String?
+    /// Sound without a picture: its `CODECS` are all audio codecs, or, without `CODECS`, it
+    /// has no `RESOLUTION` where others of its master have one.
+    public var isAudioOnly = false
+
+    public init(uri: String, bandwidth: Int64? = nil, resolution: String? = nil, codecs: String? = nil,
+                separateAudio: String? = nil, isAudioOnly: Bool = false) {
+        self.uri = uri; self.bandwidth = bandwidth; self.resolution = resolution; self.codecs = codecs
+        self.separateAudio = separateAudio; self.isAudioOnly = isAudioOnly
+    }
 
     /// `variant = "best" | "worst" | BANDWIDTH | "WxH"` (a job key): the
     /// highest or lowest bandwidth, the one closest to a bandwidth, or the
-    /// one with that resolution. nil when no variant matches.
+    /// one with that resolution. nil when no variant matches. The job asks
+    /// for a video: an audio-only variant is chosen only from a master
+    /// that offers nothing else (a radio station's).
     public static func pick(_ variants: [HLSVariant], rule: String) -> HLSVariant? {
-        let byBandwidth = variants.enumerated().sorted { ($0.element.bandwidth ?? 0, $0.offset) < ($1.element.bandwidth ?? 0, $1.offset) }.map(\.element)
+        let withPicture = variants.filter { !$0.isAudioOnly }
+        let candidates = withPicture.isEmpty ? variants : withPicture
+        let byBandwidth = candidates.enumerated().sorted { ($0.element.bandwidth ?? 0, $0.offset) < ($1.element.bandwidth ?? 0, $1.offset) }.map(\.element)
         switch rule {
         case "best": return byBandwidth.last
         case "worst": return byBandwidth.first
@@ -242,7 +282,7 @@ public struct HLSByteRange: Codable, Equatable, Sendable {
 
     /// `n[@o]`.
     public init?(_ text: String) {
-        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        let parts = text.split(separator: "@", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
         guard (1...2).contains(parts.count), let length = HTTPNumbers.parseCount(parts[0]), length > 0,
               length <= HTTPNumbers.maximumLength else { return nil }
         self.length = length
@@ -292,15 +332,17 @@ public struct HLSMediaPlaylist: Equatable, Sendable {
     public init() {}
 }
 
-/// `KEY=VALUE,KEY="quoted, value"` (RFC 8216 §4.2).
+/// `KEY=VALUE,KEY="quoted, value"` (RFC 8216 §4.2), read as players read it:
+/// names in any case, whitespace around names and unquoted values, and a
+/// trailing comma, are all harmless.
 enum HLSAttributes {
     static func parse(_ text: String) -> [String: String] {
         var result: [String: String] = [:]
         var rest = Substring(text)
         while !rest.isEmpty {
             guard let equals = rest.firstIndex(of: "=") else { break }
-            let name = rest[..<equals].trimmingCharacters(in: .whitespaces)
-            rest = rest[rest.index(after: equals)...]
+            let name = rest[..<equals].trimmingCharacters(in: .whitespaces).uppercased()
+            rest = rest[rest.index(after: equals)...].drop { $0 == " " || $0 == "\t" }
             var value: Substring
             if rest.first == "\"" {
                 let body = rest.dropFirst()
@@ -310,7 +352,7 @@ enum HLSAttributes {
                 if let comma = rest.firstIndex(of: ",") { rest = rest[rest.index(after: comma)...] } else { rest = "" }
             } else {
                 let comma = rest.firstIndex(of: ",") ?? rest.endIndex
-                value = rest[..<comma]
+                value = Substring(rest[..<comma].trimmingCharacters(in: .whitespaces))
                 rest = comma < rest.endIndex ? rest[rest.index(after: comma)...] : ""
             }
             if !name.isEmpty, result[name] == nil { result[name] = String(value) }
@@ -319,20 +361,101 @@ enum HLSAttributes {
     }
 }
 
-enum HLSNumbers {
-    /// A decimal number of seconds (`9.009`, `10`) as milliseconds, bounded to a day.
-    static func milliseconds(_ text: String) -> Int64? {
-        let parts = text.trimmingCharacters(in: .whitespaces).split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
-        guard let whole = HTTPNumbers.parseCount(parts[0]), whole <= 86_400 else { return nil }
-        var ms = whole * 1000
-        if parts.count == 2 {
-            let fraction = parts[1].prefix(3)
-            guard parts[1].allSatisfy(\.isASCII), parts[1].allSatisfy(\.isNumber) else { return nil }
-            if !fraction.isEmpty, let value = HTTPNumbers.parseCount(fraction) {
-                ms += value * [1, 100, 10, 1][fraction.count]
+/// What a variant's `CODECS` say of its picture (RFC 6381 names).
+enum HLSCodecs {
+    /// Sample entries of sound (`mp4a.40.2`, `ac-3`, `ec-3`, `opus`, `fLaC` …), by the part before the first dot.
+    private static let audio: Set<String> = ["mp4a", "ac-3", "ec-3", "ac-4", "opus", "flac", "alac", "mp3", ".mp3",
+                                             "dtsc", "dtse", "dtsh", "dtsl", "dtsx", "mha1", "mhm1", "vorbis"]
+
+    /// True when every codec listed is a sound's, false when one is not, nil when none is listed.
+    static func audioOnly(_ codecs: String?) -> Bool? {
+        let names = (codecs ?? "").split(whereSeparator: { $0 == "," || $0 == " " })
+        guard !names.isEmpty else { return nil }
+        return names.allSatisfy { name in
+            audio.contains(String(name.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)[0]).lowercased())
+        }
+    }
+}
+
+/// One line of a playlist, without its line ending and the whitespace around it.
+struct PlaylistLine {
+    var number: Int
+    /// The line, with bytes that are not UTF-8 shown as U+FFFD.
+    var text: String
+    var isUTF8: Bool
+
+    /// Lines end at LF, CRLF or CR; a UTF-8 byte order mark may open the first.
+    static func split(_ bytes: [UInt8]) -> [PlaylistLine] {
+        var body = bytes[...]
+        if body.starts(with: [0xEF, 0xBB, 0xBF]) { body = body.dropFirst(3) }
+        var lines: [PlaylistLine] = []
+        var start = body.startIndex
+        var index = start
+        func take(upTo end: Int) {
+            let raw = body[start..<end]
+            let valid = String(validating: raw, as: UTF8.self)
+            lines.append(PlaylistLine(number: lines.count + 1,
+                                      text: (valid ?? String(decoding: raw, as: UTF8.self)).trimmingCharacters(in: .whitespaces),
+                                      isUTF8: valid != nil))
+        }
+        while index < body.endIndex {
+            let byte = body[index]
+            if byte == 0x0A || byte == 0x0D {
+                take(upTo: index)
+                index += byte == 0x0D && index + 1 < body.endIndex && body[index + 1] == 0x0A ? 2 : 1
+                start = index
+            } else {
+                index += 1
             }
         }
+        if start < body.endIndex { take(upTo: body.endIndex) }
+        return lines
+    }
+
+    /// Refuses a line something is read from whose bytes are not UTF-8: a URI guessed from them
+    /// would name another file.
+    func mustBeText(_ what: String) throws {
+        guard isUTF8 else {
+            throw HLSPlaylist.ParseError(message: "line \(number) (\(what)) is not UTF-8 text: it cannot be read safely")
+        }
+    }
+}
+
+enum HLSNumbers {
+    /// A decimal number of seconds (`9.009`, `10`, `.5`, `10.`) at the start of `text`, as
+    /// milliseconds, bounded to a day. What follows the number is not read (hls.js and ffmpeg
+    /// read `#EXTINF:10 tvg-id=…,` as 10 s). nil without a digit (`-1`, `abc`).
+    static func leadingMilliseconds(_ text: String) -> Int64? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces).utf8
+        let whole = trimmed.prefix { $0 >= 0x30 && $0 <= 0x39 }
+        var fraction = trimmed.dropFirst(whole.count)
+        if fraction.first == UInt8(ascii: ".") {
+            fraction = fraction.dropFirst().prefix { $0 >= 0x30 && $0 <= 0x39 }
+        } else {
+            fraction = fraction.prefix(0)
+        }
+        guard !whole.isEmpty || !fraction.isEmpty else { return nil }
+        let seconds = whole.isEmpty ? 0 : HTTPNumbers.parseCount(Substring(whole))
+        guard let seconds, seconds <= 86_400 else { return nil }
+        var ms = seconds * 1000
+        let digits = Array(fraction.prefix(3))
+        if !digits.isEmpty, let value = HTTPNumbers.parseCount(String(decoding: digits, as: UTF8.self)) {
+            ms += value * [1, 100, 10, 1][digits.count]
+        }
         return ms
+    }
+
+    /// `BANDWIDTH` bits per second: a decimal integer by the RFC, with a fraction in the wild
+    /// (`1280000.0`, `65000.5`): its whole part, as hls.js's `parseInt` and ffmpeg's `atoi`
+    /// read it. nil when it does not start with a digit.
+    static func bitsPerSecond(_ text: String) -> Int64? {
+        let whole = text.utf8.prefix { $0 >= 0x30 && $0 <= 0x39 }
+        let rest = text.utf8.dropFirst(whole.count)
+        // Anything after the number but a fraction is not a number read safely (`1.2e6`, `2M`).
+        guard rest.isEmpty || (rest.first == UInt8(ascii: ".") && rest.dropFirst().allSatisfy { $0 >= 0x30 && $0 <= 0x39 }) else {
+            return nil
+        }
+        return HTTPNumbers.parseCount(Substring(whole))
     }
 
     /// `0x` and 32 hex digits → 16 bytes.

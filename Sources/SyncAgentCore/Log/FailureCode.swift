@@ -20,6 +20,8 @@ public enum FailureCode: Hashable, Sendable, CustomStringConvertible {
     // The server's answer.
     case http(Int)
     case curl(Int)
+    /// A proxy refused the login, or the connection by its rules.
+    case proxyRefused
     case rangeIgnored
     // HLS.
     case badPlaylist, noVariant, separateAudio, maxDurationMissing, playlistUnavailable
@@ -40,6 +42,7 @@ public enum FailureCode: Hashable, Sendable, CustomStringConvertible {
         (.segmentChanged, "segment_changed"), (.cannotJoin, "cannot_join"), (.decryptFailed, "decrypt_failed"),
         (.badKey, "bad_key"), (.partFailed, "part_failed"), (.bodyUnreadable, "body_unreadable"),
         (.bodyChanged, "body_changed"), (.uploadRefused, "upload_refused"), (.tooLarge, "too_large"),
+        (.proxyRefused, "proxy_refused"),
     ]
     private static let byName = Dictionary(uniqueKeysWithValues: named.map { ($0.1, $0.0) })
 

@@ -53,7 +53,12 @@ public enum RecoveryPlan: Equatable, Sendable {
                 let what = task.spec.kind == .upload ? "an upload" : "a data task"
                 return .restartFromZero(reason: "\(what) is sent again from its first byte")
             }
+            // A weak ETag cannot guard the rest; a Last-Modified date can, where the server takes it.
             guard let validator = task.etag.flatMap(strongETag) ?? task.lastModified else {
+                if let weak = task.etag {
+                    return .restartFromZero(reason: "the server's only validator is a weak ETag (\(weak)), and RFC 9110 §13.1.5 "
+                                            + "lets If-Range resume only against a strong one")
+                }
                 return .restartFromZero(reason: "the server sent no validator (ETag or Last-Modified) to resume against")
             }
             if let ranges = task.doneRanges {
@@ -85,9 +90,19 @@ public enum RecoveryPlan: Equatable, Sendable {
         "the file changed on the server (validator \(old) → \(new))"
     }
 
+    /// Why a full answer came to a resume guarded by `If-Range: sent` (a date, or a weak ETag)
+    /// when the file had not changed: the server would not resume against a validator it does
+    /// not hold as strong. (Apache holds a date weak until a minute after the file changed, and
+    /// hands out `W/` ETags for a file changed within the second.)
+    public static func weakGuardWords(sent: String, heldETag: String?) -> String {
+        let etag = heldETag.map { ETags.isWeak($0) ? ", its ETag \($0) being weak" : "" } ?? ""
+        return "the server sent the whole file instead of the rest: it would not resume against If-Range: \(sent)"
+            + "\(etag) (RFC 9110 §13.1.5 lets If-Range resume only against a strong validator); the file had not changed"
+    }
+
     /// Weak ETags (`W/"…"`) cannot guard a byte range (RFC 9110 §13.1.5).
     public static func strongETag(_ etag: String) -> String? {
-        etag.hasPrefix("W/") ? nil : etag
+        ETags.isWeak(etag) ? nil : etag
     }
 
     /// The plan in words, for `replay`.

@@ -33,8 +33,13 @@ public enum Redaction {
         // Without userinfo, query, fragment or an escape there is nothing to hide:
         // the common case, and the agent logs a URL for every job it takes.
         guard text.utf8.contains(where: { $0 == UInt8(ascii: "@") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#")
-                                          || $0 == UInt8(ascii: "%") }),
-              let schemeEnd = text.range(of: "://") else { return text }
+                                          || $0 == UInt8(ascii: "%") }) else { return text }
+        guard let schemeEnd = text.range(of: "://") else {
+            // No scheme (a proxy written `user:password@host:3128`, curl's http): its userinfo all the same.
+            let authority = text.prefix { $0 != "/" }
+            guard let at = authority.lastIndex(of: "@") else { return text }
+            return placeholder + text[at...]
+        }
         let afterScheme = text[schemeEnd.upperBound...]
         let authorityEnd = afterScheme.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? afterScheme.endIndex
         var out = String(text[..<schemeEnd.upperBound])

@@ -153,7 +153,8 @@ public struct RequestPlan: Equatable, Sendable {
             accepts: behaviour.accepts, resumes: behaviour.resumes, hopStatuses: redirects == .byAgent ? hopStatuses : [],
             knownTotal: protocolRequest != nil ? nil : spec.byteRange?.length ?? (spec.isResumable ? task.total : nil),
             // A range of a segmented download is guarded by its download's validator, which the log may not hold yet.
-            heldValidator: rangeEnd != nil ? ifRange : task.etag ?? task.lastModified)
+            heldETag: rangeEnd != nil ? ifRange.flatMap { ETags.isStrong($0) ? $0 : nil } : task.etag,
+            heldLastModified: rangeEnd != nil ? ifRange.flatMap { ETags.isStrong($0) ? nil : $0 } : task.lastModified)
         return RequestPlan(url: url, method: method, headers: headers, range: range, body: body, redirects: redirects, ask: ask,
                            ifChanged: ifChanged, countsSent: behaviour.countsSent, keepsResponseHeaders: behaviour.recordsResponse,
                            isProtocolStep: protocolRequest != nil)

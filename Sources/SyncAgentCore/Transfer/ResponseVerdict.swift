@@ -22,15 +22,17 @@ public struct ExchangeAsk: Equatable, Sendable {
     public var hopStatuses: Set<Int>
     /// The size the task knew before the answer.
     public var knownTotal: Int64?
-    /// The validator of the bytes held, which a full answer is compared with.
-    public var heldValidator: String?
+    /// The validators of the bytes held, which a full answer is compared with: an ETag
+    /// (perhaps weak, `W/"…"`) and a `Last-Modified` date.
+    public var heldETag: String?
+    public var heldLastModified: String?
 
     public init(offset: Int64 = 0, rangeEnd: Int64? = nil, slice: HLSByteRange? = nil, ifRange: String? = nil,
                 conditional: Bool = false, accepts: ClosedRange<Int> = 200...299, resumes: Bool = true,
-                hopStatuses: Set<Int> = [], knownTotal: Int64? = nil, heldValidator: String? = nil) {
+                hopStatuses: Set<Int> = [], knownTotal: Int64? = nil, heldETag: String? = nil, heldLastModified: String? = nil) {
         self.offset = offset; self.rangeEnd = rangeEnd; self.slice = slice; self.ifRange = ifRange
         self.conditional = conditional; self.accepts = accepts; self.resumes = resumes; self.hopStatuses = hopStatuses
-        self.knownTotal = knownTotal; self.heldValidator = heldValidator
+        self.knownTotal = knownTotal; self.heldETag = heldETag; self.heldLastModified = heldLastModified
     }
 }
 
@@ -115,7 +117,7 @@ public enum ResponseRules {
                                    code: .rangeIgnored))
         }
         if asked.rangeEnd != nil, head.status != 206 {
-            return .end(.rangeRefused(reason: changedFileWords(head, asked: asked)
+            return .end(.rangeRefused(reason: fullAnswerWords(head, asked: asked)
                                       ?? "the server answered \(head.status), not 206, to a range of \(shownURL)"))
         }
         var answerEnd: Int64?
@@ -150,7 +152,7 @@ public enum ResponseRules {
             }
         } else if asked.offset > 0 {
             // A full body: the server ignored Range, or If-Range found a changed file.
-            restartReason = changedFileWords(head, asked: asked) ?? "the server ignored Range and sent the whole file"
+            restartReason = fullAnswerWords(head, asked: asked) ?? "the server ignored Range and sent the whole file"
         }
         let start = restartReason == nil ? asked.offset : 0
         var total = asked.knownTotal
@@ -222,10 +224,24 @@ public enum ResponseRules {
         return .redirect(to: target, status: head.status)
     }
 
-    /// Why a full answer came to a ranged request, if its validator says the file changed.
-    private static func changedFileWords(_ head: ResponseHead, asked: ExchangeAsk) -> String? {
-        guard let validator = head.etag ?? head.lastModified, let held = asked.heldValidator, validator != held else { return nil }
-        return RecoveryPlan.changedFileWords(from: held, to: validator)
+    /// Why a full answer came to a ranged request: the file changed (its validators say so), or
+    /// it did not and the server would not resume against the validator sent. Nil when its
+    /// validators tell neither.
+    private static func fullAnswerWords(_ head: ResponseHead, asked: ExchangeAsk) -> String? {
+        let sameFile: Bool
+        if let held = asked.heldETag, let now = head.etag {
+            // The weak comparison (RFC 9110 §8.8.3.2): Apache's `W/"x"` for a file changed within
+            // the second becomes `"x"` a second later, and it is the same file.
+            guard ETags.opaque(held) == ETags.opaque(now) else { return RecoveryPlan.changedFileWords(from: held, to: now) }
+            sameFile = true
+        } else if let held = asked.heldLastModified, let now = head.lastModified {
+            guard held == now else { return RecoveryPlan.changedFileWords(from: held, to: now) }
+            sameFile = true
+        } else {
+            sameFile = false
+        }
+        guard sameFile, let sent = asked.ifRange, !ETags.isStrong(sent) else { return nil }
+        return RecoveryPlan.weakGuardWords(sent: sent, heldETag: asked.heldETag)
     }
 }
 
