@@ -468,6 +468,39 @@ struct RPCCoreTests {
         #expect(preflight.contains { $0 == ("Access-Control-Allow-Methods", "POST, GET, OPTIONS") })
     }
 
+    /// Calls without the secret wait their turn: past the burst each is
+    /// answered when the bucket has refilled for it, however many come at once.
+    @Test func callsWithoutTheSecretWaitTheirTurn() {
+        var bucket = RPCRateLimit(rate: 10, burst: 100)
+        #expect(bucket.delay(100, nowMs: 0) == 0)
+        #expect((0..<5).map { _ in bucket.delay(nowMs: 0) } == [100, 200, 300, 400, 500])
+        // A second later ten more have come back: the debt of five is paid, five to spare.
+        #expect(bucket.delay(5, nowMs: 1000) == 0)
+        #expect(bucket.delay(nowMs: 1000) == 100)
+    }
+
+    /// The rates count calls by whether they carry the secret; a multicall by the calls in it.
+    @Test func aRequestsCallsAreCountedByTheirToken() {
+        let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "sid", version: "v")
+        func counted(_ body: String) -> RPCAdmission { methods.admission(of: RPCRequest.parse(Array(body.utf8))) }
+        #expect(counted(#"{"id":1,"method":"aria2.tellActive","params":["token:s"]}"#) == RPCAdmission(trusted: 1))
+        #expect(counted(#"{"id":1,"method":"aria2.tellActive","params":["token:x"]}"#) == RPCAdmission(untrusted: 1))
+        #expect(counted(#"{"id":1,"method":"system.listMethods"}"#) == RPCAdmission(untrusted: 1))
+        #expect(counted("{bad") == RPCAdmission(untrusted: 1))
+        #expect(counted(#"[{"id":1,"method":"aria2.tellActive","params":["token:s"]},{"id":2,"method":"aria2.nope","params":["token:s"]}]"#)
+                == RPCAdmission(trusted: 1, untrusted: 1))
+        #expect(counted(#"{"id":1,"method":"system.multicall","params":[[{"methodName":"aria2.tellActive","params":["token:s"]},"#
+                        + #"{"methodName":"aria2.tellActive","params":["token:x"]},{"methodName":"aria2.getVersion","params":["token:s"]}]]}"#)
+                == RPCAdmission(trusted: 2, untrusted: 1))
+        // A multicall none of whose calls carries the secret is answered without the agent's loop.
+        let guesses = RPCCall(id: 1, method: "system.multicall", params: [[["methodName": "aria2.tellActive", "params": ["token:x"]],
+                                                                            ["methodName": "system.listNotifications"]]])
+        guard case .success(.array(let results))? = methods.statelessAnswer(guesses) else { Issue.record("the loop was asked"); return }
+        #expect(results.first == RPCError.unauthorized.json && results.count == 2)
+        #expect(methods.statelessAnswer(RPCCall(id: 1, method: "system.multicall",
+                                                params: [[["methodName": "aria2.tellActive", "params": ["token:s"]]]])) == nil)
+    }
+
     @Test func theRateIsABucket() {
         var bucket = RPCRateLimit(rate: 10, burst: 20)
         var taken: [Bool] = []

@@ -15,6 +15,8 @@ the venv's python; prints one JSON document on stdout.
   connections HOST PORT COUNT    COUNT connections held at once: how many the server kept
   pingflood HOST PORT COUNT      COUNT WebSocket pings from a client that never reads
   slowloris HOST PORT COUNT      COUNT requests sent a header line a second: how many the server closed
+  badtokens URL SECRET           calls with the secret while a page floods wrong tokens: how they were answered
+  wsslots URL SECRET             64 WebSockets a page opens without the secret: whether others still get in
 """
 import base64
 import http.client
@@ -398,12 +400,11 @@ def flood(url, secret, calls):
     calls = int(calls)
     sockets = [websocket.create_connection(url.replace("http://", "ws://"), timeout=30) for _ in range(4)]
     message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.getGlobalStat", "params": [f"token:{secret}"]})
-    started = time.time()
-    for index in range(calls):
-        sockets[index % 4].send(message)
-    sent_in = time.time() - started
     answers = {"ok": 0, "refused": 0, "other": 0}
-    for position, sock in enumerate(sockets):
+    lock = threading.Lock()
+
+    def read(position, sock):
+        # Read as they come, as a client does: the server reads no more from one that does not.
         expected = calls // 4 + (1 if position < calls % 4 else 0)
         while expected > 0:
             answer = json.loads(sock.recv())
@@ -411,13 +412,23 @@ def flood(url, secret, calls):
                 # A notification of the download running meanwhile: no answer.
                 continue
             expected -= 1
-            if "result" in answer:
-                answers["ok"] += 1
-            elif any(words in answer.get("error", {}).get("message", "") for words in ("Too many requests", "The agent is busy")):
-                answers["refused"] += 1
-            else:
-                answers["other"] += 1
-                answers.setdefault("first other", answer)
+            with lock:
+                if "result" in answer:
+                    answers["ok"] += 1
+                elif any(words in answer.get("error", {}).get("message", "") for words in ("Too many requests", "The agent is busy")):
+                    answers["refused"] += 1
+                else:
+                    answers["other"] += 1
+                    answers.setdefault("first other", answer)
+    readers = [threading.Thread(target=read, args=(position, sock)) for position, sock in enumerate(sockets)]
+    for reader in readers:
+        reader.start()
+    started = time.time()
+    for index in range(calls):
+        sockets[index % 4].send(message)
+    sent_in = time.time() - started
+    for reader in readers:
+        reader.join()
     for sock in sockets:
         sock.close()
     return {"sent in seconds": sent_in, **answers}
@@ -573,6 +584,91 @@ def slowloris(host, port, count):
     for sock in held:
         sock.close()
     return {"opened": len(held), "closed by server": len(closed)}
+
+
+def is_open(sock):
+    """Whether the server has not closed `sock` (nothing is read that a test needs)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def badtokens(url, secret):
+    """A page floods wrong tokens (a batch of 120 at once, then six HTTP senders and a WebSocket) while a
+    client with the secret makes 20 calls: how each of those 20 was answered."""
+    stop = threading.Event()
+    flooded = {"calls": 0}
+    page = {"Content-Type": "text/plain", "Origin": "https://evil.example"}
+    guess = {"jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion", "params": ["token:guess"]}
+    post(url, json.dumps([guess] * 120).encode(), headers=page)
+
+    def over_http():
+        while not stop.is_set():
+            try:
+                post(url, json.dumps(guess).encode(), headers=page)
+            except Exception:
+                pass
+            flooded["calls"] += 1
+
+    def over_websocket():
+        sock = websocket.create_connection(url.replace("http://", "ws://"), timeout=60, origin="https://evil.example")
+        while not stop.is_set():
+            sock.send(json.dumps(guess))
+            sock.recv()
+            flooded["calls"] += 1
+        sock.close()
+    senders = [threading.Thread(target=over_http) for _ in range(6)] + [threading.Thread(target=over_websocket)]
+    for sender in senders:
+        sender.start()
+    out = {"answered": 0, "refused": []}
+    for index in range(20):
+        status, answer = post(url, {"jsonrpc": "2.0", "id": index, "method": "aria2.getVersion", "params": [f"token:{secret}"]})
+        if isinstance(answer, dict) and "result" in answer:
+            out["answered"] += 1
+        else:
+            out["refused"].append(answer)
+    stop.set()
+    for sender in senders:
+        sender.join()
+    out["flood calls"] = flooded["calls"]
+    return out
+
+
+def wsslots(url, secret):
+    """A client with the secret on a WebSocket, then 64 WebSockets a page opens without it and holds: how many
+    the server kept, whether a call with the secret over HTTP is answered, and whether the first client stays."""
+    ws_url = url.replace("http://", "ws://")
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion", "params": [f"token:{secret}"]})
+    trusted = websocket.create_connection(ws_url, timeout=10)
+    trusted.send(call)
+    trusted.recv()
+    pages = []
+    for _ in range(64):
+        try:
+            pages.append(websocket.create_connection(ws_url, timeout=5, origin="https://evil.example"))
+        except Exception:
+            break
+    out = {"opened": len(pages)}
+    for _ in range(10):
+        try:
+            out["http status"] = post(url, json.loads(call))[0]
+            break
+        except Exception as error:
+            out["http status"] = repr(error)
+            time.sleep(0.2)
+    out["kept"] = sum(1 for page in pages if is_open(page.sock))
+    try:
+        trusted.send(call)
+        out["trusted answered"] = "result" in json.loads(trusted.recv())
+    except Exception as error:
+        out["trusted answered"] = repr(error)
+    for sock in pages + [trusted]:
+        sock.close()
+    return out
 
 
 def calls(url, secret, listed):
@@ -744,5 +840,5 @@ if __name__ == "__main__":
     handlers = {"script": script, "compare": compare, "aria2p": with_aria2p, "listen": listen,
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
                 "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood,
-                "slowloris": slowloris}
+                "slowloris": slowloris, "badtokens": badtokens, "wsslots": wsslots}
     print(json.dumps(handlers[command](*arguments), indent=1))

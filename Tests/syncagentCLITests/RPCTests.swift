@@ -180,6 +180,29 @@ struct RPCTests {
         #expect(try rpc.result("aria2.tellActive") as? [Any] != nil)
     }
 
+    /// A page floods wrong tokens, over HTTP and a WebSocket: its guesses
+    /// wait their turn, and every call with the secret meanwhile is answered.
+    @Test func wrongTokensNeverCostTheSecretsHolderACall() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let seen = try RPCClient.run(["badtokens", rpc.url, rpc.secret], in: rpc.harness.directory) as? [String: Any] ?? [:]
+        #expect(seen["answered"] as? Int == 20, "\(seen)")
+        #expect(rpc.process?.stderr.contains("RPC call refused") == true)
+    }
+
+    /// A page opens 64 WebSockets without the secret and holds them: it
+    /// keeps at most 16 of them, a client with the secret is answered, and
+    /// one that made a call with it stays connected.
+    @Test func socketsWithoutTheSecretDoNotFillTheConnections() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let seen = try RPCClient.run(["wsslots", rpc.url, rpc.secret], in: rpc.harness.directory) as? [String: Any] ?? [:]
+        #expect(seen["opened"] as? Int == 64, "\(seen)")
+        #expect(seen["kept"] as? Int == 16, "\(seen)")
+        #expect(seen["http status"] as? Int == 200, "\(seen)")
+        #expect(seen["trusted answered"] as? Bool == true, "\(seen)")
+    }
+
     /// DNS rebinding: a page whose name now points at 127.0.0.1 sends its
     /// name as `Host`. Refused over HTTP and as a WebSocket upgrade.
     @Test func aRebindingHostIsRefused() throws {

@@ -14,6 +14,8 @@ public struct RPCError: Error, Equatable, Sendable {
     public static let invalidRequest = RPCError(code: -32600, "Invalid Request.")
     public static let invalidParams = RPCError(code: -32602, "Invalid params.")
     public static let unauthorized = RPCError("Unauthorized")
+    /// Never sent: a call that must wait for the agent's loop, said while answering without it.
+    static let needsState = RPCError(code: 0, "")
 
     public static func noSuchMethod(_ name: String) -> RPCError { RPCError("No such method: \(name)") }
     public static func gidNotFound(_ gid: String) -> RPCError { RPCError("GID \(gid) is not found") }

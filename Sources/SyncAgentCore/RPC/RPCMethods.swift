@@ -118,8 +118,56 @@ public struct RPCMethods: Sendable {
         return .success((method, params))
     }
 
-    /// The answer to a call that needs nothing of the agent's state, or nil when it does.
+    /// How the RPC's rates count a request's calls: a multicall's by the calls in it.
+    public func admission(of request: RPCRequest) -> RPCAdmission {
+        var counted = RPCAdmission()
+        func count(_ call: RPCCall) {
+            if RPCMethod(rawValue: call.method)?.needsToken == true, case .success = authorize(call) {
+                counted.trusted += 1
+            } else {
+                counted.untrusted += 1
+            }
+        }
+        for element in request.calls {
+            guard case .success(let call) = element else {
+                counted.untrusted += 1
+                continue
+            }
+            guard call.method == RPCMethod.multicall.rawValue else {
+                count(call)
+                continue
+            }
+            let entries = call.params.first?.array ?? []
+            if entries.isEmpty { counted.untrusted += 1 }
+            for entry in entries {
+                count(RPCCall(id: .null, method: entry["methodName"]?.string ?? "", params: entry["params"]?.array ?? []))
+            }
+        }
+        return counted
+    }
+
+    /// The answer to a call that needs nothing of the agent's state, or nil
+    /// when it does. A multicall needs it when one of its calls does: one
+    /// whose calls all lack the token is answered without the agent's loop.
     public func statelessAnswer(_ call: RPCCall) -> Result<JSONValue, RPCError>? {
+        if call.method == RPCMethod.multicall.rawValue {
+            switch multicall(call.params) {
+            case .multicall(let entries):
+                var results: [JSONValue] = []
+                for entry in entries {
+                    switch entry.flatMap({ statelessAnswer($0) ?? .failure(.needsState) }) {
+                    case .success(let value): results.append(.array([value]))
+                    case .failure(let error) where error == .needsState: return nil
+                    case .failure(let error): results.append(error.json)
+                    }
+                }
+                return .success(.array(results))
+            case .answer(let outcome):
+                return outcome
+            default:
+                return nil
+            }
+        }
         switch authorize(call) {
         case .failure(let error): return .failure(error)
         case .success((nil, _)): return .failure(.noSuchMethod(call.method))
