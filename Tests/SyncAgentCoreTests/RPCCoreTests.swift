@@ -316,7 +316,7 @@ struct RPCCoreTests {
         var context = RPCMethods.Context(state: log.state, view: RPCView(state: log.state),
                                          settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig()),
                                          parser: JobParser(downloadDir: "/downloads"))
-        context.listBudget = 50
+        context.statusBudget = 50
         func listed(_ offset: Int64, _ count: Int64) -> Int? {
             guard case .answer(.success(.array(let items))) = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped",
                                                                                            params: ["token:s", .int(offset), .int(count), ["gid"]]),
@@ -327,6 +327,17 @@ struct RPCCoreTests {
         #expect(listed(-1, 10) == 10)
         #expect(listed(0, 30) == nil)
         #expect(listed(0, 10) == 10)
+        // A download costs the fields asked of it: all of them (none named) cost fifteen.
+        context.statusBudget = 400
+        let everything = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped", params: ["token:s", 0, 30]), in: &context)
+        #expect(everything == .fail(RPCError("This request asks for more than \(RPCMethods.statusBudget) status fields in all "
+                                             + "(downloads × keys); ask for fewer downloads or fewer keys at a time.")))
+        #expect(listed(0, 30) == 30)
+        guard case .object(let members) = RPCTaskStatus.object(log.state["t0"]!, in: log.state,
+                                                                settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig())) else {
+            Issue.record("no status"); return
+        }
+        #expect(Set(members.keys) == RPCTaskStatus.keys)
     }
 
     // MARK: - Methods

@@ -11,6 +11,7 @@ the venv's python; prints one JSON document on stdout.
   flood   URL SECRET CALLS       CALLS calls over WebSockets as fast as they go (the rate bound)
   frames  HOST PORT              malformed WebSocket frames, each on a connection of its own
   calls   URL SECRET JSON        each [method, param…] of JSON, with the token
+  request URL JSON               one request body as it is: its HTTP status and answer
   unauthorized|rebinding|huge|malformed  HOST PORT SECRET    an attack each: how it was answered
   connections HOST PORT COUNT    COUNT connections held at once: how many the server kept
   pingflood HOST PORT COUNT      COUNT WebSocket pings from a client that never reads
@@ -685,6 +686,12 @@ def calls(url, secret, listed):
     return answers
 
 
+def request(url, body):
+    """One request body, sent as it is: the HTTP status and the answer."""
+    status, answer = post(url, body.encode())
+    return {"status": status, "answer": answer}
+
+
 def raw_http(host, port, request, read_for=5.0):
     """Sends `request` (bytes) on a connection of its own: the status line and body the server answered, and whether it closed."""
     sock = socket.create_connection((host, int(port)), timeout=read_for)
@@ -840,5 +847,6 @@ if __name__ == "__main__":
     handlers = {"script": script, "compare": compare, "aria2p": with_aria2p, "listen": listen,
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
                 "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood,
-                "slowloris": slowloris, "badtokens": badtokens, "wsslots": wsslots}
+                "slowloris": slowloris, "badtokens": badtokens, "wsslots": wsslots,
+                "request": request}
     print(json.dumps(handlers[command](*arguments), indent=1))

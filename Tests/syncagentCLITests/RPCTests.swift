@@ -265,6 +265,30 @@ struct RPCTests {
         #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
     }
 
+    /// One multicall of 960 full `tellWaiting(0, 1000)` over 20 waiting
+    /// downloads (within the burst of calls a second) would keep the
+    /// agent's loop describing 19,200 downloads:
+    /// a request asks for at most 30,000 status fields (downloads × keys),
+    /// and the calls past that are refused, each saying why.
+    @Test func aHugeMulticallIsCutAtItsBudget() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let token = "token:\(rpc.secret)"
+        func multicall(_ calls: [[String: Any]]) throws -> [String: Any] {
+            let body = try JSONSerialization.data(withJSONObject: ["jsonrpc": "2.0", "id": 1, "method": "system.multicall", "params": [calls]])
+            let sent = try RPCClient.run(["request", rpc.url, String(decoding: body, as: UTF8.self)], in: rpc.harness.directory)
+            return (sent as? [String: Any])?["answer"] as? [String: Any] ?? [:]
+        }
+        _ = try multicall((0..<20).map { ["methodName": "aria2.addUri", "params": [token, ["http://127.0.0.1:9/f\($0).bin"], ["pause": "true"]]] })
+        let answer = try multicall(Array(repeating: ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000]], count: 960))
+        let answers = answer["result"] as? [Any] ?? []
+        #expect(answers.count == 960, "\(answer["error"] ?? "")")
+        let listed = answers.compactMap { ($0 as? [Any])?.first as? [Any] }
+        let refused = answers.compactMap { ($0 as? [String: Any])?["message"] as? String }
+        #expect(listed.count == 100 && listed.allSatisfy { $0.count == 20 }, "\(listed.count) lists, sized \(Set(listed.map(\.count)))")
+        #expect(refused.count == 860 && refused.allSatisfy { $0.contains("status fields") }, "\(refused.first ?? "")")
+    }
+
     /// Bodies no client sends: each answered as aria2 answers a bad request,
     /// nothing recorded, the agent unharmed.
     @Test func malformedRequestsAreAnsweredAndChangeNothing() throws {

@@ -91,9 +91,12 @@ public struct RPCMethods: Sendable {
         public var view: RPCView
         public var settings: RPCSettings
         public var parser: JobParser
-        /// Downloads a request may still have described: a batch of list calls
-        /// over a long log must not keep the loop (or the memory) for seconds.
-        public var listBudget = RPCMethods.listBudget
+        /// Status fields (downloads described × the keys asked of each) the
+        /// request may still ask for: a batch or multicall of list calls over
+        /// a long log must not keep the loop (or the memory) for seconds.
+        public var statusBudget = RPCMethods.statusBudget
+        /// `tellWaiting`'s order, made once a request for the state it was made from.
+        var waitingOrder: (seq: Int64, ids: [String])?
 
         public init(state: AgentState, view: RPCView, settings: RPCSettings, parser: JobParser) {
             self.state = state; self.view = view; self.settings = settings; self.parser = parser
@@ -239,7 +242,9 @@ public struct RPCMethods: Sendable {
         case .addUri: return try add(params, in: context)
         case .tellStatus:
             let task = try params.task(0, in: context)
-            return .ok(RPCTaskStatus.object(task, in: context.state, settings: context.settings, keys: try params.keys(1)))
+            let keys = try params.keys(1)
+            try context.spend(1, keys: keys)
+            return .ok(RPCTaskStatus.object(task, in: context.state, settings: context.settings, keys: keys))
         case .getUris: return .ok(RPCTaskStatus.uris(of: try params.task(0, in: context)))
         case .getFiles: return .ok(RPCTaskStatus.files(of: try params.task(0, in: context), in: context.state))
         case .getServers:
@@ -250,13 +255,13 @@ public struct RPCMethods: Sendable {
         case .tellActive:
             let keys = try params.keys(0)
             let tasks = context.view.active.compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
-            try context.spend(tasks.count)
+            try context.spend(tasks.count, keys: keys)
             return .ok(.array(tasks.map { RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys) }))
         case .tellWaiting, .tellStopped:
             let offset = try params.integer(0), count = min(try params.integer(1), Self.pageLimit), keys = try params.keys(2)
-            let page = method == .tellWaiting ? Self.page(waitingOrder(in: context), offset: offset, count: count)
+            let page = method == .tellWaiting ? Self.page(waitingOrder(in: &context), offset: offset, count: count)
                 : Self.page(context.view.stopped(), offset: offset, count: count)
-            try context.spend(page.count)
+            try context.spend(page.count, keys: keys)
             return .ok(.array(page.compactMap { context.state[$0] }.map {
                 RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys)
             }))
@@ -329,7 +334,10 @@ public struct RPCMethods: Sendable {
     }
 
     /// aria2's waiting list: queued tasks in the order they will start, then paused ones in the order they were added.
-    private func waitingOrder(in context: Context) -> [String] {
+    /// Made once a request (a multicall of a thousand `tellWaiting`s walked the queue a thousand times),
+    /// again only when a call before changed the state.
+    private func waitingOrder(in context: inout Context) -> [String] {
+        if let made = context.waitingOrder, made.seq == context.state.lastSeq { return made.ids }
         let waiting = context.view.waiting
         var ordered: [String] = []
         ordered.reserveCapacity(waiting.count)
@@ -339,13 +347,17 @@ public struct RPCMethods: Sendable {
         }
         let queued = Set(ordered)
         let paused = waiting.subtracting(queued).compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
-        return ordered + paused.map(\.id)
+        let ids = ordered + paused.map(\.id)
+        context.waitingOrder = (context.state.lastSeq, ids)
+        return ids
     }
 
-    /// The most downloads one `tellWaiting` or `tellStopped` lists (AriaNg asks for 1,000), and
-    /// one request in all (a batch, a multicall).
+    /// The most downloads one `tellWaiting` or `tellStopped` lists (AriaNg asks for 1,000).
     public static let pageLimit: Int64 = 1000
-    public static let listBudget = 20_000
+    /// The status fields one request (a batch, a multicall) may ask for in all: AriaNg's poll
+    /// (its active, 1,000 waiting and 1,000 stopped downloads, nine of its keys known here)
+    /// is 18,000; a thousand full lists of 20 downloads would be 300,000.
+    public static let statusBudget = 30_000
 
     /// aria2's paging: from `offset` onwards, or, for a negative offset,
     /// from that far before the end backwards (in reverse order).
@@ -377,12 +389,14 @@ public struct RPCMethods: Sendable {
 }
 
 extension RPCMethods.Context {
-    /// Counts `count` downloads described against the request's budget.
-    mutating func spend(_ count: Int) throws {
-        guard count <= listBudget else {
-            throw RPCError("This request asks for more than \(RPCMethods.listBudget) downloads in all; ask for fewer at a time.")
+    /// Counts `count` downloads described with `keys` (none: all) against the request's budget.
+    mutating func spend(_ count: Int, keys: [String]) throws {
+        let cost = count * RPCTaskStatus.fieldCount(keys: keys)
+        guard cost <= statusBudget else {
+            throw RPCError("This request asks for more than \(RPCMethods.statusBudget) status fields in all (downloads × keys); "
+                           + "ask for fewer downloads or fewer keys at a time.")
         }
-        listBudget -= count
+        statusBudget -= cost
     }
 }
 
