@@ -810,6 +810,13 @@ def malformed(host, port, secret):
                                                   "params": [f"token:{secret}", ["http://127.0.0.1:9/x"], {"dir": "/etc", "out": "passwd"}]}).encode(),
         "addUri header with a line break": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.addUri",
                                                        "params": [f"token:{secret}", ["http://127.0.0.1:9/x"], {"header": "X-A: 1\r\nX-B: 2"}]}).encode(),
+        # A job file is at most 64 KiB: so is what an addUri brings.
+        "addUri with 100,000 headers": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.addUri",
+                                                   "params": [f"token:{secret}", ["http://127.0.0.1:9/x"],
+                                                              {"header": [f"X-{i}: {i}" for i in range(100000)]}]}).encode(),
+        "addUri with a 1.5 MB header": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.addUri",
+                                                   "params": [f"token:{secret}", ["http://127.0.0.1:9/x"],
+                                                              {"header": "X-Big: " + "a" * 1_500_000}]}).encode(),
     }
     out = {}
     for name, body in bodies.items():

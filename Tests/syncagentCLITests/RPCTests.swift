@@ -302,8 +302,13 @@ struct RPCTests {
         }
         #expect(code("a string") == -32600)
         #expect(code("params an object") == -32602)
-        for name in ["gid an object", "10,000 calls in one batch", "addUri of a file URL", "addUri out of download_dir", "addUri header with a line break"] {
+        for name in ["gid an object", "10,000 calls in one batch", "addUri of a file URL", "addUri out of download_dir", "addUri header with a line break",
+                     "addUri with 100,000 headers", "addUri with a 1.5 MB header"] {
             #expect(code(name) == 1, "\(name): \(answers[name] ?? "")")
+        }
+        for name in ["addUri with 100,000 headers", "addUri with a 1.5 MB header"] {
+            let said = (((answers[name] as? [String: Any])?["error"] as? [String: Any])?["message"] as? String) ?? ""
+            #expect(said.contains("over the 64 KiB a job may have"), "\(name): \(said)")
         }
         #expect((answers["offset huge"] as? [String: Any])?["status"] as? Int == 200)
         #expect(try rpc.harness.events().allSatisfy { $0.type != "created" })

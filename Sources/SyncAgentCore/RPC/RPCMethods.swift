@@ -310,6 +310,11 @@ public struct RPCMethods: Sendable {
 
     private func add(_ params: Parameters, in context: Context) throws -> RPCAction {
         guard params.values.count > 0 else { throw RPCError.missing(0) }
+        // A job file's limit: 100,000 headers took seconds of the loop and stayed in the log and every `status`.
+        let size = JSONValue.array(params.values).serialized.count
+        guard size <= JobParser.maximumSize else {
+            throw RPCError("The URIs and options of this addUri come to \(size) bytes, over the 64 KiB a job may have.")
+        }
         guard let uris = params.values[0].array else { throw RPCError.wrongType(0) }
         let options = params.values.count > 1 ? try params.object(1) : [:]
         if params.values.count > 2 { _ = try params.integer(2) }
