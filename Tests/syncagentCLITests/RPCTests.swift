@@ -155,6 +155,42 @@ struct RPCTests {
         #expect(try rpc.harness.events().filter { $0.type == "created" }.count == 1)
     }
 
+    /// A client with the secret may send a file as a data or upload job's
+    /// body only from beneath download_dir: never the agent's own files
+    /// (the log holds every download's headers), nor the kernel's, nor the
+    /// user's others; a link is judged by where it leads, and so is the file
+    /// an attempt opens, whatever was swapped in since the job was taken.
+    @Test func aBodyFileComesFromBeneathDownloadDirOnly() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let log = rpc.harness.stateDir + "/events.sqlite"
+        let link = rpc.harness.downloads + "/link.bin"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: log)
+        let elsewhere = rpc.harness.directory.file("mine.json")
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: elsewhere))
+        func add(_ body: String, paused: Bool = false) throws -> [String: Any] {
+            let options: [String: Any] = ["syncagent": ["kind": "data", "method": "POST", "body_file": body, "retries": 0], "pause": paused ? "true" : "false"]
+            return try rpc.call([["aria2.addUri", ["http://127.0.0.1:9/in"], options]]).first ?? [:]
+        }
+        func refusal(_ answer: [String: Any]) -> String { (answer["error"] as? [String: Any])?["message"] as? String ?? "" }
+        #expect(refusal(try add(log)).contains("names \(log), inside the agent's own folder"))
+        #expect(refusal(try add("/proc/self/environ")).contains("names /proc/self/environ, inside /proc, the kernel's"))
+        #expect(refusal(try add(elsewhere)).contains("names \(elsewhere), outside download_dir"))
+        #expect(refusal(try add(link)).contains("names \(link) (which leads to \(log)), inside the agent's own folder"))
+
+        let body = rpc.harness.downloads + "/body.json"
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: body))
+        let gid = try add(body, paused: true)["result"] as? String ?? ""
+        #expect(gid.count == 16)
+        try FileManager.default.removeItem(atPath: body)
+        try FileManager.default.createSymbolicLink(atPath: body, withDestinationPath: log)
+        #expect(try rpc.result("aria2.unpause", gid) as? String == gid)
+        #expect(rpc.wait(for: gid, ["error"]))
+        let status = try rpc.result("aria2.tellStatus", gid, ["errorMessage"]) as? [String: String] ?? [:]
+        #expect(status["errorMessage"]?.contains("body_file names \(body) (now \(log)), inside the agent's own folder") == true, "\(status)")
+        #expect(try rpc.harness.events().filter { $0.type == "created" }.count == 1)
+    }
+
     // MARK: - Attacks
 
     /// A page with no token or a wrong one adds nothing; the refusal is

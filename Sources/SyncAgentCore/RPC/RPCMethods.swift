@@ -330,7 +330,7 @@ public struct RPCMethods: Sendable {
         }
         let job: Job
         do {
-            job = try context.parser.parse(table: addition.table, source: JobSource(file: "rpc", identity: "rpc:\(RPCGID.of(taskID: id))"))
+            job = try context.parser.parse(table: addition.table, source: JobSource(file: "rpc", identity: JobSource.rpcIdentityPrefix + RPCGID.of(taskID: id)))
         } catch let error as KeyError {
             throw RPCError(RPCJobOptions.describe(error, origins: addition.origins))
         }
