@@ -67,6 +67,24 @@ struct RPCCoreTests {
         #expect(answer("[]") == (200, "[]"))
     }
 
+    /// A call that names a key twice is refused, as aria2 refuses it: a
+    /// filter in front may have read the other one. Only the call itself
+    /// counts; deeper objects keep their last value.
+    @Test func aCallThatNamesAKeyTwiceIsInvalid() {
+        let twice = #"{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","method":"aria2.shutdown"}"#
+        #expect(RPCRequest.parse(Array(twice.utf8)) == .single(.failure(RPCFailedCall(id: 1, error: .invalidRequest))))
+        let batch = "[\(twice),{\"id\":2,\"method\":\"m\",\"params\":[{\"a\":1,\"a\":2}]}]"
+        #expect(RPCRequest.parse(Array(batch.utf8)) == .batch([.failure(RPCFailedCall(id: 1, error: .invalidRequest)),
+                                                                .success(RPCCall(id: 2, method: "m", params: [["a": 2]]))]))
+    }
+
+    /// A number of bytes is digits (and a point), then K, M or G: not hex, an exponent or infinity.
+    @Test(arguments: [("2M", Int64(2 << 20)), ("1.5K", 1536), ("512", 512), (" 4KiB ", 4096), ("0x10", nil), ("1e3", nil),
+                      ("inf", nil), ("nan", nil), ("-5", nil), (".", nil), ("1.2.3", nil), ("", nil), ("K", nil)])
+    func aByteCountIsDigits(_ text: String, _ bytes: Int64?) {
+        #expect(ByteCount.parse(text) == bytes, "\(text)")
+    }
+
     @Test func aBatchHasABound() {
         let batch = "[" + Array(repeating: #"{"id":1,"method":"m"}"#, count: RPCRequest.maximumCalls + 1).joined(separator: ",") + "]"
         guard case .single(.failure(let failed)) = RPCRequest.parse(Array(batch.utf8)) else { Issue.record("a batch over the bound was read"); return }

@@ -5,6 +5,7 @@ clients nobody here wrote (aria2p's library and CLI), and attacks. Run by
 the venv's python; prints one JSON document on stdout.
 
   script  URL SECRET FILES DIR   the oracle's script of calls (JSON: every answer and notification)
+  edges   URL SECRET             the oracle's calls at the edges: what aria2 refuses and how (compared like script's)
   compare A.json B.json          the shapes of two scripts' answers, field by field (one difference a line)
   aria2p  PORT SECRET URL OUT    aria2p's library and CLI against one server
   listen  URL GID                WebSocket notifications of one download, until its end
@@ -200,6 +201,30 @@ def script(url, secret, files, folder):
     listener.close()
     notifications = [{"method": n["method"], "download": names.get(n["params"][0]["gid"], "?")} for n in listener.received]
     return {"steps": server.steps, "notifications": notifications, "gids": gids}
+
+
+def edges(url, secret):
+    """Calls at the edges of what aria2 reads, against two paused downloads whose GIDs share a prefix."""
+    server = Server(url, secret)
+    gids = {"a": "7000000000000001", "b": "7000000000000002"}
+    for name, gid in gids.items():
+        server.call("aria2.addUri", [f"http://127.0.0.1:9/{name}.bin"], {"gid": gid, "pause": "true"}, name=f"addUri {name}")
+    server.call("aria2.tellStatus", "7000", name="tellStatus ambiguous prefix")
+    server.call("aria2.remove", "7000", name="remove ambiguous prefix")
+    server.call("aria2.tellStatus", "7000000000000001", ["gid", 1], name="tellStatus keys not all strings")
+    server.call("aria2.tellStopped", 0, -1, name="tellStopped num -1")
+    server.call("aria2.tellWaiting", 0, -1, name="tellWaiting num -1")
+    server.call("aria2.tellWaiting", 0, 10, [1, "gid", None], name="tellWaiting keys not all strings")
+    server.call("aria2.tellActive", [1, "gid"], name="tellActive keys not all strings")
+    server.raw("a method named twice", '{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","method":"aria2.shutdown","params":["token:%s"]}' % secret)
+    server.raw("a method named twice in a batch", '[{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","method":"aria2.shutdown",'
+               '"params":["token:%s"]},{"jsonrpc":"2.0","id":2,"method":"aria2.getGlobalStat","params":["token:%s"]}]' % (secret, secret))
+    server.call("system.multicall", [5, "x", {"methodName": "aria2.getGlobalStat", "params": [f"token:{secret}"]}, {"params": []}],
+                token=False, name="multicall of what is not a struct")
+    server.call("aria2.addUri", ["http://127.0.0.1:9/c.bin"], {"pause": "yes"}, name="addUri pause yes")
+    server.call("aria2.addUri", ["http://127.0.0.1:9/d.bin"], {"gid": "0000000000000000"}, name="addUri gid zero")
+    server.call("aria2.tellWaiting", 0, 10, ["gid"], name="tellWaiting after")
+    return {"steps": server.steps, "notifications": [], "gids": gids}
 
 
 # Values compared as well as shapes: what a download's state is, whatever the timing.
@@ -855,5 +880,5 @@ if __name__ == "__main__":
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
                 "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood,
                 "slowloris": slowloris, "badtokens": badtokens, "wsslots": wsslots,
-                "request": request}
+                "request": request, "edges": edges}
     print(json.dumps(handlers[command](*arguments), indent=1))

@@ -231,6 +231,7 @@ public struct RPCMethods: Sendable {
             return .fail(RPCError("A multicall may hold at most \(RPCRequest.maximumCalls) calls."))
         }
         return .multicall(calls.map { entry in
+            guard entry.object != nil else { return .failure(RPCError("system.multicall expected struct.")) }
             guard let name = entry["methodName"]?.string else { return .failure(RPCError("Missing methodName.")) }
             guard name != RPCMethod.multicall.rawValue else { return .failure(RPCError("Recursive system.multicall forbidden.")) }
             return .success(RPCCall(id: .null, method: name, params: entry["params"]?.array ?? []))
@@ -258,7 +259,7 @@ public struct RPCMethods: Sendable {
             try context.spend(tasks.count, keys: keys)
             return .ok(.array(tasks.map { RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys) }))
         case .tellWaiting, .tellStopped:
-            let offset = try params.integer(0), count = min(try params.integer(1), Self.pageLimit), keys = try params.keys(2)
+            let offset = try params.integer(0), count = min(try params.count(1), Self.pageLimit), keys = try params.keys(2)
             let page = method == .tellWaiting ? Self.page(waitingOrder(in: &context), offset: offset, count: count)
                 : Self.page(context.view.stopped(), offset: offset, count: count)
             try context.spend(page.count, keys: keys)
@@ -418,8 +419,13 @@ struct Parameters {
     func task(_ position: Int, in context: RPCMethods.Context) throws -> TaskState {
         guard let query = try value(position).string else { throw RPCError.wrongType(position) }
         guard RPCGID.normalizedQuery(query) != nil else { throw RPCError("Invalid GID \(query)") }
-        guard let id = context.view.task(named: query), let task = context.state[id] else { throw RPCError.gidNotFound(query) }
-        return task
+        switch context.view.lookup(query) {
+        case .found(let id):
+            guard let task = context.state[id] else { throw RPCError.gidNotFound(query) }
+            return task
+        case .notFound: throw RPCError.gidNotFound(query)
+        case .notUnique: throw RPCError("GID \(query) is not unique")
+        }
     }
 
     func integer(_ position: Int) throws -> Int64 {
@@ -427,14 +433,21 @@ struct Parameters {
         return number
     }
 
-    /// Optional: the keys of a status to send (none: all of them).
+    /// A count: a whole number from 0 (aria2's words when it is not).
+    func count(_ position: Int) throws -> Int64 {
+        let number = try integer(position)
+        guard number >= 0 else {
+            throw RPCError("The integer parameter at \(position) has invalid value: the value must be greater than or equal to 0.")
+        }
+        return number
+    }
+
+    /// Optional: the keys of a status to send (none: all of them). What is
+    /// not a string names no key and is passed over, as aria2 passes it over.
     func keys(_ position: Int) throws -> [String] {
         guard position < values.count else { return [] }
         guard let items = values[position].array else { throw RPCError.wrongType(position) }
-        return try items.map { item in
-            guard let key = item.string else { throw RPCError.wrongType(position) }
-            return key
-        }
+        return items.compactMap(\.string)
     }
 
     func object(_ position: Int) throws -> [String: JSONValue] {
