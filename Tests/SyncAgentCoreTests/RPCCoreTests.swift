@@ -506,6 +506,9 @@ struct RPCCoreTests {
         // A second later ten more have come back: the debt of five is paid, five to spare.
         #expect(bucket.delay(5, nowMs: 1000) == 0)
         #expect(bucket.delay(nowMs: 1000) == 100)
+        // However many are sent at once, none waits more than a minute.
+        #expect(bucket.delay(100_000, nowMs: 1000) == RPCRateLimit.maximumDelayMs)
+        #expect(bucket.delay(nowMs: 1000) == RPCRateLimit.maximumDelayMs)
     }
 
     /// The rates count calls by whether they carry the secret; a multicall by the calls in it.

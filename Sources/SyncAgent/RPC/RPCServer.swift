@@ -142,8 +142,9 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
             let bytes = body.map { Array($0.readableBytesView) } ?? []
             body = nil
             let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let channel = context.channel
             gate.handle(bytes, peer: context.remoteAddress?.description ?? "?", later: { ms, work in
-                loop.eventLoop.scheduleTask(in: .milliseconds(ms)) { work() }
+                channel.answer(after: ms, work)
             }) { responses, isBatch in
                 loop.eventLoop.execute {
                     // Written out here, on NIO's thread: a long answer costs the agent's loop nothing.
@@ -202,6 +203,16 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
         // An upgrade refused (another path, a rebinding Host) comes on as a plain request, answered above.
         guard !(error is NIOWebSocketUpgradeError) else { return }
         context.close(promise: nil)
+    }
+}
+
+extension Channel {
+    /// Runs `work` (an answer that waits its turn) `ms` from now, unless the
+    /// connection closes first: a client that hangs up and calls again
+    /// leaves nothing behind.
+    func answer(after ms: Int64, _ work: @escaping @Sendable () -> Void) {
+        let task = eventLoop.scheduleTask(in: .milliseconds(ms)) { work() }
+        closeFuture.whenComplete { _ in task.cancel() }
     }
 }
 
@@ -367,7 +378,7 @@ private final class RPCWebSocketHandler: ChannelDuplexHandler {
         let channel = context.channel
         let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         let admission = gate.handle(message.readableBytesView, peer: channel.remoteAddress?.description ?? "?", later: { ms, work in
-            channel.eventLoop.scheduleTask(in: .milliseconds(ms)) { work() }
+            channel.answer(after: ms, work)
         }) { responses, isBatch in
             channel.eventLoop.execute {
                 let (_, answer) = RPCResponse.body(responses, batch: isBatch)

@@ -98,12 +98,19 @@ public struct RPCRateLimit: Equatable, Sendable {
     /// many: how long (ms) until the debt is paid back, which is when the
     /// call that made it may be answered. Calls that wait so come no faster
     /// than `rate`, however many are sent at once.
+    /// The debt stops at `maximumDelayMs`: a client that hangs up and calls
+    /// again (its waiting answer dropped) must not leave every later caller
+    /// waiting for hours; at most one call per connection then gets through
+    /// per `maximumDelayMs`, beyond `rate`.
     public mutating func delay(_ cost: Double = 1, nowMs: Int64) -> Int64 {
         if let lastMs { tokens = min(burst, tokens + Double(max(0, nowMs - lastMs)) * rate / 1000) }
         lastMs = nowMs
-        tokens -= cost
+        tokens = max(tokens - cost, -rate * Double(Self.maximumDelayMs) / 1000)
         return tokens >= 0 ? 0 : Int64((-tokens * 1000 / rate).rounded(.up))
     }
+
+    /// The longest a call waits its turn.
+    public static let maximumDelayMs: Int64 = 60_000
 
     /// Calls with the secret, a second: AriaNg polls about five times a second, a script
     /// adding a list faster; 10,000 calls in a second get "too many requests" past the burst.
