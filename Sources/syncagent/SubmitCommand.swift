@@ -121,7 +121,7 @@ struct SubmitCommand: ParsableCommand {
     @Option(help: "Upload and data jobs: the request method (default GET, or PUT for an upload).")
     var method: String?
 
-    @Option(help: "Upload and data jobs: a file sent as the request body, streamed from disk.")
+    @Option(help: "Upload and data jobs: a file sent as the request body, streamed from disk (never one in the agent's state dir or inbox, nor under /proc, /sys or /dev).")
     var bodyFile: String?
 
     @Option(help: "Upload jobs: send the file as multipart/form-data under this field name.")

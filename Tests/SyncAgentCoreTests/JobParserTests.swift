@@ -357,6 +357,39 @@ struct JobParserTests {
         #expect(spec.dest?.hasSuffix(".mp4") == true)
         #expect((spec.dest! as NSString).lastPathComponent.utf8.count <= 200)
     }
+
+    /// A body file goes to a server: never from the agent's own folders or
+    /// the kernel's, for any job; from beneath download_dir only, for one
+    /// that came over the RPC. The log's jobs are held to the same rules.
+    @Test func aBodyFileIsReadOnlyWhereAJobMayRead() throws {
+        let parser = JobParser(downloadDir: "/home/me/Downloads", forbiddenDirs: ["/home/me/.local/state/syncagent", "/home/me/inbox"])
+        let rules = parser.bodyFileRules
+        #expect(rules.problem("/home/me/.local/state/syncagent/events.sqlite", fromRPC: false)
+                == "names /home/me/.local/state/syncagent/events.sqlite, inside the agent's own folder /home/me/.local/state/syncagent, which no job may send")
+        #expect(rules.problem("/home/me/Downloads/../inbox/a.job", fromRPC: false)?.contains("the agent's own folder /home/me/inbox") == true)
+        for path in ["/proc/self/environ", "/sys/kernel/x", "/dev/mem", "/dev"] {
+            #expect(rules.problem(path, fromRPC: false)?.contains("the kernel's, which no job may send") == true, "\(path)")
+        }
+        #expect(rules.problem("/home/me/video.mp4", fromRPC: false) == nil)
+        #expect(rules.problem("/home/me/video.mp4", fromRPC: true)
+                == "names /home/me/video.mp4, outside download_dir /home/me/Downloads, where a download added over the RPC must find its body")
+        #expect(rules.problem("/home/me/Downloads/video.mp4", fromRPC: true) == nil)
+        #expect(rules.problem("/home/me/Downloads", fromRPC: true) != nil)
+        #expect(rules.problem("video.mp4", fromRPC: false) == "must be an absolute path, not \"video.mp4\"")
+        #expect(BodyFileRules.problem("/x", fileSystemType: 0x9fa0) != nil && BodyFileRules.problem("/x", fileSystemType: 0xef53) == nil)
+
+        let job = "url = \"http://h.example/up\"\nkind = \"upload\"\nbody_file = \"/proc/self/environ\"\n"
+        #expect(throws: KeyError.self) { try parser.parse(Array(job.utf8)) }
+        let rpc = JobSource(file: "rpc", identity: JobSource.rpcIdentityPrefix + "0123456789abcdef")
+        #expect(rpc.isRPC && !JobSource(file: "a.job", identity: "12:34:ab").isRPC)
+        let mine = "url = \"http://h.example/up\"\nkind = \"upload\"\nbody_file = \"/home/me/video.mp4\"\n"
+        #expect((try? parser.parse(Array(mine.utf8))) != nil)
+        #expect(throws: KeyError.self) { try parser.parse(Array(mine.utf8), source: rpc) }
+        guard case .transfer(_, var spec) = try parser.parse(Array(mine.utf8)) else { Issue.record("no transfer"); return }
+        #expect(parser.refusal(ofRecorded: spec) == nil)
+        spec.source = rpc
+        #expect(parser.refusal(ofRecorded: spec)?.code == .bodyUnreadable)
+    }
 }
 
 @Suite("config.toml")

@@ -67,6 +67,24 @@ struct RPCCoreTests {
         #expect(answer("[]") == (200, "[]"))
     }
 
+    /// A call that names a key twice is refused, as aria2 refuses it: a
+    /// filter in front may have read the other one. Only the call itself
+    /// counts; deeper objects keep their last value.
+    @Test func aCallThatNamesAKeyTwiceIsInvalid() {
+        let twice = #"{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","method":"aria2.shutdown"}"#
+        #expect(RPCRequest.parse(Array(twice.utf8)) == .single(.failure(RPCFailedCall(id: 1, error: .invalidRequest))))
+        let batch = "[\(twice),{\"id\":2,\"method\":\"m\",\"params\":[{\"a\":1,\"a\":2}]}]"
+        #expect(RPCRequest.parse(Array(batch.utf8)) == .batch([.failure(RPCFailedCall(id: 1, error: .invalidRequest)),
+                                                                .success(RPCCall(id: 2, method: "m", params: [["a": 2]]))]))
+    }
+
+    /// A number of bytes is digits (and a point), then K, M or G: not hex, an exponent or infinity.
+    @Test(arguments: [("2M", Int64(2 << 20)), ("1.5K", 1536), ("512", 512), (" 4KiB ", 4096), ("0x10", nil), ("1e3", nil),
+                      ("inf", nil), ("nan", nil), ("-5", nil), (".", nil), ("1.2.3", nil), ("", nil), ("K", nil)])
+    func aByteCountIsDigits(_ text: String, _ bytes: Int64?) {
+        #expect(ByteCount.parse(text) == bytes, "\(text)")
+    }
+
     @Test func aBatchHasABound() {
         let batch = "[" + Array(repeating: #"{"id":1,"method":"m"}"#, count: RPCRequest.maximumCalls + 1).joined(separator: ",") + "]"
         guard case .single(.failure(let failed)) = RPCRequest.parse(Array(batch.utf8)) else { Issue.record("a batch over the bound was read"); return }
@@ -316,7 +334,7 @@ struct RPCCoreTests {
         var context = RPCMethods.Context(state: log.state, view: RPCView(state: log.state),
                                          settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig()),
                                          parser: JobParser(downloadDir: "/downloads"))
-        context.listBudget = 50
+        context.statusBudget = 50
         func listed(_ offset: Int64, _ count: Int64) -> Int? {
             guard case .answer(.success(.array(let items))) = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped",
                                                                                            params: ["token:s", .int(offset), .int(count), ["gid"]]),
@@ -327,6 +345,17 @@ struct RPCCoreTests {
         #expect(listed(-1, 10) == 10)
         #expect(listed(0, 30) == nil)
         #expect(listed(0, 10) == 10)
+        // A download costs the fields asked of it: all of them (none named) cost fifteen.
+        context.statusBudget = 400
+        let everything = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped", params: ["token:s", 0, 30]), in: &context)
+        #expect(everything == .fail(RPCError("This request asks for more than \(RPCMethods.statusBudget) status fields in all "
+                                             + "(downloads × keys); ask for fewer downloads or fewer keys at a time.")))
+        #expect(listed(0, 30) == 30)
+        guard case .object(let members) = RPCTaskStatus.object(log.state["t0"]!, in: log.state,
+                                                                settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig())) else {
+            Issue.record("no status"); return
+        }
+        #expect(Set(members.keys) == RPCTaskStatus.keys)
     }
 
     // MARK: - Methods
@@ -466,6 +495,42 @@ struct RPCCoreTests {
         let preflight = RPCHTTPPolicy.corsHeaders(origin: "http://ariang.example", preflightHeaders: "content-type, x-evil\r\nSet-Cookie: a")
         #expect(preflight.first { $0.0 == "Access-Control-Allow-Headers" }?.1 == "content-type")
         #expect(preflight.contains { $0 == ("Access-Control-Allow-Methods", "POST, GET, OPTIONS") })
+    }
+
+    /// Calls without the secret wait their turn: past the burst each is
+    /// answered when the bucket has refilled for it, however many come at once.
+    @Test func callsWithoutTheSecretWaitTheirTurn() {
+        var bucket = RPCRateLimit(rate: 10, burst: 100)
+        #expect(bucket.delay(100, nowMs: 0) == 0)
+        #expect((0..<5).map { _ in bucket.delay(nowMs: 0) } == [100, 200, 300, 400, 500])
+        // A second later ten more have come back: the debt of five is paid, five to spare.
+        #expect(bucket.delay(5, nowMs: 1000) == 0)
+        #expect(bucket.delay(nowMs: 1000) == 100)
+        // However many are sent at once, none waits more than a minute.
+        #expect(bucket.delay(100_000, nowMs: 1000) == RPCRateLimit.maximumDelayMs)
+        #expect(bucket.delay(nowMs: 1000) == RPCRateLimit.maximumDelayMs)
+    }
+
+    /// The rates count calls by whether they carry the secret; a multicall by the calls in it.
+    @Test func aRequestsCallsAreCountedByTheirToken() {
+        let methods = RPCMethods(secret: RPCSecret("s"), sessionID: "sid", version: "v")
+        func counted(_ body: String) -> RPCAdmission { methods.admission(of: RPCRequest.parse(Array(body.utf8))) }
+        #expect(counted(#"{"id":1,"method":"aria2.tellActive","params":["token:s"]}"#) == RPCAdmission(trusted: 1))
+        #expect(counted(#"{"id":1,"method":"aria2.tellActive","params":["token:x"]}"#) == RPCAdmission(untrusted: 1))
+        #expect(counted(#"{"id":1,"method":"system.listMethods"}"#) == RPCAdmission(untrusted: 1))
+        #expect(counted("{bad") == RPCAdmission(untrusted: 1))
+        #expect(counted(#"[{"id":1,"method":"aria2.tellActive","params":["token:s"]},{"id":2,"method":"aria2.nope","params":["token:s"]}]"#)
+                == RPCAdmission(trusted: 1, untrusted: 1))
+        #expect(counted(#"{"id":1,"method":"system.multicall","params":[[{"methodName":"aria2.tellActive","params":["token:s"]},"#
+                        + #"{"methodName":"aria2.tellActive","params":["token:x"]},{"methodName":"aria2.getVersion","params":["token:s"]}]]}"#)
+                == RPCAdmission(trusted: 2, untrusted: 1))
+        // A multicall none of whose calls carries the secret is answered without the agent's loop.
+        let guesses = RPCCall(id: 1, method: "system.multicall", params: [[["methodName": "aria2.tellActive", "params": ["token:x"]],
+                                                                            ["methodName": "system.listNotifications"]]])
+        guard case .success(.array(let results))? = methods.statelessAnswer(guesses) else { Issue.record("the loop was asked"); return }
+        #expect(results.first == RPCError.unauthorized.json && results.count == 2)
+        #expect(methods.statelessAnswer(RPCCall(id: 1, method: "system.multicall",
+                                                params: [[["methodName": "aria2.tellActive", "params": ["token:s"]]]])) == nil)
     }
 
     @Test func theRateIsABucket() {

@@ -5,16 +5,20 @@ clients nobody here wrote (aria2p's library and CLI), and attacks. Run by
 the venv's python; prints one JSON document on stdout.
 
   script  URL SECRET FILES DIR   the oracle's script of calls (JSON: every answer and notification)
+  edges   URL SECRET             the oracle's calls at the edges: what aria2 refuses and how (compared like script's)
   compare A.json B.json          the shapes of two scripts' answers, field by field (one difference a line)
   aria2p  PORT SECRET URL OUT    aria2p's library and CLI against one server
   listen  URL GID                WebSocket notifications of one download, until its end
   flood   URL SECRET CALLS       CALLS calls over WebSockets as fast as they go (the rate bound)
   frames  HOST PORT              malformed WebSocket frames, each on a connection of its own
   calls   URL SECRET JSON        each [method, param…] of JSON, with the token
+  request URL JSON               one request body as it is: its HTTP status and answer
   unauthorized|rebinding|huge|malformed  HOST PORT SECRET    an attack each: how it was answered
   connections HOST PORT COUNT    COUNT connections held at once: how many the server kept
   pingflood HOST PORT COUNT      COUNT WebSocket pings from a client that never reads
   slowloris HOST PORT COUNT      COUNT requests sent a header line a second: how many the server closed
+  badtokens URL SECRET           calls with the secret while a page floods wrong tokens: how they were answered
+  wsslots URL SECRET             64 WebSockets a page opens without the secret: whether others still get in
 """
 import base64
 import http.client
@@ -197,6 +201,30 @@ def script(url, secret, files, folder):
     listener.close()
     notifications = [{"method": n["method"], "download": names.get(n["params"][0]["gid"], "?")} for n in listener.received]
     return {"steps": server.steps, "notifications": notifications, "gids": gids}
+
+
+def edges(url, secret):
+    """Calls at the edges of what aria2 reads, against two paused downloads whose GIDs share a prefix."""
+    server = Server(url, secret)
+    gids = {"a": "7000000000000001", "b": "7000000000000002"}
+    for name, gid in gids.items():
+        server.call("aria2.addUri", [f"http://127.0.0.1:9/{name}.bin"], {"gid": gid, "pause": "true"}, name=f"addUri {name}")
+    server.call("aria2.tellStatus", "7000", name="tellStatus ambiguous prefix")
+    server.call("aria2.remove", "7000", name="remove ambiguous prefix")
+    server.call("aria2.tellStatus", "7000000000000001", ["gid", 1], name="tellStatus keys not all strings")
+    server.call("aria2.tellStopped", 0, -1, name="tellStopped num -1")
+    server.call("aria2.tellWaiting", 0, -1, name="tellWaiting num -1")
+    server.call("aria2.tellWaiting", 0, 10, [1, "gid", None], name="tellWaiting keys not all strings")
+    server.call("aria2.tellActive", [1, "gid"], name="tellActive keys not all strings")
+    server.raw("a method named twice", '{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","method":"aria2.shutdown","params":["token:%s"]}' % secret)
+    server.raw("a method named twice in a batch", '[{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","method":"aria2.shutdown",'
+               '"params":["token:%s"]},{"jsonrpc":"2.0","id":2,"method":"aria2.getGlobalStat","params":["token:%s"]}]' % (secret, secret))
+    server.call("system.multicall", [5, "x", {"methodName": "aria2.getGlobalStat", "params": [f"token:{secret}"]}, {"params": []}],
+                token=False, name="multicall of what is not a struct")
+    server.call("aria2.addUri", ["http://127.0.0.1:9/c.bin"], {"pause": "yes"}, name="addUri pause yes")
+    server.call("aria2.addUri", ["http://127.0.0.1:9/d.bin"], {"gid": "0000000000000000"}, name="addUri gid zero")
+    server.call("aria2.tellWaiting", 0, 10, ["gid"], name="tellWaiting after")
+    return {"steps": server.steps, "notifications": [], "gids": gids}
 
 
 # Values compared as well as shapes: what a download's state is, whatever the timing.
@@ -398,12 +426,11 @@ def flood(url, secret, calls):
     calls = int(calls)
     sockets = [websocket.create_connection(url.replace("http://", "ws://"), timeout=30) for _ in range(4)]
     message = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.getGlobalStat", "params": [f"token:{secret}"]})
-    started = time.time()
-    for index in range(calls):
-        sockets[index % 4].send(message)
-    sent_in = time.time() - started
     answers = {"ok": 0, "refused": 0, "other": 0}
-    for position, sock in enumerate(sockets):
+    lock = threading.Lock()
+
+    def read(position, sock):
+        # Read as they come, as a client does: the server reads no more from one that does not.
         expected = calls // 4 + (1 if position < calls % 4 else 0)
         while expected > 0:
             answer = json.loads(sock.recv())
@@ -411,13 +438,23 @@ def flood(url, secret, calls):
                 # A notification of the download running meanwhile: no answer.
                 continue
             expected -= 1
-            if "result" in answer:
-                answers["ok"] += 1
-            elif any(words in answer.get("error", {}).get("message", "") for words in ("Too many requests", "The agent is busy")):
-                answers["refused"] += 1
-            else:
-                answers["other"] += 1
-                answers.setdefault("first other", answer)
+            with lock:
+                if "result" in answer:
+                    answers["ok"] += 1
+                elif any(words in answer.get("error", {}).get("message", "") for words in ("Too many requests", "The agent is busy")):
+                    answers["refused"] += 1
+                else:
+                    answers["other"] += 1
+                    answers.setdefault("first other", answer)
+    readers = [threading.Thread(target=read, args=(position, sock)) for position, sock in enumerate(sockets)]
+    for reader in readers:
+        reader.start()
+    started = time.time()
+    for index in range(calls):
+        sockets[index % 4].send(message)
+    sent_in = time.time() - started
+    for reader in readers:
+        reader.join()
     for sock in sockets:
         sock.close()
     return {"sent in seconds": sent_in, **answers}
@@ -575,6 +612,91 @@ def slowloris(host, port, count):
     return {"opened": len(held), "closed by server": len(closed)}
 
 
+def is_open(sock):
+    """Whether the server has not closed `sock` (nothing is read that a test needs)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def badtokens(url, secret):
+    """A page floods wrong tokens (a batch of 120 at once, then six HTTP senders and a WebSocket) while a
+    client with the secret makes 20 calls: how each of those 20 was answered."""
+    stop = threading.Event()
+    flooded = {"calls": 0}
+    page = {"Content-Type": "text/plain", "Origin": "https://evil.example"}
+    guess = {"jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion", "params": ["token:guess"]}
+    post(url, json.dumps([guess] * 120).encode(), headers=page)
+
+    def over_http():
+        while not stop.is_set():
+            try:
+                post(url, json.dumps(guess).encode(), headers=page)
+            except Exception:
+                pass
+            flooded["calls"] += 1
+
+    def over_websocket():
+        sock = websocket.create_connection(url.replace("http://", "ws://"), timeout=60, origin="https://evil.example")
+        while not stop.is_set():
+            sock.send(json.dumps(guess))
+            sock.recv()
+            flooded["calls"] += 1
+        sock.close()
+    senders = [threading.Thread(target=over_http) for _ in range(6)] + [threading.Thread(target=over_websocket)]
+    for sender in senders:
+        sender.start()
+    out = {"answered": 0, "refused": []}
+    for index in range(20):
+        status, answer = post(url, {"jsonrpc": "2.0", "id": index, "method": "aria2.getVersion", "params": [f"token:{secret}"]})
+        if isinstance(answer, dict) and "result" in answer:
+            out["answered"] += 1
+        else:
+            out["refused"].append(answer)
+    stop.set()
+    for sender in senders:
+        sender.join()
+    out["flood calls"] = flooded["calls"]
+    return out
+
+
+def wsslots(url, secret):
+    """A client with the secret on a WebSocket, then 64 WebSockets a page opens without it and holds: how many
+    the server kept, whether a call with the secret over HTTP is answered, and whether the first client stays."""
+    ws_url = url.replace("http://", "ws://")
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion", "params": [f"token:{secret}"]})
+    trusted = websocket.create_connection(ws_url, timeout=10)
+    trusted.send(call)
+    trusted.recv()
+    pages = []
+    for _ in range(64):
+        try:
+            pages.append(websocket.create_connection(ws_url, timeout=5, origin="https://evil.example"))
+        except Exception:
+            break
+    out = {"opened": len(pages)}
+    for _ in range(10):
+        try:
+            out["http status"] = post(url, json.loads(call))[0]
+            break
+        except Exception as error:
+            out["http status"] = repr(error)
+            time.sleep(0.2)
+    out["kept"] = sum(1 for page in pages if is_open(page.sock))
+    try:
+        trusted.send(call)
+        out["trusted answered"] = "result" in json.loads(trusted.recv())
+    except Exception as error:
+        out["trusted answered"] = repr(error)
+    for sock in pages + [trusted]:
+        sock.close()
+    return out
+
+
 def calls(url, secret, listed):
     """Each [method, param…] of `listed` (JSON) with the token: the answers, with their HTTP status."""
     answers = []
@@ -587,6 +709,12 @@ def calls(url, secret, listed):
             continue
         answers.append({"status": status, "answer": answer})
     return answers
+
+
+def request(url, body):
+    """One request body, sent as it is: the HTTP status and the answer."""
+    status, answer = post(url, body.encode())
+    return {"status": status, "answer": answer}
 
 
 def raw_http(host, port, request, read_for=5.0):
@@ -707,6 +835,13 @@ def malformed(host, port, secret):
                                                   "params": [f"token:{secret}", ["http://127.0.0.1:9/x"], {"dir": "/etc", "out": "passwd"}]}).encode(),
         "addUri header with a line break": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.addUri",
                                                        "params": [f"token:{secret}", ["http://127.0.0.1:9/x"], {"header": "X-A: 1\r\nX-B: 2"}]}).encode(),
+        # A job file is at most 64 KiB: so is what an addUri brings.
+        "addUri with 100,000 headers": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.addUri",
+                                                   "params": [f"token:{secret}", ["http://127.0.0.1:9/x"],
+                                                              {"header": [f"X-{i}: {i}" for i in range(100000)]}]}).encode(),
+        "addUri with a 1.5 MB header": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.addUri",
+                                                   "params": [f"token:{secret}", ["http://127.0.0.1:9/x"],
+                                                              {"header": "X-Big: " + "a" * 1_500_000}]}).encode(),
     }
     out = {}
     for name, body in bodies.items():
@@ -744,5 +879,6 @@ if __name__ == "__main__":
     handlers = {"script": script, "compare": compare, "aria2p": with_aria2p, "listen": listen,
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
                 "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood,
-                "slowloris": slowloris}
+                "slowloris": slowloris, "badtokens": badtokens, "wsslots": wsslots,
+                "request": request, "edges": edges}
     print(json.dumps(handlers[command](*arguments), indent=1))

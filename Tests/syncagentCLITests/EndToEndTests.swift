@@ -118,6 +118,35 @@ struct EndToEndTests {
         #expect(try harness.statusTasks().map { $0["state"] as? String } == ["finished"])
     }
 
+    /// A job's body goes to a server: none may name the agent's own files
+    /// (the log holds every job's headers), directly or through a link, nor
+    /// the kernel's (`/proc/self/environ`). A file of the user's elsewhere is
+    /// the user's to send.
+    @Test func aBodyFileIsNeverTheAgentsOwnOrTheKernels() throws {
+        let harness = try AgentHarness()
+        let log = harness.stateDir + "/events.sqlite"
+        let link = harness.directory.file("innocent.bin")
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: log)
+        let mine = harness.directory.file("mine.json")
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: mine))
+        func job(_ body: String) -> String { "url = \"http://127.0.0.1:9/in\"\nkind = \"data\"\nmethod = \"POST\"\nbody_file = \"\(body)\"\n" }
+        let cases: [(name: String, body: String, error: String)] = [
+            ("log.job", log, "key \"body_file\" names \(log), inside the agent's own folder \(harness.stateDir), which no job may send"),
+            ("link.job", link, "key \"body_file\" names \(link) (which leads to \(log)), inside the agent's own folder"),
+            ("environ.job", "/proc/self/environ", "key \"body_file\" names /proc/self/environ, inside /proc, the kernel's, which no job may send"),
+            ("inbox.job", harness.inbox + "/rejected/../x.job", "key \"body_file\" names \(harness.inbox)/rejected/../x.job, inside the agent's own folder \(harness.inbox)"),
+        ]
+        for bad in cases { try harness.drop(bad.name, job(bad.body)) }
+        try harness.drop("mine.job", "id = \"mine\"\nretries = 0\n" + job(mine))
+        let agent = try harness.startAgent(exitWhenIdle: true)
+        _ = agent.wait(seconds: 60)
+        for bad in cases {
+            let sentence = (try? String(contentsOfFile: "\(harness.inbox)/rejected/\(bad.name).error", encoding: .utf8)) ?? ""
+            #expect(sentence.hasPrefix("\(bad.name): \(bad.error)"), "\(bad.name): \(sentence)")
+        }
+        #expect(try harness.events().filter { $0.type == "created" }.map { $0.task } == ["mine"])
+    }
+
     /// A FIFO or a directory named *.job must neither block the agent nor
     /// keep an --exit-when-idle agent from finishing.
     @Test func jobsThatAreNotRegularFilesAreRejected() throws {

@@ -116,7 +116,12 @@ final class RunnerContext {
         let plan = try RequestPlan.of(task, sharedHeaders: settings.headers, origin: origin, offset: offset, rangeEnd: rangeEnd,
                                       ifRange: ifRange, ifChanged: ifChanged, protocolRequest: protocolRequest)
         return try Exchange(for: task.id, plan: plan, sink: sink, settings: settings(of: task), speedCap: task.spec.maxSpeed,
-                            deadlineMs: deadlineMs(of: task), cookies: exchanges.cookies)
+                            deadlineMs: deadlineMs(of: task), cookies: exchanges.cookies, bodyRules: bodyFileCheck(of: task))
+    }
+
+    /// Where `task`'s body file may be read from.
+    func bodyFileCheck(of task: TaskState) -> BodyFileCheck {
+        BodyFileCheck(rules: rules.bodyFileRules, fromRPC: task.spec.source?.isRPC ?? false)
     }
 
     /// The settings an exchange of `task` runs under: the config's, with

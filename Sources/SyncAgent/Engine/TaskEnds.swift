@@ -151,6 +151,8 @@ extension RunnerContext {
         switch error {
         case let busy as DownloadRoot.Busy:
             fail(task, reason: "cannot start: \(busy)", code: .destBusy, removingPartial: false)
+        case let refused as BodyFileCheck.Refused:
+            fail(task, reason: "cannot start: \(refused)", code: .bodyUnreadable, keeping: task.bytes)
         case let error as SystemError:
             let failure = DiskFailure(operation: "open", path: task.partPath ?? "", errno: error.errno)
             let code = failure.code == .localError ? FailureCode.cannotStart : failure.code

@@ -316,7 +316,7 @@ final class Intake {
             } else {
                 id = newTaskID()
             }
-            if let problem = Self.unreadableBody(spec) {
+            if let problem = Self.unreadableBody(spec, rules: parser.bodyFileRules) {
                 reject(takenPath, name: name, problem, identity: file.identity)
                 return
             }
@@ -429,13 +429,22 @@ final class Intake {
     }
 
     /// A body file that is missing or not a readable regular file makes the
-    /// job bad input, said at intake rather than at the first attempt.
-    static func unreadableBody(_ spec: TaskSpec) -> String? {
+    /// job bad input, said at intake rather than at the first attempt; so
+    /// does one whose links lead where `rules` let no job read from (the
+    /// path as written was checked when the job was parsed).
+    static func unreadableBody(_ spec: TaskSpec, rules: BodyFileRules) -> String? {
         guard let path = spec.bodyFile else { return nil }
         do {
             let info = try Posix.status(of: path)
             guard (info.st_mode & S_IFMT) == S_IFREG else { return "key \"body_file\": \(path) is not a regular file" }
             try Posix.access(path, R_OK)
+            let resolved = try Posix.resolved(path)
+            let shown = PathRules.isSame(resolved, path) ? nil : "\(Printable.escaping(path)) (which leads to \(Printable.escaping(resolved)))"
+            let fileSystem = try Posix.fileSystemType(of: resolved)
+            if let problem = rules.problem(resolved, fromRPC: spec.source?.isRPC ?? false, shown: shown)
+                ?? BodyFileRules.problem(resolved, fileSystemType: fileSystem, shown: shown) {
+                return "key \"body_file\" \(problem)"
+            }
         } catch {
             return "key \"body_file\": \(path) cannot be read: \(Posix.words((error as? SystemError)?.errno ?? EIO))"
         }

@@ -339,7 +339,7 @@ final class ResumableUploadRunner: TaskRunner {
                 headers.append(Header(name: "Content-Type", value: "application/offset+octet-stream"))
                 if run.offers("checksum"), let path = task.spec.bodyFile {
                     do {
-                        let digest = try RequestBody(path: path, slice: slice).sha1()
+                        let digest = try RequestBody(path: path, slice: slice, rules: context.bodyFileCheck(of: task)).sha1()
                         headers.append(Header(name: "Upload-Checksum", value: "sha1 " + Data(digest).base64EncodedString()))
                     } catch {
                         uploadEnded(task, .localFailure(reason: "cannot read body_file \(path): \(error)", code: .bodyUnreadable))

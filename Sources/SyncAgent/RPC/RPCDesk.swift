@@ -119,7 +119,7 @@ final class RPCDesk {
         guard log.state.conflict(ofNewTaskID: id) == nil else {
             return .failure(RPCError("GID \(RPCGID.of(taskID: id)) is already used by another download"))
         }
-        if let problem = Intake.unreadableBody(spec) { return .failure(RPCError("option \(RPCJobOptions.jobKey): \(problem)")) }
+        if let problem = Intake.unreadableBody(spec, rules: parser().bodyFileRules) { return .failure(RPCError("option \(RPCJobOptions.jobKey): \(problem)")) }
         intake.create(spec, id: id)
         if startsPaused, let task = log.state[id], task.phase.isActive {
             control.apply(.pause, to: [task], target: id, file: "rpc")

@@ -4,8 +4,8 @@ import Synchronization
 import SyncAgentCore
 
 /// What the RPC server's threads share: the bounds on what clients may
-/// ask (calls a second, refused tokens a second, connections, requests
-/// waiting for the agent's loop) and the way to the loop. Each lock is
+/// ask (calls with the secret a second, calls without it a second,
+/// connections, requests waiting for the agent's loop) and the way to the loop. Each lock is
 /// held for a counter's update, never across a call.
 final class RPCGate: Sendable {
     let methods: RPCMethods
@@ -15,7 +15,7 @@ final class RPCGate: Sendable {
 
     private struct Counters {
         var calls = RPCRateLimit.calls
-        var refusals = RPCRateLimit.refusals
+        var untrusted = RPCRateLimit.untrusted
         var connections = 0
         var waiting = 0
         /// Refusals not yet logged, and when the last log line was written.
@@ -45,19 +45,34 @@ final class RPCGate: Sendable {
 
     /// What a request body comes to: answered here when it needs nothing
     /// of the agent's state, else handed to the loop, which calls `reply`.
-    func handle(_ body: some Collection<UInt8>, peer: String, reply: @escaping @Sendable ([RPCResponse], _ isBatch: Bool) -> Void) {
+    /// A request with calls that lack the secret is answered when the
+    /// bucket of such calls has room for them (`later` waits that long):
+    /// guessing costs time, and calls with the secret never pay for it.
+    /// Returns how the request's calls were counted.
+    @discardableResult
+    func handle(_ body: some Collection<UInt8>, peer: String,
+                later: @escaping @Sendable (_ ms: Int64, _ work: @escaping @Sendable () -> Void) -> Void,
+                reply: @escaping @Sendable ([RPCResponse], _ isBatch: Bool) -> Void) -> RPCAdmission {
         let nowMs = Posix.monotonicMs
         let request = RPCRequest.parse(body)
         let calls = request.calls
         let isBatch: Bool
         if case .batch = request { isBatch = true } else { isBatch = false }
-        // A batch costs a call per call in it, a refused guess ten, as long as guesses keep coming.
-        let admitted = counters.withLock { counters in
-            counters.refusals.allows(nowMs: nowMs) && counters.calls.take(Double(max(1, calls.count)), nowMs: nowMs)
+        let admission = methods.admission(of: request)
+        let (admitted, waitMs): (Bool, Int64) = counters.withLock { counters in
+            let waitMs = admission.untrusted > 0 ? counters.untrusted.delay(Double(admission.untrusted), nowMs: nowMs) : 0
+            return (admission.trusted == 0 || counters.calls.take(Double(admission.trusted), nowMs: nowMs), waitMs)
+        }
+        let answer: @Sendable ([RPCResponse], Bool) -> Void
+        if waitMs > 0 {
+            answer = { responses, isBatch in later(waitMs) { reply(responses, isBatch) } }
+        } else {
+            answer = reply
         }
         guard admitted else {
             let error = RPCError("Too many requests: try again in a moment.")
-            return reply(calls.map { RPCResponse(id: Self.id(of: $0), .failure(error)) }, isBatch)
+            answer(calls.map { RPCResponse(id: Self.id(of: $0), .failure(error)) }, isBatch)
+            return admission
         }
         var answers: [RPCResponse] = []
         var needsState = false
@@ -66,17 +81,18 @@ final class RPCGate: Sendable {
             case .failure(let failed):
                 answers.append(RPCResponse(id: failed.id, .failure(failed.error)))
             case .success(let call):
-                if call.method == RPCMethod.multicall.rawValue {
-                    needsState = true
-                } else if let answer = methods.statelessAnswer(call) {
-                    answers.append(RPCResponse(id: call.id, answer))
-                    if case .failure(let error) = answer, error == .unauthorized { refused(peer: peer, nowMs: nowMs) }
+                if let outcome = methods.statelessAnswer(call) {
+                    answers.append(RPCResponse(id: call.id, outcome))
+                    if case .failure(let error) = outcome, error == .unauthorized { refused(peer: peer, nowMs: nowMs) }
                 } else {
                     needsState = true
                 }
             }
         }
-        guard needsState else { return reply(answers, isBatch) }
+        guard needsState else {
+            answer(answers, isBatch)
+            return admission
+        }
         let handed = counters.withLock { counters in
             guard counters.waiting < Self.maximumWaiting else { return false }
             counters.waiting += 1
@@ -84,19 +100,20 @@ final class RPCGate: Sendable {
         }
         guard handed else {
             let error = RPCError("The agent is busy: try again in a moment.")
-            return reply(calls.map { RPCResponse(id: Self.id(of: $0), .failure(error)) }, isBatch)
+            answer(calls.map { RPCResponse(id: Self.id(of: $0), .failure(error)) }, isBatch)
+            return admission
         }
         mailbox.post(RPCJob(request: request, peer: peer) { [self] responses in
             counters.withLock { $0.waiting -= 1 }
-            reply(responses, isBatch)
+            answer(responses, isBatch)
         })
+        return admission
     }
 
-    /// A call refused for its token: counted against the refusals a second,
-    /// and logged (without the token) at most once a second, with how many.
+    /// A call refused for its token: logged (without the token) at most
+    /// once a second, with how many there were.
     func refused(peer: String, nowMs: Int64) {
         let report: Int? = counters.withLock { counters in
-            _ = counters.refusals.take(nowMs: nowMs)
             counters.unloggedRefusals += 1
             guard counters.lastRefusalLogMs.map({ nowMs - $0 >= 1000 }) ?? true else { return nil }
             defer { counters.unloggedRefusals = 0; counters.lastRefusalLogMs = nowMs }

@@ -16,7 +16,7 @@ final class RPCServer: Sendable {
     let gate: RPCGate
     private let group: MultiThreadedEventLoopGroup
     private let channel: Channel
-    private let clients: NIOLoopBoundBox<[ObjectIdentifier: Channel]>
+    private let clients: NIOLoopBoundBox<WebSocketClients>
     let address: String
 
     /// Listens on `listen`; throws (naming the address) when it cannot.
@@ -24,7 +24,7 @@ final class RPCServer: Sendable {
         self.gate = gate
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let loop = group.next()
-        let clients = NIOLoopBoundBox.makeBoxSendingValue([ObjectIdentifier: Channel](), eventLoop: loop)
+        let clients = NIOLoopBoundBox.makeBoxSendingValue(WebSocketClients(), eventLoop: loop)
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: RPCHTTPPolicy.maximumBodyBytes,
             shouldUpgrade: { channel, head in
@@ -78,7 +78,7 @@ final class RPCServer: Sendable {
         let texts = notifications.map { $0.json.serialized }
         let clients = self.clients
         channel.eventLoop.execute {
-            for client in clients.value.values {
+            for client in clients.value.channels.values {
                 // A client that does not read its notifications is let go, not buffered for without end.
                 guard client.isWritable else {
                     client.close(promise: nil)
@@ -142,9 +142,13 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
             let bytes = body.map { Array($0.readableBytesView) } ?? []
             body = nil
             let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            gate.handle(bytes, peer: context.remoteAddress?.description ?? "?") { responses, isBatch in
-                let (status, answer) = RPCResponse.body(responses, batch: isBatch)
+            let channel = context.channel
+            gate.handle(bytes, peer: context.remoteAddress?.description ?? "?", later: { ms, work in
+                channel.answer(after: ms, work)
+            }) { responses, isBatch in
                 loop.eventLoop.execute {
+                    // Written out here, on NIO's thread: a long answer costs the agent's loop nothing.
+                    let (status, answer) = RPCResponse.body(responses, batch: isBatch)
                     let (handler, context) = loop.value
                     handler.respond(context, status: HTTPResponseStatus(statusCode: status), body: answer,
                                     contentType: "application/json-rpc", close: !request.isKeepAlive)
@@ -199,6 +203,16 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
         // An upgrade refused (another path, a rebinding Host) comes on as a plain request, answered above.
         guard !(error is NIOWebSocketUpgradeError) else { return }
         context.close(promise: nil)
+    }
+}
+
+extension Channel {
+    /// Runs `work` (an answer that waits its turn) `ms` from now, unless the
+    /// connection closes first: a client that hangs up and calls again
+    /// leaves nothing behind.
+    func answer(after ms: Int64, _ work: @escaping @Sendable () -> Void) {
+        let task = eventLoop.scheduleTask(in: .milliseconds(ms)) { work() }
+        closeFuture.whenComplete { _ in task.cancel() }
     }
 }
 
@@ -259,44 +273,86 @@ private final class WebSocketFrameRules: ChannelInboundHandler {
     }
 }
 
+/// The WebSocket clients, on NIO's thread: every one hears the
+/// notifications. A web page can open sockets without the secret, and a
+/// listener (aria2p's) never needs it, so clients that have made no call
+/// with the secret are at most `maximumUntrustedWebSockets`: when another
+/// comes, the oldest of them goes. Sockets no one authenticated never
+/// fill the connections, and a client that calls with the secret stays.
+final class WebSocketClients {
+    private(set) var channels: [ObjectIdentifier: Channel] = [:]
+    /// Clients that have made no call with the secret, oldest first.
+    private var untrusted: [ObjectIdentifier] = []
+
+    func add(_ channel: Channel) {
+        let id = ObjectIdentifier(channel)
+        channels[id] = channel
+        untrusted.append(id)
+        if untrusted.count > RPCHTTPPolicy.maximumUntrustedWebSockets {
+            channels[untrusted.removeFirst()]?.close(promise: nil)
+        }
+    }
+
+    /// The client made a call with the secret.
+    func trust(_ channel: Channel) {
+        untrusted.removeAll { $0 == ObjectIdentifier(channel) }
+    }
+
+    func remove(_ channel: Channel) {
+        let id = ObjectIdentifier(channel)
+        channels[id] = nil
+        untrusted.removeAll { $0 == id }
+    }
+}
+
 /// One WebSocket client: each text message is a request, answered in a
-/// text message; notifications are pushed to it as events commit.
-private final class RPCWebSocketHandler: ChannelInboundHandler {
+/// text message; notifications are pushed to it as events commit. Its
+/// messages are taken one at a time, each once the one before is
+/// answered (the socket is read no further meanwhile): a client's calls
+/// waiting for the agent are one, and a guess at the secret that waits
+/// its turn holds up the calls sent after it.
+private final class RPCWebSocketHandler: ChannelDuplexHandler {
     typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
     private let gate: RPCGate
-    private let clients: NIOLoopBoundBox<[ObjectIdentifier: Channel]>
+    private let clients: NIOLoopBoundBox<WebSocketClients>
+    /// Messages read, not yet handed to the gate.
+    private var queued: [ByteBuffer] = []
+    private var answering = false
+    private var readWanted = false
+    private var removed = false
 
-    init(gate: RPCGate, clients: NIOLoopBoundBox<[ObjectIdentifier: Channel]>) {
+    init(gate: RPCGate, clients: NIOLoopBoundBox<WebSocketClients>) {
         self.gate = gate
         self.clients = clients
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        clients.value[ObjectIdentifier(context.channel)] = context.channel
+        clients.value.add(context.channel)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        clients.value[ObjectIdentifier(context.channel)] = nil
+        removed = true
+        clients.value.remove(context.channel)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        clients.value[ObjectIdentifier(context.channel)] = nil
+        clients.value.remove(context.channel)
         context.fireChannelInactive()
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if answering { readWanted = true } else { context.read() }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         switch frame.opcode {
         case .text:
-            let channel = context.channel
-            gate.handle(frame.unmaskedData.readableBytesView, peer: channel.remoteAddress?.description ?? "?") { responses, isBatch in
-                let (_, answer) = RPCResponse.body(responses, batch: isBatch)
-                channel.eventLoop.execute {
-                    channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer)), promise: nil)
-                }
-            }
+            queued.append(frame.unmaskedData)
+            takeNext(context)
         case .ping:
             context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
         case .connectionClose:
@@ -311,6 +367,36 @@ private final class RPCWebSocketHandler: ChannelInboundHandler {
         default:
             // A reserved opcode.
             sendCloseFrame(context, .protocolError)
+        }
+    }
+
+    /// Hands the next message to the gate, unless one is being answered.
+    private func takeNext(_ context: ChannelHandlerContext) {
+        guard !answering, !removed, !queued.isEmpty else { return }
+        let message = queued.removeFirst()
+        answering = true
+        let channel = context.channel
+        let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let admission = gate.handle(message.readableBytesView, peer: channel.remoteAddress?.description ?? "?", later: { ms, work in
+            channel.answer(after: ms, work)
+        }) { responses, isBatch in
+            channel.eventLoop.execute {
+                let (_, answer) = RPCResponse.body(responses, batch: isBatch)
+                channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: channel.allocator.buffer(bytes: answer)), promise: nil)
+                let (handler, context) = loop.value
+                handler.answered(context)
+            }
+        }
+        if admission.trusted > 0 { clients.value.trust(channel) }
+    }
+
+    private func answered(_ context: ChannelHandlerContext) {
+        answering = false
+        guard !removed else { return }
+        takeNext(context)
+        if !answering, readWanted {
+            readWanted = false
+            context.read()
         }
     }
 

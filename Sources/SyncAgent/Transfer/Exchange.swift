@@ -144,7 +144,7 @@ final class Exchange {
     /// - Parameters:
     ///   - speedCap: the job's `max_speed` (the config's is in `settings`).
     init(for taskID: String, plan: RequestPlan, sink: Sink, settings: TransferSettings, speedCap: Int64?, deadlineMs: Int64,
-         cookies: CookieJar?) throws {
+         cookies: CookieJar?, bodyRules: BodyFileCheck) throws {
         self.taskID = taskID
         self.plan = plan
         self.sink = sink
@@ -162,11 +162,11 @@ final class Exchange {
         total = plan.ask.knownTotal
         switch plan.body {
         case .file(let path, let slice, let rewindable):
-            let file = try RequestBody(path: path, slice: slice)
+            let file = try RequestBody(path: path, slice: slice, rules: bodyRules)
             file.rewindable = rewindable
             body = file
         case .form(let path, _, _):
-            body = try RequestBody(path: path)
+            body = try RequestBody(path: path, rules: bodyRules)
         case .none, .empty:
             body = nil
         }

@@ -6,6 +6,31 @@ import SyncAgentCore
 import Glibc
 #endif
 
+/// Where a job's body file may be read from (`BodyFileRules`), asked of
+/// the file actually opened: its path and file system as the kernel has
+/// them for the descriptor, whatever a link on the way was swapped for
+/// since the job was taken.
+struct BodyFileCheck {
+    var rules: BodyFileRules
+    var fromRPC: Bool
+
+    /// The job's file may not be sent.
+    struct Refused: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    func check(opened descriptor: Int32, path: String) throws {
+        let own = "/proc/self/fd/\(descriptor)"
+        // Without /proc there is nothing to ask: the checks when the job was taken stand.
+        guard let actual = try? Posix.linkTarget(own) else { return }
+        let shown = PathRules.isSame(actual, path) ? nil : "\(Printable.escaping(path)) (now \(Printable.escaping(actual)))"
+        if let problem = rules.problem(actual, fromRPC: fromRPC, shown: shown)
+            ?? BodyFileRules.problem(actual, fileSystemType: (try? Posix.fileSystemType(of: own)) ?? 0, shown: shown) {
+            throw Refused(description: "body_file \(problem)")
+        }
+    }
+}
+
 /// A request body streamed from a file (`body_file`): curl pulls it through
 /// `read` a buffer at a time, so memory does not grow with the file — the
 /// lesson of `uploadTask(fromFile:)` over `fromData:`.
@@ -21,10 +46,18 @@ final class RequestBody {
     /// Called after every read with the new position.
     var onRead: ((Int64) -> Void)?
 
-    /// - Parameter slice: only these bytes of the file (nil: all of it).
-    init(path: String, slice: ByteSpan? = nil) throws {
+    /// - Parameters:
+    ///   - slice: only these bytes of the file (nil: all of it).
+    ///   - rules: where the job may read from, checked on the file opened.
+    init(path: String, slice: ByteSpan? = nil, rules: BodyFileCheck) throws {
         // A FIFO named as body_file must not hold the loop until someone writes to it.
         let (file, fileSize, _) = try FileSystem.openRegular(path, O_RDONLY, shown: "body_file \(path)")
+        do {
+            try rules.check(opened: file, path: path)
+        } catch {
+            Posix.close(file)
+            throw error
+        }
         if let slice, slice.end > fileSize {
             Posix.close(file)
             throw SystemError(operation: "body_file \(path) has \(fileSize) bytes, fewer than the upload needs (\(slice.end))",

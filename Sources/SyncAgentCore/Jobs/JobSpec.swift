@@ -97,16 +97,14 @@ public struct JobParser: Sendable {
                 return ("the log's dest \((error as? KeyError)?.problem ?? "\(error)")", .destRefused)
             }
         }
-        if let body = spec.bodyFile, let problem = Self.bodyFileProblem(body) {
+        if let body = spec.bodyFile, let problem = bodyFileRules.problem(body, fromRPC: spec.source?.isRPC ?? false) {
             return ("the log's body_file \(problem)", .bodyUnreadable)
         }
         return nil
     }
 
-    /// What is wrong with a `body_file` path, if anything.
-    static func bodyFileProblem(_ path: String) -> String? {
-        !path.hasPrefix("/") || path.contains("\0") ? "must be an absolute path, not \"\(Printable.escaping(path))\"" : nil
-    }
+    /// Where a `body_file` may be read from: not the agent's own folders, nor the kernel's; an RPC job's beneath download_dir.
+    public var bodyFileRules: BodyFileRules { BodyFileRules(forbiddenDirs: forbiddenDirs, rpcRoot: downloadDir) }
 
     /// Every key a transfer job may hold (syncagent.job(5) names each).
     public static let transferKeys: Set<String> = [
@@ -169,7 +167,7 @@ public struct JobParser: Sendable {
         try URLRules.checkTransferURL(url, key: "url")
 
         let kind = try reader.choice("kind", TransferKind.self) ?? .download
-        let request = try parseRequest(reader, kind: kind)
+        let request = try parseRequest(reader, kind: kind, fromRPC: source?.isRPC ?? false)
         let hls = try parseHLS(reader, kind: kind)
 
         let id = try reader.string("id")
@@ -351,7 +349,7 @@ public struct JobParser: Sendable {
     }
 
     /// The request keys of upload and data jobs: `method`, `body_file`, `form_field`, `[form]`.
-    private func parseRequest(_ reader: TOMLReader, kind: TransferKind) throws
+    private func parseRequest(_ reader: TOMLReader, kind: TransferKind, fromRPC: Bool) throws
         -> (method: String?, bodyFile: String?, formField: String?, form: [FormField]) {
         if kind == .download {
             for key in ["method", "body_file", "form_field", "form"] where reader.has(key) {
@@ -370,7 +368,7 @@ public struct JobParser: Sendable {
             }
         }
         let bodyFile = try reader.string("body_file")
-        if let path = bodyFile, let problem = Self.bodyFileProblem(path) {
+        if let path = bodyFile, let problem = bodyFileRules.problem(path, fromRPC: fromRPC) {
             throw KeyError(key: "body_file", problem)
         }
         if kind == .upload, bodyFile == nil {

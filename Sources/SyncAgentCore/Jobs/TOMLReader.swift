@@ -223,7 +223,11 @@ public enum ByteCount {
             multiplier = Int64(1) << (10 * power)
             digits.removeLast()
         }
-        guard let number = Double(digits), number >= 0, number * Double(multiplier) < 9e18 else { return nil }
+        // Digits and at most one point: Double alone would also read "0x10", "1e3", "inf" and "nan".
+        let point = UInt8(ascii: ".")
+        guard digits.utf8.contains(where: { $0 != point }), digits.utf8.filter({ $0 == point }).count <= 1,
+              digits.utf8.allSatisfy({ $0 == point || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+              let number = Double(digits), number * Double(multiplier) < 9e18 else { return nil }
         return Int64(number * Double(multiplier))
     }
 

@@ -73,6 +73,11 @@ public struct JobSource: Codable, Equatable, Sendable {
     public var file: String
     public var identity: String
     public init(file: String, identity: String) { self.file = file; self.identity = identity }
+
+    /// The job came over the RPC (`aria2.addUri`), not from a file in the inbox.
+    public var isRPC: Bool { identity.hasPrefix(Self.rpcIdentityPrefix) }
+    /// What an RPC job's identity starts with (a job file's is its inode, ctime and digest).
+    public static let rpcIdentityPrefix = "rpc:"
 }
 
 /// One extra field of a `multipart/form-data` upload (`[form]` in a job).

@@ -49,12 +49,22 @@ extension JSONValue {
 
     /// The one JSON value `bytes` hold (whitespace around it allowed), or why not.
     public static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes) throws -> JSONValue {
+        var ignored = Set<Int>()
+        return try parse(bytes, callsWithKeysTwice: &ignored)
+    }
+
+    /// As `parse`, and which of the request's calls (the objects at its top:
+    /// the document itself, -1, or the elements of a top-level array, by
+    /// index) name a key twice: a filter in front of the agent may have read
+    /// the other one, so aria2 refuses such a call, and so does the agent.
+    static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes, callsWithKeysTwice: inout Set<Int>) throws -> JSONValue {
         let copy = Array(bytes)
         return try copy.withUnsafeBufferPointer { buffer in
             var reader = ValueReader(bytes: buffer)
             let value = try reader.value(depth: 0)
             reader.skipSpace()
             guard reader.index == buffer.count else { throw reader.malformed("text after the JSON value") }
+            callsWithKeysTwice = reader.callsWithKeysTwice
             return value
         }
     }
@@ -62,6 +72,10 @@ extension JSONValue {
     private struct ValueReader {
         let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
+        /// The document is an array (a batch), and the element of it being read.
+        var topIsArray = false
+        var topElement = -1
+        var callsWithKeysTwice = Set<Int>()
 
         var current: UInt8? { index < bytes.count ? bytes[index] : nil }
 
@@ -76,7 +90,9 @@ extension JSONValue {
             guard let byte = current else { throw malformed("a value expected, the text ended") }
             switch byte {
             case UInt8(ascii: "{"): return try object(depth: depth + 1)
-            case UInt8(ascii: "["): return try array(depth: depth + 1)
+            case UInt8(ascii: "["):
+                if depth == 0 { topIsArray = true }
+                return try array(depth: depth + 1)
             case UInt8(ascii: "\""): return .string(try string())
             case UInt8(ascii: "t"): try literal("true"); return .bool(true)
             case UInt8(ascii: "f"): try literal("false"); return .bool(false)
@@ -108,7 +124,10 @@ extension JSONValue {
                 skipSpace()
                 guard current == UInt8(ascii: ":") else { throw malformed("':' expected") }
                 index += 1
-                members[key] = try value(depth: depth)
+                let member = try value(depth: depth)
+                if members.updateValue(member, forKey: key) != nil, depth == (topIsArray ? 2 : 1) {
+                    callsWithKeysTwice.insert(topIsArray ? topElement : -1)
+                }
                 skipSpace()
                 switch current {
                 case UInt8(ascii: ","): index += 1
@@ -125,6 +144,7 @@ extension JSONValue {
             skipSpace()
             if current == UInt8(ascii: "]") { index += 1; return .array(elements) }
             while true {
+                if depth == 1 { topElement = elements.count }
                 elements.append(try value(depth: depth))
                 skipSpace()
                 switch current {

@@ -14,6 +14,8 @@ public struct RPCError: Error, Equatable, Sendable {
     public static let invalidRequest = RPCError(code: -32600, "Invalid Request.")
     public static let invalidParams = RPCError(code: -32602, "Invalid params.")
     public static let unauthorized = RPCError("Unauthorized")
+    /// Never sent: a call that must wait for the agent's loop, said while answering without it.
+    static let needsState = RPCError(code: 0, "")
 
     public static func noSuchMethod(_ name: String) -> RPCError { RPCError("No such method: \(name)") }
     public static func gidNotFound(_ gid: String) -> RPCError { RPCError("GID \(gid) is not found") }
@@ -59,29 +61,30 @@ public enum RPCRequest: Equatable, Sendable {
     /// Reads a body. A body that is no JSON is the one error without an id.
     public static func parse<Bytes: Collection<UInt8>>(_ body: Bytes) -> RPCRequest {
         let document: JSONValue
+        var keysTwice = Set<Int>()
         do {
-            document = try JSONValue.parse(body)
+            document = try JSONValue.parse(body, callsWithKeysTwice: &keysTwice)
         } catch {
             return .single(.failure(RPCFailedCall(id: .null, error: .parseError)))
         }
         switch document {
         case .array(let elements):
             // aria2 leaves out what is not an object; so do we (a reply to nothing is no reply).
-            let calls = elements.filter { $0.object != nil }
+            let calls = elements.indices.filter { elements[$0].object != nil }
             guard calls.count <= maximumCalls else {
                 return .single(.failure(RPCFailedCall(id: .null, error: RPCError("A batch may hold at most \(maximumCalls) calls."))))
             }
-            return .batch(calls.map(call))
+            return .batch(calls.map { call(elements[$0], namesAKeyTwice: keysTwice.contains($0)) })
         case .object:
-            return .single(call(document))
+            return .single(call(document, namesAKeyTwice: keysTwice.contains(-1)))
         default:
             return .single(.failure(RPCFailedCall(id: .null, error: .invalidRequest)))
         }
     }
 
-    static func call(_ object: JSONValue) -> Result<RPCCall, RPCFailedCall> {
+    static func call(_ object: JSONValue, namesAKeyTwice: Bool = false) -> Result<RPCCall, RPCFailedCall> {
         let id = object["id"] ?? .null
-        guard let method = object["method"]?.string, object["id"] != nil else {
+        guard let method = object["method"]?.string, object["id"] != nil, !namesAKeyTwice else {
             return .failure(RPCFailedCall(id: id, error: .invalidRequest))
         }
         switch object["params"] {

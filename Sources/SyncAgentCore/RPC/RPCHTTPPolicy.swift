@@ -6,6 +6,8 @@ public enum RPCHTTPPolicy {
     public static let maximumBodyBytes = 2 << 20
     /// Connections open at once; more are closed as they come.
     public static let maximumConnections = 64
+    /// WebSockets open at once that have made no call with the secret; the oldest goes when another comes.
+    public static let maximumUntrustedWebSockets = 16
     /// A connection that sends nothing for this long is closed.
     public static let idleSeconds: Int64 = 30
     /// A request must have come whole (head and body) this long after its first byte:
@@ -56,6 +58,19 @@ public enum RPCHTTPPolicy {
     }
 }
 
+/// A request's calls as the RPC's rates count them (`RPCMethods.admission(of:)`).
+public struct RPCAdmission: Equatable, Sendable {
+    /// Calls that carry the secret.
+    public var trusted = 0
+    /// The others: a wrong token or none, a call that needs none, one that cannot be read.
+    public var untrusted = 0
+
+    public init(trusted: Int = 0, untrusted: Int = 0) {
+        self.trusted = trusted
+        self.untrusted = untrusted
+    }
+}
+
 /// A token bucket: `rate` calls a second, `burst` at once. Time is given,
 /// never read, so the rule is tested without a clock.
 public struct RPCRateLimit: Equatable, Sendable {
@@ -79,18 +94,31 @@ public struct RPCRateLimit: Equatable, Sendable {
         return true
     }
 
-    /// Whether `cost` could be taken now, without taking it.
-    public func allows(_ cost: Double = 1, nowMs: Int64) -> Bool {
-        var copy = self
-        return copy.take(cost, nowMs: nowMs)
+    /// Takes `cost` calls' worth at `nowMs`, into debt if there are not that
+    /// many: how long (ms) until the debt is paid back, which is when the
+    /// call that made it may be answered. Calls that wait so come no faster
+    /// than `rate`, however many are sent at once.
+    /// The debt stops at `maximumDelayMs`: a client that hangs up and calls
+    /// again (its waiting answer dropped) must not leave every later caller
+    /// waiting for hours; at most one call per connection then gets through
+    /// per `maximumDelayMs`, beyond `rate`.
+    public mutating func delay(_ cost: Double = 1, nowMs: Int64) -> Int64 {
+        if let lastMs { tokens = min(burst, tokens + Double(max(0, nowMs - lastMs)) * rate / 1000) }
+        lastMs = nowMs
+        tokens = max(tokens - cost, -rate * Double(Self.maximumDelayMs) / 1000)
+        return tokens >= 0 ? 0 : Int64((-tokens * 1000 / rate).rounded(.up))
     }
 
-    /// Calls a second, in all: AriaNg polls about five times a second, a script adding a
-    /// list faster; 10,000 calls in a second get "too many requests" past the burst.
+    /// The longest a call waits its turn.
+    public static let maximumDelayMs: Int64 = 60_000
+
+    /// Calls with the secret, a second: AriaNg polls about five times a second, a script
+    /// adding a list faster; 10,000 calls in a second get "too many requests" past the burst.
     public static let calls = RPCRateLimit(rate: 500, burst: 1000)
-    /// Calls refused for their token: past these, every call waits for the bucket to
-    /// refill before its token is even looked at, so guessing costs time.
-    public static let refusals = RPCRateLimit(rate: 10, burst: 100)
+    /// Calls without it (a wrong token or none, a call that needs none): past these,
+    /// each is answered only when the bucket has refilled for it, so guessing costs
+    /// time; they never take from the calls of those who hold the secret.
+    public static let untrusted = RPCRateLimit(rate: 10, burst: 100)
 }
 
 /// `rpc_listen`: an IP address and a port. Loopback by default; any other

@@ -85,9 +85,16 @@ public enum RPCJobOptions {
         var taskID: String?
         if let gid = try text(options, "gid") {
             guard RPCGID.isGID(gid.lowercased()) else { throw RPCError("option gid: \"\(gid)\" is not 16 hex digits") }
+            // aria2 keeps GID 0 for itself.
+            guard gid != String(repeating: "0", count: 16) else { throw RPCError("option gid: \(gid) is not a GID a download may have") }
             taskID = gid.lowercased()
         }
-        let startsPaused = try text(options, "pause") == "true"
+        let startsPaused: Bool
+        switch try text(options, "pause") {
+        case nil, "false": startsPaused = false
+        case "true": startsPaused = true
+        case let other?: throw RPCError("option pause: must be \"true\" or \"false\", not \"\(Printable.escaping(other))\"")
+        }
 
         if let jobKeys = options[jobKey] {
             for (key, value) in try jobTable(jobKeys) {

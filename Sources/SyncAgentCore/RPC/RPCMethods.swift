@@ -91,9 +91,12 @@ public struct RPCMethods: Sendable {
         public var view: RPCView
         public var settings: RPCSettings
         public var parser: JobParser
-        /// Downloads a request may still have described: a batch of list calls
-        /// over a long log must not keep the loop (or the memory) for seconds.
-        public var listBudget = RPCMethods.listBudget
+        /// Status fields (downloads described × the keys asked of each) the
+        /// request may still ask for: a batch or multicall of list calls over
+        /// a long log must not keep the loop (or the memory) for seconds.
+        public var statusBudget = RPCMethods.statusBudget
+        /// `tellWaiting`'s order, made once a request for the state it was made from.
+        var waitingOrder: (seq: Int64, ids: [String])?
 
         public init(state: AgentState, view: RPCView, settings: RPCSettings, parser: JobParser) {
             self.state = state; self.view = view; self.settings = settings; self.parser = parser
@@ -118,8 +121,56 @@ public struct RPCMethods: Sendable {
         return .success((method, params))
     }
 
-    /// The answer to a call that needs nothing of the agent's state, or nil when it does.
+    /// How the RPC's rates count a request's calls: a multicall's by the calls in it.
+    public func admission(of request: RPCRequest) -> RPCAdmission {
+        var counted = RPCAdmission()
+        func count(_ call: RPCCall) {
+            if RPCMethod(rawValue: call.method)?.needsToken == true, case .success = authorize(call) {
+                counted.trusted += 1
+            } else {
+                counted.untrusted += 1
+            }
+        }
+        for element in request.calls {
+            guard case .success(let call) = element else {
+                counted.untrusted += 1
+                continue
+            }
+            guard call.method == RPCMethod.multicall.rawValue else {
+                count(call)
+                continue
+            }
+            let entries = call.params.first?.array ?? []
+            if entries.isEmpty { counted.untrusted += 1 }
+            for entry in entries {
+                count(RPCCall(id: .null, method: entry["methodName"]?.string ?? "", params: entry["params"]?.array ?? []))
+            }
+        }
+        return counted
+    }
+
+    /// The answer to a call that needs nothing of the agent's state, or nil
+    /// when it does. A multicall needs it when one of its calls does: one
+    /// whose calls all lack the token is answered without the agent's loop.
     public func statelessAnswer(_ call: RPCCall) -> Result<JSONValue, RPCError>? {
+        if call.method == RPCMethod.multicall.rawValue {
+            switch multicall(call.params) {
+            case .multicall(let entries):
+                var results: [JSONValue] = []
+                for entry in entries {
+                    switch entry.flatMap({ statelessAnswer($0) ?? .failure(.needsState) }) {
+                    case .success(let value): results.append(.array([value]))
+                    case .failure(let error) where error == .needsState: return nil
+                    case .failure(let error): results.append(error.json)
+                    }
+                }
+                return .success(.array(results))
+            case .answer(let outcome):
+                return outcome
+            default:
+                return nil
+            }
+        }
         switch authorize(call) {
         case .failure(let error): return .failure(error)
         case .success((nil, _)): return .failure(.noSuchMethod(call.method))
@@ -180,6 +231,7 @@ public struct RPCMethods: Sendable {
             return .fail(RPCError("A multicall may hold at most \(RPCRequest.maximumCalls) calls."))
         }
         return .multicall(calls.map { entry in
+            guard entry.object != nil else { return .failure(RPCError("system.multicall expected struct.")) }
             guard let name = entry["methodName"]?.string else { return .failure(RPCError("Missing methodName.")) }
             guard name != RPCMethod.multicall.rawValue else { return .failure(RPCError("Recursive system.multicall forbidden.")) }
             return .success(RPCCall(id: .null, method: name, params: entry["params"]?.array ?? []))
@@ -191,7 +243,9 @@ public struct RPCMethods: Sendable {
         case .addUri: return try add(params, in: context)
         case .tellStatus:
             let task = try params.task(0, in: context)
-            return .ok(RPCTaskStatus.object(task, in: context.state, settings: context.settings, keys: try params.keys(1)))
+            let keys = try params.keys(1)
+            try context.spend(1, keys: keys)
+            return .ok(RPCTaskStatus.object(task, in: context.state, settings: context.settings, keys: keys))
         case .getUris: return .ok(RPCTaskStatus.uris(of: try params.task(0, in: context)))
         case .getFiles: return .ok(RPCTaskStatus.files(of: try params.task(0, in: context), in: context.state))
         case .getServers:
@@ -202,13 +256,13 @@ public struct RPCMethods: Sendable {
         case .tellActive:
             let keys = try params.keys(0)
             let tasks = context.view.active.compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
-            try context.spend(tasks.count)
+            try context.spend(tasks.count, keys: keys)
             return .ok(.array(tasks.map { RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys) }))
         case .tellWaiting, .tellStopped:
-            let offset = try params.integer(0), count = min(try params.integer(1), Self.pageLimit), keys = try params.keys(2)
-            let page = method == .tellWaiting ? Self.page(waitingOrder(in: context), offset: offset, count: count)
+            let offset = try params.integer(0), count = min(try params.count(1), Self.pageLimit), keys = try params.keys(2)
+            let page = method == .tellWaiting ? Self.page(waitingOrder(in: &context), offset: offset, count: count)
                 : Self.page(context.view.stopped(), offset: offset, count: count)
-            try context.spend(page.count)
+            try context.spend(page.count, keys: keys)
             return .ok(.array(page.compactMap { context.state[$0] }.map {
                 RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys)
             }))
@@ -257,6 +311,11 @@ public struct RPCMethods: Sendable {
 
     private func add(_ params: Parameters, in context: Context) throws -> RPCAction {
         guard params.values.count > 0 else { throw RPCError.missing(0) }
+        // A job file's limit: 100,000 headers took seconds of the loop and stayed in the log and every `status`.
+        let size = JSONValue.array(params.values).serialized.count
+        guard size <= JobParser.maximumSize else {
+            throw RPCError("The URIs and options of this addUri come to \(size) bytes, over the 64 KiB a job may have.")
+        }
         guard let uris = params.values[0].array else { throw RPCError.wrongType(0) }
         let options = params.values.count > 1 ? try params.object(1) : [:]
         if params.values.count > 2 { _ = try params.integer(2) }
@@ -272,7 +331,7 @@ public struct RPCMethods: Sendable {
         }
         let job: Job
         do {
-            job = try context.parser.parse(table: addition.table, source: JobSource(file: "rpc", identity: "rpc:\(RPCGID.of(taskID: id))"))
+            job = try context.parser.parse(table: addition.table, source: JobSource(file: "rpc", identity: JobSource.rpcIdentityPrefix + RPCGID.of(taskID: id)))
         } catch let error as KeyError {
             throw RPCError(RPCJobOptions.describe(error, origins: addition.origins))
         }
@@ -281,7 +340,10 @@ public struct RPCMethods: Sendable {
     }
 
     /// aria2's waiting list: queued tasks in the order they will start, then paused ones in the order they were added.
-    private func waitingOrder(in context: Context) -> [String] {
+    /// Made once a request (a multicall of a thousand `tellWaiting`s walked the queue a thousand times),
+    /// again only when a call before changed the state.
+    private func waitingOrder(in context: inout Context) -> [String] {
+        if let made = context.waitingOrder, made.seq == context.state.lastSeq { return made.ids }
         let waiting = context.view.waiting
         var ordered: [String] = []
         ordered.reserveCapacity(waiting.count)
@@ -291,13 +353,17 @@ public struct RPCMethods: Sendable {
         }
         let queued = Set(ordered)
         let paused = waiting.subtracting(queued).compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
-        return ordered + paused.map(\.id)
+        let ids = ordered + paused.map(\.id)
+        context.waitingOrder = (context.state.lastSeq, ids)
+        return ids
     }
 
-    /// The most downloads one `tellWaiting` or `tellStopped` lists (AriaNg asks for 1,000), and
-    /// one request in all (a batch, a multicall).
+    /// The most downloads one `tellWaiting` or `tellStopped` lists (AriaNg asks for 1,000).
     public static let pageLimit: Int64 = 1000
-    public static let listBudget = 20_000
+    /// The status fields one request (a batch, a multicall) may ask for in all: AriaNg's poll
+    /// (its active, 1,000 waiting and 1,000 stopped downloads, nine of its keys known here)
+    /// is 18,000; a thousand full lists of 20 downloads would be 300,000.
+    public static let statusBudget = 30_000
 
     /// aria2's paging: from `offset` onwards, or, for a negative offset,
     /// from that far before the end backwards (in reverse order).
@@ -329,12 +395,14 @@ public struct RPCMethods: Sendable {
 }
 
 extension RPCMethods.Context {
-    /// Counts `count` downloads described against the request's budget.
-    mutating func spend(_ count: Int) throws {
-        guard count <= listBudget else {
-            throw RPCError("This request asks for more than \(RPCMethods.listBudget) downloads in all; ask for fewer at a time.")
+    /// Counts `count` downloads described with `keys` (none: all) against the request's budget.
+    mutating func spend(_ count: Int, keys: [String]) throws {
+        let cost = count * RPCTaskStatus.fieldCount(keys: keys)
+        guard cost <= statusBudget else {
+            throw RPCError("This request asks for more than \(RPCMethods.statusBudget) status fields in all (downloads × keys); "
+                           + "ask for fewer downloads or fewer keys at a time.")
         }
-        listBudget -= count
+        statusBudget -= cost
     }
 }
 
@@ -351,8 +419,13 @@ struct Parameters {
     func task(_ position: Int, in context: RPCMethods.Context) throws -> TaskState {
         guard let query = try value(position).string else { throw RPCError.wrongType(position) }
         guard RPCGID.normalizedQuery(query) != nil else { throw RPCError("Invalid GID \(query)") }
-        guard let id = context.view.task(named: query), let task = context.state[id] else { throw RPCError.gidNotFound(query) }
-        return task
+        switch context.view.lookup(query) {
+        case .found(let id):
+            guard let task = context.state[id] else { throw RPCError.gidNotFound(query) }
+            return task
+        case .notFound: throw RPCError.gidNotFound(query)
+        case .notUnique: throw RPCError("GID \(query) is not unique")
+        }
     }
 
     func integer(_ position: Int) throws -> Int64 {
@@ -360,14 +433,21 @@ struct Parameters {
         return number
     }
 
-    /// Optional: the keys of a status to send (none: all of them).
+    /// A count: a whole number from 0 (aria2's words when it is not).
+    func count(_ position: Int) throws -> Int64 {
+        let number = try integer(position)
+        guard number >= 0 else {
+            throw RPCError("The integer parameter at \(position) has invalid value: the value must be greater than or equal to 0.")
+        }
+        return number
+    }
+
+    /// Optional: the keys of a status to send (none: all of them). What is
+    /// not a string names no key and is passed over, as aria2 passes it over.
     func keys(_ position: Int) throws -> [String] {
         guard position < values.count else { return [] }
         guard let items = values[position].array else { throw RPCError.wrongType(position) }
-        return try items.map { item in
-            guard let key = item.string else { throw RPCError.wrongType(position) }
-            return key
-        }
+        return items.compactMap(\.string)
     }
 
     func object(_ position: Int) throws -> [String: JSONValue] {

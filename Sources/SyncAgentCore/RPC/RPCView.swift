@@ -58,17 +58,31 @@ public struct RPCView: Equatable, Sendable {
         }
     }
 
+    /// What a client's name for a download comes to.
+    public enum Lookup: Equatable, Sendable {
+        case found(String)
+        case notFound
+        /// A prefix of more than one GID.
+        case notUnique
+    }
+
     /// The task a client names: a whole GID or a unique prefix of one (as aria2 allows).
-    public func task(named query: String) -> String? {
-        guard let gid = RPCGID.normalizedQuery(query) else { return nil }
-        if let id = tasksByGID[gid] { return id }
-        guard gid.utf8.count < 16 else { return nil }
+    public func lookup(_ query: String) -> Lookup {
+        guard let gid = RPCGID.normalizedQuery(query) else { return .notFound }
+        if let id = tasksByGID[gid] { return .found(id) }
+        guard gid.utf8.count < 16 else { return .notFound }
         var found: String?
         for (candidate, id) in tasksByGID where candidate.hasPrefix(gid) {
-            guard found == nil else { return nil }
+            guard found == nil else { return .notUnique }
             found = id
         }
-        return found
+        return found.map(Lookup.found) ?? .notFound
+    }
+
+    /// The task a client names, if it names one alone.
+    public func task(named query: String) -> String? {
+        if case .found(let id) = lookup(query) { return id }
+        return nil
     }
 
     public func list(of id: String) -> List? { lists[id] }
