@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,22 +21,20 @@ public final class NetworkLab {
     public let remoteAddress: String
     private let inner: String
     private let outer: String
-    /// Labs made by this process: each takes a number of its own, whatever thread makes it.
-    private static let made = Mutex(0)
+    private let claim: SubnetClaim
 
     public init() throws {
-        let number = Self.made.withLock { count in
-            count += 1
-            return count
-        }
-        let tag = "\(getpid() % 100_000)\(number)"
-        namespace = "sa-test-\(tag)"
-        inner = "sai\(tag)"
-        outer = "sao\(tag)"
-        let subnet = Int(getpid() % 200) + number
-        hostAddress = "10.213.\(subnet % 250).1"
-        innerAddress = "10.213.\(subnet % 250).2"
-        remoteAddress = "10.214.\(subnet % 250).1"
+        claim = try SubnetClaim()
+        let number = claim.number
+        namespace = "sa-test-\(number)"
+        inner = "sai\(number)"
+        outer = "sao\(number)"
+        hostAddress = "10.213.\(number).1"
+        innerAddress = "10.213.\(number).2"
+        remoteAddress = "10.214.\(number).1"
+        // Left by a run that was killed: the number is ours now, so is what bears it.
+        _ = try? Self.ip(["netns", "del", namespace])
+        _ = try? Self.ip(["link", "del", outer])
         do {
             try Self.ip(["netns", "add", namespace])
         } catch {
@@ -106,6 +103,32 @@ public final class NetworkLab {
         _ = try? Self.ip(["netns", "del", namespace])
         _ = try? Self.ip(["link", "del", outer])
     }
+}
+
+/// A subnet number (1…249) no other lab on this machine holds, whichever
+/// test process made it: a lock on a file of that number, which the kernel
+/// lets go when the process ends however it ends.
+private final class SubnetClaim {
+    let number: Int
+    private let descriptor: Int32
+
+    init() throws {
+        let folder = "/tmp/syncagent-test-subnets"
+        mkdir(folder, 0o700)
+        for number in 1...249 {
+            let descriptor = open("\(folder)/\(number)", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else { throw TestFailure("open \(folder)/\(number): errno \(errno)") }
+            if flock(descriptor, LOCK_EX | LOCK_NB) == 0 {
+                self.number = number
+                self.descriptor = descriptor
+                return
+            }
+            close(descriptor)
+        }
+        throw TestFailure("all 249 test subnets are in use")
+    }
+
+    deinit { close(descriptor) }
 }
 
 /// A private bus standing in for the system bus, with python-dbusmock's

@@ -441,6 +441,9 @@ struct SessionTests {
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
         let task = try #require(try harness.tasksByID()["u"])
         #expect(task["state"] as? String == "failed")
-        #expect((task["error"] as? String)?.contains("the rest was never sent") == true, "\(task["error"] ?? "")")
+        // Whether curl reads the early answer or first finds the socket closed under
+        // its send is the kernel's race; either way the body was not all sent.
+        let error = task["error"] as? String ?? ""
+        #expect(error.contains("the rest was never sent") || error.contains("Send failure"), "\(error)")
     }
 }
