@@ -147,4 +147,24 @@ struct DocsLinkTests {
             #expect(index.contains("](\(page))"), "docs/README.md does not list \(page)")
         }
     }
+
+    /// docs/install.md names every package `make run`, `make test` and
+    /// `make bench` install, as the Makefile lists them.
+    @Test func theInstallPageNamesEveryPackageTheMakefileInstalls() throws {
+        let makefile = try String(contentsOfFile: Self.root + "/Makefile", encoding: .utf8)
+        let page = try String(contentsOfFile: Self.root + "/docs/install.md", encoding: .utf8)
+            .replacingOccurrences(of: "\n", with: " ")
+        let joined = makefile.replacingOccurrences(of: "\\\n", with: " ")
+        var packages: [String] = []
+        for list in ["BUILD_PACKAGES", "TEST_PACKAGES", "BENCH_PACKAGES"] {
+            let line = try #require(joined.components(separatedBy: "\n").first { $0.hasPrefix(list + " ") || $0.hasPrefix(list + ":") },
+                                    "no \(list) in the Makefile")
+            packages += line.components(separatedBy: ":=").last?.split(separator: " ").map(String.init) ?? []
+        }
+        #expect(packages.count > 20)
+        for package in packages {
+            #expect(page.contains(" \(package) ") || page.contains("`\(package) ") || page.contains(" \(package)`") || page.contains(" \(package),"),
+                    "docs/install.md does not name \(package)")
+        }
+    }
 }
