@@ -317,7 +317,8 @@ struct ResumableUploadTests {
         let harness = try AgentHarness()
         let server = try FaultServer(in: harness.directory)
         let (path, _) = try bodyFile(harness, size: 2 << 20)
-        try harness.drop("u.job", job(server.url("tus/", "stall_after=1000&stall=3&only_upload=1"), body: path,
+        // The first PATCH stalls ten seconds: time to grow the file however loaded the machine.
+        try harness.drop("u.job", job(server.url("tus/", "stall_after=1000&stall=10&only_upload=1"), body: path,
                                       extra: "chunk_size = \"1M\""))
         let agent = try harness.startAgent(exitWhenIdle: true)
         #expect(eventually(within: 20) { server.requests.contains { $0.method == "PATCH" } })
