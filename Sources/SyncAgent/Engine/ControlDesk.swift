@@ -174,23 +174,24 @@ final class ControlDesk {
             held = context.state[task.id] ?? task
             held.bytes = stopped.bytes
         }
+        // The URL comes last: a redacted URL runs to the next space, and takes any comma after it.
         let words: String
         let retargeted: Retargeted
         switch RetargetRules.start(for: held) {
         case .keep(let bytes):
             retargeted = Retargeted(from: task.currentURL, to: url, bytes: bytes, metrics: metrics)
-            words = "retargeted to \(shown), keeping \(bytes) bytes if its answer shows the same file"
+            words = "retargeted, keeping \(bytes) bytes if the new URL serves the same file"
         case .startOver(nil):
             retargeted = Retargeted(from: task.currentURL, to: url, bytes: 0, metrics: metrics)
-            words = "retargeted to \(shown)"
+            words = "retargeted"
         case .startOver(let reason?):
             retargeted = Retargeted(from: task.currentURL, to: url, bytes: 0, reason: "retargeted: " + reason, metrics: metrics)
-            words = "retargeted to \(shown); starts over: \(reason)"
+            words = "retargeted; starts over: \(reason)"
         }
         context.record(.retargeted(retargeted), task: task.id)
         context.logger.notice("task retargeted", metadata: ["task.id": "\(task.id)", "url": "\(shown)", "bytes": "\(retargeted.bytes)"])
         let after = task.phase == .paused ? "; stays paused" : task.phase == .failed ? "; runs again" : ""
-        return .done(words + after)
+        return .done(words + after + "; now at " + shown)
     }
 
     /// An ended task leaves `status`, its children with it; a live one is
