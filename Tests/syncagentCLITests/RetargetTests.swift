@@ -292,6 +292,88 @@ struct RetargetTests {
         #expect(agent.wait(seconds: 10) == 0)
     }
 
+    static let mediaFolder = TempDirectory()
+    static let media: HLSMedia? = try? HLSMedia.make(in: mediaFolder.path)
+
+    /// (5) A VOD whose later segments' links expired (404): three segments taken, the rest
+    /// lost. Retargeted to its playlist at another path, the taken segments are not fetched
+    /// again, the others come from the new playlist's URLs, and the video plays whole.
+    @Test func aVideoGoesOnFromItsPlaylistAtANewPathKeepingTheSegmentsTaken() throws {
+        let media = try #require(Self.media, "ffmpeg could not make the test media")
+        let harness = try AgentHarness(config: "max_active = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        try FileManager.default.copyItem(atPath: media.path("clear"), toPath: server.root + "/new")
+        try FileManager.default.createDirectory(atPath: server.root + "/old", withIntermediateDirectories: true)
+        let segments = try media.segments(of: "clear/index.m3u8")
+        #expect(segments.count == 10)
+        var playlist = try String(contentsOfFile: media.path("clear/index.m3u8"), encoding: .utf8)
+        for (index, segment) in segments.enumerated() {
+            if index < 3 {
+                try FileManager.default.copyItem(atPath: media.path("clear/\(segment)"), toPath: server.root + "/old/\(segment)")
+            } else {
+                // Expired: what the old links answer now.
+                playlist = playlist.replacingOccurrences(of: "\n\(segment)\n", with: "\n../gone/\(segment)\n")
+            }
+        }
+        try playlist.write(toFile: server.root + "/old/index.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("v.job", "id = \"v\"\nkind = \"hls\"\nurl = \"\(server.url("old/index.m3u8"))\"\ndest = \"videos/talk\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 60) { harness.state(of: "v") == "failed" })
+        // The segments taken before the first lost one failed the video (those after it were never asked).
+        let taken = Set(try harness.statusTasks(["--all"]).filter { ($0["parent"] as? String) == "v" && ($0["state"] as? String) == "finished" }
+            .compactMap { ($0["dest"] as? String).map { ($0 as NSString).lastPathComponent } })
+        #expect(taken.count >= 2, "\(taken)")
+        let takenNames = segments.enumerated().filter { taken.contains("seg\($0.offset).ts") }.map(\.element)
+        #expect(takenNames.count == taken.count, "\(taken)")
+
+        let result = try harness.run(["retarget", "v", server.url("new/index.m3u8")])
+        #expect(result.status == 0 && result.stdout.contains("runs again"), "\(result.stdout) \(result.stderr)")
+        #expect(eventually(within: 90) { harness.state(of: "v") == "finished" }, "\(harness.state(of: "v") ?? "-")")
+        // The taken segments were not fetched again; every other one came from the new playlist.
+        let fresh = server.requests.filter { $0.path.hasPrefix("/new/") }.map(\.path)
+        #expect(fresh.filter { $0.hasSuffix(".m3u8") } == ["/new/index.m3u8"])
+        #expect(fresh.filter { $0.hasSuffix(".ts") }.sorted() == segments.filter { !takenNames.contains($0) }.map { "/new/\($0)" }, "\(fresh)")
+        let folder = harness.downloads + "/videos/talk"
+        for (index, segment) in segments.enumerated() {
+            #expect(FileManager.default.contents(atPath: "\(folder)/\(index).ts") == FileManager.default.contents(atPath: media.path("clear/\(segment)")),
+                    "segment \(index)")
+        }
+        let duration = try #require(HLSMedia.duration(of: folder + "/index.m3u8"))
+        #expect(abs(duration - 20) <= 0.5, "\(duration) s")
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        try expectVerifyClean(harness)
+    }
+
+    /// A playlist at the new URL that is another video (other segment names): refused, saying why,
+    /// and the segments taken stay.
+    @Test func aVideoRetargetedToAnotherVideoFailsSayingWhy() throws {
+        let media = try #require(Self.media, "ffmpeg could not make the test media")
+        let harness = try AgentHarness(config: "max_active = 1\n")
+        let server = try FaultServer(in: harness.directory)
+        try FileManager.default.copyItem(atPath: media.path("clear"), toPath: server.root + "/old")
+        try FileManager.default.copyItem(atPath: media.path("lo"), toPath: server.root + "/other")
+        let playlist = try String(contentsOfFile: media.path("clear/index.m3u8"), encoding: .utf8)
+        let segments = try media.segments(of: "clear/index.m3u8")
+        try playlist.replacingOccurrences(of: "\n\(segments[9])\n", with: "\n../gone/\(segments[9])\n")
+            .write(toFile: server.root + "/old/index.m3u8", atomically: true, encoding: .utf8)
+        try harness.drop("v.job", "id = \"v\"\nkind = \"hls\"\nurl = \"\(server.url("old/index.m3u8"))\"\ndest = \"videos/talk\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 60) { harness.state(of: "v") == "failed" })
+        let other = try media.segments(of: "lo/index.m3u8")
+        #expect(try harness.run(["retarget", "v", server.url("other/index.m3u8")]).status == 0)
+        #expect(eventually(within: 30) { harness.state(of: "v") == "failed" && harness.hasEvent("retargeted", task: "v") })
+        let error = try harness.tasksByID()["v"]?["error"] as? String ?? ""
+        if other.first != segments.first {
+            #expect(error.contains("is another video"), "\(error)")
+        } else {
+            #expect(error.contains("does not list segment") || error.contains("is another video"), "\(error)")
+        }
+        #expect(!server.requests.contains { $0.path.hasPrefix("/other/") && $0.path.hasSuffix(".ts") }, "no segment of another video")
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+    }
+
     /// A resumable upload is refused, saying why; a segment of a video likewise.
     @Test func aResumableUploadIsRefused() throws {
         let harness = try AgentHarness()

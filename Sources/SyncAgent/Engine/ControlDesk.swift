@@ -120,7 +120,7 @@ final class ControlDesk {
     /// A failed task runs again: the way to recover after freeing disk space or a server outage.
     private func runAgain(_ task: TaskState, kind: TaskRunner.Type) -> Outcome {
         if let refusal = whyNotRunAgain(task) { return .refused("cannot run again: \(refusal)") }
-        let bytes = bytesKeptForRunAgain(task, kind: kind)
+        let bytes = context.bytesKeptForRunAgain(task)
         context.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
                        task: task.id)
         return .done("runs again from byte \(bytes)")
@@ -141,11 +141,6 @@ final class ControlDesk {
         return nil
     }
 
-    /// The bytes a failed task keeps when it runs again, if what holds them (its partial file, its server) still does.
-    private func bytesKeptForRunAgain(_ task: TaskState, kind: TaskRunner.Type) -> Int64 {
-        let kept = kind.bytesKeptForRunAgain(task, in: context)
-        return task.spec.isResumable && kept >= task.bytes ? task.bytes : 0
-    }
 
     /// `syncagent retarget`: the task goes on from `url` (SPEC §4.3). A
     /// running attempt is stopped (its bytes made durable first); a paused
@@ -164,33 +159,9 @@ final class ControlDesk {
             return .refused("nothing to do: task \(task.phase.rawValue) at \(shown) already")
         }
         if task.phase == .failed, let refusal = whyNotRunAgain(task) { return .refused("cannot retarget: \(refusal)") }
-        // The bytes held once a running attempt is stopped (what it received made durable first).
-        var held = task
-        var metrics: AttemptMetrics?
-        if task.phase == .failed {
-            held.bytes = bytesKeptForRunAgain(task, kind: kind)
-        } else if let stopped = runner?.stop(flushing: true) {
-            metrics = stopped.metrics
-            held = context.state[task.id] ?? task
-            held.bytes = stopped.bytes
-        }
-        // The URL comes last: a redacted URL runs to the next space, and takes any comma after it.
-        let words: String
-        let retargeted: Retargeted
-        switch RetargetRules.start(for: held) {
-        case .keep(let bytes):
-            retargeted = Retargeted(from: task.currentURL, to: url, bytes: bytes, metrics: metrics)
-            words = "retargeted, keeping \(bytes) bytes if the new URL serves the same file"
-        case .startOver(nil):
-            retargeted = Retargeted(from: task.currentURL, to: url, bytes: 0, metrics: metrics)
-            words = "retargeted"
-        case .startOver(let reason?):
-            retargeted = Retargeted(from: task.currentURL, to: url, bytes: 0, reason: "retargeted: " + reason, metrics: metrics)
-            words = "retargeted; starts over: \(reason)"
-        }
-        context.record(.retargeted(retargeted), task: task.id)
-        context.logger.notice("task retargeted", metadata: ["task.id": "\(task.id)", "url": "\(shown)", "bytes": "\(retargeted.bytes)"])
+        let words = context.retarget(task, to: url)
         let after = task.phase == .paused ? "; stays paused" : task.phase == .failed ? "; runs again" : ""
+        // The URL comes last: a redacted URL runs to the next space, and takes any comma after it.
         return .done(words + after + "; now at " + shown)
     }
 

@@ -280,7 +280,8 @@ extension TaskState {
             // place: replay passes here on every event of every task.)
             if hasDoneRanges, doneRanges?.covered != bytes { doneRanges = nil }
             // Bytes gone, nothing is left for a retarget's check to confirm.
-            if bytes == 0, details.box?.fields.retargetCheck == true { details.modify { $0.retargetCheck = false } }
+            // (A video's own bytes are none: its check is its playlist's, read again.)
+            if bytes == 0, details.box?.fields.retargetCheck == true, !isFannedOut { details.modify { $0.retargetCheck = false } }
             // Digests of bytes the log no longer vouches for go with them; a
             // finished file's digest is its `finished` event's.
             if hasDigests {
@@ -397,7 +398,8 @@ extension TaskState {
                 lastModified = nil
                 total = nil
             }
-            if bytes > 0 { awaitsRetargetCheck = true }
+            // A video that fanned out reads its playlist at the new URL before its segments go on.
+            if bytes > 0 || isFannedOut { awaitsRetargetCheck = true }
         case .retrying(let retry):
             if retry.free == true { attemptsNotCounted += 1 }
             phase = .queued
@@ -433,6 +435,8 @@ extension TaskState {
             speed = 0
         case .expanded(let expansion):
             expanded = true
+            // Its playlist was read (at the URL a retarget gave, if one did): its segments know where they are.
+            if details.box?.fields.retargetCheck == true { details.modify { $0.retargetCheck = false } }
             fannedOut = hls == nil
             var progress = hls ?? HLSProgress(playlist: expansion.playlist, targetDurationMs: expansion.targetDurationMs,
                                                ended: false, entries: [], mediaMs: 0, lastSequence: nil)

@@ -254,6 +254,8 @@ public struct TaskState: Equatable, Sendable {
     public var durableRanges: ByteRanges { doneRanges ?? ByteRanges([ByteSpan(0, bytes)]) }
     /// Retargeted with bytes kept, and no answer from the new URL has
     /// confirmed them yet: its next answer is held to `RetargetRules.sameFile`.
+    /// A video that fanned out: its playlist is to be read at the new URL
+    /// (`HLSRetarget`) before its segments go on.
     public var awaitsRetargetCheck: Bool {
         get { details.box?.fields.retargetCheck ?? false } set { details.fields.retargetCheck = newValue }
     }
