@@ -271,6 +271,37 @@ struct RetargetTests {
         try expectVerifyClean(harness)
     }
 
+    /// Retargets racing their tasks' ends: each lands while its task is queued, running,
+    /// completing or finished. Whatever it met, each task finishes once with the whole file,
+    /// and each retarget says what it did.
+    @Test func retargetsRacingTheirTasksEndsNeverSpoilAFile() throws {
+        let harness = try AgentHarness(config: "max_active = 8\n")
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("f.bin", size: 600_000)
+        try FileManager.default.createDirectory(atPath: server.root + "/fresh", withIntermediateDirectories: true)
+        guard link(server.root + "/f.bin", server.root + "/fresh/f.bin") == 0 else { throw TestFailure("cannot link") }
+        let agent = try harness.startAgent()
+        #expect(harness.pastStartUp())
+        let ids = (0..<24).map { String(format: "t%02d", $0) }
+        for (n, id) in ids.enumerated() {
+            try harness.drop("\(id).job", "url = \"\(server.url("f.bin", "n=\(n)"))\"\nid = \"\(id)\"\ndest = \"\(id).bin\"\n")
+            // Later ones wait for more of their task first: created, started, or some bytes.
+            let stage = ["created", "started", "progressed"][n % 3]
+            _ = harness.waitForEvent(stage, task: id, within: 10)
+            try harness.drop("\(id)-retarget.job", "action = \"retarget\"\ntask = \"\(id)\"\nurl = \"\(server.url("fresh/f.bin", "n=\(n)"))\"\n")
+        }
+        #expect(eventually(within: 60) { ids.allSatisfy { harness.state(of: $0) == "finished" } })
+        for id in ids {
+            #expect(FileManager.default.contents(atPath: "\(harness.downloads)/\(id).bin") == data, "\(id)")
+            #expect(harness.events("finished", task: id).count == 1, "\(id)")
+            let outcome = harness.events("controlled", task: id).first?.data["outcome"] as? String ?? ""
+            #expect(outcome.hasPrefix("\(id): retargeted") || outcome.hasPrefix("\(id): nothing to do: "), "\(outcome)")
+        }
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        try expectVerifyClean(harness)
+    }
+
     /// A new URL whose redirects do not end: the task fails saying so, and a retarget mends it.
     @Test func endlessRedirectsAtTheNewURLFailAndCanBeRetargetedAgain() throws {
         let (harness, server, data) = try world(config: "max_redirects = 3\n")
