@@ -26,11 +26,7 @@ final class ControlDesk {
         }
         if control.action == .retarget, let url = control.url {
             guard let task = state[control.task] else { return "key \"task\": no task has the id \"\(control.task)\"" }
-            let outcome = retarget(task, to: url)
-            context.record(.controlled(Controlled(action: control.action.rawValue, target: task.id, outcome: "\(task.id): \(outcome.words)",
-                                                  file: source.file, identity: source.identity, changed: outcome.changed ? 1 : 0)),
-                           task: task.id)
-            context.needsScheduling = true
+            retarget(task, to: url, file: source.file, identity: source.identity)
             return nil
         }
         let targets: [TaskState]
@@ -141,6 +137,18 @@ final class ControlDesk {
         return nil
     }
 
+
+    /// Carries out a retarget of `task` as a control job (or an RPC call) would, and records its outcome.
+    /// - Returns: whether it changed the task, and what came of it in words.
+    @discardableResult
+    func retarget(_ task: TaskState, to url: String, file: String?, identity: String? = nil) -> (changed: Bool, words: String) {
+        let outcome = retarget(task, to: url)
+        context.record(.controlled(Controlled(action: ControlJob.Action.retarget.rawValue, target: task.id,
+                                              outcome: "\(task.id): \(outcome.words)", file: file, identity: identity,
+                                              changed: outcome.changed ? 1 : 0)), task: task.id)
+        context.needsScheduling = true
+        return (outcome.changed, outcome.words)
+    }
 
     /// `syncagent retarget`: the task goes on from `url` (SPEC §4.3). A
     /// running attempt is stopped (its bytes made durable first); a paused
