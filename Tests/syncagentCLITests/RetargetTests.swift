@@ -251,6 +251,32 @@ struct RetargetTests {
         #expect(try !harness.run(["events"]).stdout.contains("hunter2"))
     }
 
+    /// A new URL with credentials (userinfo, a token in the query): they reach the server, and
+    /// nothing the agent or a command prints: not the outcome, the events, status, replay, or the agent's log.
+    @Test func theNewURLsCredentialsNeverShow() throws {
+        let (harness, server, data) = try world()
+        try harness.drop("x.job", "url = \"\(server.url("f.bin", "drop_after=\(dropAt)&drop_times=1&fail_status=403&fail_from=2"))\"\n"
+                         + "id = \"x\"\ndest = \"f.bin\"\n")
+        let agent = try harness.startAgent()
+        #expect(eventually(within: 30) { harness.state(of: "x") == "failed" })
+        let secret = "http://bob:hunter2@\(server.host):\(server.port)/fresh/f.bin?token=s3cr3tT0k3n&n=1"
+        let result = try harness.run(["retarget", "x", secret])
+        #expect(result.status == 0 && result.stdout.hasSuffix("now at http://<redacted>@\(server.host):\(server.port)/fresh/f.bin?token=<redacted>&n=1\n"),
+                "\(result.stdout)")
+        #expect(eventually(within: 30) { harness.state(of: "x") == "finished" })
+        #expect(downloaded(harness) == data)
+        #expect(server.requests.contains { $0.path == "/fresh/f.bin?token=s3cr3tT0k3n&n=1" }, "the server got the URL as given")
+        agent.signal(SIGTERM)
+        #expect(agent.wait(seconds: 10) == 0)
+        var shown = result.stdout + result.stderr + agent.stdout + agent.stderr
+        for command in [["events"], ["events", "--json"], ["status", "--task", "x"], ["status", "--json"], ["replay"], ["replay", "--json"]] {
+            let output = try harness.run(command)
+            shown += output.stdout + output.stderr
+        }
+        #expect(!shown.contains("hunter2") && !shown.contains("s3cr3tT0k3n"))
+        #expect(shown.contains("http://<redacted>@"))
+    }
+
     /// A flood of retargets of one running task, back and forth between two URLs of the same
     /// file: each is applied in order, the task ends once, the file is whole.
     @Test func aFloodOfRetargetsEndsWithOneWholeFile() throws {
