@@ -72,7 +72,6 @@ final class ControlDesk {
     private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> Outcome {
         if action == .forget { return forget(task) }
         let state = context.state
-        let kind = Kinds.runnerType(for: task.spec)
         if action == .resume, task.phase == .failed,
            let cancelled = (state.children[task.id] ?? []).first(where: { state[$0]?.phase == .cancelled }) {
             let words = task.spec.behaviour.family
@@ -102,7 +101,7 @@ final class ControlDesk {
             context.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
             return .done("resumed at byte \(task.bytes)")
         case (.resume, .failed):
-            return runAgain(task, kind: kind)
+            return runAgain(task)
         case (.cancel, .queued), (.cancel, .running), (.cancel, .paused), (.cancel, .failed):
             context.runners.cancel(task)
             return .done("cancelled")
@@ -114,7 +113,7 @@ final class ControlDesk {
     }
 
     /// A failed task runs again: the way to recover after freeing disk space or a server outage.
-    private func runAgain(_ task: TaskState, kind: TaskRunner.Type) -> Outcome {
+    private func runAgain(_ task: TaskState) -> Outcome {
         if let refusal = whyNotRunAgain(task) { return .refused("cannot run again: \(refusal)") }
         let bytes = context.bytesKeptForRunAgain(task)
         context.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
@@ -137,7 +136,6 @@ final class ControlDesk {
         return nil
     }
 
-
     /// Carries out a retarget of `task` as a control job (or an RPC call) would, and records its outcome.
     /// - Returns: whether it changed the task, and what came of it in words.
     @discardableResult
@@ -158,8 +156,7 @@ final class ControlDesk {
     private func retarget(_ task: TaskState, to url: String) -> Outcome {
         let shown = Redaction.url(url)
         if task.phase == .finished || task.phase == .cancelled { return .refused("nothing to do: task already \(task.phase.rawValue)") }
-        let kind = Kinds.runnerType(for: task.spec)
-        if let refusal = kind.retargetRefusal(task, in: context.state) { return .refused("cannot retarget: \(refusal)") }
+        if let refusal = Kinds.runnerType(for: task.spec).retargetRefusal(task, in: context.state) { return .refused("cannot retarget: \(refusal)") }
         let runner = context.runners[task.id]
         // Its body is all here, being made durable and checked: there is nothing left to fetch anywhere.
         if runner?.isCompleting == true { return .refused("nothing to do: its body is complete and being published") }

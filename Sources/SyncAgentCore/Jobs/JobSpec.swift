@@ -32,7 +32,8 @@ extension ControlJob.Action {
         case .cancel: return !task.phase.isEnded || task.phase == .failed
         case .forget: return task.phase.isEnded && !task.forgotten
         case .compact: return false
-        case .retarget: return !task.phase.isEnded || task.phase == .failed
+        // (A resumable upload keeps what it sent at its server's upload URL: it cannot move.)
+        case .retarget: return (!task.phase.isEnded || task.phase == .failed) && task.spec.upload == nil
         }
     }
 }
