@@ -3,7 +3,7 @@ import Foundation
 import SyncAgent
 import SyncAgentCore
 
-/// pause / resume / cancel travel through the inbox as control jobs
+/// pause / resume / cancel / retarget travel through the inbox as control jobs
 /// (SPEC §4.3), so they work whether or not the agent is running.
 struct ControlTarget: ParsableArguments {
     @Argument(help: "The task id.", completion: TaskIDCompletion.kind)
@@ -29,7 +29,8 @@ func refuseStar(_ id: String, everyTask flag: String?) throws {
     guard id != "*" else { throw fail("\"*\" is not a task id" + (flag.map { "; \($0) acts on every task" } ?? "")) }
 }
 
-func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOptions) throws {
+/// - Parameter url: `retarget`'s new URL (checked by the caller).
+func sendControl(_ action: ControlJob.Action, task: String, url: String? = nil, global: GlobalOptions) throws {
     let resolved = try global.resolve()
     if task != "*" {
         // The task alone is looked up, not the whole log folded (a second per command on a long log).
@@ -57,7 +58,7 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
     }
     // Where the log ends before the request goes in: its outcome is recorded after.
     let since = (try? EventStore(readingFrom: resolved.paths.eventLog).lastSeq) ?? 0
-    let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n"
+    let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n" + (url.map { "url = \(tomlString($0))\n" } ?? "")
     let path: String
     do {
         path = try InboxWriter(inbox: resolved.paths.inbox).write(text, prefix: action.rawValue)
@@ -167,6 +168,31 @@ struct CancelCommand: ParsableCommand {
     func run() throws {
         try refuseStar(id, everyTask: nil)
         try sendControl(.cancel, task: id, global: global)
+    }
+}
+
+struct RetargetCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "retarget",
+        abstract: "Move a task to a new URL (a link that expired, a mirror), keeping its bytes if the new URL serves the same file.",
+        discussion: """
+            The task keeps its id; status shows the new URL as its current one. Its bytes are kept \
+            when the new URL's answer carries the same validators (ETag, Last-Modified) and size; \
+            otherwise it starts over and says why. A running task moves at once, a paused one stays \
+            paused, a failed one runs again.
+
+            Example:
+              syncagent retarget debian-13 'https://mirror.example.org/debian-13.iso?sig=…'
+            """)
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The task id.", completion: TaskIDCompletion.kind) var id: String
+    @Argument(help: "The URL it goes on from (http or https).") var url: String
+
+    func run() throws {
+        try refuseStar(id, everyTask: nil)
+        // Refused here by the rules a job's `url` is held to (the agent holds the job to them again).
+        do { try URLRules.checkTransferURL(url, key: "url") } catch let error as KeyError { throw fail(error.description) }
+        try sendControl(.retarget, task: id, url: url, global: global)
     }
 }
 

@@ -21,7 +21,7 @@ struct SyncAgentCommand: ParsableCommand {
         version: SyncAgentVersion.current,
         subcommands: [
             RunCommand.self, SubmitCommand.self, StatusCommand.self, ReplayCommand.self, EventsCommand.self,
-            PauseCommand.self, ResumeCommand.self, CancelCommand.self, ForgetCommand.self, CompactCommand.self,
+            PauseCommand.self, ResumeCommand.self, CancelCommand.self, RetargetCommand.self, ForgetCommand.self, CompactCommand.self,
         ]
     )
 }

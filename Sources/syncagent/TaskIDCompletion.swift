@@ -3,7 +3,7 @@ import Foundation
 import SyncAgent
 import SyncAgentCore
 
-/// Shell completion of task ids (`pause`, `resume`, `cancel`, `forget`,
+/// Shell completion of task ids (`pause`, `resume`, `cancel`, `retarget`, `forget`,
 /// `status --task`, `events --task`, `replay --task`): the shell calls the
 /// binary back with the words typed so far, and the ids come from the log
 /// those words name (`--config`, `--state-dir`), or the default one, and
@@ -30,8 +30,8 @@ enum TaskIDCompletion {
         let waiting = WaitingJobs.read(resolved.paths).jobs.compactMap(\.id)
         let state = (try? EventStore(readingFrom: resolved.paths.eventLog).replay()) ?? AgentState()
         let logged = state.orderedTasks.filter { task in action.map { $0.changes(task) } ?? (task.parentID == nil) }.map(\.id)
-        // A job not yet taken becomes a queued task: pause and cancel apply to it, resume and forget do not.
-        let pending = action == nil || action == .pause || action == .cancel ? waiting.filter { state[$0] == nil } : []
+        // A job not yet taken becomes a queued task: pause, cancel and retarget apply to it, resume and forget do not.
+        let pending = action == nil || action == .pause || action == .cancel || action == .retarget ? waiting.filter { state[$0] == nil } : []
         return logged + pending
     }
 }

@@ -76,6 +76,9 @@ struct EventCodingTests {
         .hookEnded(HookEnded(hook: .taskEnd, pid: 4242, exitStatus: 3, durationMs: 12)),
         .hookEnded(HookEnded(hook: .batchEnd, batchSeq: 42, pid: 4243, signal: 9, timedOut: true, durationMs: 60_000)),
         .hookEnded(HookEnded(hook: .taskEnd, pid: nil, durationMs: 0, error: "cannot start on-done: No such file or directory")),
+        // Issue 38: a task moved to another URL, keeping its bytes or starting over.
+        .retargeted(Retargeted(from: "https://cdn.test/f?Expires=1", to: "https://cdn.test/f?Expires=2", bytes: 400, metrics: metrics)),
+        .retargeted(Retargeted(from: nil, to: "https://m.test/f", bytes: 0, reason: "retargeted: its 400 bytes came with no validator")),
     ]
 
     static let metrics = AttemptMetrics(dnsUs: 10, connectUs: 20, tlsUs: 30, ttfbUs: 40, totalUs: 50, httpVersion: "2",

@@ -51,6 +51,8 @@ struct FoldIndexPropertyTests {
                 .resumed(Resumed(bytes: 10, reason: "r")),
                 .retrying(Retrying(attempt: 1, reason: "503", delayMs: 1000, bytes: 10)),
                 .redirected(Redirected(from: log.state[id]!.currentURL, to: url, status: 302)),
+                // A running task moved to another host gives back its old host's slot.
+                .retargeted(Retargeted(from: log.state[id]!.currentURL, to: url, bytes: 10)),
                 .finished(Finished(bytes: 10, dest: "/d/\(id)")),
                 .failed(Failed(reason: "x", code: .other("x"), bytes: 0)),
                 .cancelled(Cancelled(bytes: 0)),

@@ -144,6 +144,45 @@ struct HLSCoreTests {
         return media
     }
 
+    /// `syncagent retarget` of a video: segments taken stay; the others, and the key they
+    /// need, move to the new playlist's URLs, matched by sequence number, file name and range.
+    @Test func aRetargetedVideoMovesTheSegmentsNotTakenYet() throws {
+        var (state, parent) = parent()
+        parent = taken(try HLSFanOut.plan(parent: parent, playlist: media(5...7, ended: true, keyed: true), url: base, in: state), into: &state)
+        state.apply(Event(seq: state.lastSeq + 1, atMs: 99, task: "v.seg5.ts", body: .finished(Finished(bytes: 10, dest: "/dl/talk.part/seg5.ts"))))
+        // The same video under signed URLs of another host and path.
+        var moved = media(5...7, ended: true, keyed: true)
+        for index in moved.segments.indices {
+            moved.segments[index].uri = "https://edge.example.net/t0k3n/s\(moved.segments[index].sequence).ts?sig=2"
+            moved.segments[index].key = HLSKey(uri: "https://edge.example.net/t0k3n/key?sig=2", iv: nil)
+        }
+        let url = "https://edge.example.net/t0k3n/index.m3u8?sig=2"
+        #expect(HLSRetarget.plan(parent: parent, playlist: moved, url: url, in: state) == .moves([
+            .init(child: "v.key0.key", url: "https://edge.example.net/t0k3n/key?sig=2"),
+            .init(child: "v.seg6.ts", url: "https://edge.example.net/t0k3n/s6.ts?sig=2"),
+            .init(child: "v.seg7.ts", url: "https://edge.example.net/t0k3n/s7.ts?sig=2"),
+        ]))
+        // Another video: a segment not taken named otherwise, or not listed at all.
+        var other = moved
+        other.segments[1].uri = "https://edge.example.net/t0k3n/other6.ts"
+        #expect(HLSRetarget.plan(parent: parent, playlist: other, url: url, in: state) == .refused(
+            "the playlist at https://edge.example.net/t0k3n/index.m3u8?sig=<redacted> is another video: its segment 6 is "
+            + "https://edge.example.net/t0k3n/other6.ts, not https://cdn.example.com/s6.ts"))
+        other.segments.removeLast()
+        other.segments[1] = moved.segments[1]
+        #expect(HLSRetarget.plan(parent: parent, playlist: other, url: url, in: state) == .refused(
+            "the playlist at https://edge.example.net/t0k3n/index.m3u8?sig=<redacted> does not list segment 7, which is not taken yet"))
+        // A segment taken need not be listed: it stays as it is.
+        other = moved
+        other.segments.removeFirst()
+        guard case .moves(let without) = HLSRetarget.plan(parent: parent, playlist: other, url: url, in: state),
+              case .moves(let with) = HLSRetarget.plan(parent: parent, playlist: moved, url: url, in: state) else {
+            Issue.record("refused")
+            return
+        }
+        #expect(Set(without) == Set(with))
+    }
+
     @Test func theFanOutMakesOneChildPerSegmentAndOnePerKey() throws {
         let (state, parent) = parent()
         let plan = try HLSFanOut.plan(parent: parent, playlist: media(5...7, ended: true, keyed: true), url: base, in: state)

@@ -65,7 +65,7 @@ struct JobParserTests {
 
     @Test func controlJob() throws {
         #expect(try parse("action = \"pause\"\ntask = \"*\"") == .control(ControlJob(action: .pause, task: "*")))
-        #expect(rejection("action = \"explode\"\ntask = \"x\"") == #"key "action" must be one of "pause", "resume", "cancel", "forget", "compact", not "explode""#)
+        #expect(rejection("action = \"explode\"\ntask = \"x\"") == #"key "action" must be one of "pause", "resume", "cancel", "forget", "compact", "retarget", not "explode""#)
         #expect(rejection("action = \"cancel\"") == #"key "task" is missing: a control job names a task id, or "*" for all"#)
     }
 

@@ -389,6 +389,21 @@ struct RPCCoreTests {
         #expect(action("aria2.changeGlobalOption", ["max-concurrent-downloads": "3", "max-overall-download-limit": "0"])
                 == .changeSettings(maxActive: 3, maxOverallSpeed: .some(nil), maxSpeed: nil))
         #expect(action("aria2.changeOption", w, ["max-download-limit": "0"]) == .ok("OK"))
+        // changeUri is `syncagent retarget`: one URI in, held to a job's url rules; the one it leaves may be named.
+        let wURL = JSONValue.string(log.state["w"]!.spec.url)
+        #expect(action("aria2.changeUri", w, 1, [wURL], ["https://mirror.example/f"])
+                == .retarget(task: "w", url: "https://mirror.example/f", answer: [1, 1]))
+        #expect(action("aria2.changeUri", w, 1, [], ["https://mirror.example/f"]) == .retarget(task: "w", url: "https://mirror.example/f", answer: [0, 1]))
+        #expect(action("aria2.changeUri", w, 1, [], []) == .ok([0, 0]))
+        #expect(action("aria2.changeUri", w, 1, [wURL], []) == .fail(RPCError("A download keeps one URL: give the URI that replaces it in addUris")))
+        #expect(action("aria2.changeUri", w, 1, [], ["https://a.example/f", "https://b.example/f"])
+                == .fail(RPCError("A download has one URL: give one URI to add, not 2")))
+        #expect(action("aria2.changeUri", w, 1, [], ["ftp://bob:pw@h/f"])
+                == .fail(RPCError(#"key "addUris" must be an http or https URL, not ftp: "ftp://<redacted>@h/f""#)))
+        #expect(action("aria2.changeUri", w, 2, [], ["https://mirror.example/f"])
+                == .fail(RPCError("fileIndex is out of range: a download has one file, index 1")))
+        #expect(action("aria2.changeUri", d, 1, [], ["https://mirror.example/f"])
+                == .fail(RPCError("GID#\(RPCGID.of(taskID: "d")) has ended: there is nothing to fetch from another URL")))
         guard case .add(let id, let spec, false) = action("aria2.addUri", ["http://h.example/x/file.bin"], ["out": "y.bin"]) else {
             Issue.record("addUri made no task"); return
         }

@@ -360,7 +360,7 @@ struct SnapshotTests {
             // (`jobAllowsMetered` is not written either: it is the job's.)
             ("TaskState", Mirror(reflecting: task).children.count, 12),
             ("TaskActivity", Mirror(reflecting: task.activity.box!.fields).children.count, 12),
-            ("TaskDetails", Mirror(reflecting: task.details.box!.fields).children.count, 18),
+            ("TaskDetails", Mirror(reflecting: task.details.box!.fields).children.count, 19),
             ("HLSProgress", Mirror(reflecting: HLSProgress(playlist: "", targetDurationMs: 0, ended: false, entries: [], mediaMs: 0,
                                                             lastSequence: nil)).children.count, 6),
             ("PublishedFile", Mirror(reflecting: PublishedFile(task: "", url: "", size: 0)).children.count, 7),

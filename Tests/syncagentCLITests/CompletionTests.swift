@@ -67,6 +67,7 @@ struct CompletionTests {
         #expect(try bash("syncagent resume ").sorted() == ["bad", "held"], "paused or failed")
         #expect(try bash("syncagent cancel ").sorted() == ["bad", "held", "later", "sub"], "not finished")
         #expect(try bash("syncagent forget ").sorted() == ["bad", "fin"], "ended ones only")
+        #expect(try bash("syncagent retarget ").sorted() == ["bad", "held", "later", "sub"], "neither finished nor cancelled")
         #expect(try bash("syncagent status --task ").sorted() == ["bad", "fin", "held", "later", "sub"])
         #expect(try bash("syncagent pause l") == ["later"], "what was typed of the id narrows it")
         #expect(try bash("syncagent events --state-dir \(harness.stateDir) --task h") == ["held"])

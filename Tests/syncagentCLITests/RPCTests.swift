@@ -296,6 +296,33 @@ struct RPCTests {
         #expect(rpc.process?.isRunning == true)
     }
 
+    /// `aria2.changeUri` is `syncagent retarget`: a download whose link expired goes on from the
+    /// one URI added, keeping its bytes; a second URI, or a finished download, is refused.
+    @Test func changeUriRetargetsADownload() throws {
+        let rpc = try RPCAgent()
+        let server = try FaultServer(in: rpc.harness.directory)
+        let data = try server.serve("f.bin", size: 2_000_000)
+        try FileManager.default.createDirectory(atPath: server.root + "/fresh", withIntermediateDirectories: true)
+        #expect(link(server.root + "/f.bin", server.root + "/fresh/f.bin") == 0)
+        try rpc.start()
+        let expiring = server.url("f.bin", "drop_after=500000&drop_times=1&fail_status=403&fail_from=2")
+        let gid = try rpc.result("aria2.addUri", [expiring], ["out": "f.bin"]) as? String ?? ""
+        #expect(rpc.wait(for: gid, ["error"], within: 30))
+        let two = try rpc.call([["aria2.changeUri", gid, 1, [], [server.url("fresh/f.bin"), server.url("f.bin")]]]).first
+        #expect((two?["error"] as? [String: Any])?["message"] as? String == "A download has one URL: give one URI to add, not 2")
+        let answer = try rpc.result("aria2.changeUri", gid, 1, [expiring], [server.url("fresh/f.bin")]) as? [Int]
+        #expect(answer == [1, 1])
+        #expect(rpc.wait(for: gid, ["complete"], within: 30))
+        #expect(FileManager.default.contents(atPath: rpc.harness.downloads + "/f.bin") == data)
+        #expect(server.requests.filter { $0.path.hasPrefix("/fresh/") }.map(\.range) == ["bytes=500000-"])
+        // The job's URL stays the download's identity, as `status` keeps it: `getUris` lists it.
+        let uris = try rpc.result("aria2.getUris", gid) as? [[String: Any]]
+        #expect(uris?.first?["uri"] as? String == expiring, "\(uris ?? [])")
+        let late = try rpc.call([["aria2.changeUri", gid, 1, [], [server.url("f.bin")]]]).first
+        #expect((late?["error"] as? [String: Any])?["message"] as? String
+                    == "GID#\(gid) has ended: there is nothing to fetch from another URL", "\(late ?? [:])")
+    }
+
     /// 100 MB: announced, it is refused before a byte is read; streamed, after
     /// 2 MiB; as a WebSocket message, the connection is closed. The agent
     /// holds no more memory for it.

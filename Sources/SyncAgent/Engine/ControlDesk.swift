@@ -24,6 +24,11 @@ final class ControlDesk {
                                                   file: source.file, identity: source.identity)))
             return nil
         }
+        if control.action == .retarget, let url = control.url {
+            guard let task = state[control.task] else { return "key \"task\": no task has the id \"\(control.task)\"" }
+            retarget(task, to: url, file: source.file, identity: source.identity)
+            return nil
+        }
         let targets: [TaskState]
         if control.task == "*" {
             // A forgotten task is out of the user's sight: "all" does not include it.
@@ -67,7 +72,6 @@ final class ControlDesk {
     private func carryOut(_ action: ControlJob.Action, on task: TaskState) -> Outcome {
         if action == .forget { return forget(task) }
         let state = context.state
-        let kind = Kinds.runnerType(for: task.spec)
         if action == .resume, task.phase == .failed,
            let cancelled = (state.children[task.id] ?? []).first(where: { state[$0]?.phase == .cancelled }) {
             let words = task.spec.behaviour.family
@@ -78,7 +82,7 @@ final class ControlDesk {
         case .pause: task.phase.isActive
         case .resume: task.phase == .paused || task.phase == .failed
         case .cancel: !task.phase.isEnded || task.phase == .failed
-        case .forget, .compact: false
+        case .forget, .compact, .retarget: false
         }
         if applies, state.families[task.id] != nil {
             for id in state.children[task.id] ?? [] {
@@ -97,33 +101,73 @@ final class ControlDesk {
             context.record(.resumed(Resumed(bytes: task.bytes, reason: "resumed by the user")), task: task.id)
             return .done("resumed at byte \(task.bytes)")
         case (.resume, .failed):
-            return runAgain(task, kind: kind)
+            return runAgain(task)
         case (.cancel, .queued), (.cancel, .running), (.cancel, .paused), (.cancel, .failed):
             context.runners.cancel(task)
             return .done("cancelled")
-        case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase), (.compact, let phase):
+        case (.pause, let phase), (.resume, let phase), (.cancel, let phase), (.forget, let phase), (.compact, let phase),
+             (.retarget, let phase):
+            // (A retarget names its URL: it comes through `retarget(_:to:)`, never here.)
             return .refused("nothing to do: task already \(phase.rawValue)")
         }
     }
 
     /// A failed task runs again: the way to recover after freeing disk space or a server outage.
-    private func runAgain(_ task: TaskState, kind: TaskRunner.Type) -> Outcome {
+    private func runAgain(_ task: TaskState) -> Outcome {
+        if let refusal = whyNotRunAgain(task) { return .refused("cannot run again: \(refusal)") }
+        let bytes = context.bytesKeptForRunAgain(task)
+        context.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
+                       task: task.id)
+        return .done("runs again from byte \(bytes)")
+    }
+
+    /// Why a failed task cannot run again (by `resume` or `retarget`), if it cannot.
+    private func whyNotRunAgain(_ task: TaskState) -> String? {
         for dest in [task.spec.dest, task.namedDest].compactMap({ $0 }) {
             if let holder = Destinations.holder(of: dest, in: context.state, except: task.id) {
-                return .refused("cannot run again: \(dest) is now the destination of task \(holder)")
+                return "\(dest) is now the destination of task \(holder)"
             }
         }
         // A task that failed keeping nothing left no partial file: one there now is someone else's
         // (the reason it was refused at intake, or a second agent's), and running again would truncate it.
         if task.bytes == 0, task.spec.behaviour.body == .partialFile, let part = task.partPath, context.root.exists(part) {
-            return .refused("cannot run again: \(part) exists and is not this task's; move it away first")
+            return "\(part) exists and is not this task's; move it away first"
         }
-        // The bytes kept when it failed, if what holds them (its partial file, its server) still does.
-        let kept = kind.bytesKeptForRunAgain(task, in: context)
-        let bytes = task.spec.isResumable && kept >= task.bytes ? task.bytes : 0
-        context.record(.resumed(Resumed(bytes: bytes, reason: "run again by the user after: \(task.error ?? "a failure")")),
-                       task: task.id)
-        return .done("runs again from byte \(bytes)")
+        return nil
+    }
+
+    /// Carries out a retarget of `task` as a control job (or an RPC call) would, and records its outcome.
+    /// - Returns: whether it changed the task, and what came of it in words.
+    @discardableResult
+    func retarget(_ task: TaskState, to url: String, file: String?, identity: String? = nil) -> (changed: Bool, words: String) {
+        let outcome = retarget(task, to: url)
+        context.record(.controlled(Controlled(action: ControlJob.Action.retarget.rawValue, target: task.id,
+                                              outcome: "\(task.id): \(outcome.words)", file: file, identity: identity,
+                                              changed: outcome.changed ? 1 : 0)), task: task.id)
+        context.needsScheduling = true
+        return (outcome.changed, outcome.words)
+    }
+
+    /// `syncagent retarget`: the task goes on from `url` (SPEC §4.3). A
+    /// running attempt is stopped (its bytes made durable first); a paused
+    /// task stays paused, anything else goes back to the queue, a failed one
+    /// with fresh retries. The bytes held are kept for the new URL's first
+    /// answer to confirm (`RetargetRules`), or let go, and the outcome says why.
+    private func retarget(_ task: TaskState, to url: String) -> Outcome {
+        let shown = Redaction.url(url)
+        if task.phase == .finished || task.phase == .cancelled { return .refused("nothing to do: task already \(task.phase.rawValue)") }
+        if let refusal = Kinds.runnerType(for: task.spec).retargetRefusal(task, in: context.state) { return .refused("cannot retarget: \(refusal)") }
+        let runner = context.runners[task.id]
+        // Its body is all here, being made durable and checked: there is nothing left to fetch anywhere.
+        if runner?.isCompleting == true { return .refused("nothing to do: its body is complete and being published") }
+        if url == task.currentURL, task.phase != .failed {
+            return .refused("nothing to do: task \(task.phase.rawValue) at \(shown) already")
+        }
+        if task.phase == .failed, let refusal = whyNotRunAgain(task) { return .refused("cannot retarget: \(refusal)") }
+        let words = context.retarget(task, to: url)
+        let after = task.phase == .paused ? "; stays paused" : task.phase == .failed ? "; runs again" : ""
+        // The URL comes last: a redacted URL runs to the next space, and takes any comma after it.
+        return .done(words + after + "; now at " + shown)
     }
 
     /// An ended task leaves `status`, its children with it; a live one is

@@ -32,6 +32,12 @@ final class Runners {
         }
         if let dest = task.finalDest, !task.awaitsServerName, Kinds.runnerType(for: task.spec).destinationIsKnownAtStart(task.spec),
            context.endedByExistingDest(task, dest) { return }
+        // A segment whose video was retargeted waits, paused, for the new playlist to say where it is.
+        if let parent = task.parentID, context.state[parent]?.awaitsRetargetCheck == true {
+            pause(task.id, reason: .user, bytesIfIdle: task.bytes)
+            context.needsScheduling = true
+            return
+        }
         if context.deadlineMs(of: task) <= Posix.nowMs {
             context.fail(task, reason: context.totalTimeoutWords, code: .totalTimeout, keeping: task.bytes)
             return

@@ -50,7 +50,7 @@ extension RunnerContext {
                 fail(task, reason: words, code: code, metrics: metrics, keeping: bytes)
             }
         case .permanent(let reason, let code):
-            fail(task, reason: reason, code: code, metrics: metrics)
+            fail(task, reason: reason, code: code, metrics: metrics, keeping: code.isLinkRefused ? durable : 0)
         case .localFailure(let reason, let code):
             fail(task, reason: reason, code: code, metrics: metrics, keeping: durable)
         case .fallBack(let reason):

@@ -69,6 +69,8 @@ protocol TaskRunner: AnyObject {
     static func destinationIsKnownAtStart(_ spec: TaskSpec) -> Bool
     /// The bytes a failed task keeps when it is run again.
     static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64
+    /// Why `task` cannot go on from another URL (`syncagent retarget`), if it cannot.
+    static func retargetRefusal(_ task: TaskState, in state: AgentState) -> String?
 }
 
 extension TaskRunner {
@@ -93,5 +95,10 @@ extension TaskRunner {
     static func destinationIsKnownAtStart(_ spec: TaskSpec) -> Bool { true }
     static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64 {
         task.partPath.flatMap(context.root.size) ?? 0
+    }
+    static func retargetRefusal(_ task: TaskState, in state: AgentState) -> String? {
+        // A segment, a key, a part: its parent's playlist or upload says where it is.
+        guard let parent = task.parentID else { return nil }
+        return "it is a part of task \(parent), which says where its parts are"
     }
 }

@@ -39,7 +39,8 @@ final class HLSVideoRunner: TaskRunner {
     // MARK: - Reading the playlist
 
     func start(_ task: TaskState) {
-        guard !task.isFannedOut else { return resumeFannedOut(task) }
+        // Retargeted, a video reads its playlist at the new URL before its segments go on (`rebase`).
+        guard !task.isFannedOut || task.awaitsRetargetCheck else { return resumeFannedOut(task) }
         guard let exchange = makePlaylistRead(task) else { return }
         context.record(.started(Started(attempt: task.nextAttempt, offset: 0, url: task.currentURL)), task: taskID)
         read(exchange, refresh: false)
@@ -132,8 +133,37 @@ final class HLSVideoRunner: TaskRunner {
             // The choice is a hop like a redirect: a restart reads the variant's playlist directly.
             context.hop(task, to: variant.uri, status: 300)
         case .media(let media):
+            if task.isFannedOut, task.awaitsRetargetCheck { return rebase(task, on: media, url: url) }
             expand(task, with: media, url: url)
         }
+    }
+
+    /// A retargeted video read its playlist at the new URL: its segments
+    /// not taken yet (and the keys and init segments they need) move to the
+    /// new playlist's URLs, matched as `HLSRetarget` says; the taken ones
+    /// stay. A playlist that is not this video's fails it, saying why.
+    private func rebase(_ task: TaskState, on media: HLSMediaPlaylist, url: String) {
+        switch HLSRetarget.plan(parent: task, playlist: media, url: url, in: context.state) {
+        case .refused(let reason):
+            context.fail(task, reason: reason, code: .badPlaylist)
+            return
+        case .moves(let moves):
+            for move in moves {
+                guard let child = context.state[move.child] else { continue }
+                _ = context.retarget(child, to: move.url)
+            }
+        }
+        // No new segment: the playlist it reads from now on, and the end of its check.
+        context.record(.expanded(Expanded(playlist: url, targetDurationMs: media.targetDurationMs, ended: task.hls?.ended ?? media.ended,
+                                          entries: [])), task: taskID)
+        // Segments held back while it read (`Runners.start`), or paused when one was lost, go on.
+        for id in context.state.children[taskID] ?? [] {
+            guard let child = context.state[id], child.phase == .paused, child.pauseReason == .user else { continue }
+            context.record(.resumed(Resumed(bytes: child.bytes, reason: "its video moved to \(Redaction.url(url))")), task: id)
+        }
+        context.logger.info("video retargeted", metadata: ["task.id": "\(taskID)", "playlist": "\(Redaction.url(url))"])
+        if task.hls?.ended == false { refreshAt = Posix.monotonicMs + max(1000, media.targetDurationMs) }
+        context.needsScheduling = true
     }
 
     /// Records the children a media playlist adds, and when to read it again.
@@ -255,7 +285,8 @@ final class HLSVideoRunner: TaskRunner {
     /// segment lost (failed or cancelled) fails the video, its other
     /// segments waiting, paused, for `resume`.
     func childrenSettled(_ parent: TaskState) throws {
-        guard let family = context.state.families[parent.id] else { return }
+        // A segment lost to an expired link is what a retarget mends: judged once the new playlist is read.
+        guard let family = context.state.families[parent.id], !parent.awaitsRetargetCheck else { return }
         if family.lost > 0 {
             let lost = (context.state.children[parent.id] ?? []).compactMap { context.state[$0] }
                 .first { $0.phase == .failed || $0.phase == .cancelled }

@@ -181,6 +181,13 @@ final class ResumableUploadRunner: TaskRunner {
     /// Run again after a failure: the upload's bytes are on its server, whose `HEAD` says what it still holds.
     static func bytesKeptForRunAgain(_ task: TaskState, in context: RunnerContext) -> Int64 { task.bytes }
 
+    /// Refused: what a resumable upload has sent lives at the upload URL its server made, which
+    /// no other address knows; moving the creation URL would orphan it, or mix two uploads.
+    static func retargetRefusal(_ task: TaskState, in state: AgentState) -> String? {
+        let what = task.parentID != nil ? "a part of upload \(task.parentID!)" : "a resumable upload (protocol = \"\(task.spec.upload?.protocol.rawValue ?? "tus")\")"
+        return "\(what) keeps what it sent at the upload URL its server made; cancel it and submit it again to the new URL"
+    }
+
     func start(_ task: TaskState) {
         guard !task.isFannedOut else {
             // A split upload taken from the queue (a restart, a resume): its parts do the work,

@@ -93,6 +93,11 @@ final class RPCDesk {
             let tasks = ids.compactMap { log.state[$0] }
             if !tasks.isEmpty { control.apply(action, to: tasks, target: target, file: "rpc") }
             return .success(answer)
+        case .retarget(let id, let url, let answer):
+            guard let task = log.state[id] else { return .success(answer) }
+            // Refused (a resumable upload, a finished task): the log says why; the call says it too.
+            let outcome = control.retarget(task, to: url, file: "rpc")
+            return outcome.changed ? .success(answer) : .failure(RPCError("GID#\(RPCGID.of(taskID: id)): \(Redaction.text(outcome.words))"))
         case .changeSettings(let maxActive, let overall, let perTask):
             let applied = changeSettings(maxActive, overall, perTask)
             if !applied.isEmpty {

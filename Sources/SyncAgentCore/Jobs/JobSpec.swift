@@ -7,14 +7,16 @@ public enum Job: Equatable, Sendable {
 }
 
 public struct ControlJob: Equatable, Sendable {
-    public enum Action: String, CaseIterable, Sendable { case pause, resume, cancel, forget, compact }
+    public enum Action: String, CaseIterable, Sendable { case pause, resume, cancel, forget, compact, retarget }
     public var action: Action
-    /// A task id, or `*` for every task (`compact`: always `*`).
+    /// A task id, or `*` for every task (`compact`: always `*`; `retarget`: never).
     public var task: String
     /// `compact`: ended tasks older than this many seconds go into the snapshot (nil: `keep_ended`).
     public var olderThanS: Int64?
-    public init(action: Action, task: String, olderThanS: Int64? = nil) {
-        self.action = action; self.task = task; self.olderThanS = olderThanS
+    /// `retarget`: the URL the task goes on from (checked as a transfer job's `url` is).
+    public var url: String?
+    public init(action: Action, task: String, olderThanS: Int64? = nil, url: String? = nil) {
+        self.action = action; self.task = task; self.olderThanS = olderThanS; self.url = url
     }
 }
 
@@ -30,6 +32,8 @@ extension ControlJob.Action {
         case .cancel: return !task.phase.isEnded || task.phase == .failed
         case .forget: return task.phase.isEnded && !task.forgotten
         case .compact: return false
+        // (A resumable upload keeps what it sent at its server's upload URL: it cannot move.)
+        case .retarget: return (!task.phase.isEnded || task.phase == .failed) && task.spec.upload == nil
         }
     }
 }
@@ -119,7 +123,7 @@ public struct JobParser: Sendable {
         "variant", "output", "max_duration",
     ]
     /// Every key a control job may hold.
-    public static let controlKeys: Set<String> = ["action", "task", "older_than"]
+    public static let controlKeys: Set<String> = ["action", "task", "older_than", "url"]
 
     public func parse(_ bytes: [UInt8], source: JobSource? = nil) throws -> Job {
         if bytes.count > Self.maximumSize {
@@ -145,6 +149,9 @@ public struct JobParser: Sendable {
         guard let action = try reader.choice("action", ControlJob.Action.self) else {
             throw KeyError(key: "action", "is missing")
         }
+        if action != .retarget, reader.has("url") {
+            throw KeyError(key: "url", "belongs to action = \"retarget\" only (a transfer job has no action)")
+        }
         if action == .compact {
             // The log as a whole: no task to name.
             if let task = try reader.string("task"), task != "*" {
@@ -156,7 +163,14 @@ public struct JobParser: Sendable {
         guard let task = try reader.name("task"), !task.isEmpty else {
             throw KeyError(key: "task", "is missing: a control job names a task id, or \"*\" for all")
         }
-        return ControlJob(action: action, task: task)
+        guard action == .retarget else { return ControlJob(action: action, task: task) }
+        // One new URL is one task's: every task at once would be every file at one address.
+        guard task != "*" else { throw KeyError(key: "task", "must name one task for retarget, not \"*\"") }
+        guard let url = try reader.string("url") else {
+            throw KeyError(key: "url", "is missing: retarget names the URL the task goes on from")
+        }
+        try URLRules.checkTransferURL(url, key: "url")
+        return ControlJob(action: action, task: task, url: url)
     }
 
     private func parseTransfer(_ reader: TOMLReader, source: JobSource?) throws -> Job {

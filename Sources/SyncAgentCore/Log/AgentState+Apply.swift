@@ -108,7 +108,7 @@ extension AgentState {
                     reserveNamed(named, at: index)
                 }
             }
-            countActive(id, was: change.before, now: change.after)
+            countActive(id, was: change.before, now: change.after, hostBefore: change.hostBefore)
             if change.after.isEnded, !change.before.isEnded, armedHooks.contains(.taskEnd), change.parent == nil {
                 owedTaskHooks.insert(id)
             } else if !change.after.isEnded {
@@ -200,7 +200,8 @@ extension AgentState {
     /// Keeps the derived indexes current on every phase change — the run
     /// queue, running counts, per-batch active counts, "ended since notice"
     /// — so scheduling and announcing never scan every task.
-    private mutating func countActive(_ id: String, was old: TaskPhase?, now new: TaskPhase) {
+    /// - Parameter hostBefore: the host a task that was running held its slot on, if it moved (a retarget).
+    private mutating func countActive(_ id: String, was old: TaskPhase?, now new: TaskPhase, hostBefore: String? = nil) {
         guard let index = tasks.index(forKey: id) else { return }
         let task = tasks[index]
         let key = BatchKey(task.spec.batch)
@@ -223,9 +224,10 @@ extension AgentState {
         }
         // A fanned-out parent holds no slot: its children do the transfers.
         if old == .running, !task.isFannedOut {
+            let host = hostBefore ?? task.hostKey
             runningCount -= 1
-            runningByHost[task.hostKey, default: 1] -= 1
-            if runningByHost[task.hostKey] == 0 { runningByHost[task.hostKey] = nil }
+            runningByHost[host, default: 1] -= 1
+            if runningByHost[host] == 0 { runningByHost[host] = nil }
         }
         if new == .running, !task.isFannedOut {
             runningCount += 1
@@ -277,6 +279,9 @@ extension TaskState {
             // (a restart, a failure that kept nothing) ends the ranges. (Read in
             // place: replay passes here on every event of every task.)
             if hasDoneRanges, doneRanges?.covered != bytes { doneRanges = nil }
+            // Bytes gone, nothing is left for a retarget's check to confirm.
+            // (A video's own bytes are none: its check is its playlist's, read again.)
+            if bytes == 0, details.box?.fields.retargetCheck == true, !isFannedOut { details.modify { $0.retargetCheck = false } }
             // Digests of bytes the log no longer vouches for go with them; a
             // finished file's digest is its `finished` event's.
             if hasDigests {
@@ -322,6 +327,8 @@ extension TaskState {
             if let chunk = progress.chunk { chunkSize = chunk }
             if let etag = progress.etag { self.etag = etag }
             if let lastModified = progress.lastModified { self.lastModified = lastModified }
+            // An answer from where a retarget led was judged and taken: what it kept, it confirmed.
+            if details.box?.fields.retargetCheck == true { details.modify { $0.retargetCheck = false } }
             if let reason = progress.restartReason {
                 restartReason = reason
                 // Validators belonged to the old representation.
@@ -366,6 +373,33 @@ extension TaskState {
         case .redirected(let redirect):
             currentURL = redirect.to
             redirects += 1
+        case .retargeted(let retarget):
+            currentURL = retarget.to
+            // The new URL's own redirects count from none.
+            redirects = 0
+            if phase == .failed {
+                // Run again, as `resume` of a failed task does: a fresh budget of retries and of total_timeout.
+                attemptsBeforeRerun = attempts
+                attemptsNotCounted = 0
+                firstStartedAtMs = nil
+                endedAtMs = nil
+                forgotten = false
+            }
+            // A paused task waits where it was; any other goes back to the queue, to start at once.
+            if phase != .paused { phase = .queued }
+            notBeforeMs = nil
+            speed = 0
+            // Ranges and digests of bytes not kept go with them (below).
+            bytes = retarget.bytes
+            if let reason = retarget.reason {
+                restartReason = reason
+                // Validators and size belonged to the file whose bytes were let go.
+                etag = nil
+                lastModified = nil
+                total = nil
+            }
+            // A video that fanned out reads its playlist at the new URL before its segments go on.
+            if bytes > 0 || isFannedOut { awaitsRetargetCheck = true }
         case .retrying(let retry):
             if retry.free == true { attemptsNotCounted += 1 }
             phase = .queued
@@ -401,6 +435,8 @@ extension TaskState {
             speed = 0
         case .expanded(let expansion):
             expanded = true
+            // Its playlist was read (at the URL a retarget gave, if one did): its segments know where they are.
+            if details.box?.fields.retargetCheck == true { details.modify { $0.retargetCheck = false } }
             fannedOut = hls == nil
             var progress = hls ?? HLSProgress(playlist: expansion.playlist, targetDurationMs: expansion.targetDurationMs,
                                                ended: false, entries: [], mediaMs: 0, lastSequence: nil)

@@ -51,12 +51,13 @@ public enum EventBody: Equatable, Sendable {
     indirect case compacted(Compacted)
     indirect case uploadCreated(UploadCreated)
     indirect case split(Split)
+    indirect case retargeted(Retargeted)
 
     public static let allTypes = [
         "created", "started", "progressed", "paused", "resumed", "redirected", "retrying",
         "finished", "failed", "cancelled", "rejected", "controlled", "expanded",
         "agent_started", "agent_stopped", "batch_finished", "notified", "config_reloaded",
-        "forgotten", "hook_started", "hook_ended", "compacted",
+        "forgotten", "hook_started", "hook_ended", "compacted", "retargeted",
     ]
 
     public var type: String {
@@ -85,6 +86,7 @@ public enum EventBody: Equatable, Sendable {
         case .compacted: "compacted"
         case .uploadCreated: "upload_created"
         case .split: "split"
+        case .retargeted: "retargeted"
         }
     }
 }
@@ -179,6 +181,37 @@ public struct Redirected: Codable, Equatable, Sendable {
     public var to: String
     public var status: Int
     public init(from: String, to: String, status: Int) { self.from = from; self.to = to; self.status = status }
+}
+
+/// `syncagent retarget`: the task goes on from another URL (a link that
+/// expired, a new mirror). Its id and job stay; `status` shows `to` as its
+/// current URL. Every field but `to` is decoded leniently (absent: nil or 0).
+public struct Retargeted: Codable, Equatable, Sendable {
+    /// The URL it left: the job's, or where a redirect or an earlier retarget had moved it.
+    public var from: String?
+    public var to: String
+    /// The bytes kept: the new URL's first answer must confirm they are its
+    /// file's (`RetargetRules.sameFile`) before more are added. 0: it starts over.
+    public var bytes: Int64
+    /// Why it starts over, if it had bytes and could not keep them.
+    public var reason: String?
+    /// The attempt that was running, stopped for the move.
+    public var metrics: AttemptMetrics?
+
+    public init(from: String?, to: String, bytes: Int64, reason: String? = nil, metrics: AttemptMetrics? = nil) {
+        self.from = from; self.to = to; self.bytes = bytes; self.reason = reason; self.metrics = metrics
+    }
+
+    private enum CodingKeys: String, CodingKey { case from, to, bytes, reason, metrics }
+
+    public init(from decoder: Decoder) throws {
+        let keys = try decoder.container(keyedBy: CodingKeys.self)
+        from = try keys.decodeIfPresent(String.self, forKey: .from)
+        to = try keys.decode(String.self, forKey: .to)
+        bytes = try keys.decodeIfPresent(Int64.self, forKey: .bytes) ?? 0
+        reason = try keys.decodeIfPresent(String.self, forKey: .reason)
+        metrics = try keys.decodeIfPresent(AttemptMetrics.self, forKey: .metrics)
+    }
 }
 
 /// A transient failure: the task waits `delayMs` and tries again from `bytes`.

@@ -125,6 +125,7 @@ public enum EventCoding {
             case .compacted(let p): bytes = try encoder.encode(p)
             case .uploadCreated(let p): bytes = try encoder.encode(p)
             case .split(let p): bytes = try encoder.encode(p)
+            case .retargeted(let p): bytes = try encoder.encode(p)
             default: preconditionFailure("written by hand above")
             }
         } catch {
@@ -211,6 +212,7 @@ public enum EventCoding {
         case "hook_ended": return .hookEnded(try decode(HookEnded.self))
         case "upload_created": return .uploadCreated(try decode(UploadCreated.self))
         case "split": return .split(try decode(Split.self))
+        case "retargeted": return .retargeted(try decode(Retargeted.self))
         default:
             throw DecodingFailure(seq: seq, type: type, underlying: "unknown event type")
         }

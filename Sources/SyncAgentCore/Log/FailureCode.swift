@@ -89,6 +89,17 @@ extension FailureCode: Codable {
 }
 
 extension FailureCode {
+    /// The server no longer lets this URL in (401, 403, 410): what signed
+    /// links answer once they expire. It says nothing against the bytes the
+    /// link gave before, so a task failed so keeps them for `retarget` (or
+    /// `resume`) to go on from.
+    public var isLinkRefused: Bool {
+        switch self {
+        case .http(401), .http(403), .http(410): true
+        default: false
+        }
+    }
+
     /// aria2c's exit status for the same failure (its man page, EXIT
     /// STATUS), for `submit --wait`, which answers as aria2c would: a script
     /// written for one reads the other. 1 for what aria2c has no number of its own for.

@@ -683,7 +683,8 @@ private struct SnapshotWriter {
         }
         guard writesExtras else { return }
         // Fields of a task added since format 8, by the names of the event fields that set them.
-        extras([("named_dest", details.namedDest.map(SnapshotExtra.text))])
+        extras([("named_dest", details.namedDest.map(SnapshotExtra.text)),
+                ("retarget_check", details.retargetCheck ? .flag : nil)])
     }
 }
 
@@ -1139,6 +1140,7 @@ private struct SnapshotReader {
             try extras(of: "task field") { name, value in
                 switch name {
                 case "named_dest": details.namedDest = try value.text()
+                case "retarget_check": details.retargetCheck = try value.flag()
                 default: return false
                 }
                 return true

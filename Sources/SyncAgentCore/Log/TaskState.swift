@@ -53,6 +53,8 @@ struct TaskDetails: OutOfLineFields {
     var bodyChangedNs: Int64?
     var digests: DigestBook?
     var namedDest: String?
+    /// Retargeted with bytes kept: the new URL's answer must confirm them first.
+    var retargetCheck = false
 }
 
 /// What a task gains once it is started, moved or ended: byte and attempt
@@ -250,6 +252,13 @@ public struct TaskState: Equatable, Sendable {
     var hasDigests: Bool { details.box?.fields.digests != nil }
     /// What the log vouches for, as spans of the file.
     public var durableRanges: ByteRanges { doneRanges ?? ByteRanges([ByteSpan(0, bytes)]) }
+    /// Retargeted with bytes kept, and no answer from the new URL has
+    /// confirmed them yet: its next answer is held to `RetargetRules.sameFile`.
+    /// A video that fanned out: its playlist is to be read at the new URL
+    /// (`HLSRetarget`) before its segments go on.
+    public var awaitsRetargetCheck: Bool {
+        get { details.box?.fields.retargetCheck ?? false } set { details.fields.retargetCheck = newValue }
+    }
     /// `overwrite = "update"` found it unchanged on the server (a 304).
     public var unchanged: Bool { get { details.box?.fields.unchanged ?? false } set { details.fields.unchanged = newValue } }
 

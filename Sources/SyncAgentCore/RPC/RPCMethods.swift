@@ -43,7 +43,7 @@ public enum RPCMethod: String, CaseIterable, Sendable {
     /// Answered from nothing the agent holds: no need to wait for its loop.
     public var isStateless: Bool {
         switch self {
-        case .addTorrent, .addMetalink, .getPeers, .changePosition, .changeUri, .shutdown, .forceShutdown,
+        case .addTorrent, .addMetalink, .getPeers, .changePosition, .shutdown, .forceShutdown,
              .getVersion, .getSessionInfo, .saveSession, .listMethods, .listNotifications:
             true
         default:
@@ -61,6 +61,8 @@ public enum RPCAction: Equatable, Sendable {
     /// Pause, resume, cancel or forget these tasks, as a control job for
     /// `target` (a task id, or `*`) would; then answer.
     case control(ControlJob.Action, tasks: [String], target: String, answer: JSONValue)
+    /// `aria2.changeUri`: the task goes on from another URL, as a `retarget` control job for it would; then answer.
+    case retarget(task: String, url: String, answer: JSONValue)
     /// `aria2.changeGlobalOption`: the running agent's settings until the next start.
     case changeSettings(maxActive: Int?, maxOverallSpeed: Int64??, maxSpeed: Int64??)
     /// `system.multicall`: its calls, each taken (`action(for:in:)`) once the one before is carried
@@ -194,8 +196,6 @@ public struct RPCMethods: Sendable {
         case .addMetalink: return .failure(RPCError("Metalink is not supported: syncagent transfers over HTTP and HTTPS only."))
         case .changePosition:
             return .failure(RPCError("Changing a download's place in the queue is not supported; set its priority when adding it."))
-        case .changeUri:
-            return .failure(RPCError("Changing a download's URIs is not supported: a download has one URL."))
         case .shutdown, .forceShutdown:
             return .failure(RPCError("The agent is stopped by its service manager (SIGTERM), not over RPC."))
         default:
@@ -204,6 +204,29 @@ public struct RPCMethods: Sendable {
     }
 
     // MARK: - Calls
+
+    /// `aria2.changeUri(gid, fileIndex, delUris, addUris[, position])`: a
+    /// download has one URL, so this is `syncagent retarget` (a link that
+    /// expired, a mirror): one URI to add, held to the rules of a job's `url`;
+    /// `delUris` may name the URL it leaves. Answers `[deleted, added]`.
+    private func changeUri(_ params: Parameters, in context: Context) throws -> RPCAction {
+        let task = try params.task(0, in: context)
+        let gid = RPCGID.of(taskID: task.id)
+        guard try params.integer(1) == 1 else { throw RPCError("fileIndex is out of range: a download has one file, index 1") }
+        let deleting = try params.strings(2), adding = try params.strings(3)
+        if params.values.count > 4 { _ = try params.integer(4) }
+        if adding.isEmpty {
+            guard !deleting.contains(task.currentURL) && !deleting.contains(task.spec.url) else {
+                throw RPCError("A download keeps one URL: give the URI that replaces it in addUris")
+            }
+            return .ok(.array([.int(0), .int(0)]))
+        }
+        guard adding.count == 1 else { throw RPCError("A download has one URL: give one URI to add, not \(adding.count)") }
+        do { try URLRules.checkTransferURL(adding[0], key: "addUris") } catch let error as KeyError { throw RPCError(error.description) }
+        guard !task.phase.isEnded || task.phase == .failed else { throw RPCError("GID#\(gid) has ended: there is nothing to fetch from another URL") }
+        let deleted = deleting.contains(task.currentURL) || deleting.contains(task.spec.url) ? 1 : 0
+        return .retarget(task: task.id, url: adding[0], answer: .array([.int(Int64(deleted)), .int(1)]))
+    }
 
     /// What `call` comes to, given what the agent holds.
     public func action(for call: RPCCall, in context: inout Context) -> RPCAction {
@@ -285,6 +308,7 @@ public struct RPCMethods: Sendable {
             let gid = RPCGID.of(taskID: task.id)
             guard !task.phase.isEnded else { throw RPCError("Active Download not found for GID#\(gid)") }
             return .control(.cancel, tasks: [task.id], target: task.id, answer: .string(gid))
+        case .changeUri: return try changeUri(params, in: context)
         case .removeDownloadResult:
             let task = try params.task(0, in: context)
             guard task.phase.isEnded else { throw RPCError("Could not remove download result of GID#\(RPCGID.of(taskID: task.id))") }
@@ -448,6 +472,14 @@ struct Parameters {
         guard position < values.count else { return [] }
         guard let items = values[position].array else { throw RPCError.wrongType(position) }
         return items.compactMap(\.string)
+    }
+
+    func strings(_ position: Int) throws -> [String] {
+        guard let items = try value(position).array else { throw RPCError.wrongType(position) }
+        return try items.map { item in
+            guard let text = item.string else { throw RPCError.wrongType(position) }
+            return text
+        }
     }
 
     func object(_ position: Int) throws -> [String: JSONValue] {

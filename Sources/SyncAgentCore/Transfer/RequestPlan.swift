@@ -154,7 +154,10 @@ public struct RequestPlan: Equatable, Sendable {
             knownTotal: protocolRequest != nil ? nil : spec.byteRange?.length ?? (spec.isResumable ? task.total : nil),
             // A range of a segmented download is guarded by its download's validator, which the log may not hold yet.
             heldETag: rangeEnd != nil ? ifRange.flatMap { ETags.isStrong($0) ? $0 : nil } : task.etag,
-            heldLastModified: rangeEnd != nil ? ifRange.flatMap { ETags.isStrong($0) ? nil : $0 } : task.lastModified)
+            heldLastModified: rangeEnd != nil ? ifRange.flatMap { ETags.isStrong($0) ? nil : $0 } : task.lastModified,
+            // (A slice's size is the slice's: its file's is not known to compare.)
+            retargetHeld: task.awaitsRetargetCheck && protocolRequest == nil && spec.byteRange == nil && (offset > 0 || rangeEnd != nil)
+                ? RetargetRules.HeldFile(etag: task.etag, lastModified: task.lastModified, size: task.total) : nil)
         return RequestPlan(url: url, method: method, headers: headers, range: range, body: body, redirects: redirects, ask: ask,
                            ifChanged: ifChanged, countsSent: behaviour.countsSent, keepsResponseHeaders: behaviour.recordsResponse,
                            isProtocolStep: protocolRequest != nil)

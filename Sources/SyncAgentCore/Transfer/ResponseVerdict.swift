@@ -26,13 +26,18 @@ public struct ExchangeAsk: Equatable, Sendable {
     /// (perhaps weak, `W/"…"`) and a `Last-Modified` date.
     public var heldETag: String?
     public var heldLastModified: String?
+    /// The task was retargeted and asks its new URL to confirm the bytes
+    /// held: what they were fetched as (`RetargetRules.sameFile`).
+    public var retargetHeld: RetargetRules.HeldFile?
 
     public init(offset: Int64 = 0, rangeEnd: Int64? = nil, slice: HLSByteRange? = nil, ifRange: String? = nil,
                 conditional: Bool = false, accepts: ClosedRange<Int> = 200...299, resumes: Bool = true,
-                hopStatuses: Set<Int> = [], knownTotal: Int64? = nil, heldETag: String? = nil, heldLastModified: String? = nil) {
+                hopStatuses: Set<Int> = [], knownTotal: Int64? = nil, heldETag: String? = nil, heldLastModified: String? = nil,
+                retargetHeld: RetargetRules.HeldFile? = nil) {
         self.offset = offset; self.rangeEnd = rangeEnd; self.slice = slice; self.ifRange = ifRange
         self.conditional = conditional; self.accepts = accepts; self.resumes = resumes; self.hopStatuses = hopStatuses
         self.knownTotal = knownTotal; self.heldETag = heldETag; self.heldLastModified = heldLastModified
+        self.retargetHeld = retargetHeld
     }
 }
 
@@ -145,6 +150,12 @@ public enum ResponseRules {
                let words = RecoveryPlan.anotherFile(ifRange: sent, etag: head.etag, lastModified: head.lastModified) {
                 return .end(asked.rangeEnd != nil ? .rangeRefused(reason: words) : .retryFromZero(words))
             }
+            // A retargeted task's bytes came from another URL: its file must show itself the same one.
+            if let held = asked.retargetHeld,
+               let words = RetargetRules.sameFile(held: held, answer: .init(etag: head.etag, lastModified: head.lastModified,
+                                                                           size: range.complete)) {
+                return .end(asked.rangeEnd != nil ? .rangeRefused(reason: words) : .retryFromZero(words))
+            }
             // Nor may a resume go on in a file of another size.
             if asked.rangeEnd == nil, asked.slice == nil, asked.offset > 0, let known = asked.knownTotal,
                let size = range.complete, size != known {
@@ -152,7 +163,13 @@ public enum ResponseRules {
             }
         } else if asked.offset > 0 {
             // A full body: the server ignored Range, or If-Range found a changed file.
-            restartReason = fullAnswerWords(head, asked: asked) ?? "the server ignored Range and sent the whole file"
+            if let held = asked.retargetHeld {
+                let size = head.contentLength.value
+                restartReason = RetargetRules.sameFile(held: held, answer: .init(etag: head.etag, lastModified: head.lastModified, size: size))
+                    ?? "the server at the new URL ignored Range and sent the whole file"
+            } else {
+                restartReason = fullAnswerWords(head, asked: asked) ?? "the server ignored Range and sent the whole file"
+            }
         }
         let start = restartReason == nil ? asked.offset : 0
         var total = asked.knownTotal
