@@ -57,7 +57,7 @@ func sendControl(_ action: ControlJob.Action, task: String, global: GlobalOption
     }
     // Where the log ends before the request goes in: its outcome is recorded after.
     let since = (try? EventStore(readingFrom: resolved.paths.eventLog).lastSeq) ?? 0
-    let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n"
+    let text = ControlJob(action: action, task: task).fileText
     let path: String
     do {
         path = try InboxWriter(inbox: resolved.paths.inbox).write(text, prefix: action.rawValue)
