@@ -206,7 +206,9 @@ struct Libnotify: Sendable {
     func call(_ destination: String, path: String, interface: String, method: String, strings: [String], string: String,
               timeoutMs: Int32) -> GLibError? {
         var error: UnsafeMutableRawPointer?
-        guard let bus = busGet(Self.sessionBus, nil, &error) else { return take(error) ?? GLibError(description: "no session bus", timedOut: false) }
+        guard let bus = busGet(Self.sessionBus, nil, &error) else {
+            return take(error) ?? GLibError(description: "no session bus", timedOut: false)
+        }
         defer { unref(bus) }
         // Floating references, each taken by the container it goes into, the tuple by the call.
         let items = strings.map { variantNewString($0) }

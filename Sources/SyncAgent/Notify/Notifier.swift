@@ -226,7 +226,8 @@ final class PostedNotice: Sendable {
         }
         guard first else {
             if sayRepeat {
-                runner.logger.debug("notification action already done; further clicks on it are let be", metadata: ["action": "\(action.key)"])
+                runner.logger.debug("notification action already done; further clicks on it are let be",
+                                    metadata: ["action": "\(action.key)"])
             }
             return
         }
