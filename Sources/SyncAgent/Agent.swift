@@ -61,7 +61,7 @@ public final class Agent {
         self.paths = paths
         self.configFile = configFile
         self.logger = logger
-        notifier = BackgroundNoticePoster(DesktopNotifier(logger: logger))
+        notifier = BackgroundNoticePoster(DesktopNotifier(logger: logger, inbox: paths.inbox))
         curl = try CurlMulti()
         syncer = try DataSyncer()
         assembler = try HLSAssembler()

@@ -58,7 +58,7 @@ func sendControl(_ action: ControlJob.Action, task: String, url: String? = nil, 
     }
     // Where the log ends before the request goes in: its outcome is recorded after.
     let since = (try? EventStore(readingFrom: resolved.paths.eventLog).lastSeq) ?? 0
-    let text = "action = \(tomlString(action.rawValue))\ntask = \(tomlString(task))\n" + (url.map { "url = \(tomlString($0))\n" } ?? "")
+    let text = ControlJob(action: action, task: task, url: url).fileText
     let path: String
     do {
         path = try InboxWriter(inbox: resolved.paths.inbox).write(text, prefix: action.rawValue)

@@ -375,11 +375,11 @@ struct SubmitCommand: ParsableCommand {
         // Numbers stay numbers; anything else is a string the agent parses (and names when wrong).
         let integerKeys: Set<String> = ["priority", "retries", "max_duration", "connections", "parallel", "min_speed_time"]
         let booleanKeys: Set<String> = ["allow_metered", "name_from_server"]
-        var lines = ["url = \(tomlString(entry.url))"]
+        var lines = ["url = \(TOML.quoted(entry.url))"]
         for key in keys.keys.sorted() {
             let value = keys[key]!
             let bare = integerKeys.contains(key) && Int(value) != nil || booleanKeys.contains(key) && Bool(value) != nil
-            lines.append("\(tomlKey(key)) = " + (bare ? value : tomlString(value)))
+            lines.append("\(tomlKey(key)) = " + (bare ? value : TOML.quoted(value)))
         }
         try appendTable("headers", headerLines, separator: ":", shape: "'Name: value'", to: &lines)
         try appendTable("form", formLines, separator: "=", shape: "'name=value'", to: &lines)
@@ -389,7 +389,7 @@ struct SubmitCommand: ParsableCommand {
 
 /// A key as written by a user on an option line: bare when it can be.
 private func tomlKey(_ key: String) -> String {
-    key.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") } && !key.isEmpty ? key : tomlString(key)
+    key.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") } && !key.isEmpty ? key : TOML.quoted(key)
 }
 
 /// `[name]` with one `key = "value"` per `key<separator>value` given; an
@@ -404,27 +404,6 @@ private func appendTable(_ name: String, _ pairs: [(text: String, shown: String)
         }
         let key = pair[..<split].trimmingCharacters(in: .whitespaces)
         let value = pair[pair.index(after: split)...].trimmingCharacters(in: .whitespaces)
-        lines.append("\(tomlString(key)) = \(tomlString(value))")
+        lines.append("\(TOML.quoted(key)) = \(TOML.quoted(value))")
     }
-}
-
-/// A TOML basic string with the escapes TOML requires.
-func tomlString(_ value: String) -> String {
-    var out = "\""
-    for scalar in value.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        default:
-            if scalar.value < 0x20 || scalar.value == 0x7F {
-                out += String(format: "\\u%04X", scalar.value)
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-    }
-    return out + "\""
 }

@@ -10,25 +10,31 @@ public final class NotificationDaemon {
     public let callLog: String
     private let bus: PrivateBus
     private let mock: ChildProcess
+    private let directory: TempDirectory
+    private let environment: [String: String]
+    /// A file manager (`org.freedesktop.FileManager1`) on the same bus, once `startFileManager` made one.
+    private var fileManager: ChildProcess?
 
-    /// - Parameter answerAfter: seconds each Notify call takes to be answered (a slow or hung server).
-    public init(in directory: TempDirectory, answerAfter: Int = 0) throws {
+    /// - Parameters:
+    ///   - answerAfter: seconds each Notify call takes to be answered (a slow or hung server).
+    ///   - capabilities: what `GetCapabilities` answers; nil: dbusmock's defaults (no "actions").
+    public init(in directory: TempDirectory, answerAfter: Int = 0, capabilities: [String]? = nil) throws {
+        self.directory = directory
         callLog = directory.file("notify.log")
         bus = try PrivateBus(in: directory, named: "bus")
         var environment = ProcessInfo.processInfo.environment
         environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
-        // Debian's python3, where python3-dbusmock is installed.
-        mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--template", "notification_daemon", "-l", callLog],
-                                environment: environment, outputIn: directory.path, name: "dbusmock")
-        let owned = eventually(within: 20) {
-            let check = try? ChildProcess("/usr/bin/dbus-send", [
-                "--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
-                "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.Notifications",
-            ], environment: environment, outputIn: directory.path, name: "dbus-send")
-            check?.wait(seconds: 5)
-            return check?.stdout.contains("boolean true") ?? false
+        self.environment = environment
+        var arguments = ["-m", "dbusmock", "--template", "notification_daemon", "-l", callLog]
+        if let capabilities {
+            let parameters = try JSONSerialization.data(withJSONObject: ["capabilities": capabilities.joined(separator: " ")])
+            arguments += ["-p", String(decoding: parameters, as: UTF8.self)]
         }
-        guard owned else { throw TestFailure("dbusmock did not come up: \(mock.stderr)") }
+        // Debian's python3, where python3-dbusmock is installed.
+        mock = try ChildProcess("/usr/bin/python3", arguments, environment: environment, outputIn: directory.path, name: "dbusmock")
+        guard Self.owned("org.freedesktop.Notifications", environment: environment, in: directory) else {
+            throw TestFailure("dbusmock did not come up: \(mock.stderr)")
+        }
         if answerAfter > 0 {
             // Notify made again through dbusmock's own interface, sleeping before it answers.
             let slow = try ChildProcess("/usr/bin/dbus-send", [
@@ -38,6 +44,64 @@ public final class NotificationDaemon {
             ], environment: environment, outputIn: directory.path, name: "dbus-send-slow")
             guard slow.wait(seconds: 10) == 0 else { throw TestFailure("cannot slow dbusmock's Notify down: \(slow.stderr)") }
         }
+    }
+
+    private static func owned(_ name: String, environment: [String: String], in directory: TempDirectory) -> Bool {
+        eventually(within: 20) {
+            let check = try? ChildProcess("/usr/bin/dbus-send", [
+                "--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.NameHasOwner", "string:\(name)",
+            ], environment: environment, outputIn: directory.path, name: "dbus-send")
+            check?.wait(seconds: 5)
+            return check?.stdout.contains("boolean true") ?? false
+        }
+    }
+
+    /// Runs `arguments` of `gdbus call` on the mock's bus; fails the test's step unless it answers.
+    private func gdbus(_ arguments: [String], seconds: Double = 30) throws {
+        let call = try ChildProcess("/usr/bin/gdbus", ["call", "--session"] + arguments, environment: environment,
+                                    outputIn: directory.path, name: "gdbus-\(UUID().uuidString)")
+        guard call.wait(seconds: seconds) == 0 else { throw TestFailure("gdbus \(arguments) failed: \(call.stderr)") }
+    }
+
+    /// The server says `action` of notification `id` was clicked, as a
+    /// desktop would: `ActionInvoked` from the server's own connection
+    /// (libnotify hears only the server). dbusmock numbers notifications
+    /// 1, 2, … in the order of the Notify calls.
+    public func invoke(action: String, of id: UInt32) throws {
+        try gdbus(["--dest", "org.freedesktop.Notifications", "--object-path", "/org/freedesktop/Notifications",
+                   "--method", "org.freedesktop.DBus.Mock.EmitSignal", "org.freedesktop.Notifications", "ActionInvoked", "us",
+                   "[<uint32 \(id)>, <\(Self.gvariantString(action))>]"])
+    }
+
+    /// `count` `ActionInvoked` signals for `id` and `action` at once, sent by the server itself.
+    public func flood(action: String, of id: UInt32, count: Int) throws {
+        try gdbus(["--dest", "org.freedesktop.Notifications", "--object-path", "/org/freedesktop/Notifications",
+                   "--method", "org.freedesktop.DBus.Mock.AddMethod", "org.freedesktop.Notifications", "Flood", "usu", "",
+                   "for _ in range(args[2]): self.EmitSignal('', 'ActionInvoked', 'us', [args[0], args[1]])"])
+        try gdbus(["--dest", "org.freedesktop.Notifications", "--object-path", "/org/freedesktop/Notifications",
+                   "--method", "org.freedesktop.Notifications.Flood", "uint32 \(id)", Self.gvariantString(action),
+                   "uint32 \(count)"], seconds: 120)
+    }
+
+    /// A file manager on the session bus: python-dbusmock owning
+    /// `org.freedesktop.FileManager1`, logging each `ShowItems` call into the file returned.
+    public func startFileManager() throws -> String {
+        let log = directory.file("filemanager.log")
+        fileManager = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "-l", log, "org.freedesktop.FileManager1",
+                                                            "/org/freedesktop/FileManager1", "org.freedesktop.FileManager1"],
+                                       environment: environment, outputIn: directory.path, name: "filemanager")
+        guard Self.owned("org.freedesktop.FileManager1", environment: environment, in: directory) else {
+            throw TestFailure("the file manager's dbusmock did not come up: \(fileManager?.stderr ?? "")")
+        }
+        try gdbus(["--dest", "org.freedesktop.FileManager1", "--object-path", "/org/freedesktop/FileManager1",
+                   "--method", "org.freedesktop.DBus.Mock.AddMethod", "org.freedesktop.FileManager1", "ShowItems", "ass", "", ""])
+        return log
+    }
+
+    /// A GVariant text string literal.
+    private static func gvariantString(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'"
     }
 
     /// One entry per Notify call: the line dbusmock logged (app name, summary, body…).
@@ -53,6 +117,8 @@ public final class NotificationDaemon {
         // SIGKILL: children of the test runner may inherit a blocked SIGTERM.
         mock.signal(SIGKILL)
         mock.wait(seconds: 5)
+        fileManager?.signal(SIGKILL)
+        fileManager?.wait(seconds: 5)
     }
 }
 

@@ -23,7 +23,10 @@ final class Announcements {
     func committed() {
         for line in context.linesAfterCommit { context.logger.log(level: line.level, line.message, metadata: line.metadata) }
         context.linesAfterCommit.removeAll()
-        for notice in noticesAfterCommit { notifier.post(notice) }
+        for var notice in noticesAfterCommit {
+            if !context.config.notifyActions { notice.actions = [] }
+            notifier.post(notice)
+        }
         noticesAfterCommit.removeAll()
     }
 

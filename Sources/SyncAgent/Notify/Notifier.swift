@@ -41,105 +41,275 @@ final class BackgroundNoticePoster: Sendable {
 /// that may run for days before it has anything to say (measured).
 final class DesktopNotifier: NoticePosting {
     private let logger: Logger
-    /// libnotify once loaded (or why it could not be), and whether that was said: touched by the
-    /// poster's one thread, under a lock all the same, so the compiler can check it.
-    private struct Loaded {
-        var library: Libnotify?
-        var loadFailure: String?
-        var warned = false
+    private let actions: NoticeActionRunner
+    /// Whether a failure to notify was said: once is enough.
+    private let warned = Mutex(false)
+
+    /// - Parameter inbox: where a notice's "Retry" writes its control jobs.
+    init(logger: Logger, inbox: String) {
+        self.logger = logger
+        actions = NoticeActionRunner(inbox: inbox, logger: logger)
     }
-    private let loaded = Mutex(Loaded())
-
-    init(logger: Logger) { self.logger = logger }
-
-    deinit { loaded.withLock { $0.library?.uninit() } }
 
     func post(_ notice: Notice) -> String? {
-        loaded.withLock { loaded in
-            if loaded.library == nil && loaded.loadFailure == nil {
-                do { loaded.library = try Libnotify.load() } catch { loaded.loadFailure = "\(error)" }
-            }
-            guard let library = loaded.library else { return warnOnce(loaded.loadFailure ?? "libnotify is not available", &loaded) }
-            if let problem = library.show(notice) { return warnOnce(problem, &loaded) }
-            return nil
+        switch NotificationLoop.shared {
+        case .failure(let error):
+            return warnOnce("\(error)")
+        case .success(let loop):
+            guard let problem = loop.post(notice, actions: actions) else { return nil }
+            return warnOnce(problem)
         }
     }
 
-    private func warnOnce(_ message: String, _ loaded: inout Loaded) -> String {
-        if !loaded.warned {
-            loaded.warned = true
+    private func warnOnce(_ message: String) -> String {
+        if warned.withLock({ warned in defer { warned = true }; return !warned }) {
             logger.warning("\(message); transfers go on without notifications")
         }
         return message
     }
 }
 
-/// The few libnotify (and GObject) entry points the agent calls, resolved
-/// from `libnotify.so.4` at run time. Signatures from libnotify's notify.h.
-private struct Libnotify {
-    private typealias Init = @convention(c) (UnsafePointer<CChar>) -> Int32
-    private typealias Uninit = @convention(c) () -> Void
-    private typealias New = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> OpaquePointer?
-    private typealias SetString = @convention(c) (OpaquePointer, UnsafePointer<CChar>) -> Void
-    private typealias SetUrgency = @convention(c) (OpaquePointer, Int32) -> Void
-    private typealias Show = @convention(c) (OpaquePointer, UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> Int32
-    private typealias Free = @convention(c) (UnsafeMutableRawPointer) -> Void
+/// GLib's default main context, run on a thread of its own for the rest of
+/// the process once the first notice goes out: libnotify delivers a
+/// notice's clicks (`ActionInvoked`) and its closing there. Every libnotify
+/// call is made there too, so no libnotify object is ever touched by two
+/// threads. One per process: a second loop on the default context would
+/// wait for ever for the first to let go of it (tests run several agents
+/// in one process).
+final class NotificationLoop: Sendable {
+    /// libnotify loaded and the loop started, or why not.
+    static let shared = Result { try NotificationLoop(library: Libnotify.load()) }
 
-    private let uninitialize: Uninit
-    private let new: New
-    private let setAppName: SetString
-    private let setCategory: SetString
-    private let setUrgency: SetUrgency
-    private let show: Show
-    private let objectUnref: Free
-    private let errorFree: Free
+    /// Notices whose buttons can still be clicked at most: each is kept
+    /// until its server says it closed, and a server that never does must
+    /// not make the agent keep them all.
+    static let keptUpTo = 64
+    /// xdg-open processes at once, at most: a flood of clicks forks no flood of processes.
+    static let openersUpTo = 4
+    /// How long a file manager gets to answer `ShowItems` (D-Bus may have to start it first).
+    static let fileManagerTimeoutMs: Int32 = 10_000
 
-    /// NotifyUrgency: NOTIFY_URGENCY_NORMAL = 1, NOTIFY_URGENCY_CRITICAL = 2.
-    private static let normal: Int32 = 1
-    private static let critical: Int32 = 2
+    let library: Libnotify
 
-    struct LoadError: Error, CustomStringConvertible {
-        var description: String
+    /// Touched on the loop's thread alone; under a lock all the same, so the
+    /// compiler can check it. Never held across a call into GLib: a signal
+    /// handler run by that call may come back for it.
+    private struct Held {
+        /// Notices with buttons (the notification's address), oldest first.
+        var live: [(notification: UInt, posted: PostedNotice)] = []
+        /// xdg-open processes started and not yet reaped.
+        var openers = 0
+    }
+    private let held = Mutex(Held())
+
+    private init(library: Libnotify) {
+        self.library = library
+        library.handleWarnings(of: "libnotify", with: dropUnknownActionWarnings)
+        let thread = Thread { library.runDefaultLoop() }
+        thread.name = "syncagent-notify"
+        thread.start()
     }
 
-    static func load() throws -> Libnotify {
-        guard let handle = dlopen("libnotify.so.4", RTLD_NOW | RTLD_LOCAL) else {
-            throw LoadError(description: "cannot load libnotify: \(String(cString: dlerror()))")
-        }
-        func symbol<T>(_ name: String, as _: T.Type) throws -> T {
-            guard let address = dlsym(handle, name) else { throw LoadError(description: "libnotify has no \(name)") }
-            return unsafeBitCast(address, to: T.self)
-        }
-        let initialize = try symbol("notify_init", as: Init.self)
-        let library = Libnotify(
-            uninitialize: try symbol("notify_uninit", as: Uninit.self),
-            new: try symbol("notify_notification_new", as: New.self),
-            setAppName: try symbol("notify_notification_set_app_name", as: SetString.self),
-            setCategory: try symbol("notify_notification_set_category", as: SetString.self),
-            setUrgency: try symbol("notify_notification_set_urgency", as: SetUrgency.self),
-            show: try symbol("notify_notification_show", as: Show.self),
-            objectUnref: try symbol("g_object_unref", as: Free.self),
-            errorFree: try symbol("g_error_free", as: Free.self))
-        guard initialize("syncagent") != 0 else { throw LoadError(description: "libnotify could not initialise") }
-        return library
+    /// Posts `notice` from the loop's thread, its buttons answered by `actions`; nil when delivered.
+    func post(_ notice: Notice, actions: NoticeActionRunner) -> String? {
+        onLoop { [self] in show(notice, actions: actions) }
     }
 
-    func uninit() { uninitialize() }
-
-    /// nil when shown; otherwise GLib's error message.
-    func show(_ notice: Notice) -> String? {
-        guard let notification = new(notice.summary, notice.body.isEmpty ? nil : notice.body, notice.icon) else {
-            return "libnotify could not create a notification"
-        }
-        defer { objectUnref(UnsafeMutableRawPointer(notification)) }
-        setAppName(notification, "syncagent")
-        setCategory(notification, notice.category)
-        setUrgency(notification, notice.critical ? Self.critical : Self.normal)
-        var error: UnsafeMutableRawPointer?
-        guard show(notification, &error) == 0 else { return nil }
-        // GError { GQuark domain; gint code; gchar *message; }
-        let message = error.map { String(cString: $0.load(fromByteOffset: 8, as: UnsafePointer<CChar>.self)) }
-        if let error { errorFree(error) }
-        return "no desktop notification: \(message ?? "unknown error")"
+    /// Runs `work` on the loop's thread and waits for its answer.
+    private func onLoop(_ work: @escaping @Sendable () -> String?) -> String? {
+        let reply = LoopWork(work)
+        library.whenIdle(runLoopWork, Unmanaged.passRetained(reply).toOpaque(), release: releaseLoopWork)
+        return reply.answer()
     }
+
+    private func show(_ notice: Notice, actions: NoticeActionRunner) -> String? {
+        guard let notification = library.notification(for: notice) else { return "libnotify could not create a notification" }
+        // Asked each time: the server may have been replaced since (another desktop, a restarted daemon).
+        guard !notice.actions.isEmpty, library.capabilities().contains("actions") else {
+            defer { library.unref(notification) }
+            return library.show(notification)
+        }
+        let posted = PostedNotice(actions: notice.actions, runner: actions)
+        func offer(_ key: String, _ label: String) {
+            // One reference per action, let go by libnotify when the notification is finalized.
+            library.add(action: key, label: label, to: notification, callback: noticeActionInvoked,
+                        userData: Unmanaged.passRetained(posted).toOpaque(), free: releasePostedNotice)
+        }
+        for action in notice.actions { offer(action.key, action.label) }
+        if let opening = notice.actions.first(where: \.isDefault) { offer(NoticeAction.defaultKey, opening.label) }
+        library.onClosed(notification, noticeClosed)
+        if let problem = library.show(notification) {
+            library.unref(notification)
+            return problem
+        }
+        let address = UInt(bitPattern: notification)
+        let evicted = held.withLock { held -> UInt? in
+            held.live.append((address, posted))
+            return held.live.count > Self.keptUpTo ? held.live.removeFirst().notification : nil
+        }
+        if let evicted, let oldest = OpaquePointer(bitPattern: evicted) { library.unref(oldest) }
+        return nil
+    }
+
+    /// The server closed a notice (or forgot it): its buttons are done with.
+    fileprivate func closed(_ notification: OpaquePointer) {
+        let address = UInt(bitPattern: notification)
+        let kept = held.withLock { held -> Bool in
+            guard let index = held.live.firstIndex(where: { $0.notification == address }) else { return false }
+            held.live.remove(at: index)
+            return true
+        }
+        // libnotify holds its own reference while it tells of the closing: this one can go now.
+        if kept { library.unref(notification) }
+    }
+
+    /// Starts `arguments` (xdg-open), its output thrown away, and reaps it when it ends.
+    func spawnOpener(_ arguments: [String], logger: Logger) {
+        let room = held.withLock { held -> Bool in
+            guard held.openers < Self.openersUpTo else { return false }
+            held.openers += 1
+            return true
+        }
+        guard room else {
+            logger.warning("not opening \(arguments.last ?? ""): \(Self.openersUpTo) openers still run")
+            return
+        }
+        let pid: pid_t
+        do {
+            let discard = try Posix.open("/dev/null", O_WRONLY | O_CLOEXEC)
+            defer { Posix.close(discard) }
+            let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" }
+            pid = try Posix.spawn(arguments, environment: environment, output: discard)
+        } catch {
+            held.withLock { $0.openers -= 1 }
+            logger.warning("cannot open \(arguments.last ?? ""): \(error)")
+            return
+        }
+        library.every(ms: 250, reapOpener, Unmanaged.passRetained(Opener(pid: pid, loop: self, logger: logger)).toOpaque(),
+                      release: releaseOpener)
+    }
+
+    /// Whether the opener has ended (and is reaped).
+    fileprivate func reaped(_ opener: Opener) -> Bool {
+        do {
+            guard try Posix.reapIfEnded(opener.pid, shown: "xdg-open (pid \(opener.pid))") != nil else { return false }
+        } catch {
+            // Gone without a trace to collect: nothing more to wait for.
+            opener.logger.debug("xdg-open (pid \(opener.pid)) could not be waited for: \(error)")
+        }
+        held.withLock { $0.openers -= 1 }
+        return true
+    }
+}
+
+/// A notice shown with buttons: what they do, each at most once. A server
+/// may send a click twice, or thousands of times; a notice's "Retry" writes
+/// its control jobs once, and its "Open folder" opens once.
+final class PostedNotice: Sendable {
+    let actions: [NoticeAction]
+    let runner: NoticeActionRunner
+    /// The actions done, and those whose repeat was said (once: a flood of clicks is no flood of lines).
+    private let done = Mutex((done: Set<String>(), repeatSaid: Set<String>()))
+
+    init(actions: [NoticeAction], runner: NoticeActionRunner) {
+        self.actions = actions
+        self.runner = runner
+    }
+
+    /// `key` was clicked (on the loop's thread).
+    func invoke(_ key: String) {
+        let action = key == NoticeAction.defaultKey ? actions.first(where: \.isDefault) : actions.first { $0.key == key }
+        guard let action, case .success(let loop) = NotificationLoop.shared else { return }
+        let (first, sayRepeat) = done.withLock { done -> (Bool, Bool) in
+            if done.done.insert(action.key).inserted { return (true, false) }
+            return (false, done.repeatSaid.insert(action.key).inserted)
+        }
+        guard first else {
+            if sayRepeat {
+                runner.logger.debug("notification action already done; further clicks on it are let be",
+                                    metadata: ["action": "\(action.key)"])
+            }
+            return
+        }
+        runner.perform(action, on: loop)
+    }
+}
+
+/// A piece of work for the loop's thread, and its answer for the thread waiting on it.
+private final class LoopWork: Sendable {
+    private let work: @Sendable () -> String?
+    private let result = Mutex<String?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ work: @escaping @Sendable () -> String?) { self.work = work }
+
+    func run() {
+        let answer = work()
+        result.withLock { $0 = answer }
+        done.signal()
+    }
+
+    func answer() -> String? {
+        done.wait()
+        return result.withLock { $0 }
+    }
+}
+
+/// An xdg-open process, watched from the loop until it ends.
+fileprivate final class Opener: Sendable {
+    let pid: pid_t
+    let loop: NotificationLoop
+    let logger: Logger
+    init(pid: pid_t, loop: NotificationLoop, logger: Logger) { self.pid = pid; self.loop = loop; self.logger = logger }
+}
+
+// MARK: - Called by GLib, on the loop's thread
+
+/// G_SOURCE_REMOVE, G_SOURCE_CONTINUE.
+private let sourceDone: Int32 = 0
+private let sourceAgain: Int32 = 1
+
+private func runLoopWork(_ data: UnsafeMutableRawPointer?) -> Int32 {
+    if let data { Unmanaged<LoopWork>.fromOpaque(data).takeUnretainedValue().run() }
+    return sourceDone
+}
+
+private func releaseLoopWork(_ data: UnsafeMutableRawPointer?) {
+    if let data { Unmanaged<LoopWork>.fromOpaque(data).release() }
+}
+
+private func noticeActionInvoked(_ notification: OpaquePointer?, _ action: UnsafeMutablePointer<CChar>?,
+                                 _ data: UnsafeMutableRawPointer?) {
+    guard let action, let data else { return }
+    Unmanaged<PostedNotice>.fromOpaque(data).takeUnretainedValue().invoke(String(cString: action))
+}
+
+private func releasePostedNotice(_ data: UnsafeMutableRawPointer?) {
+    if let data { Unmanaged<PostedNotice>.fromOpaque(data).release() }
+}
+
+private func noticeClosed(_ notification: OpaquePointer?, _ data: UnsafeMutableRawPointer?) {
+    guard let notification, case .success(let loop) = NotificationLoop.shared else { return }
+    loop.closed(notification)
+}
+
+private func reapOpener(_ data: UnsafeMutableRawPointer?) -> Int32 {
+    guard let data else { return sourceDone }
+    let opener = Unmanaged<Opener>.fromOpaque(data).takeUnretainedValue()
+    return opener.loop.reaped(opener) ? sourceDone : sourceAgain
+}
+
+private func releaseOpener(_ data: UnsafeMutableRawPointer?) {
+    if let data { Unmanaged<Opener>.fromOpaque(data).release() }
+}
+
+/// libnotify warns "Received unknown action" for each click on a notice of
+/// ours it has no action for: a notification server sending thousands must
+/// not fill the agent's log. Other warnings go on to GLib's own handler
+/// (the user data).
+private func dropUnknownActionWarnings(_ domain: UnsafePointer<CChar>?, _ level: UInt32, _ message: UnsafePointer<CChar>?,
+                                       _ data: UnsafeMutableRawPointer?) {
+    if let message, String(cString: message).hasPrefix("Received unknown action") { return }
+    guard let data else { return }
+    unsafeBitCast(data, to: Libnotify.LogFunc.self)(domain, level, message, nil)
 }

@@ -1,12 +1,14 @@
 import Foundation
 
-/// A desktop notification to post: the words and how loud.
+/// A desktop notification to post: the words, how loud, and what it offers to do.
 public struct Notice: Equatable, Sendable {
     public var summary: String
     public var body: String
     public var critical: Bool
-    public init(summary: String, body: String, critical: Bool) {
-        self.summary = summary; self.body = body; self.critical = critical
+    /// Shown as buttons only where the notification server offers them.
+    public var actions: [NoticeAction]
+    public init(summary: String, body: String, critical: Bool, actions: [NoticeAction] = []) {
+        self.summary = summary; self.body = body; self.critical = critical; self.actions = actions
     }
 
     /// The freedesktop category hint: a notification server may file or sound it by this.
@@ -92,7 +94,21 @@ public enum Notices {
                 lines.append("✓ \(task.displayName)")
             }
         }
-        return Notice(summary: summary, body: lines.joined(separator: "\n"), critical: failed > 0)
+        return Notice(summary: summary, body: lines.joined(separator: "\n"), critical: failed > 0,
+                      actions: actions(finished: batch.finished, failed: batch.failed, in: state))
+    }
+
+    /// What a notice about these tasks offers: "Retry" for the failed ones
+    /// (those it lists: at most the 100 a batch's event keeps), then "Open
+    /// folder" for the files the finished ones published.
+    public static func actions(finished: [String], failed: [String], in state: AgentState) -> [NoticeAction] {
+        var actions: [NoticeAction] = []
+        var seen = Set<String>()
+        let retried = failed.filter { state.tasks[$0] != nil && seen.insert($0).inserted }
+        if !retried.isEmpty { actions.append(.retry(tasks: retried)) }
+        let files = FolderOpening.shown(finished.compactMap { state.tasks[$0]?.publishedPath })
+        if !files.isEmpty { actions.append(.openFolder(files: files)) }
+        return actions
     }
 
     /// Whether a failure is one only the user can mend — a wrong or gone
@@ -145,15 +161,18 @@ public enum Notices {
         if tasks.count == 1, let task = tasks.first { return ownNotice(for: task) }
         var lines = tasks.prefix(namesListedUpTo).map { "✗ \($0.displayName): \($0.error ?? "failed")" }
         if tasks.count > namesListedUpTo { lines.append("… and \(tasks.count - namesListedUpTo) more (syncagent status --state failed)") }
-        return Notice(summary: "\(tasks.count) transfers failed", body: lines.joined(separator: "\n"), critical: true)
+        return Notice(summary: "\(tasks.count) transfers failed", body: lines.joined(separator: "\n"), critical: true,
+                      actions: [.retry(tasks: tasks.map(\.id))])
     }
 
     /// `notify = "each"`: one per task, on top of its batch's.
     public static func ownNotice(for task: TaskState) -> Notice {
         let name = task.displayName
         if task.phase == .failed {
-            return Notice(summary: "\(name) failed", body: task.error ?? "", critical: true)
+            return Notice(summary: "\(name) failed", body: task.error ?? "", critical: true, actions: [.retry(tasks: [task.id])])
         }
-        return Notice(summary: "\(name) finished", body: ByteCount.format(task.bytes), critical: false)
+        let files = FolderOpening.shown(task.publishedPath.map { [$0] } ?? [])
+        return Notice(summary: "\(name) finished", body: ByteCount.format(task.bytes), critical: false,
+                      actions: files.isEmpty ? [] : [.openFolder(files: files)])
     }
 }

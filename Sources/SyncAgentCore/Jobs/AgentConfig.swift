@@ -42,6 +42,8 @@ public struct AgentConfig: Equatable, Sendable {
     /// where inotify cannot see every change, `InboxPolling`).
     public var inboxPollS: Int64?
     public var notify: NotifyMode = .batch
+    /// Notices offer "Open folder" and "Retry" where the notification server shows buttons.
+    public var notifyActions = true
     public var userAgent: String?
     public var cookies: CookieMode = .persistent
     /// curl's proxy URL (`socks5h://user:password@host:1080`); nil: curl's environment decides.
@@ -73,7 +75,7 @@ public struct AgentConfig: Equatable, Sendable {
     public static let keys: Set<String> = [
         "inbox", "state_dir", "download_dir", "max_active", "max_per_host", "retries",
         "connect_timeout", "idle_timeout", "total_timeout", "max_redirects", "max_speed",
-        "notify", "user_agent", "cookies", "proxy", "no_proxy", "ca_file", "headers",
+        "notify", "notify_actions", "user_agent", "cookies", "proxy", "no_proxy", "ca_file", "headers",
         "max_overall_speed", "on_task_end", "on_batch_end", "hook_timeout", "connections",
         "allow_metered", "keep_ended", "more_dirs", "inbox_poll", "min_speed", "min_speed_time", "name_from_server",
         "rpc", "rpc_listen", "rpc_secret",
@@ -93,7 +95,8 @@ public struct AgentConfig: Equatable, Sendable {
         note("max_active", \.maxActive); note("max_per_host", \.maxPerHost); note("retries", \.retries)
         note("connect_timeout", \.connectTimeout); note("idle_timeout", \.idleTimeout)
         note("total_timeout", \.totalTimeout); note("max_redirects", \.maxRedirects); note("max_speed", \.maxSpeed)
-        note("notify", \.notify); note("user_agent", \.userAgent); note("cookies", \.cookies); note("proxy", \.proxy)
+        note("notify", \.notify); note("notify_actions", \.notifyActions); note("user_agent", \.userAgent); note("cookies", \.cookies)
+        note("proxy", \.proxy)
         note("no_proxy", \.noProxy)
         note("ca_file", \.caFile); note("headers", \.headers); note("max_overall_speed", \.maxOverallSpeed)
         note("on_task_end", \.onTaskEnd); note("on_batch_end", \.onBatchEnd); note("hook_timeout", \.hookTimeout)
@@ -134,6 +137,7 @@ public struct AgentConfig: Equatable, Sendable {
         config.inboxPollS = try reader.duration("inbox_poll")
         config.connections = try reader.int("connections", in: 1...SegmentPlan.maximumConnections) ?? config.connections
         config.notify = try reader.choice("notify", NotifyMode.self) ?? config.notify
+        config.notifyActions = try reader.bool("notify_actions") ?? config.notifyActions
         config.userAgent = try reader.string("user_agent")
         // It goes out as a header: a line break would start another one.
         if let agent = config.userAgent, agent.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {

@@ -20,6 +20,14 @@ public struct ControlJob: Equatable, Sendable {
     }
 }
 
+extension ControlJob {
+    /// The job file that asks for it, as `syncagent resume` and a notice's "Retry" write it.
+    public var fileText: String {
+        "action = \(TOML.quoted(action.rawValue))\ntask = \(TOML.quoted(task))\n"
+            + (olderThanS.map { "older_than = \"\($0)s\"\n" } ?? "") + (url.map { "url = \(TOML.quoted($0))\n" } ?? "")
+    }
+}
+
 extension ControlJob.Action {
     /// Whether this control would change `task` (what shell completion
     /// offers it for; anything else the agent answers "nothing to do").
