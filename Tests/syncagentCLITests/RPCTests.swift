@@ -252,6 +252,35 @@ struct RPCTests {
         #expect(rpc.process?.stderr.contains("RPC call refused") == true)
     }
 
+    /// A page holds more connections than the server keeps, each with a
+    /// wrong-token POST waiting its turn (the bucket of guesses spent), and
+    /// opens another whenever one is closed: a client with the secret that
+    /// opens a connection for each call (curl, aria2p) is answered every time.
+    @Test func waitingGuessesNeverLockTheSecretsHolderOut() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let seen = try RPCClient.run(["guessslots", "127.0.0.1", "\(rpc.port)", rpc.secret, "80"], in: rpc.harness.directory)
+            as? [String: Any] ?? [:]
+        #expect(seen["guesses waiting"] as? Int ?? 0 >= 64, "\(seen)")
+        #expect(seen["answered"] as? Int == 20, "\(seen)")
+    }
+
+    /// A page's batch of 450 guesses waits 35 s for its turn: calls that need
+    /// no secret (aria2p's `list_methods()` sends none), and one with it, are
+    /// answered meanwhile, not behind the guesses; and the waiting batch's
+    /// connection is not idle: it gets its answer, not a close at 30 s.
+    @Test func callsThatNeedNoSecretDoNotWaitBehindGuesses() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let seen = try RPCClient.run(["guessqueue", "127.0.0.1", "\(rpc.port)", rpc.secret, "450"], in: rpc.harness.directory)
+            as? [String: Any] ?? [:]
+        for name in ["listMethods", "listNotifications", "listMethods with the secret"] {
+            let call = seen[name] as? [String: Bool] ?? [:]
+            #expect(call["answered"] == true && call["before the guesses"] == true, "\(name): \(seen)")
+        }
+        #expect(seen["guesses answered"] as? Int == 450, "\(seen)")
+    }
+
     /// A page opens 64 WebSockets without the secret and holds them: it
     /// keeps at most 16 of them, a client with the secret is answered, and
     /// one that made a call with it stays connected.

@@ -125,8 +125,12 @@ public struct RPCMethods: Sendable {
     public func admission(of request: RPCRequest) -> RPCAdmission {
         var counted = RPCAdmission()
         func count(_ call: RPCCall) {
-            if RPCMethod(rawValue: call.method)?.needsToken == true, case .success = authorize(call) {
+            let method = RPCMethod(rawValue: call.method)
+            if let first = call.params.first?.string, first.hasPrefix("token:"),
+               secret.matches(String(first.dropFirst("token:".count))) {
                 counted.trusted += 1
+            } else if method?.needsToken == false {
+                counted.open += 1
             } else {
                 counted.untrusted += 1
             }
