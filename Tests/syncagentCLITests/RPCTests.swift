@@ -356,28 +356,79 @@ struct RPCTests {
         #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
     }
 
-    /// One multicall of 960 full `tellWaiting(0, 1000)` over 20 waiting
+    /// One multicall of 960 full `tellWaiting(0, 1000)` over 21 waiting
     /// downloads (within the burst of calls a second) would keep the
-    /// agent's loop describing 19,200 downloads:
-    /// a request asks for at most 30,000 status fields (downloads × keys),
-    /// and the calls past that are refused, each saying why.
+    /// agent's loop describing 20,160 downloads, and one of 1,000
+    /// `getOption`s of a job with 50 KB of headers would write 50 MB: a
+    /// request's calls that read downloads answer about 1 MiB in all, and
+    /// the calls past that are refused, each saying why.
     @Test func aHugeMulticallIsCutAtItsBudget() throws {
         let rpc = try RPCAgent()
         try rpc.start()
         let token = "token:\(rpc.secret)"
-        func multicall(_ calls: [[String: Any]]) throws -> [String: Any] {
-            let body = try JSONSerialization.data(withJSONObject: ["jsonrpc": "2.0", "id": 1, "method": "system.multicall", "params": [calls]])
-            let sent = try RPCClient.run(["request", rpc.url, String(decoding: body, as: UTF8.self)], in: rpc.harness.directory)
-            return (sent as? [String: Any])?["answer"] as? [String: Any] ?? [:]
+        _ = try multicall(rpc, (0..<20).map { ["methodName": "aria2.addUri", "params": [token, ["http://127.0.0.1:9/f\($0).bin"], ["pause": "true"]]] })
+        let headers = (0..<450).map { "X-Header-\($0): " + String(repeating: "v", count: 100) }
+        let big = try rpc.result("aria2.addUri", ["http://127.0.0.1:9/big.bin"], ["pause": "true", "header": headers]) as? String ?? ""
+        let budget = 1 << 20, oneList = 64 << 10
+        for (name, call) in [("tellWaiting", ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000]] as [String: Any]),
+                             ("getOption", ["methodName": "aria2.getOption", "params": [token, big]])] {
+            let answer = try multicall(rpc, Array(repeating: call, count: 960))
+            let answers = answer["result"] as? [Any] ?? []
+            #expect(answers.count == 960, "\(name): \(answer["error"] ?? "")")
+            let answered = answers.filter { $0 is [Any] }
+            let refused = answers.compactMap { ($0 as? [String: Any])?["message"] as? String }
+            #expect(!answered.isEmpty && answered.count + refused.count == 960, "\(name)")
+            #expect(!refused.isEmpty && refused.allSatisfy { $0.contains("MiB already") }, "\(name): \(refused.first ?? "")")
+            let size = try JSONSerialization.data(withJSONObject: answered).count
+            #expect(size >= budget - oneList && size <= budget + oneList, "\(name): \(size) bytes answered")
         }
-        _ = try multicall((0..<20).map { ["methodName": "aria2.addUri", "params": [token, ["http://127.0.0.1:9/f\($0).bin"], ["pause": "true"]]] })
-        let answer = try multicall(Array(repeating: ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000]], count: 960))
-        let answers = answer["result"] as? [Any] ?? []
-        #expect(answers.count == 960, "\(answer["error"] ?? "")")
-        let listed = answers.compactMap { ($0 as? [Any])?.first as? [Any] }
-        let refused = answers.compactMap { ($0 as? [String: Any])?["message"] as? String }
-        #expect(listed.count == 100 && listed.allSatisfy { $0.count == 20 }, "\(listed.count) lists, sized \(Set(listed.map(\.count)))")
-        #expect(refused.count == 860 && refused.allSatisfy { $0.contains("status fields") }, "\(refused.first ?? "")")
+    }
+
+    /// The polls of the two web UIs named in docs/rpc.md, each in its own
+    /// shape, over 1 active, 1,050 waiting and 1,050 stopped downloads: every
+    /// list answered whole (webui-aria2 asks for every key of each download).
+    @Test func webUIsPollsOfTwoThousandDownloadsAreAnswered() throws {
+        let rpc = try RPCAgent()
+        let server = try FaultServer(in: rpc.harness.directory)
+        _ = try server.serve("slow.bin", size: 10_000_000)
+        try rpc.start()
+        let token = "token:\(rpc.secret)"
+        let active = try rpc.result("aria2.addUri", [server.url("slow.bin", "rate=20000")], ["out": "slow.bin"]) as? String ?? ""
+        #expect(rpc.wait(for: active, ["active"]))
+        var gids: [String] = []
+        for batch in 0..<7 {
+            let added = try multicall(rpc, (0..<300).map {
+                ["methodName": "aria2.addUri", "params": [token, ["http://127.0.0.1:9/b\(batch)-\($0).bin"], ["pause": "true"]]]
+            })
+            gids += (added["result"] as? [Any] ?? []).compactMap { ($0 as? [Any])?.first as? String }
+        }
+        #expect(gids.count == 2100)
+        for batch in stride(from: 0, to: 1050, by: 350) {
+            _ = try multicall(rpc, gids[batch..<batch + 350].map { ["methodName": "aria2.remove", "params": [token, $0]] })
+        }
+        #expect(eventually(within: 30) {
+            let stat = (try? rpc.result("aria2.getGlobalStat")) as? [String: Any] ?? [:]
+            return stat["numStopped"] as? String == "1050" && stat["numWaiting"] as? String == "1050"
+        })
+        let webui = try multicall(rpc, [["methodName": "aria2.getGlobalStat", "params": [token]],
+                                        ["methodName": "aria2.tellActive", "params": [token]],
+                                        ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000]],
+                                        ["methodName": "aria2.tellStopped", "params": [token, 0, 1000]]])
+        let webuiLists = (webui["result"] as? [Any] ?? []).dropFirst().map { (($0 as? [Any])?.first as? [Any])?.count ?? -1 }
+        #expect(webuiLists == [1, 1000, 1000], "\(webui["result"].map { "\($0)".prefix(300) } ?? "")")
+        let keys = ["gid", "totalLength", "completedLength", "uploadSpeed", "downloadSpeed", "connections", "numSeeders", "seeder",
+                    "status", "errorCode", "verifiedLength", "verifyIntegrityPending", "files", "bittorrent", "infoHash"]
+        let ariaNg = try multicall(rpc, [["methodName": "aria2.tellActive", "params": [token, keys]],
+                                         ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000, keys]],
+                                         ["methodName": "aria2.tellStopped", "params": [token, -1, 1000, keys]]])
+        let ariaNgLists = (ariaNg["result"] as? [Any] ?? []).map { (($0 as? [Any])?.first as? [Any])?.count ?? -1 }
+        #expect(ariaNgLists == [1, 1000, 1000], "\(ariaNg["result"].map { "\($0)".prefix(300) } ?? "")")
+    }
+
+    func multicall(_ rpc: RPCAgent, _ calls: [[String: Any]]) throws -> [String: Any] {
+        let body = try JSONSerialization.data(withJSONObject: ["jsonrpc": "2.0", "id": 1, "method": "system.multicall", "params": [calls]])
+        let sent = try RPCClient.run(["request", rpc.url, String(decoding: body, as: UTF8.self)], in: rpc.harness.directory)
+        return (sent as? [String: Any])?["answer"] as? [String: Any] ?? [:]
     }
 
     /// Bodies no client sends: each answered as aria2 answers a bad request,
