@@ -355,8 +355,9 @@ struct RPCCoreTests {
         #expect(answer("aria2.getOption", .string(RPCGID.of(taskID: "t0"))) == .fail(spent))
         #expect(answer("aria2.getFiles", .string(RPCGID.of(taskID: "t0"))) == .fail(spent))
         #expect(answer("aria2.tellStatus", .string(RPCGID.of(taskID: "t0"))) == .fail(spent))
-        // What reads no download is not refused.
-        guard case .answer(.success) = answer("aria2.getGlobalStat") else { Issue.record("getGlobalStat refused"); return }
+        // What reads no download is not refused; the stops it counts are never fewer than the stopped listed.
+        guard case .answer(.success(let stat)) = answer("aria2.getGlobalStat") else { Issue.record("getGlobalStat refused"); return }
+        #expect(stat["numStopped"] == "30" && stat["numStoppedTotal"] == "30", "\(stat)")
         // A getOption counts what it writes.
         context.answerBudget = RPCMethods.answerBudget
         guard case .answer(.success(let options)) = answer("aria2.getOption", .string(RPCGID.of(taskID: "t0"))) else { Issue.record("getOption refused"); return }

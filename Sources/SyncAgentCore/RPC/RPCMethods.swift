@@ -424,7 +424,7 @@ public struct RPCMethods: Sendable {
         }
         return ["downloadSpeed": .string(String(down)), "uploadSpeed": .string(String(up)),
                 "numActive": .string(String(context.view.active.count)), "numWaiting": .string(String(context.view.waiting.count)),
-                "numStopped": .string(String(context.view.stoppedCount)), "numStoppedTotal": .string(String(context.view.stoppedSinceStart))]
+                "numStopped": .string(String(context.view.stoppedCount)), "numStoppedTotal": .string(String(context.view.stoppedTotal))]
     }
 }
 
