@@ -181,6 +181,14 @@ struct RPCCoreTests {
         let refused = methods.action(for: RPCCall(id: 1, method: "aria2.addUri",
                                                   params: ["token:s", ["http://h.example/intruder.bin"], ["gid": .string(victim)]]), in: &context)
         #expect(refused == .fail(RPCError("GID \(victim) is already used by another download")))
+
+        // A forgotten download's GID is still refused, and the refusal says whose it was (tellStatus says "not found").
+        _ = log.add(.forgotten(Forgotten()), task: "qufbf9")
+        context.state = log.state
+        let reused = methods.action(for: RPCCall(id: 1, method: "aria2.addUri",
+                                                 params: ["token:s", ["http://h.example/again.bin"], ["gid": .string(victim)]]), in: &context)
+        #expect(reused == .fail(RPCError("GID \(victim) belonged to a download since removed and forgotten; the log keeps every GID it gave, "
+                                         + "choose another")))
     }
 
     @Test func aGIDIsNamedByAUniquePrefixInEitherCase() {

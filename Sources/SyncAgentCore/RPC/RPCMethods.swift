@@ -353,9 +353,7 @@ public struct RPCMethods: Sendable {
         let addition = try RPCJobOptions.addition(uris: uris, options: options)
         let id: String
         if let chosen = addition.taskID {
-            guard context.state.conflict(ofNewTaskID: chosen) == nil else {
-                throw RPCError("GID \(chosen) is already used by another download")
-            }
+            if let refusal = Self.gidRefusal(chosen, in: context.state) { throw refusal }
             id = chosen
         } else {
             id = IDRules.random { context.state.conflict(ofNewTaskID: $0) != nil }
@@ -368,6 +366,21 @@ public struct RPCMethods: Sendable {
         }
         guard case .transfer(_, let spec) = job else { throw RPCError("URI is not provided.") }
         return .add(id: id, spec: spec, startsPaused: addition.startsPaused)
+    }
+
+    /// Why a new download may not have the task id `id` (its GID), or nil. aria2 lets a
+    /// purged download's GID be used again; the log keeps every task's id for good
+    /// (events name tasks by it), so that is refused too, saying whose it was.
+    public static func gidRefusal(_ id: String, in state: AgentState) -> RPCError? {
+        let owner: String
+        switch state.conflict(ofNewTaskID: id) {
+        case nil: return nil
+        case .taken?: owner = id
+        case .sharesGID(_, let with)?: owner = with
+        }
+        let gid = RPCGID.of(taskID: id)
+        guard state[owner]?.forgotten == true else { return RPCError("GID \(gid) is already used by another download") }
+        return RPCError("GID \(gid) belonged to a download since removed and forgotten; the log keeps every GID it gave, choose another")
     }
 
     /// aria2's waiting list: queued tasks in the order they will start, then paused ones in the order they were added.
