@@ -224,6 +224,24 @@ def edges(url, secret):
     server.call("aria2.addUri", ["http://127.0.0.1:9/c.bin"], {"pause": "yes"}, name="addUri pause yes")
     server.call("aria2.addUri", ["http://127.0.0.1:9/d.bin"], {"gid": "0000000000000000"}, name="addUri gid zero")
     server.call("aria2.tellWaiting", 0, 10, ["gid"], name="tellWaiting after")
+    token = json.dumps(f"token:{secret}")
+    server.raw("params named twice", '{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","params":[%s],"params":[]}' % token)
+    server.raw("id named twice", '{"jsonrpc":"2.0","id":1,"id":2,"method":"aria2.getGlobalStat","params":[%s]}' % token)
+    server.raw("jsonrpc named twice", '{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","params":[%s]}' % token)
+    server.raw("methodName named twice in a multicall", '{"jsonrpc":"2.0","id":1,"method":"system.multicall","params":[[{"methodName":'
+               '"aria2.getGlobalStat","methodName":"aria2.getVersion","params":[%s]}]]}' % token)
+    # The methods the other calls never reach; shutdown and forceShutdown never: they would stop the oracle.
+    server.call("aria2.forcePause", gids["a"], name="forcePause of a paused download")
+    server.call("aria2.pauseAll")
+    server.call("aria2.forcePauseAll")
+    server.call("aria2.changeOption", gids["a"], {}, name="changeOption nothing")
+    server.call("aria2.changeOption", gids["a"], {"max-download-limit": "100K"}, name="changeOption max-download-limit")
+    server.call("aria2.changeUri", gids["a"], 1, [], ["http://127.0.0.1:9/a2.bin"])
+    server.call("aria2.getPeers", gids["a"])
+    server.call("aria2.addMetalink", "AAAA")
+    server.call("aria2.forceRemove", gids["b"], name="forceRemove of a paused download")
+    server.call("aria2.tellStatus", gids["b"], ["gid", "status"], name="tellStatus after forceRemove")
+    server.call("aria2.unpauseAll")
     return {"steps": server.steps, "notifications": [], "gids": gids}
 
 

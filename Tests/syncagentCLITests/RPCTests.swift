@@ -88,6 +88,32 @@ struct RPCTests {
         #"addUri pause yes.error error: aria2 [1, "We encountered a problem while processing the option '--pause'."], syncagent [1, "option pause: must be \"true\" or \"false\", not \"yes\""]"#,
         // aria2 turns a refused gid into "No URI to download."; syncagent names the option.
         #"addUri gid zero.error error: aria2 [1, "No URI to download."], syncagent [1, "option gid: 0000000000000000 is not a GID a download may have"]"#,
+        // A key named twice: syncagent refuses a request naming params or jsonrpc twice and answers with the last id;
+        // aria2 reads the params as absent (Unauthorized), takes either jsonrpc, and answers a null id.
+        #"params named twice.error error: aria2 [1, "Unauthorized"], syncagent [-32600, "Invalid Request."]"#,
+        #"jsonrpc named twice: HTTP status: aria2 200, syncagent 400"#,
+        #"jsonrpc named twice.result: only aria2"#,
+        #"jsonrpc named twice.error: only syncagent"#,
+        #"id named twice.id: aria2 "NoneType", syncagent "int""#,
+        #"id named twice.id = aria2 null, syncagent 2"#,
+        // A multicall struct naming methodName twice: syncagent runs the last, aria2 says "Missing methodName.".
+        #"methodName named twice in a multicall.result[]: aria2 {"code": "int", "message": "str"}, syncagent [{"version": "str", "enabledFeatures": ["str"]}]"#,
+        // A download's URL and options are its job: changeUri and a changing changeOption are refused.
+        #"aria2.changeUri: HTTP status: aria2 200, syncagent 400"#,
+        #"aria2.changeUri.result: only aria2"#,
+        #"aria2.changeUri.error: only syncagent"#,
+        #"changeOption max-download-limit: HTTP status: aria2 200, syncagent 400"#,
+        #"changeOption max-download-limit.result: only aria2"#,
+        #"changeOption max-download-limit.error: only syncagent"#,
+        // No BitTorrent nor Metalink: getPeers is refused, addMetalink says so rather than that it could not parse.
+        #"aria2.getPeers: HTTP status: aria2 200, syncagent 400"#,
+        #"aria2.getPeers.result: only aria2"#,
+        #"aria2.getPeers.error: only syncagent"#,
+        #"aria2.addMetalink.error error: aria2 [1, "Could not parse Metalink XML document."], syncagent [1, "Metalink is not supported: syncagent transfers over HTTP and HTTPS only."]"#,
+        // A paused download removed: aria2 keeps no result of it, syncagent lists it stopped, "removed".
+        #"tellStatus after forceRemove: HTTP status: aria2 400, syncagent 200"#,
+        #"tellStatus after forceRemove.result: only syncagent"#,
+        #"tellStatus after forceRemove.error: only aria2"#,
     ]
 
     /// Calls at the edges of what aria2 reads — a GID prefix two downloads
