@@ -606,6 +606,7 @@ def slowloris(host, port, count):
         sock.setblocking(False)
         held.append(sock)
     closed = set()
+    said = [b""] * len(held)
     deadline = time.time() + 60
     while len(closed) < len(held) and time.time() < deadline:
         time.sleep(1)
@@ -613,7 +614,9 @@ def slowloris(host, port, count):
             if index in closed:
                 continue
             try:
-                if sock.recv(1) == b"":
+                chunk = sock.recv(4096)
+                said[index] += chunk
+                if chunk == b"":
                     closed.add(index)
                     continue
             except BlockingIOError:
@@ -627,7 +630,8 @@ def slowloris(host, port, count):
                 closed.add(index)
     for sock in held:
         sock.close()
-    return {"opened": len(held), "closed by server": len(closed)}
+    return {"opened": len(held), "closed by server": len(closed),
+            "answered 408": sum(answer.startswith(b"HTTP/1.1 408 Request Timeout") for answer in said)}
 
 
 def is_open(sock):

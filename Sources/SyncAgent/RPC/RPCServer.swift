@@ -230,22 +230,38 @@ extension Channel {
     }
 }
 
-/// Closes a connection whose request has not come whole within
-/// `RPCHTTPPolicy.requestSeconds` of its first byte. It sees the bytes
-/// before the HTTP decoder does; the HTTP handler says when a request
-/// was read whole, and the next byte starts the next request's clock.
+/// Answers `408 Request Timeout` and closes a connection whose request
+/// has not come whole within `RPCHTTPPolicy.requestSeconds` of its first
+/// byte. It sees the bytes before the HTTP decoder does (and writes its
+/// answer beneath the HTTP encoder, as bytes); the HTTP handler says when
+/// a request was read whole, and the next byte starts the next request's clock.
 private final class RequestDeadline: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     private var deadline: Scheduled<Void>?
+    private static let answer: String = {
+        let text = "The request did not come whole within \(RPCHTTPPolicy.requestSeconds) s of its start.\n"
+        return "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\nContent-Length: \(text.utf8.count)\r\n"
+            + "Connection: close\r\n\r\n" + text
+    }()
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if deadline == nil {
-            let channel = context.channel
-            deadline = context.eventLoop.scheduleTask(in: .seconds(RPCHTTPPolicy.requestSeconds)) { channel.close(promise: nil) }
+            let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            deadline = context.eventLoop.scheduleTask(in: .seconds(RPCHTTPPolicy.requestSeconds)) {
+                let (handler, context) = loop.value
+                handler.timedOut(context)
+            }
         }
         context.fireChannelRead(data)
+    }
+
+    private func timedOut(_ context: ChannelHandlerContext) {
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(string: Self.answer)))
+            .whenComplete { _ in channel.close(promise: nil) }
     }
 
     /// The request in progress was read whole.
