@@ -97,7 +97,7 @@ struct RPCTests {
         #"id named twice.id: aria2 "NoneType", syncagent "int""#,
         #"id named twice.id = aria2 null, syncagent 2"#,
         // A multicall struct naming methodName twice: syncagent runs the last, aria2 says "Missing methodName.".
-        #"methodName named twice in a multicall.result[]: aria2 {"code": "int", "message": "str"}, syncagent [{"version": "str", "enabledFeatures": ["str"]}]"#,
+        #"methodName named twice in a multicall.result[]: aria2 {"code": "int", "message": "str"}, syncagent [{"enabledFeatures": ["str"], "version": "str"}]"#,
         // A download's URL and options are its job: changeUri and a changing changeOption are refused.
         #"aria2.changeUri: HTTP status: aria2 200, syncagent 400"#,
         #"aria2.changeUri.result: only aria2"#,
@@ -126,8 +126,8 @@ struct RPCTests {
         try rpc.start()
         let theirs = try RPCClient.run(["edges", aria2c.url, rpc.secret], in: directory)
         let ours = try RPCClient.run(["edges", rpc.url, rpc.secret], in: directory)
-        try JSONSerialization.data(withJSONObject: theirs).write(to: URL(fileURLWithPath: directory.file("aria2c-edges.json")))
-        try JSONSerialization.data(withJSONObject: ours).write(to: URL(fileURLWithPath: directory.file("syncagent-edges.json")))
+        try JSONSerialization.data(withJSONObject: theirs, options: .sortedKeys).write(to: URL(fileURLWithPath: directory.file("aria2c-edges.json")))
+        try JSONSerialization.data(withJSONObject: ours, options: .sortedKeys).write(to: URL(fileURLWithPath: directory.file("syncagent-edges.json")))
         let found = Set(try RPCClient.run(["compare", directory.file("aria2c-edges.json"), directory.file("syncagent-edges.json")], in: directory)
             as? [String] ?? ["no comparison"])
         #expect(found.subtracting(Self.knownEdgeDifferences).isEmpty, "not named in the README: \(found.subtracting(Self.knownEdgeDifferences).sorted())")
