@@ -181,6 +181,14 @@ struct RPCCoreTests {
         let refused = methods.action(for: RPCCall(id: 1, method: "aria2.addUri",
                                                   params: ["token:s", ["http://h.example/intruder.bin"], ["gid": .string(victim)]]), in: &context)
         #expect(refused == .fail(RPCError("GID \(victim) is already used by another download")))
+
+        // A forgotten download's GID is still refused, and the refusal says whose it was (tellStatus says "not found").
+        _ = log.add(.forgotten(Forgotten()), task: "qufbf9")
+        context.state = log.state
+        let reused = methods.action(for: RPCCall(id: 1, method: "aria2.addUri",
+                                                 params: ["token:s", ["http://h.example/again.bin"], ["gid": .string(victim)]]), in: &context)
+        #expect(reused == .fail(RPCError("GID \(victim) belonged to a download since removed and forgotten; the log keeps every GID it gave, "
+                                         + "choose another")))
     }
 
     @Test func aGIDIsNamedByAUniquePrefixInEitherCase() {
@@ -323,7 +331,10 @@ struct RPCCoreTests {
         #expect(RPCMethods.page(["x", "A", "B", "C"].dropFirst(), offset: offset, count: count) == page)
     }
 
-    /// A batch of list calls over a long log is bounded: per call, and per request.
+    /// A batch of list calls over a long log is bounded: per call, and per
+    /// request by the bytes its calls that read downloads answer (a
+    /// `getOption` as much as a list); the call that crosses the budget is
+    /// answered whole, the ones after it refused.
     @Test func listsAreBoundedPerCallAndPerRequest() {
         var log = LogBuilder()
         for index in 0..<30 {
@@ -334,23 +345,32 @@ struct RPCCoreTests {
         var context = RPCMethods.Context(state: log.state, view: RPCView(state: log.state),
                                          settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig()),
                                          parser: JobParser(downloadDir: "/downloads"))
-        context.statusBudget = 50
+        context.answerBudget = 1000
+        func answer(_ method: String, _ params: JSONValue...) -> RPCAction {
+            methods.action(for: RPCCall(id: 1, method: method, params: ["token:s"] + params), in: &context)
+        }
         func listed(_ offset: Int64, _ count: Int64) -> Int? {
-            guard case .answer(.success(.array(let items))) = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped",
-                                                                                           params: ["token:s", .int(offset), .int(count), ["gid"]]),
-                                                                             in: &context) else { return nil }
+            guard case .answer(.success(.array(let items))) = answer("aria2.tellStopped", .int(offset), .int(count), ["gid"]) else { return nil }
             return items.count
         }
+        let spent = RPCError("This request's answer is over \(RPCMethods.answerBudget >> 20) MiB already; "
+                             + "ask for fewer downloads, fewer keys or fewer calls at a time.")
         #expect(listed(0, 1_000_000) == 30)
+        #expect(context.answerBudget > 0 && context.answerBudget < 1000 - 30 * 16)
         #expect(listed(-1, 10) == 10)
-        #expect(listed(0, 30) == nil)
-        #expect(listed(0, 10) == 10)
-        // A download costs the fields asked of it: all of them (none named) cost fifteen.
-        context.statusBudget = 400
-        let everything = methods.action(for: RPCCall(id: 1, method: "aria2.tellStopped", params: ["token:s", 0, 30]), in: &context)
-        #expect(everything == .fail(RPCError("This request asks for more than \(RPCMethods.statusBudget) status fields in all "
-                                             + "(downloads × keys); ask for fewer downloads or fewer keys at a time.")))
-        #expect(listed(0, 30) == 30)
+        #expect(context.answerBudget <= 0)
+        #expect(listed(0, 10) == nil)
+        #expect(answer("aria2.getOption", .string(RPCGID.of(taskID: "t0"))) == .fail(spent))
+        #expect(answer("aria2.getFiles", .string(RPCGID.of(taskID: "t0"))) == .fail(spent))
+        #expect(answer("aria2.tellStatus", .string(RPCGID.of(taskID: "t0"))) == .fail(spent))
+        // What reads no download is not refused; the stops it counts are never fewer than the stopped listed.
+        guard case .answer(.success(let stat)) = answer("aria2.getGlobalStat") else { Issue.record("getGlobalStat refused"); return }
+        #expect(stat["numStopped"] == "30" && stat["numStoppedTotal"] == "30", "\(stat)")
+        // A getOption counts what it writes.
+        context.answerBudget = RPCMethods.answerBudget
+        guard case .answer(.success(let options)) = answer("aria2.getOption", .string(RPCGID.of(taskID: "t0"))) else { Issue.record("getOption refused"); return }
+        #expect(context.answerBudget == RPCMethods.answerBudget - options.estimatedSize)
+        #expect(options.estimatedSize >= options.serialized.count)
         guard case .object(let members) = RPCTaskStatus.object(log.state["t0"]!, in: log.state,
                                                                 settings: RPCSettings(downloadDir: "/downloads", config: AgentConfig())) else {
             Issue.record("no status"); return
@@ -532,10 +552,13 @@ struct RPCCoreTests {
         func counted(_ body: String) -> RPCAdmission { methods.admission(of: RPCRequest.parse(Array(body.utf8))) }
         #expect(counted(#"{"id":1,"method":"aria2.tellActive","params":["token:s"]}"#) == RPCAdmission(trusted: 1))
         #expect(counted(#"{"id":1,"method":"aria2.tellActive","params":["token:x"]}"#) == RPCAdmission(untrusted: 1))
-        #expect(counted(#"{"id":1,"method":"system.listMethods"}"#) == RPCAdmission(untrusted: 1))
         #expect(counted("{bad") == RPCAdmission(untrusted: 1))
-        #expect(counted(#"[{"id":1,"method":"aria2.tellActive","params":["token:s"]},{"id":2,"method":"aria2.nope","params":["token:s"]}]"#)
+        #expect(counted(#"[{"id":1,"method":"aria2.tellActive","params":["token:s"]},{"id":2,"method":"aria2.nope","params":["token:x"]}]"#)
                 == RPCAdmission(trusted: 1, untrusted: 1))
+        // A call that needs no secret waits behind no guess; with the secret, it is the holder's call.
+        #expect(counted(#"{"id":1,"method":"system.listMethods"}"#) == RPCAdmission(open: 1))
+        #expect(counted(#"{"id":1,"method":"system.listNotifications","params":["token:x"]}"#) == RPCAdmission(open: 1))
+        #expect(counted(#"{"id":1,"method":"system.listMethods","params":["token:s"]}"#) == RPCAdmission(trusted: 1))
         #expect(counted(#"{"id":1,"method":"system.multicall","params":[[{"methodName":"aria2.tellActive","params":["token:s"]},"#
                         + #"{"methodName":"aria2.tellActive","params":["token:x"]},{"methodName":"aria2.getVersion","params":["token:s"]}]]}"#)
                 == RPCAdmission(trusted: 2, untrusted: 1))

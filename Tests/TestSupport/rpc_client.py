@@ -224,6 +224,24 @@ def edges(url, secret):
     server.call("aria2.addUri", ["http://127.0.0.1:9/c.bin"], {"pause": "yes"}, name="addUri pause yes")
     server.call("aria2.addUri", ["http://127.0.0.1:9/d.bin"], {"gid": "0000000000000000"}, name="addUri gid zero")
     server.call("aria2.tellWaiting", 0, 10, ["gid"], name="tellWaiting after")
+    token = json.dumps(f"token:{secret}")
+    server.raw("params named twice", '{"jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","params":[%s],"params":[]}' % token)
+    server.raw("id named twice", '{"jsonrpc":"2.0","id":1,"id":2,"method":"aria2.getGlobalStat","params":[%s]}' % token)
+    server.raw("jsonrpc named twice", '{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"aria2.getGlobalStat","params":[%s]}' % token)
+    server.raw("methodName named twice in a multicall", '{"jsonrpc":"2.0","id":1,"method":"system.multicall","params":[[{"methodName":'
+               '"aria2.getGlobalStat","methodName":"aria2.getVersion","params":[%s]}]]}' % token)
+    # The methods the other calls never reach; shutdown and forceShutdown never: they would stop the oracle.
+    server.call("aria2.forcePause", gids["a"], name="forcePause of a paused download")
+    server.call("aria2.pauseAll")
+    server.call("aria2.forcePauseAll")
+    server.call("aria2.changeOption", gids["a"], {}, name="changeOption nothing")
+    server.call("aria2.changeOption", gids["a"], {"max-download-limit": "100K"}, name="changeOption max-download-limit")
+    server.call("aria2.changeUri", gids["a"], 1, [], ["http://127.0.0.1:9/a2.bin"])
+    server.call("aria2.getPeers", gids["a"])
+    server.call("aria2.addMetalink", "AAAA")
+    server.call("aria2.forceRemove", gids["b"], name="forceRemove of a paused download")
+    server.call("aria2.tellStatus", gids["b"], ["gid", "status"], name="tellStatus after forceRemove")
+    server.call("aria2.unpauseAll")
     return {"steps": server.steps, "notifications": [], "gids": gids}
 
 
@@ -588,6 +606,7 @@ def slowloris(host, port, count):
         sock.setblocking(False)
         held.append(sock)
     closed = set()
+    said = [b""] * len(held)
     deadline = time.time() + 60
     while len(closed) < len(held) and time.time() < deadline:
         time.sleep(1)
@@ -595,7 +614,9 @@ def slowloris(host, port, count):
             if index in closed:
                 continue
             try:
-                if sock.recv(1) == b"":
+                chunk = sock.recv(4096)
+                said[index] += chunk
+                if chunk == b"":
                     closed.add(index)
                     continue
             except BlockingIOError:
@@ -609,7 +630,8 @@ def slowloris(host, port, count):
                 closed.add(index)
     for sock in held:
         sock.close()
-    return {"opened": len(held), "closed by server": len(closed)}
+    return {"opened": len(held), "closed by server": len(closed),
+            "answered 408": sum(answer.startswith(b"HTTP/1.1 408 Request Timeout") for answer in said)}
 
 
 def is_open(sock):
@@ -661,6 +683,98 @@ def badtokens(url, secret):
     for sender in senders:
         sender.join()
     out["flood calls"] = flooded["calls"]
+    return out
+
+
+def guessslots(host, port, secret, count):
+    """A page's `count` connections (more than the server keeps), each holding a wrong-token POST that waits its
+    turn and opening another when it is closed, while a client with the secret makes 20 calls, each on a
+    connection of its own (as curl does): how many of the 20 were answered."""
+    stop = threading.Event()
+    seen = {"sent": 0, "answered": 0, "closed": 0}
+    lock = threading.Lock()
+    guess = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "aria2.getVersion", "params": ["token:guess"]}).encode()
+    head = (f"POST /jsonrpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: text/plain\r\nOrigin: https://evil.example\r\n"
+            f"Content-Length: {len(guess)}\r\n\r\n").encode()
+
+    def guesser():
+        while not stop.is_set():
+            try:
+                with socket.create_connection((host, int(port)), timeout=70) as sock:
+                    sock.sendall(head + guess)
+                    with lock:
+                        seen["sent"] += 1
+                    answer = sock.recv(65536)
+                with lock:
+                    seen["answered" if b"Unauthorized" in answer else "closed"] += 1
+            except OSError:
+                with lock:
+                    seen["closed"] += 1
+            stop.wait(0.2)
+    guessers = [threading.Thread(target=guesser) for _ in range(int(count))]
+    for thread in guessers:
+        thread.start()
+    # The burst of guesses is spent once more are waiting than the server keeps connections.
+    deadline = time.time() + 60
+    while time.time() < deadline and seen["sent"] - seen["answered"] - seen["closed"] < 64:
+        time.sleep(0.05)
+    waiting = seen["sent"] - seen["answered"] - seen["closed"]
+    out = {"guesses waiting": waiting, "answered": 0, "failed": []}
+    for index in range(20):
+        try:
+            status, answer = post(f"http://{host}:{port}/jsonrpc",
+                                  {"jsonrpc": "2.0", "id": index, "method": "aria2.getVersion", "params": [f"token:{secret}"]})
+            if isinstance(answer, dict) and "result" in answer:
+                out["answered"] += 1
+            else:
+                out["failed"].append(str(answer))
+        except OSError as error:
+            out["failed"].append(repr(error))
+    stop.set()
+    for thread in guessers:
+        thread.join()
+    out["guesses"] = dict(seen)
+    return out
+
+
+def guessqueue(host, port, secret, count):
+    """A page's batch of `count` wrong-token calls, waiting its turn on one connection, then calls that need no
+    secret (aria2p's list_methods sends none) and one with it, each on a connection of its own: which were
+    answered before the batch, and whether the batch was answered at last rather than closed as idle."""
+    guesses = json.dumps([{"jsonrpc": "2.0", "id": index, "method": "aria2.getVersion", "params": ["token:guess"]}
+                          for index in range(int(count))]).encode()
+    page = socket.create_connection((host, int(port)), timeout=120)
+    page.sendall((f"POST /jsonrpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: text/plain\r\n"
+                  f"Content-Length: {len(guesses)}\r\n\r\n").encode() + guesses)
+    page.setblocking(False)
+
+    def page_answered():
+        try:
+            return page.recv(1, socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            return False
+    out = {}
+    url = f"http://{host}:{port}/jsonrpc"
+    for name, params in [("listMethods", []), ("listNotifications", ["token:guess"]), ("listMethods with the secret", [f"token:{secret}"])]:
+        method = "system.listNotifications" if name == "listNotifications" else "system.listMethods"
+        status, answer = post(url, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        out[name] = {"answered": isinstance(answer, dict) and "result" in answer, "before the guesses": not page_answered()}
+    page.setblocking(True)
+    answer = b""
+    try:
+        while True:
+            chunk = page.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            length = [int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+            if length and len(body) >= length[0]:
+                break
+    except OSError:
+        pass
+    page.close()
+    out["guesses answered"] = answer.count(b"Unauthorized")
     return out
 
 
@@ -879,6 +993,6 @@ if __name__ == "__main__":
     handlers = {"script": script, "compare": compare, "aria2p": with_aria2p, "listen": listen,
                 "flood": flood, "frames": frames, "calls": calls, "unauthorized": unauthorized, "rebinding": rebinding,
                 "huge": huge, "malformed": malformed, "connections": connections, "pingflood": pingflood,
-                "slowloris": slowloris, "badtokens": badtokens, "wsslots": wsslots,
+                "slowloris": slowloris, "badtokens": badtokens, "guessslots": guessslots, "guessqueue": guessqueue, "wsslots": wsslots,
                 "request": request, "edges": edges}
     print(json.dumps(handlers[command](*arguments), indent=1))

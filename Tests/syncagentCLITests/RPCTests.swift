@@ -88,6 +88,29 @@ struct RPCTests {
         #"addUri pause yes.error error: aria2 [1, "We encountered a problem while processing the option '--pause'."], syncagent [1, "option pause: must be \"true\" or \"false\", not \"yes\""]"#,
         // aria2 turns a refused gid into "No URI to download."; syncagent names the option.
         #"addUri gid zero.error error: aria2 [1, "No URI to download."], syncagent [1, "option gid: 0000000000000000 is not a GID a download may have"]"#,
+        // A key named twice: syncagent refuses a request naming params or jsonrpc twice and answers with the last id;
+        // aria2 reads the params as absent (Unauthorized), takes either jsonrpc, and answers a null id.
+        #"params named twice.error error: aria2 [1, "Unauthorized"], syncagent [-32600, "Invalid Request."]"#,
+        #"jsonrpc named twice: HTTP status: aria2 200, syncagent 400"#,
+        #"jsonrpc named twice.result: only aria2"#,
+        #"jsonrpc named twice.error: only syncagent"#,
+        #"id named twice.id: aria2 "NoneType", syncagent "int""#,
+        #"id named twice.id = aria2 null, syncagent 2"#,
+        // A multicall struct naming methodName twice: syncagent runs the last, aria2 says "Missing methodName.".
+        #"methodName named twice in a multicall.result[]: aria2 {"code": "int", "message": "str"}, syncagent [{"enabledFeatures": ["str"], "version": "str"}]"#,
+        // A download's options are its job: a changing changeOption is refused (changeUri retargets, as aria2 answers it).
+        #"changeOption max-download-limit: HTTP status: aria2 200, syncagent 400"#,
+        #"changeOption max-download-limit.result: only aria2"#,
+        #"changeOption max-download-limit.error: only syncagent"#,
+        // No BitTorrent nor Metalink: getPeers is refused, addMetalink says so rather than that it could not parse.
+        #"aria2.getPeers: HTTP status: aria2 200, syncagent 400"#,
+        #"aria2.getPeers.result: only aria2"#,
+        #"aria2.getPeers.error: only syncagent"#,
+        #"aria2.addMetalink.error error: aria2 [1, "Could not parse Metalink XML document."], syncagent [1, "Metalink is not supported: syncagent transfers over HTTP and HTTPS only."]"#,
+        // A paused download removed: aria2 keeps no result of it, syncagent lists it stopped, "removed".
+        #"tellStatus after forceRemove: HTTP status: aria2 400, syncagent 200"#,
+        #"tellStatus after forceRemove.result: only syncagent"#,
+        #"tellStatus after forceRemove.error: only aria2"#,
     ]
 
     /// Calls at the edges of what aria2 reads — a GID prefix two downloads
@@ -100,8 +123,8 @@ struct RPCTests {
         try rpc.start()
         let theirs = try RPCClient.run(["edges", aria2c.url, rpc.secret], in: directory)
         let ours = try RPCClient.run(["edges", rpc.url, rpc.secret], in: directory)
-        try JSONSerialization.data(withJSONObject: theirs).write(to: URL(fileURLWithPath: directory.file("aria2c-edges.json")))
-        try JSONSerialization.data(withJSONObject: ours).write(to: URL(fileURLWithPath: directory.file("syncagent-edges.json")))
+        try JSONSerialization.data(withJSONObject: theirs, options: .sortedKeys).write(to: URL(fileURLWithPath: directory.file("aria2c-edges.json")))
+        try JSONSerialization.data(withJSONObject: ours, options: .sortedKeys).write(to: URL(fileURLWithPath: directory.file("syncagent-edges.json")))
         let found = Set(try RPCClient.run(["compare", directory.file("aria2c-edges.json"), directory.file("syncagent-edges.json")], in: directory)
             as? [String] ?? ["no comparison"])
         #expect(found.subtracting(Self.knownEdgeDifferences).isEmpty, "not named in the README: \(found.subtracting(Self.knownEdgeDifferences).sorted())")
@@ -252,6 +275,35 @@ struct RPCTests {
         #expect(rpc.process?.stderr.contains("RPC call refused") == true)
     }
 
+    /// A page holds more connections than the server keeps, each with a
+    /// wrong-token POST waiting its turn (the bucket of guesses spent), and
+    /// opens another whenever one is closed: a client with the secret that
+    /// opens a connection for each call (curl, aria2p) is answered every time.
+    @Test func waitingGuessesNeverLockTheSecretsHolderOut() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let seen = try RPCClient.run(["guessslots", "127.0.0.1", "\(rpc.port)", rpc.secret, "80"], in: rpc.harness.directory)
+            as? [String: Any] ?? [:]
+        #expect(seen["guesses waiting"] as? Int ?? 0 >= 64, "\(seen)")
+        #expect(seen["answered"] as? Int == 20, "\(seen)")
+    }
+
+    /// A page's batch of 450 guesses waits 35 s for its turn: calls that need
+    /// no secret (aria2p's `list_methods()` sends none), and one with it, are
+    /// answered meanwhile, not behind the guesses; and the waiting batch's
+    /// connection is not idle: it gets its answer, not a close at 30 s.
+    @Test func callsThatNeedNoSecretDoNotWaitBehindGuesses() throws {
+        let rpc = try RPCAgent()
+        try rpc.start()
+        let seen = try RPCClient.run(["guessqueue", "127.0.0.1", "\(rpc.port)", rpc.secret, "450"], in: rpc.harness.directory)
+            as? [String: Any] ?? [:]
+        for name in ["listMethods", "listNotifications", "listMethods with the secret"] {
+            let call = seen[name] as? [String: Bool] ?? [:]
+            #expect(call["answered"] == true && call["before the guesses"] == true, "\(name): \(seen)")
+        }
+        #expect(seen["guesses answered"] as? Int == 450, "\(seen)")
+    }
+
     /// A page opens 64 WebSockets without the secret and holds them: it
     /// keeps at most 16 of them, a client with the secret is answered, and
     /// one that made a call with it stays connected.
@@ -354,28 +406,82 @@ struct RPCTests {
         #expect(try rpc.result("aria2.getVersion") as? [String: Any] != nil)
     }
 
-    /// One multicall of 960 full `tellWaiting(0, 1000)` over 20 waiting
+    /// One multicall of 960 full `tellWaiting(0, 1000)` over 21 waiting
     /// downloads (within the burst of calls a second) would keep the
-    /// agent's loop describing 19,200 downloads:
-    /// a request asks for at most 30,000 status fields (downloads × keys),
-    /// and the calls past that are refused, each saying why.
+    /// agent's loop describing 20,160 downloads, and one of 1,000
+    /// `getOption`s of a job with 50 KB of headers would write 50 MB: a
+    /// request's calls that read downloads answer about 1 MiB in all, and
+    /// the calls past that are refused, each saying why.
     @Test func aHugeMulticallIsCutAtItsBudget() throws {
         let rpc = try RPCAgent()
         try rpc.start()
         let token = "token:\(rpc.secret)"
-        func multicall(_ calls: [[String: Any]]) throws -> [String: Any] {
-            let body = try JSONSerialization.data(withJSONObject: ["jsonrpc": "2.0", "id": 1, "method": "system.multicall", "params": [calls]])
-            let sent = try RPCClient.run(["request", rpc.url, String(decoding: body, as: UTF8.self)], in: rpc.harness.directory)
-            return (sent as? [String: Any])?["answer"] as? [String: Any] ?? [:]
+        _ = try multicall(rpc, (0..<20).map { ["methodName": "aria2.addUri", "params": [token, ["http://127.0.0.1:9/f\($0).bin"], ["pause": "true"]]] })
+        let headers = (0..<450).map { "X-Header-\($0): " + String(repeating: "v", count: 100) }
+        let big = try rpc.result("aria2.addUri", ["http://127.0.0.1:9/big.bin"], ["pause": "true", "header": headers]) as? String ?? ""
+        let budget = 1 << 20, oneList = 64 << 10
+        // Each list of 21 downloads is about 13 KB, each getOption of the big one about 50 KB: both
+        // cross the budget well before their last call, and all the calls together stay within
+        // the rate's burst of 1,000, whatever the time between them.
+        for (name, call, count) in [("tellWaiting", ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000]] as [String: Any], 900),
+                                    ("getOption", ["methodName": "aria2.getOption", "params": [token, big]], 60)] {
+            let answer = try multicall(rpc, Array(repeating: call, count: count))
+            let answers = answer["result"] as? [Any] ?? []
+            #expect(answers.count == count, "\(name): \(answer["error"] ?? "")")
+            let answered = answers.filter { $0 is [Any] }
+            let refused = answers.compactMap { ($0 as? [String: Any])?["message"] as? String }
+            #expect(!answered.isEmpty && answered.count + refused.count == count, "\(name)")
+            #expect(!refused.isEmpty && refused.allSatisfy { $0.contains("MiB already") }, "\(name): \(refused.first ?? "")")
+            let size = try JSONSerialization.data(withJSONObject: answered).count
+            #expect(size >= budget - oneList && size <= budget + oneList, "\(name): \(size) bytes answered")
         }
-        _ = try multicall((0..<20).map { ["methodName": "aria2.addUri", "params": [token, ["http://127.0.0.1:9/f\($0).bin"], ["pause": "true"]]] })
-        let answer = try multicall(Array(repeating: ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000]], count: 960))
-        let answers = answer["result"] as? [Any] ?? []
-        #expect(answers.count == 960, "\(answer["error"] ?? "")")
-        let listed = answers.compactMap { ($0 as? [Any])?.first as? [Any] }
-        let refused = answers.compactMap { ($0 as? [String: Any])?["message"] as? String }
-        #expect(listed.count == 100 && listed.allSatisfy { $0.count == 20 }, "\(listed.count) lists, sized \(Set(listed.map(\.count)))")
-        #expect(refused.count == 860 && refused.allSatisfy { $0.contains("status fields") }, "\(refused.first ?? "")")
+    }
+
+    /// The polls of the two web UIs named in docs/rpc.md, each in its own
+    /// shape, over 1 active, 1,050 waiting and 1,050 stopped downloads: every
+    /// list answered whole (webui-aria2 asks for every key of each download).
+    @Test func webUIsPollsOfTwoThousandDownloadsAreAnswered() throws {
+        let rpc = try RPCAgent()
+        let server = try FaultServer(in: rpc.harness.directory)
+        _ = try server.serve("slow.bin", size: 10_000_000)
+        try rpc.start()
+        let token = "token:\(rpc.secret)"
+        let active = try rpc.result("aria2.addUri", [server.url("slow.bin", "rate=20000")], ["out": "slow.bin"]) as? String ?? ""
+        #expect(rpc.wait(for: active, ["active"]))
+        var gids: [String] = []
+        for batch in 0..<7 {
+            let added = try multicall(rpc, (0..<300).map {
+                ["methodName": "aria2.addUri", "params": [token, ["http://127.0.0.1:9/b\(batch)-\($0).bin"], ["pause": "true"]]]
+            })
+            gids += (added["result"] as? [Any] ?? []).compactMap { ($0 as? [Any])?.first as? String }
+        }
+        #expect(gids.count == 2100)
+        for batch in stride(from: 0, to: 1050, by: 350) {
+            _ = try multicall(rpc, gids[batch..<batch + 350].map { ["methodName": "aria2.remove", "params": [token, $0]] })
+        }
+        #expect(eventually(within: 30) {
+            let stat = (try? rpc.result("aria2.getGlobalStat")) as? [String: Any] ?? [:]
+            return stat["numStopped"] as? String == "1050" && stat["numWaiting"] as? String == "1050"
+        })
+        let webui = try multicall(rpc, [["methodName": "aria2.getGlobalStat", "params": [token]],
+                                        ["methodName": "aria2.tellActive", "params": [token]],
+                                        ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000]],
+                                        ["methodName": "aria2.tellStopped", "params": [token, 0, 1000]]])
+        let webuiLists = (webui["result"] as? [Any] ?? []).dropFirst().map { (($0 as? [Any])?.first as? [Any])?.count ?? -1 }
+        #expect(webuiLists == [1, 1000, 1000], "\(webui["result"].map { "\($0)".prefix(300) } ?? "")")
+        let keys = ["gid", "totalLength", "completedLength", "uploadSpeed", "downloadSpeed", "connections", "numSeeders", "seeder",
+                    "status", "errorCode", "verifiedLength", "verifyIntegrityPending", "files", "bittorrent", "infoHash"]
+        let ariaNg = try multicall(rpc, [["methodName": "aria2.tellActive", "params": [token, keys]],
+                                         ["methodName": "aria2.tellWaiting", "params": [token, 0, 1000, keys]],
+                                         ["methodName": "aria2.tellStopped", "params": [token, -1, 1000, keys]]])
+        let ariaNgLists = (ariaNg["result"] as? [Any] ?? []).map { (($0 as? [Any])?.first as? [Any])?.count ?? -1 }
+        #expect(ariaNgLists == [1, 1000, 1000], "\(ariaNg["result"].map { "\($0)".prefix(300) } ?? "")")
+    }
+
+    func multicall(_ rpc: RPCAgent, _ calls: [[String: Any]]) throws -> [String: Any] {
+        let body = try JSONSerialization.data(withJSONObject: ["jsonrpc": "2.0", "id": 1, "method": "system.multicall", "params": [calls]])
+        let sent = try RPCClient.run(["request", rpc.url, String(decoding: body, as: UTF8.self)], in: rpc.harness.directory)
+        return (sent as? [String: Any])?["answer"] as? [String: Any] ?? [:]
     }
 
     /// Bodies no client sends: each answered as aria2 answers a bad request,
@@ -435,13 +541,13 @@ struct RPCTests {
 
     /// Slowloris: every connection sends its request's head a line a
     /// second and never ends it, so the idle close never comes. A request
-    /// has a deadline from its first byte: each is closed, and a client
-    /// is answered again.
+    /// has a deadline from its first byte: each is answered `408 Request
+    /// Timeout` and closed, and a client is answered again.
     @Test func aRequestSentSlowlyDoesNotHoldItsConnection() throws {
         let rpc = try RPCAgent()
         try rpc.start()
         let held = try RPCClient.run(["slowloris", "127.0.0.1", "\(rpc.port)", "\(64)"], in: rpc.harness.directory) as? [String: Int] ?? [:]
-        #expect(held["opened"] == 64 && held["closed by server"] == 64, "\(held)")
+        #expect(held["opened"] == 64 && held["closed by server"] == 64 && held["answered 408"] == 64, "\(held)")
         #expect(eventually(within: 10) { (try? rpc.result("aria2.getVersion")) as? [String: Any] != nil })
     }
 

@@ -121,9 +121,7 @@ final class RPCDesk {
 
     /// A download, recorded as a job file taken from the inbox would be.
     private func add(id: String, spec: TaskSpec, startsPaused: Bool) -> Result<JSONValue, RPCError> {
-        guard log.state.conflict(ofNewTaskID: id) == nil else {
-            return .failure(RPCError("GID \(RPCGID.of(taskID: id)) is already used by another download"))
-        }
+        if let refusal = RPCMethods.gidRefusal(id, in: log.state) { return .failure(refusal) }
         if let problem = Intake.unreadableBody(spec, rules: parser().bodyFileRules) { return .failure(RPCError("option \(RPCJobOptions.jobKey): \(problem)")) }
         intake.create(spec, id: id)
         if startsPaused, let task = log.state[id], task.phase.isActive {

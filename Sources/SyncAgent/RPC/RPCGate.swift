@@ -4,8 +4,8 @@ import Synchronization
 import SyncAgentCore
 
 /// What the RPC server's threads share: the bounds on what clients may
-/// ask (calls with the secret a second, calls without it a second,
-/// connections, requests waiting for the agent's loop) and the way to the loop. Each lock is
+/// ask (calls with the secret a second, guesses a second, requests
+/// waiting for the agent's loop) and the way to the loop. Each lock is
 /// held for a counter's update, never across a call.
 final class RPCGate: Sendable {
     let methods: RPCMethods
@@ -16,7 +16,6 @@ final class RPCGate: Sendable {
     private struct Counters {
         var calls = RPCRateLimit.calls
         var untrusted = RPCRateLimit.untrusted
-        var connections = 0
         var waiting = 0
         /// Refusals not yet logged, and when the last log line was written.
         var unloggedRefusals = 0
@@ -33,21 +32,12 @@ final class RPCGate: Sendable {
         mailbox = try WorkerResults()
     }
 
-    func openConnection() -> Bool {
-        counters.withLock { counters in
-            guard counters.connections < RPCHTTPPolicy.maximumConnections else { return false }
-            counters.connections += 1
-            return true
-        }
-    }
-
-    func closeConnection() { counters.withLock { $0.connections -= 1 } }
-
     /// What a request body comes to: answered here when it needs nothing
     /// of the agent's state, else handed to the loop, which calls `reply`.
-    /// A request with calls that lack the secret is answered when the
-    /// bucket of such calls has room for them (`later` waits that long):
-    /// guessing costs time, and calls with the secret never pay for it.
+    /// A request with guesses (calls that lack the secret a method needs)
+    /// is answered when the bucket of guesses has room for them (`later`
+    /// waits that long): guessing costs time, and calls with the secret
+    /// never pay for it, nor calls that need none.
     /// Returns how the request's calls were counted.
     @discardableResult
     func handle(_ body: some Collection<UInt8>, peer: String,

@@ -17,6 +17,7 @@ final class RPCServer: Sendable {
     private let group: MultiThreadedEventLoopGroup
     private let channel: Channel
     private let clients: NIOLoopBoundBox<WebSocketClients>
+    private let connections: NIOLoopBoundBox<RPCConnections>
     let address: String
 
     /// Listens on `listen`; throws (naming the address) when it cannot.
@@ -25,6 +26,7 @@ final class RPCServer: Sendable {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let loop = group.next()
         let clients = NIOLoopBoundBox.makeBoxSendingValue(WebSocketClients(), eventLoop: loop)
+        let connections = NIOLoopBoundBox.makeBoxSendingValue(RPCConnections(), eventLoop: loop)
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: RPCHTTPPolicy.maximumBodyBytes,
             shouldUpgrade: { channel, head in
@@ -40,14 +42,14 @@ final class RPCServer: Sendable {
                     try sync.addHandler(WebSocketFrameRules())
                     try sync.addHandler(NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 256,
                                                                     maxAccumulatedFrameSize: RPCHTTPPolicy.maximumBodyBytes))
-                    try sync.addHandler(RPCWebSocketHandler(gate: gate, clients: clients))
+                    try sync.addHandler(RPCWebSocketHandler(gate: gate, clients: clients, connections: connections))
                 }
             })
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                guard gate.openConnection() else { return channel.close() }
-                channel.closeFuture.whenComplete { _ in gate.closeConnection() }
+                guard connections.value.admit(channel) else { return channel.close() }
+                channel.closeFuture.whenComplete { _ in connections.value.remove(channel) }
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     // A client that does not read what it is sent (pongs to a ping flood, answers) is read
@@ -58,7 +60,7 @@ final class RPCServer: Sendable {
                     try sync.configureHTTPServerPipeline(withServerUpgrade: (upgraders: [upgrader], completionHandler: { context in
                         context.pipeline.removeHandler(name: RPCHTTPHandler.name, promise: nil)
                     }))
-                    try sync.addHandler(RPCHTTPHandler(gate: gate), name: RPCHTTPHandler.name)
+                    try sync.addHandler(RPCHTTPHandler(gate: gate, connections: connections), name: RPCHTTPHandler.name)
                 }
             }
         do {
@@ -69,6 +71,7 @@ final class RPCServer: Sendable {
         }
         self.group = group
         self.clients = clients
+        self.connections = connections
         address = listen.description
     }
 
@@ -106,12 +109,18 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
     static let name = "rpc-http"
 
     private let gate: RPCGate
+    private let connections: NIOLoopBoundBox<RPCConnections>
     private var head: HTTPRequestHead?
     private var body: ByteBuffer?
     /// The request was answered already (refused); what is left of it is read and dropped.
     private var answered = false
+    /// A request was read whole and its answer is not yet written: the connection is not idle.
+    private var inFlight = false
 
-    init(gate: RPCGate) { self.gate = gate }
+    init(gate: RPCGate, connections: NIOLoopBoundBox<RPCConnections>) {
+        self.gate = gate
+        self.connections = connections
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
@@ -143,17 +152,20 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
             body = nil
             let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             let channel = context.channel
-            gate.handle(bytes, peer: context.remoteAddress?.description ?? "?", later: { ms, work in
+            inFlight = true
+            let admission = gate.handle(bytes, peer: context.remoteAddress?.description ?? "?", later: { ms, work in
                 channel.answer(after: ms, work)
             }) { responses, isBatch in
                 loop.eventLoop.execute {
                     // Written out here, on NIO's thread: a long answer costs the agent's loop nothing.
                     let (status, answer) = RPCResponse.body(responses, batch: isBatch)
                     let (handler, context) = loop.value
+                    handler.inFlight = false
                     handler.respond(context, status: HTTPResponseStatus(statusCode: status), body: answer,
                                     contentType: "application/json-rpc", close: !request.isKeepAlive)
                 }
             }
+            if admission.trusted > 0 { connections.value.trust(channel) }
         }
     }
 
@@ -195,8 +207,10 @@ private final class RPCHTTPHandler: ChannelInboundHandler, RemovableChannelHandl
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        // A request begun and never finished (slowloris) does not hold a connection for ever.
-        if event is IdleStateHandler.IdleStateEvent { context.close(promise: nil) } else { context.fireUserInboundEventTriggered(event) }
+        // A request begun and never finished (slowloris) does not hold a connection for ever; one
+        // whose answer waits its turn is not idle, and is closed only when that answer is written.
+        guard event is IdleStateHandler.IdleStateEvent else { return context.fireUserInboundEventTriggered(event) }
+        if !inFlight { context.close(promise: nil) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
@@ -216,22 +230,38 @@ extension Channel {
     }
 }
 
-/// Closes a connection whose request has not come whole within
-/// `RPCHTTPPolicy.requestSeconds` of its first byte. It sees the bytes
-/// before the HTTP decoder does; the HTTP handler says when a request
-/// was read whole, and the next byte starts the next request's clock.
+/// Answers `408 Request Timeout` and closes a connection whose request
+/// has not come whole within `RPCHTTPPolicy.requestSeconds` of its first
+/// byte. It sees the bytes before the HTTP decoder does (and writes its
+/// answer beneath the HTTP encoder, as bytes); the HTTP handler says when
+/// a request was read whole, and the next byte starts the next request's clock.
 private final class RequestDeadline: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     private var deadline: Scheduled<Void>?
+    private static let answer: String = {
+        let text = "The request did not come whole within \(RPCHTTPPolicy.requestSeconds) s of its start.\n"
+        return "HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain\r\nContent-Length: \(text.utf8.count)\r\n"
+            + "Connection: close\r\n\r\n" + text
+    }()
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if deadline == nil {
-            let channel = context.channel
-            deadline = context.eventLoop.scheduleTask(in: .seconds(RPCHTTPPolicy.requestSeconds)) { channel.close(promise: nil) }
+            let loop = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            deadline = context.eventLoop.scheduleTask(in: .seconds(RPCHTTPPolicy.requestSeconds)) {
+                let (handler, context) = loop.value
+                handler.timedOut(context)
+            }
         }
         context.fireChannelRead(data)
+    }
+
+    private func timedOut(_ context: ChannelHandlerContext) {
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(string: Self.answer)))
+            .whenComplete { _ in channel.close(promise: nil) }
     }
 
     /// The request in progress was read whole.
@@ -270,6 +300,43 @@ private final class WebSocketFrameRules: ChannelInboundHandler {
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: code)))
             .whenComplete { _ in channel.close(promise: nil) }
+    }
+}
+
+/// Every connection, on NIO's thread. A page in the user's browser can
+/// open many (six a host name, and `a.localhost`, `b.localhost` … are as
+/// many names) and hold each with a guess that waits its turn; the
+/// secret's holder must still get in. So at `maximumConnections` a new
+/// connection closes the oldest one that has made no call with the
+/// secret (its waiting answer is dropped with it); only when every one
+/// has made such a call is the new one refused.
+final class RPCConnections {
+    private var open: [ObjectIdentifier: Channel] = [:]
+    /// Connections that have made no call with the secret, oldest first.
+    private var untrusted: [ObjectIdentifier] = []
+
+    /// Whether `channel` may stay (room made for it if need be).
+    func admit(_ channel: Channel) -> Bool {
+        if open.count >= RPCHTTPPolicy.maximumConnections {
+            guard !untrusted.isEmpty else { return false }
+            open.removeValue(forKey: untrusted.removeFirst())?.close(promise: nil)
+        }
+        let id = ObjectIdentifier(channel)
+        open[id] = channel
+        untrusted.append(id)
+        return true
+    }
+
+    /// The connection made a call with the secret.
+    func trust(_ channel: Channel) {
+        let id = ObjectIdentifier(channel)
+        untrusted.removeAll { $0 == id }
+    }
+
+    func remove(_ channel: Channel) {
+        let id = ObjectIdentifier(channel)
+        open[id] = nil
+        untrusted.removeAll { $0 == id }
     }
 }
 
@@ -318,15 +385,17 @@ private final class RPCWebSocketHandler: ChannelDuplexHandler {
 
     private let gate: RPCGate
     private let clients: NIOLoopBoundBox<WebSocketClients>
+    private let connections: NIOLoopBoundBox<RPCConnections>
     /// Messages read, not yet handed to the gate.
     private var queued: [ByteBuffer] = []
     private var answering = false
     private var readWanted = false
     private var removed = false
 
-    init(gate: RPCGate, clients: NIOLoopBoundBox<WebSocketClients>) {
+    init(gate: RPCGate, clients: NIOLoopBoundBox<WebSocketClients>, connections: NIOLoopBoundBox<RPCConnections>) {
         self.gate = gate
         self.clients = clients
+        self.connections = connections
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -387,7 +456,10 @@ private final class RPCWebSocketHandler: ChannelDuplexHandler {
                 handler.answered(context)
             }
         }
-        if admission.trusted > 0 { clients.value.trust(channel) }
+        if admission.trusted > 0 {
+            clients.value.trust(channel)
+            connections.value.trust(channel)
+        }
     }
 
     private func answered(_ context: ChannelHandlerContext) {

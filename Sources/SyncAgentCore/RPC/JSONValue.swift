@@ -272,6 +272,17 @@ extension JSONValue {
 
     public var text: String { String(decoding: serialized, as: UTF8.self) }
 
+    /// About how many bytes `serialized` comes to (escapes not counted), without writing them.
+    public var estimatedSize: Int {
+        switch self {
+        case .null, .bool: 5
+        case .int, .double: 20
+        case .string(let value): value.utf8.count + 2
+        case .array(let elements): elements.reduce(2) { $0 + $1.estimatedSize + 1 }
+        case .object(let members): members.reduce(2) { $0 + $1.key.utf8.count + 4 + $1.value.estimatedSize }
+        }
+    }
+
     public func write(to bytes: inout [UInt8]) {
         switch self {
         case .null: bytes.append(contentsOf: "null".utf8)

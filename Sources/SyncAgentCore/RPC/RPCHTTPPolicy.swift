@@ -60,14 +60,18 @@ public enum RPCHTTPPolicy {
 
 /// A request's calls as the RPC's rates count them (`RPCMethods.admission(of:)`).
 public struct RPCAdmission: Equatable, Sendable {
-    /// Calls that carry the secret.
+    /// Calls that carry the secret (to any method, one that needs none too).
     public var trusted = 0
-    /// The others: a wrong token or none, a call that needs none, one that cannot be read.
+    /// Guesses: a wrong token or none to a method that needs one, a method that does not exist, a call that cannot be read.
     public var untrusted = 0
+    /// Calls that need no secret and do not carry it (`system.listMethods`, `system.listNotifications`):
+    /// answered at once, on the server's thread, from nothing the agent holds; they never wait behind guesses.
+    public var open = 0
 
-    public init(trusted: Int = 0, untrusted: Int = 0) {
+    public init(trusted: Int = 0, untrusted: Int = 0, open: Int = 0) {
         self.trusted = trusted
         self.untrusted = untrusted
+        self.open = open
     }
 }
 
@@ -115,7 +119,7 @@ public struct RPCRateLimit: Equatable, Sendable {
     /// Calls with the secret, a second: AriaNg polls about five times a second, a script
     /// adding a list faster; 10,000 calls in a second get "too many requests" past the burst.
     public static let calls = RPCRateLimit(rate: 500, burst: 1000)
-    /// Calls without it (a wrong token or none, a call that needs none): past these,
+    /// Calls without it (a wrong token or none, a method that does not exist): past these,
     /// each is answered only when the bucket has refilled for it, so guessing costs
     /// time; they never take from the calls of those who hold the secret.
     public static let untrusted = RPCRateLimit(rate: 10, burst: 100)

@@ -40,6 +40,14 @@ public enum RPCMethod: String, CaseIterable, Sendable {
     /// Answered without the token, as aria2 answers them: they only name what exists.
     public var needsToken: Bool { self != .listMethods && self != .listNotifications && self != .multicall }
 
+    /// Its answer grows with the downloads (or a download's job) it describes: counted in a request's answer budget.
+    public var readsDownloads: Bool {
+        switch self {
+        case .tellStatus, .getUris, .getFiles, .getServers, .getOption, .tellActive, .tellWaiting, .tellStopped: true
+        default: false
+        }
+    }
+
     /// Answered from nothing the agent holds: no need to wait for its loop.
     public var isStateless: Bool {
         switch self {
@@ -93,10 +101,12 @@ public struct RPCMethods: Sendable {
         public var view: RPCView
         public var settings: RPCSettings
         public var parser: JobParser
-        /// Status fields (downloads described × the keys asked of each) the
-        /// request may still ask for: a batch or multicall of list calls over
-        /// a long log must not keep the loop (or the memory) for seconds.
-        public var statusBudget = RPCMethods.statusBudget
+        /// The answer bytes the request's calls that read may still write: a
+        /// batch or multicall of list calls over a long log, or of `getOption`
+        /// on a job with many headers, must not keep the loop (or the memory)
+        /// for seconds. Counted as each call is answered; once it is spent,
+        /// the calls that read are refused.
+        public var answerBudget = RPCMethods.answerBudget
         /// `tellWaiting`'s order, made once a request for the state it was made from.
         var waitingOrder: (seq: Int64, ids: [String])?
 
@@ -127,8 +137,12 @@ public struct RPCMethods: Sendable {
     public func admission(of request: RPCRequest) -> RPCAdmission {
         var counted = RPCAdmission()
         func count(_ call: RPCCall) {
-            if RPCMethod(rawValue: call.method)?.needsToken == true, case .success = authorize(call) {
+            let method = RPCMethod(rawValue: call.method)
+            if let first = call.params.first?.string, first.hasPrefix("token:"),
+               secret.matches(String(first.dropFirst("token:".count))) {
                 counted.trusted += 1
+            } else if method?.needsToken == false {
+                counted.open += 1
             } else {
                 counted.untrusted += 1
             }
@@ -262,12 +276,22 @@ public struct RPCMethods: Sendable {
     }
 
     private func action(_ method: RPCMethod, _ params: Parameters, in context: inout Context) throws -> RPCAction {
+        guard method.readsDownloads else { return try change(method, params, in: &context) }
+        guard context.answerBudget > 0 else {
+            throw RPCError("This request's answer is over \(Self.answerBudget >> 20) MiB already; "
+                           + "ask for fewer downloads, fewer keys or fewer calls at a time.")
+        }
+        let action = try read(method, params, in: &context)
+        if case .answer(.success(let value)) = action { context.answerBudget -= value.estimatedSize }
+        return action
+    }
+
+    /// A call that reads downloads: its answer.
+    private func read(_ method: RPCMethod, _ params: Parameters, in context: inout Context) throws -> RPCAction {
         switch method {
-        case .addUri: return try add(params, in: context)
         case .tellStatus:
             let task = try params.task(0, in: context)
             let keys = try params.keys(1)
-            try context.spend(1, keys: keys)
             return .ok(RPCTaskStatus.object(task, in: context.state, settings: context.settings, keys: keys))
         case .getUris: return .ok(RPCTaskStatus.uris(of: try params.task(0, in: context)))
         case .getFiles: return .ok(RPCTaskStatus.files(of: try params.task(0, in: context), in: context.state))
@@ -279,16 +303,23 @@ public struct RPCMethods: Sendable {
         case .tellActive:
             let keys = try params.keys(0)
             let tasks = context.view.active.compactMap { context.state[$0] }.sorted { $0.createdSeq < $1.createdSeq }
-            try context.spend(tasks.count, keys: keys)
             return .ok(.array(tasks.map { RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys) }))
         case .tellWaiting, .tellStopped:
             let offset = try params.integer(0), count = min(try params.count(1), Self.pageLimit), keys = try params.keys(2)
             let page = method == .tellWaiting ? Self.page(waitingOrder(in: &context), offset: offset, count: count)
                 : Self.page(context.view.stopped(), offset: offset, count: count)
-            try context.spend(page.count, keys: keys)
             return .ok(.array(page.compactMap { context.state[$0] }.map {
                 RPCTaskStatus.object($0, in: context.state, settings: context.settings, keys: keys)
             }))
+        default:
+            return .answer(stateless(method, params.values))
+        }
+    }
+
+    /// Any other call: its answer, or the change it comes to.
+    private func change(_ method: RPCMethod, _ params: Parameters, in context: inout Context) throws -> RPCAction {
+        switch method {
+        case .addUri: return try add(params, in: context)
         case .getGlobalStat: return .ok(globalStat(in: &context))
         case .getGlobalOption: return .ok(RPCOptionView.globalOptions(context.settings))
         case .pause, .forcePause:
@@ -346,9 +377,7 @@ public struct RPCMethods: Sendable {
         let addition = try RPCJobOptions.addition(uris: uris, options: options)
         let id: String
         if let chosen = addition.taskID {
-            guard context.state.conflict(ofNewTaskID: chosen) == nil else {
-                throw RPCError("GID \(chosen) is already used by another download")
-            }
+            if let refusal = Self.gidRefusal(chosen, in: context.state) { throw refusal }
             id = chosen
         } else {
             id = IDRules.random { context.state.conflict(ofNewTaskID: $0) != nil }
@@ -361,6 +390,21 @@ public struct RPCMethods: Sendable {
         }
         guard case .transfer(_, let spec) = job else { throw RPCError("URI is not provided.") }
         return .add(id: id, spec: spec, startsPaused: addition.startsPaused)
+    }
+
+    /// Why a new download may not have the task id `id` (its GID), or nil. aria2 lets a
+    /// purged download's GID be used again; the log keeps every task's id for good
+    /// (events name tasks by it), so that is refused too, saying whose it was.
+    public static func gidRefusal(_ id: String, in state: AgentState) -> RPCError? {
+        let owner: String
+        switch state.conflict(ofNewTaskID: id) {
+        case nil: return nil
+        case .taken?: owner = id
+        case .sharesGID(_, let with)?: owner = with
+        }
+        let gid = RPCGID.of(taskID: id)
+        guard state[owner]?.forgotten == true else { return RPCError("GID \(gid) is already used by another download") }
+        return RPCError("GID \(gid) belonged to a download since removed and forgotten; the log keeps every GID it gave, choose another")
     }
 
     /// aria2's waiting list: queued tasks in the order they will start, then paused ones in the order they were added.
@@ -384,10 +428,13 @@ public struct RPCMethods: Sendable {
 
     /// The most downloads one `tellWaiting` or `tellStopped` lists (AriaNg asks for 1,000).
     public static let pageLimit: Int64 = 1000
-    /// The status fields one request (a batch, a multicall) may ask for in all: AriaNg's poll
-    /// (its active, 1,000 waiting and 1,000 stopped downloads, nine of its keys known here)
-    /// is 18,000; a thousand full lists of 20 downloads would be 300,000.
-    public static let statusBudget = 30_000
+    /// The answer bytes a request's calls that read downloads may write in all; the call
+    /// that crosses it is answered whole, the ones after it refused. webui-aria2's poll
+    /// (every key of its active, 1,000 waiting and 1,000 stopped downloads) comes to about
+    /// 0.9 MB, AriaNg's (nine keys) to less; 1,000 `getOption`s of a job with 60 KB of
+    /// headers would be 61 MB. Describing 1 MiB keeps the loop for about a second in a
+    /// debug build.
+    public static let answerBudget = 1 << 20
 
     /// aria2's paging: from `offset` onwards, or, for a negative offset,
     /// from that far before the end backwards (in reverse order).
@@ -414,19 +461,7 @@ public struct RPCMethods: Sendable {
         }
         return ["downloadSpeed": .string(String(down)), "uploadSpeed": .string(String(up)),
                 "numActive": .string(String(context.view.active.count)), "numWaiting": .string(String(context.view.waiting.count)),
-                "numStopped": .string(String(context.view.stoppedCount)), "numStoppedTotal": .string(String(context.view.stoppedSinceStart))]
-    }
-}
-
-extension RPCMethods.Context {
-    /// Counts `count` downloads described with `keys` (none: all) against the request's budget.
-    mutating func spend(_ count: Int, keys: [String]) throws {
-        let cost = count * RPCTaskStatus.fieldCount(keys: keys)
-        guard cost <= statusBudget else {
-            throw RPCError("This request asks for more than \(RPCMethods.statusBudget) status fields in all (downloads × keys); "
-                           + "ask for fewer downloads or fewer keys at a time.")
-        }
-        statusBudget -= cost
+                "numStopped": .string(String(context.view.stoppedCount)), "numStoppedTotal": .string(String(context.view.stoppedTotal))]
     }
 }
 

@@ -40,11 +40,6 @@ public enum RPCTaskStatus {
         "numPieces", "connections", "dir", "files", "bitfield", "errorCode", "errorMessage",
     ]
 
-    /// How many fields a status with `keys` (none: all) can hold: what describing one costs.
-    public static func fieldCount(keys: [String]) -> Int {
-        keys.isEmpty ? Self.keys.count : max(1, Self.keys.intersection(keys).count)
-    }
-
     /// The struct of `aria2.tellStatus`, only `keys` when some are named.
     public static func object(_ task: TaskState, in state: AgentState, settings: RPCSettings, keys: [String] = []) -> JSONValue {
         let wanted = keys.isEmpty ? nil : Set(keys)

@@ -23,9 +23,11 @@ public struct RPCView: Equatable, Sendable {
     public private(set) var active: Set<String> = []
     public private(set) var waiting: Set<String> = []
     public private(set) var stoppedCount = 0
-    /// Downloads that stopped since the view was made (aria2's `numStoppedTotal`:
-    /// stops of this session, purged or not).
-    public private(set) var stoppedSinceStart = 0
+    /// aria2's `numStoppedTotal` (stops of this session, purged or not): here
+    /// the stopped downloads the log held when the view was made, and every
+    /// stop since; never fewer than the stopped downloads listed.
+    public var stoppedTotal: Int { max(stoppedSinceMade, stoppedCount) }
+    private var stoppedSinceMade = 0
 
     public init() {}
 
@@ -39,6 +41,7 @@ public struct RPCView: Equatable, Sendable {
             if list == .stopped { stopped.append((task.endedAtMs ?? task.updatedAtMs, task.lastSeq, task.id)) }
         }
         stoppedOrder = Deque(stopped.sorted { ($0.endedAtMs, $0.seq) < ($1.endedAtMs, $1.seq) }.map(\.id))
+        stoppedSinceMade = stoppedCount
     }
 
     /// After `event` was applied to `state`: the task it names moves to the list it is in now.
@@ -118,7 +121,7 @@ public struct RPCView: Equatable, Sendable {
             stoppedCount += 1
             if appendingStopped {
                 stoppedOrder.append(id)
-                stoppedSinceStart += 1
+                stoppedSinceMade += 1
             }
         case nil: break
         }
