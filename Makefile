@@ -88,11 +88,13 @@ run: release
 	$(RELEASE_BINARY) run
 
 # The release tree InstallTests installs from is built here, before the suite
-# runs beside it, so the test only finds it up to date.
+# runs beside it, so the test only finds it up to date. The suites run in
+# TEST_PROCESSES test processes at once (Tests/scripts/run-suites says why).
+TEST_PROCESSES ?= 2
 test: test-deps
 	$(MAKE) --no-print-directory release RELEASE_BUILD=$(INSTALL_TEST_BUILD)
 	swift build --build-tests
-	swift test
+	/usr/bin/python3 Tests/scripts/run-suites --processes $(TEST_PROCESSES)
 
 # The power-cut torture (PowerCutTests) at length: POWER_CUTS cuts of the
 # power under the agent on forgetfs, where `make test` makes 12.
