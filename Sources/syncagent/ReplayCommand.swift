@@ -66,13 +66,14 @@ struct ReplayCommand: ParsableCommand {
             }
             print()
         } else {
-            print("log: \(store.path), replayed through seq \(state.lastSeq)")
-            // A video's segments are summed up on its row (replay --task SEGMENT shows one).
-            let rows = task != nil ? tasks : tasks.filter { $0.spec.parent.map { state[$0] == nil } ?? true }
             // On a terminal, fitted to its width, plans and errors wrapped under their rows.
             let width = Posix.isTerminal(STDOUT_FILENO) ? TerminalSize.current().columns : nil
-            let style = TaskTable.Style(width: width, wrapNotes: true, home: ProcessInfo.processInfo.environment["HOME"],
-                                        agentRunning: agentRunning)
+            let home = ProcessInfo.processInfo.environment["HOME"]
+            let logPath = width == nil ? store.path : TaskTable.tildeHome(store.path, home: home)
+            StatusCommand.prose("log: \(logPath), replayed through seq \(state.lastSeq)", wrappedTo: width).forEach { print($0) }
+            // A video's segments are summed up on its row (replay --task SEGMENT shows one).
+            let rows = task != nil ? tasks : tasks.filter { $0.spec.parent.map { state[$0] == nil } ?? true }
+            let style = TaskTable.Style(width: width, wrapNotes: true, home: home, agentRunning: agentRunning)
             print(TaskTable.render(rows, in: state, style: style, plans: plans.mapValues(\.words)), terminator: "")
             for run in hookRuns { StatusCommand.wrapped("! " + Printable.escaping(run.words), to: width).forEach { print($0) } }
         }

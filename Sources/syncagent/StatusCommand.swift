@@ -32,11 +32,12 @@ struct StatusCommand: ParsableCommand {
     var task: String?
 
     @Option(name: .customLong("state"), parsing: .singleValue,
-            help: ArgumentHelp("Only tasks in this state: queued, running, interrupted, paused, finished, failed or cancelled; "
+            help: ArgumentHelp("Only tasks in this state: queued, retrying, running, interrupted, paused, finished, failed or cancelled; "
                                + "rejected for job files the agent refused, waiting for jobs it has not taken yet; "
                                + "repeatable or comma-separated.",
                                valueName: "state"),
-            completion: .list(["queued", "running", "interrupted", "paused", "finished", "failed", "cancelled", "rejected", "waiting"]))
+            completion: .list(["queued", "retrying", "running", "interrupted", "paused", "finished", "failed", "cancelled", "rejected",
+                               "waiting"]))
     var states: [String] = []
 
     @Flag(help: "Also list tasks that ended more than a day ago, and every queued task (not only the first \(StatusView.queuedListed)).")
@@ -60,15 +61,26 @@ struct StatusCommand: ParsableCommand {
                 if !agentRunning { phases.insert(.running) }
                 continue
             }
+            // Queued, waiting out a retry's backoff (`retryingOnly` keeps only those of the queue).
+            if name == "retrying" {
+                phases.insert(.queued)
+                continue
+            }
             // Not tasks' states: job files the agent refused, or has not taken yet.
             if name == "rejected" || name == "waiting" { continue }
             guard let phase = TaskPhase(rawValue: name) else {
-                throw fail("--state \"\(name)\" is not a state; use queued, running, interrupted, paused, finished, failed, cancelled, "
-                           + "rejected or waiting")
+                throw fail("--state \"\(name)\" is not a state; use queued, retrying, running, interrupted, paused, finished, failed, "
+                           + "cancelled, rejected or waiting")
             }
             phases.insert(phase)
         }
         return phases
+    }
+
+    /// `--state retrying` without `queued`: of the queue, only the tasks waiting to retry.
+    private var retryingOnly: Bool {
+        let words = states.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+        return words.contains("retrying") && !words.contains("queued")
     }
 
     /// Rejected job files are shown unless `--state` names only states of
@@ -127,7 +139,8 @@ struct StatusCommand: ParsableCommand {
             ? try store.replayForTable(queuedListed: StatusView.queuedListed, hiddenEndedBeforeMs: StatusView.hiddenEndedBeforeMs(nowMs: nowMs))
             : (try store.replay(), Snapshot.PassedOver())
         let selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all || json, children: json,
-                                          queuedListed: window ? StatusView.queuedListed : nil, passedOver: passedOver, nowMs: nowMs)
+                                          queuedListed: window ? StatusView.queuedListed : nil, passedOver: passedOver,
+                                          retryingOnly: retryingOnly, nowMs: nowMs)
         try complete(&inbox, store, nowMs: nowMs, rejectionsLimit: json ? .max : StatusView.rejectionsListed)
         if json {
             let report = AgentReport(running: agent.running, pid: agent.pid, startedAtMs: agent.startedAtMs)
@@ -162,12 +175,13 @@ struct StatusCommand: ParsableCommand {
     /// terminal, every line fitted to its width and the whole to its height.
     private func screen(_ state: AgentState, _ selection: StatusView.Selection, _ agent: AgentLiveness, inbox: InboxView,
                         style: TaskTable.Style, height: Int? = nil) -> [String] {
-        var summary = StatusView.summary(of: selection, in: state, agentRunning: agent.running)
+        var summary = StatusView.summary(of: selection, in: state, agentRunning: agent.running, nowMs: style.retryClock?.nowMs)
         summary.rejected = inbox.rejected.count
         summary.waiting = inbox.waiting.count
         let waiting = inbox.waiting.asTasks
         var table = selection.tasks.isEmpty && waiting.isEmpty ? [] : TaskTable.lines(selection.tasks, in: state, style: style, waiting: waiting)
-        var rejections = Self.rejectionLines(inbox.rejected, inbox: inbox.path, wrappedTo: style.wrapNotes ? style.width : nil)
+        var rejections = Self.rejectionLines(inbox.rejected, inbox: inbox.path, wrappedTo: style.wrapNotes ? style.width : nil,
+                                             home: style.width == nil ? nil : style.home)
         // A short terminal keeps its rows for tasks: the summary still counts the rejected jobs.
         if let height, table.count + rejections.count + 2 > height { rejections = [] }
         if let height {
@@ -198,11 +212,14 @@ struct StatusCommand: ParsableCommand {
 
     /// A heading that says where the files went, then a line per job file,
     /// newest last: its time, its name, why.
-    /// - Parameter width: wrap each reason to it, under its own start.
+    /// - Parameters:
+    ///   - width: wrap the heading and each reason to it, under its own start.
+    ///   - home: on a terminal, written `~` at the start of the inbox's path, as DEST is.
     static func rejectionLines(_ rejected: (newest: [EventStore.RejectionRow], count: Int), inbox: String,
-                               wrappedTo width: Int? = nil) -> [String] {
+                               wrappedTo width: Int? = nil, home: String? = nil) -> [String] {
         guard !rejected.newest.isEmpty else { return [] }
-        var lines = ["rejected job files (moved to \(Printable.escaping(inbox))/rejected/, each with a .error file):"]
+        let folder = TaskTable.tildeHome(Printable.escaping(inbox), home: home)
+        var lines = prose("rejected job files (moved to \(folder)/rejected/, each with a .error file):", wrappedTo: width)
         if rejected.count > rejected.newest.count {
             lines.append("  … \(rejected.count - rejected.newest.count) earlier (syncagent status --json lists them all)")
         }
@@ -218,6 +235,13 @@ struct StatusCommand: ParsableCommand {
             lines += wrapped.dropFirst().map { String(repeating: " ", count: lead.count) + $0 }
         }
         return lines
+    }
+
+    /// A line of prose wrapped at its spaces to `width`, its following lines indented.
+    static func prose(_ line: String, wrappedTo width: Int?) -> [String] {
+        guard let width, width - 2 >= 20 else { return [line] }
+        let lines = TaskTable.wrap(line, to: width)
+        return [lines[0]] + TaskTable.wrap(lines.dropFirst().joined(separator: " "), to: width - 2).map { "  " + $0 }
     }
 
     /// A note line ("! …") wrapped to `width`, its following lines under its text.
@@ -304,8 +328,8 @@ struct StatusCommand: ParsableCommand {
             try complete(&inbox, store, nowMs: nowMs, rejectionsLimit: 3)
             let agent = AgentLiveness.probe(stateDir: paths.stateDir)
             var selection = StatusView.select(state, phases: try phases(agentRunning: agent.running), all: all,
-                                              queuedListed: all ? nil : StatusView.queuedListed,
-                                              nowMs: Int64(Date().timeIntervalSince1970 * 1000))
+                                              queuedListed: all ? nil : StatusView.queuedListed, retryingOnly: retryingOnly,
+                                              nowMs: nowMs)
             selection.tasks = StatusView.forWatching(selection.tasks)
             if terminal {
                 let size = TerminalSize.current()

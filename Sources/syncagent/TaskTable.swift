@@ -50,9 +50,7 @@ enum TaskTable {
             // A resumable upload's requests are its protocol's (POST, PATCH …): it is named by that protocol.
             let how = task.spec.upload.map { "\($0.protocol.rawValue) upload:" } ?? task.spec.effectiveMethod
             var dest = task.dest ?? "\(how) \(Redaction.url(task.spec.url))"
-            if style.width != nil, let home = style.home, home.count > 1, dest.hasPrefix(home + "/") {
-                dest = "~" + dest.dropFirst(home.count)
-            }
+            if style.width != nil { dest = tildeHome(dest, home: style.home) }
             bars.append(figures.percent.map { value in
                 let filled = min(barWidth, max(0, Int(value / 100 * Double(barWidth))))
                 return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled) + "]"
@@ -149,6 +147,12 @@ enum TaskTable {
 
     /// `text` in lines of at most `width` cells, broken at spaces (a word
     /// longer than a line, a URL, is broken where it must).
+    /// `path` with the home folder at its start written `~` (a shell's way, on a narrow terminal).
+    static func tildeHome(_ path: String, home: String?) -> String {
+        guard let home, home.count > 1, path.hasPrefix(home + "/") else { return path }
+        return "~" + path.dropFirst(home.count)
+    }
+
     static func wrap(_ text: String, to width: Int) -> [String] {
         guard width > 0 else { return [] }
         var lines: [String] = []

@@ -33,9 +33,10 @@ public enum StatusView {
     /// children (a video's segments are summed up on its row); JSON lists
     /// them with their `parent`. `passedOver` counts the tasks a snapshot
     /// read for the table did not read (`Snapshot.TableReading`).
+    /// `retryingOnly`: of the queued tasks, only those waiting out a retry's backoff (`--state retrying`).
     public static func select(_ state: AgentState, phases: Set<TaskPhase>?, all: Bool, children: Bool = false,
                               queuedListed: Int? = nil, passedOver: Snapshot.PassedOver = Snapshot.PassedOver(),
-                              nowMs: Int64) -> Selection {
+                              retryingOnly: Bool = false, nowMs: Int64) -> Selection {
         var selection = Selection()
         var queued = 0
         let hiddenBefore = hiddenEndedBeforeMs(nowMs: nowMs)
@@ -46,6 +47,7 @@ public enum StatusView {
             if !children, let parent = list[index].parentID, state[parent] != nil { continue }
             let phase = list[index].phase
             if let phases, !phases.contains(phase) { continue }
+            if retryingOnly, phase == .queued, !isWaitingToRetry(list[index], nowMs: nowMs) { continue }
             // Compared, not subtracted from now: a damaged `ended` near Int64.min must not overflow.
             if !all, phase.isEnded, let ended = list[index].endedAtMs, ended < hiddenBefore {
                 selection.hidden += 1
@@ -61,7 +63,7 @@ public enum StatusView {
             selection.tasks.append(list[index])
         }
         for (phase, count) in passedOver.hidden where phases?.contains(phase) ?? true { selection.hidden += count }
-        if passedOver.queued > 0, phases?.contains(.queued) ?? true {
+        if passedOver.queued > 0, phases?.contains(.queued) ?? true, !retryingOnly {
             // Never started: no bytes yet, and no size known.
             selection.notListed.counts[.queued, default: 0] += passedOver.queued
             selection.notListed.sizeUnknown = true
@@ -83,13 +85,17 @@ public enum StatusView {
 
     /// - Parameter retries: the config's `retries`, for a job that sets none.
     public static func retryWait(of task: TaskState, nowMs: Int64, retries: Int) -> RetryWait? {
-        // A retry is what leaves a task queued with an error and a start time still to come, other than its job's.
-        guard task.phase == .queued, task.error != nil, let wakeMs = task.notBeforeMs, wakeMs > nowMs,
-              wakeMs != task.spec.notBeforeMs else { return nil }
+        guard isWaitingToRetry(task, nowMs: nowMs), let wakeMs = task.notBeforeMs else { return nil }
         let left = (Double(wakeMs) - Double(nowMs)) / 1000
         let allowed = (task.spec.retries ?? retries).addingReportingOverflow(1)
         return RetryWait(seconds: Int64(min(left.rounded(.up), 9e15)), attempt: task.attemptsUsed + 1,
                          attempts: allowed.overflow ? .max : allowed.partialValue)
+    }
+
+    /// A retry is what leaves a task queued with an error and a start time still to come, other than its job's.
+    public static func isWaitingToRetry(_ task: TaskState, nowMs: Int64) -> Bool {
+        guard task.phase == .queued, task.error != nil, let wakeMs = task.notBeforeMs else { return false }
+        return wakeMs > nowMs && wakeMs != task.spec.notBeforeMs
     }
 
     /// Seconds left at the current speed; nil when not running, the size is
@@ -117,6 +123,8 @@ public enum StatusView {
         public var notListed = 0
         /// Left `running` by an agent that is gone (counted here, not in `counts`).
         public var interrupted = 0
+        /// Queued tasks waiting out a retry's backoff: also in `counts`, said apart from the rest of the queue.
+        public var retrying = 0
         /// Finished tasks a 304 left as they were (`overwrite = "update"`), also in `counts`.
         public var unchanged = 0
         /// Finished tasks `overwrite = "skip"` did not transfer (a file was there), also in `counts`.
@@ -136,11 +144,14 @@ public enum StatusView {
             var parts: [String] = []
             // What needs an eye first.
             let order: [TaskPhase] = [.running, .queued, .paused, .failed, .finished, .cancelled]
-            var named = order.compactMap { phase -> String? in
-                guard let count = counts[phase], count > 0 else { return nil }
-                guard phase == .finished else { return "\(count) \(phase.rawValue)" }
+            var named = order.flatMap { phase -> [String] in
+                guard let count = counts[phase], count > 0 else { return [] }
+                if phase == .queued, retrying > 0 {
+                    return (retrying < count ? ["\(count - retrying) queued"] : []) + ["\(retrying) retrying"]
+                }
+                guard phase == .finished else { return ["\(count) \(phase.rawValue)"] }
                 let notes = [(unchanged, "unchanged"), (skipped, "skipped")].filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
-                return "\(count) \(phase.rawValue)" + (notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")")
+                return ["\(count) \(phase.rawValue)" + (notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")")]
             }
             if interrupted > 0 { named.insert("\(interrupted) interrupted", at: 0) }
             if waiting > 0 { named.append("\(waiting) waiting for the agent") }
@@ -174,8 +185,9 @@ public enum StatusView {
     }
 
     /// The summary of a selection: its tasks, and those it counted without listing.
-    public static func summary(of selection: Selection, in state: AgentState, agentRunning: Bool = true) -> Summary {
-        var summary = summary(of: selection.tasks, in: state, hidden: selection.hidden, agentRunning: agentRunning)
+    /// - Parameter nowMs: when given, queued tasks waiting out a retry's backoff are counted as retrying.
+    public static func summary(of selection: Selection, in state: AgentState, agentRunning: Bool = true, nowMs: Int64? = nil) -> Summary {
+        var summary = summary(of: selection.tasks, in: state, hidden: selection.hidden, agentRunning: agentRunning, nowMs: nowMs)
         let more = selection.notListed
         summary.notListed = more.counts.values.reduce(0, +)
         for (phase, count) in more.counts { summary.counts[phase, default: 0] += count }
@@ -187,10 +199,14 @@ public enum StatusView {
 
     /// - Parameter agentRunning: false: running tasks were left so by an
     ///   agent that is gone; they count as interrupted and move no bytes.
-    public static func summary(of tasks: some Sequence<TaskState>, in state: AgentState, hidden: Int, agentRunning: Bool = true) -> Summary {
+    public static func summary(of tasks: some Sequence<TaskState>, in state: AgentState, hidden: Int, agentRunning: Bool = true,
+                               nowMs: Int64? = nil) -> Summary {
         var summary = Summary()
         summary.hidden = hidden
-        for task in tasks { summary.count(task, in: state, agentRunning: agentRunning) }
+        for task in tasks {
+            summary.count(task, in: state, agentRunning: agentRunning)
+            if let nowMs, isWaitingToRetry(task, nowMs: nowMs) { summary.retrying += 1 }
+        }
         return summary
     }
 
