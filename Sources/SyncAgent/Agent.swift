@@ -458,7 +458,12 @@ public final class Agent {
         return applied
     }
 
-    private func jobParser() -> JobParser {
+    private func jobParser() -> JobParser { JobParser.agents(paths: paths, config: config) }
+}
+
+extension JobParser {
+    /// The rules the agent holds jobs to under `paths` and `config` (`submit` checks its jobs by the same).
+    public static func agents(paths: AgentPaths, config: AgentConfig) -> JobParser {
         JobParser(downloadDir: paths.downloadDir, moreDirs: paths.moreDirs, defaultNotify: config.notify,
                   forbiddenDirs: ([paths.downloadDir] + paths.moreDirs).flatMap {
                       FileSystem.spellingsBeneath($0, of: [paths.stateDir, paths.inbox])

@@ -46,6 +46,12 @@ func sendControl(_ action: ControlJob.Action, task: String, url: String? = nil, 
         if action == .forget, let phase, !phase.isEnded {
             throw fail("task \(task) is \(phase.rawValue); only an ended task can be forgotten (cancel it first)")
         }
+        // A finished or cancelled task stays so whatever else waits in the inbox: with no
+        // agent to answer, the log's word is the outcome, and no request is left to linger.
+        if action != .forget, let phase, phase == .finished || phase == .cancelled,
+           !AgentLiveness.probe(stateDir: resolved.paths.stateDir).running {
+            throw fail("task \(task): nothing to do: task already \(phase.rawValue)")
+        }
         if record == .unknown {
             guard pendingJobIDs(resolved.paths).contains(task) else {
                 throw fail("no task has the id \"\(task)\" in \(resolved.paths.eventLog) or in a job waiting in \(resolved.paths.inbox)")

@@ -237,7 +237,7 @@ struct SubmitCommand: ParsableCommand {
         let chosenIDs = id != nil || entries.contains { $0.options.contains { $0.key == "id" } }
         var taken = chosenIDs ? pendingJobIDs(resolved.paths)
                               : submittedJobIDs(inbox: resolved.paths.inbox)
-        let parser = JobParser(downloadDir: resolved.paths.downloadDir, moreDirs: resolved.paths.moreDirs)
+        let parser = JobParser.agents(paths: resolved.paths, config: resolved.config)
         var jobs: [(id: String, text: String)] = []
         func prepareJobs(_ inLog: (String) -> Bool) throws {
             for entry in entries {

@@ -202,9 +202,16 @@ struct JobParserTests {
                                  + "save in /mnt/other, add it to more_dirs in the config (more_dirs = [\"/mnt/other\"]) and restart the agent")) {
             try dest("/mnt/other/a.iso")
         }
-        #expect(throws: KeyError(key: "dest", "\"/mnt/media\" is outside download_dir /home/u/Downloads and more_dirs; to let jobs save in "
-                                 + "/mnt, add it to more_dirs in the config (more_dirs = [\"/mnt\"]) and restart the agent")) {
+        // No advice to open a folder that holds the agent's own (here /mnt/media/inbox), or for a dest climbing out with "..".
+        #expect(throws: KeyError(key: "dest", "\"/mnt/media\" is outside download_dir /home/u/Downloads and more_dirs")) {
             try dest("/mnt/media")
+        }
+        #expect(throws: KeyError(key: "dest", "\"/a.iso\" is outside download_dir /home/u/Downloads and more_dirs")) {
+            try dest("/a.iso")
+        }
+        #expect(throws: KeyError(key: "dest", "\"../../outside.bin\" is outside download_dir /home/u/Downloads and more_dirs; "
+                                 + "a relative dest stays inside download_dir")) {
+            try dest("../../outside.bin")
         }
         #expect(try AgentConfig.parse("more_dirs = [\"/mnt/media\", \"~/Videos\"]").moreDirs == ["/mnt/media", "~/Videos"])
         let rule = "must be an array of folders, each absolute or starting with ~/, such as [\"/mnt/media\", \"~/Videos\"]"

@@ -465,8 +465,15 @@ struct StoppedControlTests {
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 30) == 4)
         #expect(try harness.tasksByID()["flaky"]?["state"] as? String == "failed")
 
+        // With no agent to answer, the command itself says a finished task stays so, and leaves no request behind.
         for action in ["pause", "resume", "cancel"] {
-            #expect(try harness.run([action, "done"]).status == 0)
+            let said = try harness.run([action, "done"])
+            #expect(said.status == 1 && said.stderr.contains("task done: nothing to do: task already finished"), "\(said.stderr)")
+        }
+        #expect(harness.jobFiles().isEmpty)
+        // The agent answers such requests all the same when they come as files.
+        for action in ["pause", "resume", "cancel"] {
+            try harness.drop("\(action).job", "action = \"\(action)\"\ntask = \"done\"\n")
         }
         #expect(try harness.run(["resume", "flaky"]).status == 0)
         let agent = try harness.startAgent(exitWhenIdle: true)

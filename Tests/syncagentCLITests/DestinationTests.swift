@@ -161,6 +161,10 @@ struct DestinationTests {
         #expect(refused.status != 0 && harness.jobFiles().count == 1)
         #expect(refused.stderr.contains("is outside download_dir \(harness.downloads) and more_dirs; to let jobs save in \(elsewhere), add it to "
                                         + "more_dirs in the config (more_dirs = [\"\(elsewhere)\"]) and restart the agent"), "\(refused.stderr)")
+        // submit holds a job to the agent's rules: the inbox stays the agent's own, named in more_dirs or not.
+        let ownFolder = try harness.run(["submit", "-d", harness.inbox + "/sub", nginx.url("x.bin")])
+        #expect(ownFolder.status != 0 && ownFolder.stderr.contains("is inside the agent's own folder \(harness.inbox)") && harness.jobFiles().count == 1,
+                "\(ownFolder.stderr)")
         try harness.drop("linked.job", "id = \"linked\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"\(media)/link/x.bin\"\n")
         // Named in more_dirs, the inbox is still the agent's own.
         try harness.drop("own.job", "id = \"own\"\nurl = \"\(nginx.url("x.bin"))\"\ndest = \"\(harness.inbox)/more.job\"\n")

@@ -800,11 +800,17 @@ public enum PathRules {
         let joined = dest.utf8.first == UInt8(ascii: "/") ? dest : root + "/" + dest
         let resolved = normalize(joined)
         guard isInside(resolved, root) || moreDirs.contains(where: { isInside(resolved, normalize($0)) }) else {
-            // Refused for a job anyone's script may drop; allowed by the one who writes the config.
+            // Refused for a job anyone's script may drop; allowed by the one who writes the config,
+            // for a folder named outright: a relative dest climbing out with ".." names no folder
+            // anyone meant, and a folder holding the agent's own is never one to open to jobs.
             let folder = normalize(resolved + "/..")
-            let advice = "; to let jobs save in \(folder), add it to more_dirs in the config (more_dirs = [\"\(folder)\"]) and restart the agent"
-            throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)" + (moreDirs.isEmpty ? "" : " and more_dirs")
-                           + (advising ? advice : ""))
+            let namedOutright = dest.utf8.first == UInt8(ascii: "/")
+            let holdsAgentsOwn = folder == "/" || excluded.contains { isSame($0, folder) || isInside($0, folder) }
+            let advice = !advising ? ""
+                : !namedOutright ? "; a relative dest stays inside download_dir"
+                : holdsAgentsOwn ? ""
+                : "; to let jobs save in \(folder), add it to more_dirs in the config (more_dirs = [\"\(folder)\"]) and restart the agent"
+            throw KeyError(key: key, "\"\(dest)\" is outside download_dir \(root)" + (moreDirs.isEmpty ? "" : " and more_dirs") + advice)
         }
         for folder in excluded where isSame(resolved, folder) || isInside(resolved, folder) {
             throw KeyError(key: key, "\"\(dest)\" is inside the agent's own folder \(folder)")
