@@ -495,27 +495,35 @@ struct HLSTests {
         try harness.drop("long.job", "id = \"long\"\nkind = \"hls\"\nurl = \"\(nginx.url("slow/hls/long/index.m3u8"))\"\n"
                          + "dest = \"long\"\nmax_speed = \"100K\"\n")
         var generator = SplitMix64(seed: 42)
-        func finishedSegments() -> Int {
-            ((try? harness.statusTasks()) ?? []).filter { $0["parent"] as? String == "long" && $0["state"] as? String == "finished" }.count
+        func segments(in state: String) -> Set<String> {
+            Set(((try? harness.statusTasks()) ?? []).filter { $0["parent"] as? String == "long" && $0["state"] as? String == state }
+                .compactMap { $0["id"] as? String })
         }
         var kills = 0
+        // The segments a kill caught in flight: each is fetched once more, and must not be caught twice.
+        var caughtInFlight = Set<String>()
         for _ in 0..<5 {
-            // Killed once this run has finished 6 segments of its own. What was in flight at the last
-            // kill (the earliest children, so the first 4 to start again) is done by then. A threshold
-            // counted from zero could be met already at the start, when the run before overshot it,
-            // and kill the same segments in flight twice. Segments come fast (the random wait
-            // below lets a few more finish): near the end there is nothing left to kill in. At 300K,
-            // a CI machine loaded by the kill torture test polled `status` so slowly that three
-            // runs overshot to the end: 100K leaves room for the five kills.
-            let threshold = finishedSegments() + 6
+            // Killed once this run has finished 6 segments of its own, and every segment the last kill
+            // caught in flight. (Counted from what is finished, a restart slow to take those up again
+            // let others reach the count first, and a kill caught the same segment a second time.)
+            // A threshold counted from zero could be met already at the start. Segments come fast
+            // (the random wait below lets a few more finish): near the end there is nothing left to kill
+            // in. At 300K, a CI machine loaded by the kill torture test polled `status` so slowly that
+            // three runs overshot to the end: 100K leaves room for the five kills.
+            let threshold = segments(in: "finished").count + 6
             guard threshold < sources.count else { break }
             let agent = try harness.startAgent()
-            #expect(eventually(within: 60) { finishedSegments() >= threshold }, "\(finishedSegments()) of \(threshold)")
+            #expect(eventually(within: 60) {
+                let finished = segments(in: "finished")
+                return finished.count >= threshold && caughtInFlight.isSubset(of: finished)
+            }, "\(segments(in: "finished").count) of \(threshold), waiting for \(caughtInFlight.subtracting(segments(in: "finished")))")
             // Then a seeded random instant: the kill lands anywhere in what is in flight.
             usleep(UInt32(generator.next() % 400_000))
             agent.signal(SIGKILL)
             _ = agent.wait(seconds: 10)
             kills += 1
+            // Left running by the dead agent: started, not ended.
+            caughtInFlight = segments(in: "running")
         }
         #expect(kills >= 4, "killed \(kills) times")
         try harness.runUntilIdle(seconds: 180)
