@@ -57,7 +57,7 @@ struct CompactCommand: ParsableCommand {
         let since = (try? EventStore(readingFrom: paths.eventLog).lastSeq) ?? 0
         let file: String
         do {
-            file = try InboxWriter(inbox: paths.inbox).write("action = \"compact\"\nolder_than = \"\(olderThanS)s\"\n", prefix: "compact")
+            file = try InboxWriter(inbox: paths.inbox).write(ControlJob(action: .compact, task: "*", olderThanS: olderThanS).fileText, prefix: "compact")
         } catch {
             throw fail("cannot write into the inbox \(paths.inbox): \(error)")
         }

@@ -483,35 +483,7 @@ LISTING = b'{"jsonrpc":"2.0","id":1,"method":"system.listMethods"}'
 
 def frames(host, port):
     """Malformed WebSocket frames, each on a connection of its own: how each connection ended."""
-    port = int(port)
-
-    def upgraded():
-        sock = socket.create_connection((host, port), timeout=5)
-        key = base64.b64encode(os.urandom(16)).decode()
-        sock.sendall((f"GET /jsonrpc HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            head += chunk
-        return sock, head.split(b"\r\n")[0].decode()
-
-    def masked(opcode, payload, fin=True, mask=True, length=None, rsv=0):
-        first = (0x80 if fin else 0) | rsv << 4 | opcode
-        size = len(payload) if length is None else length
-        if size < 126:
-            header = struct.pack("!BB", first, (0x80 if mask else 0) | size)
-        elif size < 1 << 16:
-            header = struct.pack("!BBH", first, (0x80 if mask else 0) | 126, size)
-        else:
-            header = struct.pack("!BBQ", first, (0x80 if mask else 0) | 127, size)
-        if not mask:
-            return header + payload
-        key = os.urandom(4)
-        return header + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-
+    masked = masked_frame
     cases = {
         "unmasked frame": masked(0x1, b'{"id":1}', mask=False),
         "reserved opcode": masked(0x3, b"x"),
@@ -529,7 +501,7 @@ def frames(host, port):
     }
     results = {}
     for name, frame in cases.items():
-        sock, status = upgraded()
+        sock, status = handshake(host, port)
         try:
             sock.sendall(frame)
             sock.settimeout(5)
@@ -567,10 +539,18 @@ def handshake(host, port, sock=None):
     return sock, head.split(b"\r\n")[0].decode()
 
 
-def masked_frame(opcode, payload, fin=True, rsv=0):
-    """A client's frame (masked, as RFC 6455 asks), payload under 64 KiB."""
+def masked_frame(opcode, payload, fin=True, rsv=0, mask=True, length=None):
+    """A client's frame (masked, as RFC 6455 asks, unless not `mask`), announcing `length` bytes if given."""
     first = (0x80 if fin else 0) | rsv << 4 | opcode
-    header = struct.pack("!BB", first, 0x80 | len(payload)) if len(payload) < 126 else struct.pack("!BBH", first, 0xFE, len(payload))
+    size = len(payload) if length is None else length
+    if size < 126:
+        header = struct.pack("!BB", first, (0x80 if mask else 0) | size)
+    elif size < 1 << 16:
+        header = struct.pack("!BBH", first, (0x80 if mask else 0) | 126, size)
+    else:
+        header = struct.pack("!BBQ", first, (0x80 if mask else 0) | 127, size)
+    if not mask:
+        return header + payload
     key = os.urandom(4)
     return header + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
 
