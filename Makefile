@@ -21,7 +21,7 @@ BUILD_PACKAGES := pkg-config libcurl4-openssl-dev libsqlite3-dev libnotify-dev
 TEST_PACKAGES  := nginx-light dbus python3-dbusmock e2fsprogs mount ffmpeg openssl \
                   man-db groff-base systemd bash-completion zsh fish iproute2 libsystemd0 \
                   python3-venv fuse3 libfuse3-dev gcc bindfs aria2 dante-server
-BENCH_PACKAGES := curl time
+BENCH_PACKAGES := curl time streamlink
 # From PyPI into a virtualenv of our own, made by Debian's python3 (python3-venv),
 # whatever python3 comes first on PATH: aiohttp-tus, the real tus server of the
 # tests (Tests/TestSupport/tus_server.py), aria2p, the aria2 RPC client (library

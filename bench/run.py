@@ -13,8 +13,9 @@ Workloads (loopback nginx on 127.0.0.1, files generated here):
   6. a 200-segment HLS VOD (about 1 MiB a segment, made by ffmpeg), against
      `ffmpeg -i URL -c copy` and `yt-dlp -N 6` (pip, in the Makefile's venv);
      and what the disk alone takes to write those segments durably
-  7. 256 MiB from a server capping each connection: syncagent with
-     `connections = 8`, aria2c -x8 -s8, curl; then the same download killed
+  7. 256 MiB from a server capping each connection at 10 MB/s, and 64 MiB
+     at 5 MB/s: syncagent with `connections = 8`, aria2c -x8 -s8, curl; then
+     the 256 MiB download killed
      with SIGKILL 10 times (what it fetched again per range and kill)
   8. 1,000 unchanged files with `overwrite = "update"`
   9. a 1 GiB upload through bench/throttle_proxy.py (20 MB/s per connection)
@@ -23,9 +24,19 @@ Workloads (loopback nginx on 127.0.0.1, files generated here):
      tus client, in the venv); then a tus upload killed with SIGKILL half-way
      and resumed, counting the bytes the server received twice
 
+ 10. through a shaped link (`ShapedLink`: a 20 ms round trip, nginx's
+     `limit_rate 2500k` per connection, as a CDN gives one connection):
+     2,000 files of 16 KiB, and a 200-segment HLS VOD of ~160 KiB segments
+     against ffmpeg, yt-dlp -N 6 and streamlink (6 segment threads)
+
 Tools: syncagent (jobs in its inbox, `run --exit-when-idle`, end to end),
 curl (one process; -Z --parallel-max N for many files), aria2c (-i list -j N)
-and a FoundationNetworking URLSession program (bench/URLSessionPeer).
+and a FoundationNetworking URLSession program (bench/URLSessionPeer). On the
+loopback (1, 2) also "curl then sync" and "aria2c then sync": what a user who
+needs the files on disk runs, against syncagent, which makes every file
+durable before it says so. The 1 GiB file runs 5 rounds (--large-rounds), its
+spread a result of its own. `--only big,many,...` runs some workloads (and
+leaves bench/results.md alone); `--prebuilt DIR` takes the binaries from DIR.
 
 Before each timed run the output folder is emptied and the disk synced, so
 no tool pays for the writeback another left behind. Prints a Markdown table
@@ -157,11 +168,14 @@ http {{
     root {www};
     # A server that caps each connection (as CDNs do): what segmented downloads are for.
     location /capped/ {{ alias {www}/; limit_rate 10m; }}
+    location /capped5/ {{ alias {www}/; limit_rate 5m; }}
     # Slower still, for killing a segmented download many times before it ends; logs what it sent.
     # Sent in small pieces: nginx's default 2 MiB would sit in socket buffers, counted as sent, never received.
     location /trickle/ {{
       alias {www}/; limit_rate {TRICKLE_RATE}; sendfile_max_chunk 64k; access_log {self.prefix}/trickle.log sent;
     }}
+    # Behind ShapedLink: one connection as a CDN gives it.
+    location /shaped/ {{ alias {www}/; limit_rate {SHAPED_RATE}; }}
     # The update workload counts the body bytes nginx sends.
     location /sync/ {{ alias {www}/sync/; access_log {self.prefix}/sync.log sent; }}
   }}
@@ -219,25 +233,48 @@ def run_syncagent(urls, out):
     return run_syncagent_jobs(jobs, out, "syncagent-run")
 
 
-def run_curl(urls, out):
+def curl_command(urls, out):
     if len(urls) == 1:
         url, dest = urls[0]
-        return timed(["curl", "-s", "-f", "-o", os.path.join(out, dest), url])
+        return ["curl", "-s", "-f", "-o", os.path.join(out, dest), url]
     listing = os.path.join(WORK, "curl.config")
     with open(listing, "w") as f:
         for url, dest in urls:
             f.write(f'url = "{url}"\noutput = "{os.path.join(out, dest)}"\n')
-    return timed(["curl", "-s", "-f", "-Z", "--parallel-max", str(CONCURRENCY), "--config", listing])
+    return ["curl", "-s", "-f", "-Z", "--parallel-max", str(CONCURRENCY), "--config", listing]
 
 
-def run_aria2c(urls, out):
+def aria2c_command(urls, out):
     listing = os.path.join(WORK, "aria2.list")
     with open(listing, "w") as f:
         for url, dest in urls:
             f.write(f"{url}\n  out={dest}\n")
-    return timed(["aria2c", "-q", "-i", listing, "-j", str(CONCURRENCY), "-x1", "-s1", "-d", out,
-                  "--file-allocation=none", "--allow-overwrite=true", "--auto-file-renaming=false",
-                  "--console-log-level=error", "--summary-interval=0"])
+    return ["aria2c", "-q", "-i", listing, "-j", str(CONCURRENCY), "-x1", "-s1", "-d", out,
+            "--file-allocation=none", "--allow-overwrite=true", "--auto-file-renaming=false",
+            "--console-log-level=error", "--summary-interval=0"]
+
+
+def then_sync(command):
+    """What a user who needs the files on disk runs: the tool, then `sync`
+    (the disk was synced before the clock started, so `sync` writes only what
+    the tool left dirty)."""
+    return ["sh", "-c", '"$@" && exec sync', "sh"] + command
+
+
+def run_curl(urls, out):
+    return timed(curl_command(urls, out))
+
+
+def run_curl_then_sync(urls, out):
+    return timed(then_sync(curl_command(urls, out)))
+
+
+def run_aria2c(urls, out):
+    return timed(aria2c_command(urls, out))
+
+
+def run_aria2c_then_sync(urls, out):
+    return timed(then_sync(aria2c_command(urls, out)))
 
 
 def run_urlsession(urls, out):
@@ -346,12 +383,45 @@ def segmented_kill_workload(nginx, www, name, kills, seed=14):
 
 
 TOOLS = [("syncagent", run_syncagent), ("curl", run_curl), ("aria2c", run_aria2c), ("URLSession", run_urlsession)]
+# On the loopback, where the disk is what is raced: also the peers followed by `sync`.
+DURABLE_TOOLS = TOOLS + [("curl then sync", run_curl_then_sync), ("aria2c then sync", run_aria2c_then_sync)]
+
+
+class Runs:
+    """One workload's rounds: each tool's wall times (in round order) and peak RSS."""
+
+    def __init__(self, names):
+        names = list(names)
+        self.walls = {name: [] for name in names}
+        self.rss = {name: 0 for name in names}
+
+    def add(self, name, wall, rss):
+        self.walls[name].append(wall)
+        self.rss[name] = max(self.rss[name], rss)
+
+    def median(self, name):
+        return statistics.median(self.walls[name])
+
+    def ratios(self, name, reference):
+        """`name`'s time over `reference`'s, round by round (the two ran in the same round)."""
+        return [a / b for a, b in zip(self.walls[name], self.walls[reference])]
+
+    def cell(self, name, reference):
+        """Median time, ratio of the medians, and the spread of the per-round ratios."""
+        ratios = self.ratios(name, reference)
+        spread = f"; rounds {min(ratios):.2f}–{max(ratios):.2f}×" if len(ratios) > 1 and name != reference else ""
+        return f"{self.median(name):.2f} s ({self.median(name) / self.median(reference):.2f}× {reference}{spread})"
+
+    def own_spread(self, name):
+        """(fastest, slowest) round of `name`, as a fraction of its median."""
+        median = self.median(name)
+        return min(self.walls[name]) / median, max(self.walls[name]) / median
 
 
 def transfer_workload(title, urls, expected_sizes, rounds, tools=None):
     tools = tools or TOOLS
     aged = len(urls) > MANY_FILES
-    results = {name: [] for name, _ in tools}
+    runs = Runs(name for name, _ in tools)
     for round_index in range(rounds):
         # Alternate the order so no tool always runs first (cold) or last.
         order = tools[round_index % len(tools):] + tools[:round_index % len(tools)]
@@ -362,26 +432,27 @@ def transfer_workload(title, urls, expected_sizes, rounds, tools=None):
                 path = os.path.join(out, dest)
                 if not os.path.exists(path) or os.path.getsize(path) != size:
                     sys.exit(f"{name}: {dest} missing or wrong size after {title}")
-            results[name].append((wall, rss))
+            runs.add(name, wall, rss)
             print(f"  {title}: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
     fresh(os.path.join(WORK, "out"))
-    return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
+    return runs
 
 
 # ---------------------------------------------------------------- HLS
 
 
-def hls_vod(www, segments):
-    """Twenty seconds of noisy 720p from ffmpeg (ten ~1.2 MiB segments), listed
-    `segments` times over under fresh names: a long VOD without a long encode."""
-    base = fresh(os.path.join(WORK, "hls-base"))
+def hls_vod(www, segments, folder="vod", size="1280x720", bitrate="4M"):
+    """Twenty seconds of noisy video from ffmpeg (ten segments of two seconds:
+    ~1.2 MiB each at 720p and 4 Mbit/s), listed `segments` times over under
+    fresh names in `www/folder`: a long VOD without a long encode."""
+    base = fresh(os.path.join(WORK, "hls-base-" + folder))
     sh("ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-       "testsrc2=size=1280x720:rate=25:duration=20,noise=alls=30:allf=t+u", "-f", "lavfi",
-       "-i", "sine=frequency=440:duration=20", "-c:v", "libx264", "-preset", "ultrafast", "-b:v", "4M",
-       "-maxrate", "4M", "-bufsize", "8M", "-g", "50", "-c:a", "aac", "-f", "hls", "-hls_time", "2",
+       f"testsrc2=size={size}:rate=25:duration=20,noise=alls=30:allf=t+u", "-f", "lavfi",
+       "-i", "sine=frequency=440:duration=20", "-c:v", "libx264", "-preset", "ultrafast", "-b:v", bitrate,
+       "-maxrate", bitrate, "-bufsize", bitrate, "-g", "50", "-c:a", "aac", "-f", "hls", "-hls_time", "2",
        "-hls_playlist_type", "vod", "-hls_segment_filename", os.path.join(base, "s%02d.ts"), os.path.join(base, "index.m3u8"))
     clips = sorted(n for n in os.listdir(base) if n.endswith(".ts"))
-    out = fresh(os.path.join(www, "vod"))
+    out = fresh(os.path.join(www, folder))
     lines = ["#EXTM3U", "#EXT-X-VERSION:3", "#EXT-X-TARGETDURATION:2", "#EXT-X-MEDIA-SEQUENCE:0", "#EXT-X-PLAYLIST-TYPE:VOD"]
     total = 0
     for index in range(segments):
@@ -415,25 +486,49 @@ def run_ytdlp_hls(url, out):
                   "-o", target, url]), target
 
 
-HLS_TOOLS = [("syncagent", run_syncagent_hls), ("ffmpeg", run_ffmpeg_hls), ("yt-dlp", run_ytdlp_hls)]
+def run_streamlink_hls(url, out):
+    """streamlink with as many segment threads as the others have connections."""
+    target = os.path.join(out, "vod.ts")
+    return timed(["streamlink", "--loglevel", "error", "--stream-segment-threads", str(CONCURRENCY),
+                  "-o", target, "hls://" + url, "best"]), target
 
-# What durability costs on this disk alone: the VOD's segments copied from the
-# served folder, each written and fdatasync'd, CONCURRENCY at a time, no network.
+
+HLS_TOOLS = [("syncagent", run_syncagent_hls), ("ffmpeg", run_ffmpeg_hls), ("yt-dlp", run_ytdlp_hls)]
+# Through the shaped link, where segments wait for the network: streamlink too.
+SHAPED_HLS_TOOLS = HLS_TOOLS + [("streamlink", run_streamlink_hls)]
+
+# What durability costs on this disk alone, made the grouped way: the files
+# copied from the served folder by CONCURRENCY writers, each file's writeback
+# started as it is written (sync_file_range), then every file fdatasync'd from
+# 32 threads at once (the block layer merges concurrent flushes) and the
+# folder synced once. No network.
 DURABILITY_FLOOR = """
-import os, sys
+import ctypes, os, resource, sys
 from concurrent.futures import ThreadPoolExecutor
+# Every file stays open until its flush.
+resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+SYNC_FILE_RANGE_WRITE = 2
 source, target = sys.argv[1], sys.argv[2]
-def copy(name):
+def write(name):
     with open(os.path.join(source, name), "rb") as f:
         data = f.read()
     fd = os.open(os.path.join(target, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-with ThreadPoolExecutor(int(sys.argv[3])) as pool:
-    list(pool.map(copy, sorted(n for n in os.listdir(source) if n.endswith(sys.argv[4]))))
+    os.write(fd, data)
+    if libc.sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0:
+        raise OSError(ctypes.get_errno(), "sync_file_range")
+    return fd
+def flush(fd):
+    os.fdatasync(fd)
+    os.close(fd)
+with ThreadPoolExecutor(int(sys.argv[3])) as writers:
+    written = list(writers.map(write, sorted(n for n in os.listdir(source) if n.endswith(sys.argv[4]))))
+with ThreadPoolExecutor(32) as flushers:
+    list(flushers.map(flush, written))
+folder = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+os.fsync(folder)
+os.close(folder)
 """
 
 
@@ -447,19 +542,51 @@ def durability_floor(source, suffix, rounds):
     return statistics.median(walls)
 
 
-def hls_workload(url, rounds):
-    results = {name: [] for name, _ in HLS_TOOLS}
+def hls_workload(url, rounds, tools=HLS_TOOLS, title="HLS"):
+    runs = Runs(name for name, _ in tools)
     for round_index in range(rounds):
-        order = HLS_TOOLS[round_index % len(HLS_TOOLS):] + HLS_TOOLS[:round_index % len(HLS_TOOLS)]
+        order = tools[round_index % len(tools):] + tools[:round_index % len(tools)]
         for name, run in order:
             out = settled_output(aged=True)
             (wall, rss), target = run(url, out)
             if not os.path.exists(target) or os.path.getsize(target) == 0:
-                sys.exit(f"{name}: {target} missing after the HLS workload")
-            results[name].append((wall, rss))
-            print(f"  HLS: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
+                sys.exit(f"{name}: {target} missing after the {title} workload")
+            runs.add(name, wall, rss)
+            print(f"  {title}: {name} round {round_index + 1}: {wall:.3f} s, {rss / 1024:.1f} MiB", flush=True)
     fresh(os.path.join(WORK, "out"))
-    return {name: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for name, runs in results.items()}
+    return runs
+
+
+# ---------------------------------------------------------------- a network like the real one
+
+# One connection from a CDN: nginx's limit_rate per request.
+SHAPED_RATE = "2500k"
+# Each way: a 20 ms round trip.
+SHAPED_DELAY_MS = 10
+
+
+class ShapedLink:
+    """nginx's /shaped/ (limit_rate SHAPED_RATE a connection) behind
+    bench/throttle_proxy.py holding every byte SHAPED_DELAY_MS each way.
+    `tc netem` in a network namespace would be the kernel's way; this
+    machine's kernel has no sch_netem, so the delay is made in user space,
+    pipelined (it costs each request a round trip, not throughput), with a
+    connection's first request held a round trip more for the handshake."""
+
+    def __init__(self, nginx):
+        self.port = free_port()
+        self.proxy = subprocess.Popen(["python3", os.path.join(ROOT, "bench", "throttle_proxy.py"), "--listen-port",
+                                       str(self.port), "--target-port", str(nginx.port), "--rate", "0",
+                                       "--delay-ms", str(SHAPED_DELAY_MS), "--socket-buffer", "0"])
+        if not wait_for(lambda: port_open(self.port), 10):
+            sys.exit("the shaped link's proxy did not start")
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/shaped/{name}"
+
+    def stop(self):
+        self.proxy.send_signal(signal.SIGTERM)
+        self.proxy.wait(timeout=10)
 
 
 # ---------------------------------------------------------------- syncagent alone
@@ -697,7 +824,10 @@ def upload_kill_workload(world, body):
 # ---------------------------------------------------------------- main
 
 
-def build():
+def build(prebuilt):
+    if prebuilt:
+        peer = os.path.join(ROOT, "bench", "URLSessionPeer", ".build", "release", "URLSessionPeer")
+        return os.path.join(prebuilt, "syncagent"), os.path.join(prebuilt, "syncagent-loggen"), peer
     print("building (release)…", flush=True)
     # As `make run` builds it: the Swift runtime linked in statically.
     release = ["-c", "release", "--static-swift-stdlib"]
@@ -720,16 +850,31 @@ def machine():
     return f"{os.cpu_count()} cores ({cpu}), {mem} GiB, curl {curl}, aria2c {aria}, nginx on 127.0.0.1"
 
 
+WORKLOADS = ["big", "many", "replay", "queued", "compact", "latency", "hls", "segmented", "killed", "update", "upload",
+             "shaped"]
+
+
 def main():
     global WORK, SYNCAGENT, LOGGEN, URLSESSION_PEER, YTDLP
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--large-rounds", type=int, default=5,
+                        help="rounds of the 1 GiB file, whose spread is a result of its own")
     parser.add_argument("--quick", action="store_true", help="small sizes: try the harness, not a result")
+    parser.add_argument("--only", default=",".join(WORKLOADS),
+                        help="comma-separated workloads to run (a partial run leaves bench/results.md alone): "
+                             + ", ".join(WORKLOADS))
+    parser.add_argument("--prebuilt", metavar="DIR",
+                        help="take syncagent and syncagent-loggen from DIR (and the URLSession peer as last built) "
+                             "instead of building them")
     options = parser.parse_args()
+    wanted = set(options.only.split(","))
+    if wanted - set(WORKLOADS):
+        sys.exit(f"unknown workloads: {', '.join(sorted(wanted - set(WORKLOADS)))}")
     WORK = os.environ.get("BENCH_DIR", "/tmp/syncagent-bench")
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
-    SYNCAGENT, LOGGEN, URLSESSION_PEER = build()
+    SYNCAGENT, LOGGEN, URLSESSION_PEER = build(options.prebuilt)
     YTDLP = os.environ.get("YTDLP", shutil.which("yt-dlp") or "yt-dlp")
 
     big = (64 if options.quick else 1024) << 20
@@ -739,12 +884,14 @@ def main():
     long_log = 1_000_000 if options.quick else 10_000_000
     segments = 20 if options.quick else 200
     capped = (32 if options.quick else 256) << 20
+    short_capped = (16 if options.quick else 64) << 20
     synced = 100 if options.quick else 1000
     uploaded = (64 if options.quick else 1024) << 20
 
     www = fresh(os.path.join(WORK, "www"))
     write_random(os.path.join(www, "big.bin"), big)
     write_random(os.path.join(www, "capped.bin"), capped)
+    write_random(os.path.join(www, "short-capped.bin"), short_capped)
     os.makedirs(os.path.join(www, "small"))
     for index in range(smalls):
         write_random(os.path.join(www, "small", f"f{index:04d}.bin"), 16 << 10)
@@ -752,131 +899,210 @@ def main():
     os.makedirs(os.path.join(www, "sync"))
     for index in range(synced):
         write_random(os.path.join(www, "sync", f"f{index:04d}.bin"), SYNCED_SIZE)
-    hls_bytes = hls_vod(www, segments)
+    hls_bytes = hls_vod(www, segments) if "hls" in wanted else 0
+    # Through the shaped link: ~160 KiB segments (640 kbit/s), so ffmpeg's one segment at a time stays under a minute.
+    shaped_hls_bytes = hls_vod(www, segments, "vod-small", "640x360", "640k") if "shaped" in wanted else 0
+    results = {}
     nginx = Nginx(www)
     try:
-        print(f"1. one {big >> 20} MiB file", flush=True)
-        one = transfer_workload("1 file", [(nginx.url("big.bin"), "big.bin")], {"big.bin": big}, options.rounds)
-        print(f"2. {smalls} files of 16 KiB", flush=True)
-        empty_trash()
-        many_urls = [(nginx.url(f"small/f{i:04d}.bin"), f"f{i:04d}.bin") for i in range(smalls)]
-        many = transfer_workload("many files", many_urls, {d: 16 << 10 for _, d in many_urls}, options.rounds)
-        many_floor = durability_floor(os.path.join(www, "small"), ".bin", options.rounds)
-        print(f"3. replay of {events} events", flush=True)
-        replay, startup = replay_workload(events, options.rounds)
-        print(f"4. {queued} queued jobs", flush=True)
-        queued_rss, intake, queued_status, queued_status_at_once, queued_snapshot = queued_rss_workload(nginx, queued)
-        print(f"4b. a log of {long_log:,} events, compacted", flush=True)
-        compacted = compacted_workload(long_log, options.rounds)
-        print("5. inbox-to-started latency", flush=True)
-        latency, worst = latency_workload(nginx, 50)
-        print(f"6. a {segments}-segment HLS VOD", flush=True)
-        empty_trash()
-        hls = hls_workload(nginx.url("vod/index.m3u8"), options.rounds)
-        hls_floor = durability_floor(os.path.join(www, "vod"), ".ts", options.rounds)
-        print(f"7. {capped >> 20} MiB at 10 MB/s per connection, {CONNECTIONS} connections", flush=True)
-        segmented = transfer_workload("segmented", [(nginx.url("capped/capped.bin"), "big.bin")], {"big.bin": capped},
-                                      options.rounds, tools=segment_tools(CONNECTIONS))
-        print(f"7b. the same file over {CONNECTIONS} connections at 1 MiB/s each, killed {KILLS} times", flush=True)
-        killed = segmented_kill_workload(nginx, www, "capped.bin", KILLS)
-        print(f"8. {synced} files of {SYNCED_SIZE >> 10} KiB with overwrite = \"update\"", flush=True)
-        empty_trash()
-        update_download, update_check, update_sent = update_workload(nginx, synced, options.rounds)
+        if "big" in wanted:
+            print(f"1. one {big >> 20} MiB file", flush=True)
+            results["big"] = transfer_workload("1 file", [(nginx.url("big.bin"), "big.bin")], {"big.bin": big},
+                                               options.large_rounds, tools=DURABLE_TOOLS)
+        if "many" in wanted:
+            print(f"2. {smalls} files of 16 KiB", flush=True)
+            empty_trash()
+            many_urls = [(nginx.url(f"small/f{i:04d}.bin"), f"f{i:04d}.bin") for i in range(smalls)]
+            results["many"] = transfer_workload("many files", many_urls, {d: 16 << 10 for _, d in many_urls},
+                                                options.rounds, tools=DURABLE_TOOLS)
+            results["many floor"] = durability_floor(os.path.join(www, "small"), ".bin", options.rounds)
+        if "replay" in wanted:
+            print(f"3. replay of {events} events", flush=True)
+            results["replay"] = replay_workload(events, options.rounds)
+        if "queued" in wanted:
+            print(f"4. {queued} queued jobs", flush=True)
+            results["queued"] = queued_rss_workload(nginx, queued)
+        if "compact" in wanted:
+            print(f"4b. a log of {long_log:,} events, compacted", flush=True)
+            results["compact"] = compacted_workload(long_log, options.rounds)
+        if "latency" in wanted:
+            print("5. inbox-to-started latency", flush=True)
+            results["latency"] = latency_workload(nginx, 50)
+        if "hls" in wanted:
+            print(f"6. a {segments}-segment HLS VOD", flush=True)
+            empty_trash()
+            results["hls"] = hls_workload(nginx.url("vod/index.m3u8"), options.rounds)
+            results["hls floor"] = durability_floor(os.path.join(www, "vod"), ".ts", options.rounds)
+        if "segmented" in wanted:
+            for rate, name, size in [("10 MB/s", "capped", capped), ("5 MB/s", "capped5", short_capped)]:
+                print(f"7. {size >> 20} MiB at {rate} per connection, {CONNECTIONS} connections", flush=True)
+                source = "capped.bin" if name == "capped" else "short-capped.bin"
+                results["segmented " + name] = (size, rate, transfer_workload(
+                    f"segmented {size >> 20} MiB", [(nginx.url(f"{name}/{source}"), "big.bin")], {"big.bin": size},
+                    options.rounds, tools=segment_tools(CONNECTIONS)))
+        if "killed" in wanted:
+            print(f"7b. {capped >> 20} MiB over {CONNECTIONS} connections at 1 MiB/s each, killed {KILLS} times", flush=True)
+            results["killed"] = segmented_kill_workload(nginx, www, "capped.bin", KILLS)
+        if "update" in wanted:
+            print(f"8. {synced} files of {SYNCED_SIZE >> 10} KiB with overwrite = \"update\"", flush=True)
+            empty_trash()
+            results["update"] = update_workload(nginx, synced, options.rounds)
+        if "shaped" in wanted:
+            link = ShapedLink(nginx)
+            try:
+                print(f"10. {smalls} files of 16 KiB through the shaped link", flush=True)
+                empty_trash()
+                shaped_urls = [(link.url(f"small/f{i:04d}.bin"), f"f{i:04d}.bin") for i in range(smalls)]
+                results["shaped many"] = transfer_workload("shaped files", shaped_urls, {d: 16 << 10 for _, d in shaped_urls},
+                                                           options.rounds)
+                print(f"11. a {segments}-segment HLS VOD through the shaped link", flush=True)
+                empty_trash()
+                results["shaped hls"] = hls_workload(link.url("vod-small/index.m3u8"), options.rounds,
+                                                     tools=SHAPED_HLS_TOOLS, title="shaped HLS")
+            finally:
+                link.stop()
     finally:
         nginx.stop()
-    empty_trash()
-    print(f"9. a {uploaded >> 20} MiB upload at {UPLOAD_RATE // 1_000_000} MB/s per connection", flush=True)
-    body = os.path.join(WORK, "upload.bin")
-    write_random(body, uploaded)
-    world = UploadWorld()
-    try:
-        # Rate-limited, so steady: one round is a result (each takes about a minute).
-        uploads = upload_workload(world, body, 1)
-        resent, resume_chunk = upload_kill_workload(world, body)
-    finally:
-        world.stop()
+    if "upload" in wanted:
+        empty_trash()
+        print(f"9. a {uploaded >> 20} MiB upload at {UPLOAD_RATE // 1_000_000} MB/s per connection", flush=True)
+        body = os.path.join(WORK, "upload.bin")
+        write_random(body, uploaded)
+        world = UploadWorld()
+        try:
+            # Rate-limited, so steady: one round is a result (each takes about a minute).
+            results["upload"] = upload_workload(world, body, 1), upload_kill_workload(world, body)
+        finally:
+            world.stop()
 
-    mib = lambda kib: f"{kib / 1024:.1f} MiB"
-    lines = [
-        f"Machine: {machine()}. {options.rounds} rounds, medians; "
-        f"concurrency {CONCURRENCY}; peak RSS is the highest of the rounds.",
-        "",
-        "| workload | syncagent | curl | aria2c | URLSession |",
-        "|---|---|---|---|---|",
-    ]
-    for title, results in [(f"one {big >> 20} MiB file", one), (f"{smalls} × 16 KiB files", many)]:
-        curl = results["curl"][0]
-        cells = [f"{results[n][0]:.2f} s ({results[n][0] / curl:.2f}× curl)" for n, _ in TOOLS]
-        lines.append(f"| {title}: wall time | " + " | ".join(cells) + " |")
-        lines.append(f"| {title}: peak RSS | " + " | ".join(mib(results[n][1]) for n, _ in TOOLS) + " |")
-    lines += [
-        "",
-        f"The disk alone (the {smalls} small files written and fdatasync'd, {CONCURRENCY} at a time, no network): "
-        f"{many_floor:.2f} s ({many_floor / many['curl'][0]:.2f}× curl, which makes nothing durable).",
-    ]
-    ffmpeg = hls["ffmpeg"][0]
-    lines += [
-        "",
-        f"| {segments}-segment HLS VOD ({hls_bytes / (1 << 20):.0f} MiB) | " + " | ".join(n for n, _ in HLS_TOOLS) + " |",
-        "|---|---|---|---|",
-        "| wall time | " + " | ".join(f"{hls[n][0]:.2f} s ({hls[n][0] / ffmpeg:.2f}× ffmpeg)" for n, _ in HLS_TOOLS) + " |",
-        "| peak RSS | " + " | ".join(mib(hls[n][1]) for n, _ in HLS_TOOLS) + " |",
-        "",
-        f"The disk alone (the same segments written and fdatasync'd, {CONCURRENCY} at a time, no network): "
-        f"{hls_floor:.2f} s ({hls_floor / ffmpeg:.2f}× ffmpeg, which makes nothing durable).",
-    ]
-    aria = segmented["aria2c"][0]
-    lines += [
-        "",
-        f"| {capped >> 20} MiB, nginx `limit_rate 10m` per connection | syncagent `connections = {CONNECTIONS}` "
-        f"| aria2c `-x{CONNECTIONS} -s{CONNECTIONS}` | curl |",
-        "|---|---|---|---|",
-        "| wall time | " + " | ".join(f"{s[0]:.2f} s ({s[0] / aria:.2f}× aria2c)" for s in segmented.values()) + " |",
-        "| peak RSS | " + " | ".join(mib(s[1]) for s in segmented.values()) + " |",
-    ]
-    plain = uploads["plain"][0]
-    lines += [
-        "",
-        f"| {uploaded >> 20} MiB upload, {UPLOAD_RATE // 1_000_000} MB/s per connection | " + " | ".join(uploads) + " |",
-        "|---|---|---|---|---|",
-        "| wall time | " + " | ".join(f"{u[0]:.2f} s ({plain / u[0]:.2f}× plain's throughput)" for u in uploads.values()) + " |",
-        "| peak RSS | " + " | ".join(mib(u[1]) for u in uploads.values()) + " |",
-    ]
-    lines += [
-        "",
-        "| syncagent alone | figure | target |",
-        "|---|---|---|",
-        f"| `replay` of {events:,} events | {replay[0]:.2f} s, peak RSS {mib(replay[1])} | ≤ 2 s |",
-        f"| agent start-up on that log (`run --exit-when-idle`) | {startup[0]:.2f} s, peak RSS {mib(startup[1])} | ≤ 2 s |",
-        f"| `replay` of {events:,} raw events (issue 12) | {replay[0]:.2f} s | ≤ 1.0 s |",
-        f"| peak RSS holding {queued:,} queued jobs | {mib(queued_rss)} | ≤ 64 MiB |",
-        f"| {queued:,} queued jobs: all taken | {intake:.2f} s | ≤ 10 s |",
-        f"| `status` while {queued:,} jobs wait | {queued_status * 1000:.0f} ms"
-        + (f" (the agent's snapshot of them written {queued_snapshot:.1f} s after the last was taken;"
-           f" before it, {queued_status_at_once * 1000:.0f} ms)" if queued_snapshot is not None
-           else f" (no snapshot of them; at once {queued_status_at_once * 1000:.0f} ms)") + " | ≤ 100 ms |",
-        f"| `compact` of a {long_log:,}-event log | {compacted['compact']:.1f} s; file {compacted['after'] / compacted['before'] * 100:.1f}% "
-        f"of before ({compacted['before'] / (1 << 20):.0f} MiB → {compacted['after'] / (1 << 20):.1f} MiB) | ≤ 2% |",
-        f"| agent start-up on it, compacted | {compacted['startup'] * 1000:.0f} ms | ≤ 100 ms |",
-        f"| `status` on it, compacted | {compacted['status'] * 1000:.0f} ms | ≤ 50 ms |",
-        f"| {synced:,} unchanged files of {SYNCED_SIZE >> 10} KiB, `overwrite = \"update\"` | {update_check:.2f} s ({update_check / update_download:.2f}× "
-        f"downloading them, {update_download:.2f} s); body bytes nginx sent: {update_sent} | ≤ 0.3×, 0 bytes |",
-        f"| `connections = {CONNECTIONS}` against curl's one connection | {segmented['syncagent'][0] / segmented['curl'][0]:.2f}× curl "
-        f"| ≤ 0.2× |",
-        f"| `connections = {CONNECTIONS}` killed with SIGKILL {killed[2]} times | "
-        f"{'byte-identical' if killed[0] else 'NOT byte-identical'}; fetched again: "
-        f"{killed[1] / max(killed[2], 1) / CONNECTIONS / (1 << 20):.2f} MiB per range per kill, where one progress interval "
-        f"is {killed[3] / CONNECTIONS / (1 << 20):.2f} MiB per range | identical; ≤ one interval per range per kill |",
-        f"| inbox rename → `started` | median {latency:.1f} ms, worst {worst:.1f} ms (50 drops) | median ≤ 10 ms |",
-        f"| tus `parallel = 4` against plain | {plain / uploads['tus, parallel = 4'][0]:.2f}× plain's throughput | ≥ 3.5× |",
-        f"| tus upload killed half-way, resumed | {resent / (1 << 20):.1f} MiB received twice; chunk {resume_chunk / (1 << 20):.1f} MiB "
-        f"| ≤ one chunk |",
-    ]
-    table = "\n".join(lines)
+    table = "\n".join(result_lines(results, options, big, smalls, events, queued, long_log, segments, hls_bytes,
+                                    shaped_hls_bytes, synced, uploaded))
     print("\n" + table)
-    if not options.quick:
+    if not options.quick and not options.prebuilt and wanted == set(WORKLOADS):
         with open(os.path.join(ROOT, "bench", "results.md"), "w") as f:
             f.write(f"<!-- make bench, {time.strftime('%Y-%m-%d')} -->\n{table}\n")
+
+
+def result_lines(results, options, big, smalls, events, queued, long_log, segments, hls_bytes, shaped_hls_bytes, synced,
+                 uploaded):
+    mib = lambda kib: f"{kib / 1024:.1f} MiB"
+    lines = [
+        f"Machine: {machine()}. {options.rounds} rounds ({options.large_rounds} for the {big >> 20} MiB file), medians; "
+        "each ratio is of the medians, with the spread of the ratios round by round (the tools alternate within a round); "
+        f"concurrency {CONCURRENCY}; peak RSS is the highest of the rounds.",
+    ]
+
+    def transfer_table(title, runs, tools, reference):
+        names = [n for n, _ in tools]
+        table = ["", f"| {title} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|",
+                 "| wall time | " + " | ".join(runs.cell(n, reference) for n in names) + " |",
+                 "| peak RSS | " + " | ".join(mib(runs.rss[n]) for n in names) + " |"]
+        return table
+
+    if "big" in results:
+        runs = results["big"]
+        lines += transfer_table(f"one {big >> 20} MiB file, loopback", runs, DURABLE_TOOLS, "curl")
+        fast, slow = runs.own_spread("syncagent")
+        curl_fast, curl_slow = runs.own_spread("curl")
+        lines += ["", f"Spread of the {options.large_rounds} rounds, fastest and slowest against the tool's own median: "
+                      f"syncagent {fast:.2f}–{slow:.2f}, curl {curl_fast:.2f}–{curl_slow:.2f}; syncagent against curl then sync: "
+                      f"{runs.cell('syncagent', 'curl then sync')}."]
+    if "many" in results:
+        runs = results["many"]
+        lines += transfer_table(f"{smalls} × 16 KiB files, loopback", runs, DURABLE_TOOLS, "curl")
+        floor = results["many floor"]
+        lines += ["", f"syncagent against curl then sync: {runs.cell('syncagent', 'curl then sync')}. "
+                      f"The disk alone (the {smalls} files written, their writeback started as each is written, then "
+                      f"fdatasync'd 32 at a time and the folder synced; no network): {floor:.2f} s "
+                      f"({floor / runs.median('curl'):.2f}× curl, which makes nothing durable)."]
+    if "hls" in results:
+        runs = results["hls"]
+        lines += transfer_table(f"{segments}-segment HLS VOD ({hls_bytes / (1 << 20):.0f} MiB), loopback", runs, HLS_TOOLS, "ffmpeg")
+        floor = results["hls floor"]
+        lines += ["", f"The disk alone (the same segments made durable the grouped way, no network): "
+                      f"{floor:.2f} s ({floor / runs.median('ffmpeg'):.2f}× ffmpeg, which makes nothing durable)."]
+    if "shaped many" in results:
+        lines += ["", f"Through a shaped link: a {2 * SHAPED_DELAY_MS} ms round trip and nginx's `limit_rate {SHAPED_RATE}` "
+                      "per connection (see `ShapedLink`)."]
+        lines += transfer_table(f"{smalls} × 16 KiB files, shaped", results["shaped many"], TOOLS, "curl")
+        lines += transfer_table(f"{segments}-segment HLS VOD ({shaped_hls_bytes / (1 << 20):.0f} MiB), shaped",
+                                results["shaped hls"], SHAPED_HLS_TOOLS, "ffmpeg")
+        runs = results["shaped hls"]
+        lines += ["", "syncagent against yt-dlp and streamlink: " + runs.cell("syncagent", "yt-dlp") + "; "
+                  + runs.cell("syncagent", "streamlink") + "."]
+    for key in ("segmented capped", "segmented capped5"):
+        if key in results:
+            size, rate, runs = results[key]
+            tools = segment_tools(CONNECTIONS)
+            lines += transfer_table(f"{size >> 20} MiB, nginx `limit_rate` {rate} per connection: syncagent "
+                                    f"`connections = {CONNECTIONS}`, aria2c `-x{CONNECTIONS} -s{CONNECTIONS}`",
+                                    runs, tools, "aria2c")
+    if "upload" in results:
+        uploads, (resent, resume_chunk) = results["upload"]
+        plain = uploads["plain"][0]
+        lines += [
+            "",
+            f"| {uploaded >> 20} MiB upload, {UPLOAD_RATE // 1_000_000} MB/s per connection | " + " | ".join(uploads) + " |",
+            "|---|---|---|---|---|",
+            "| wall time | " + " | ".join(f"{u[0]:.2f} s ({plain / u[0]:.2f}× plain's throughput)" for u in uploads.values()) + " |",
+            "| peak RSS | " + " | ".join(mib(u[1]) for u in uploads.values()) + " |",
+        ]
+    lines += ["", "| syncagent alone | figure | target |", "|---|---|---|"]
+    if "replay" in results:
+        replay, startup = results["replay"]
+        lines += [
+            f"| `replay` of {events:,} events | {replay[0]:.2f} s, peak RSS {mib(replay[1])} | ≤ 2 s |",
+            f"| agent start-up on that log (`run --exit-when-idle`) | {startup[0]:.2f} s, peak RSS {mib(startup[1])} | ≤ 2 s |",
+            f"| `replay` of {events:,} raw events (issue 12) | {replay[0]:.2f} s | ≤ 1.0 s |",
+        ]
+    if "queued" in results:
+        queued_rss, intake, queued_status, queued_status_at_once, queued_snapshot = results["queued"]
+        lines += [
+            f"| peak RSS holding {queued:,} queued jobs | {mib(queued_rss)} | ≤ 64 MiB |",
+            f"| {queued:,} queued jobs: all taken | {intake:.2f} s | ≤ 10 s |",
+            f"| `status` while {queued:,} jobs wait | {queued_status * 1000:.0f} ms"
+            + (f" (the agent's snapshot of them written {queued_snapshot:.1f} s after the last was taken;"
+               f" before it, {queued_status_at_once * 1000:.0f} ms)" if queued_snapshot is not None
+               else f" (no snapshot of them; at once {queued_status_at_once * 1000:.0f} ms)") + " | ≤ 100 ms |",
+        ]
+    if "compact" in results:
+        compacted = results["compact"]
+        lines += [
+            f"| `compact` of a {long_log:,}-event log | {compacted['compact']:.1f} s; file {compacted['after'] / compacted['before'] * 100:.1f}% "
+            f"of before ({compacted['before'] / (1 << 20):.0f} MiB → {compacted['after'] / (1 << 20):.1f} MiB) | ≤ 2% |",
+            f"| agent start-up on it, compacted | {compacted['startup'] * 1000:.0f} ms | ≤ 100 ms |",
+            f"| `status` on it, compacted | {compacted['status'] * 1000:.0f} ms | ≤ 50 ms |",
+        ]
+    if "update" in results:
+        update_download, update_check, update_sent = results["update"]
+        lines.append(
+            f"| {synced:,} unchanged files of {SYNCED_SIZE >> 10} KiB, `overwrite = \"update\"` | {update_check:.2f} s ({update_check / update_download:.2f}× "
+            f"downloading them, {update_download:.2f} s); body bytes nginx sent: {update_sent} | ≤ 0.3×, 0 bytes |")
+    if "segmented capped" in results:
+        runs = results["segmented capped"][2]
+        lines.append(f"| `connections = {CONNECTIONS}` against curl's one connection | {runs.median('syncagent') / runs.median('curl'):.2f}× curl "
+                     f"| ≤ 0.2× |")
+    if "killed" in results:
+        killed = results["killed"]
+        lines.append(
+            f"| `connections = {CONNECTIONS}` killed with SIGKILL {killed[2]} times | "
+            f"{'byte-identical' if killed[0] else 'NOT byte-identical'}; fetched again: "
+            f"{killed[1] / max(killed[2], 1) / CONNECTIONS / (1 << 20):.2f} MiB per range per kill, where one progress interval "
+            f"is {killed[3] / CONNECTIONS / (1 << 20):.2f} MiB per range | identical; ≤ one interval per range per kill |")
+    if "latency" in results:
+        latency, worst = results["latency"]
+        lines.append(f"| inbox rename → `started` | median {latency:.1f} ms, worst {worst:.1f} ms (50 drops) | median ≤ 10 ms |")
+    if "upload" in results:
+        uploads, (resent, resume_chunk) = results["upload"]
+        plain = uploads["plain"][0]
+        lines += [
+            f"| tus `parallel = 4` against plain | {plain / uploads['tus, parallel = 4'][0]:.2f}× plain's throughput | ≥ 3.5× |",
+            f"| tus upload killed half-way, resumed | {resent / (1 << 20):.1f} MiB received twice; chunk {resume_chunk / (1 << 20):.1f} MiB "
+            f"| ≤ one chunk |",
+        ]
+    if lines[-1] == "|---|---|---|":
+        lines = lines[:-3]
+    return lines
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 """A TCP proxy that limits the speed of EACH connection, for make bench.
 
   python3 bench/throttle_proxy.py --listen-port L --target-host 127.0.0.1 \
-      --target-port T --rate BYTES_PER_SECOND [--down-rate BYTES_PER_SECOND]
+      --target-port T --rate BYTES_PER_SECOND [--down-rate BYTES_PER_SECOND] \
+      [--delay-ms MS]
 
 Every connection accepted on L (127.0.0.1 unless --listen-host) gets its own
 connection to T and its own token buckets: client->server (uploads) at --rate,
@@ -10,6 +11,12 @@ server->client at --down-rate (--rate unless given; 0 means unlimited). So N
 parallel connections get N times the rate in total, as behind a server or a
 link that limits each TCP connection, and a client that opens more connections
 goes faster. There is no limit on the number of connections.
+
+--delay-ms holds every byte that long in each direction before it is passed
+on (pipelined, so it costs latency, not throughput), and opens the
+connection to T two delays after accepting one, as a TCP handshake across
+the link would take: a link of 2 × MS round trip, for kernels without
+`sch_netem` (this machine's has none).
 
 The proxy reads no faster than the rate allows, so TCP's flow control holds
 the sender back; the socket buffers on the proxy's side are kept small
@@ -50,19 +57,40 @@ class Bucket:
             await asyncio.sleep(-self.tokens / self.rate)
 
 
-async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bucket: Bucket) -> None:
+async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, bucket: Bucket, delay: float) -> None:
+    """Passes what `reader` reads to `writer` at the bucket's rate, each piece
+    `delay` seconds after it was read (a queue, so pieces in flight overlap)."""
+    in_flight: asyncio.Queue = asyncio.Queue()
+
+    async def deliver() -> None:
+        while True:
+            due, data = await in_flight.get()
+            wait = due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if data is None:
+                if writer.can_write_eof():
+                    writer.write_eof()  # the half-close, forwarded
+                return
+            writer.write(data)
+            await writer.drain()
+
+    delivering = asyncio.ensure_future(deliver())
     try:
         while True:
             data = await reader.read(bucket.read_size)
+            await bucket.take(len(data))
+            in_flight.put_nowait((time.monotonic() + delay, data or None))
             if not data:
                 break
-            await bucket.take(len(data))
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()  # the half-close, forwarded
+            # Bounded: a sender may be at most a second's worth of reads ahead.
+            while in_flight.qsize() > 1024 and not delivering.done():
+                await asyncio.sleep(delay or 0.001)
+        await delivering
     except (ConnectionError, OSError):
         writer.close()  # the other side's pump then ends too
+    finally:
+        delivering.cancel()
 
 
 class Proxy:
@@ -84,6 +112,8 @@ class Proxy:
         server_writer = None
         try:
             self.set_buffers(client_writer.get_extra_info("socket"))
+            delay = self.args.delay_ms / 1000
+            await asyncio.sleep(2 * delay)
             try:
                 server_reader, server_writer = await asyncio.open_connection(
                     self.args.target_host, self.args.target_port, limit=MAX_READ)
@@ -95,8 +125,8 @@ class Proxy:
             self.set_buffers(server_writer.get_extra_info("socket"))
             up = Bucket(self.args.rate)
             down = Bucket(self.args.rate if self.args.down_rate is None else self.args.down_rate)
-            await asyncio.gather(pump(client_reader, server_writer, up),
-                                 pump(server_reader, client_writer, down))
+            await asyncio.gather(pump(client_reader, server_writer, up, delay),
+                                 pump(server_reader, client_writer, down, delay))
         except asyncio.CancelledError:
             pass
         finally:
@@ -140,6 +170,8 @@ def main() -> None:
                         help="bytes per second of each connection, server->client (default: --rate)")
     parser.add_argument("--socket-buffer", type=int, default=256 * 1024,
                         help="SO_RCVBUF/SO_SNDBUF of the proxy's sockets (0: the kernel's autotuning)")
+    parser.add_argument("--delay-ms", type=float, default=0,
+                        help="one-way delay of the link, each direction (a round trip of twice it)")
     args = parser.parse_args()
     asyncio.run(Proxy(args).run())
 
