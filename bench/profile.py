@@ -79,6 +79,9 @@ def main():
     parser.add_argument("--keep", help="where to keep the work folder (default: a temporary one)")
     options = parser.parse_args()
     bench.WORK = options.keep or tempfile.mkdtemp(prefix="syncagent-profile-")
+    os.makedirs(bench.WORK, exist_ok=True)
+    # mkdtemp makes it 0700: nginx's workers (not root) must reach the files served from it.
+    os.chmod(bench.WORK, 0o755)
     www = bench.fresh(os.path.join(bench.WORK, "www"))
     os.makedirs(os.path.join(www, "small"))
     for index in range(options.large):

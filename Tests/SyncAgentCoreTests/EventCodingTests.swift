@@ -101,6 +101,13 @@ struct EventCodingTests {
             == #"{"attempt":1,"bytes":3,"delay_ms":2,"reason":"a\"b\u0001"}"#)
     }
 
+    /// Numbers are written as `String(value)` writes them, the ends of Int64 too.
+    @Test(arguments: [0, 7, -1, 10, 1_048_576, -9_876_543_210, Int64.max, Int64.min])
+    func numbersAreWrittenAsStringWritesThem(_ value: Int64) throws {
+        let body = EventBody.retrying(Retrying(attempt: 1, reason: "r", delayMs: value, bytes: 3))
+        #expect(EventCoding.data(of: body) == #"{"attempt":1,"bytes":3,"delay_ms":\#(value),"reason":"r"}"#)
+    }
+
     @Test func everyTypeHasAnExample() {
         #expect(Set(Self.bodies.map(\.type)) == Set(EventBody.allTypes))
     }

@@ -92,11 +92,20 @@ final class DownloadRoot: Sendable {
     private static func relative(_ file: String, to folder: String) -> String? {
         guard PathRules.isInside(file, folder) else { return nil }
         let relative = file.utf8.dropFirst(folder == "/" ? 1 : folder.utf8.count + 1)
-        // Names only: no empty one, no `.`, no `..` (checked in place: every open asks).
+        // Names only: no empty one, no `.`, no `..`. Checked in one pass over the bytes, with
+        // nothing allocated: every open asks, a dozen times a file.
         let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
-        for name in relative.split(separator: slash, omittingEmptySubsequences: false) {
-            if name.isEmpty || (name.first == dot && (name.count == 1 || (name.count == 2 && name.last == dot))) { return nil }
+        var length = 0, dots = 0
+        for byte in relative {
+            if byte == slash {
+                if length == 0 || dots == length { return nil }
+                length = 0; dots = 0
+            } else {
+                length += 1
+                if byte == dot, dots == length - 1, length <= 2 { dots += 1 }
+            }
         }
+        if length == 0 || dots == length { return nil }
         return String(decoding: relative, as: UTF8.self)
     }
 

@@ -109,7 +109,7 @@ enum DurableHashing {
 
     static func value(_ hasher: SHA256) -> SHA256Value {
         // A SHA-256 digest has 32 bytes: `SHA256Value` takes exactly those.
-        SHA256Value(bytes: hasher.finalize())!
+        hasher.finalize().withUnsafeBytes { SHA256Value(bytes: $0)! }
     }
 
     /// Feeds bytes `range` of the file into `hasher`. A file shorter than

@@ -52,16 +52,19 @@ public struct JobParser: Sendable {
     public static let maximumSize = 64 * 1024
 
     /// Absolute; every destination must stay inside it, or inside one of `moreDirs`.
-    public var downloadDir: String
+    public let downloadDir: String
     /// `more_dirs`: folders an absolute `dest` may name too.
-    public var moreDirs: [String]
-    public var defaultNotify: NotifyMode
+    public let moreDirs: [String]
+    public let defaultNotify: NotifyMode
     /// The agent's own folders (state dir, inbox): no destination may lie
     /// in them, even when they sit inside `download_dir`.
-    public var forbiddenDirs: [String]
+    public let forbiddenDirs: [String]
     /// The config's `name_from_server`: downloads without `dest` (nor a
     /// key of their own) are named by their server's answer.
-    public var defaultNameFromServer: Bool
+    public let defaultNameFromServer: Bool
+    /// Where a body file may be read from. Made once: every job and every
+    /// attempt asks, and making it normalizes each folder again.
+    public let bodyFileRules: BodyFileRules
 
     public init(downloadDir: String, moreDirs: [String] = [], defaultNotify: NotifyMode = .batch, forbiddenDirs: [String] = [],
                 nameFromServer: Bool = false) {
@@ -70,6 +73,7 @@ public struct JobParser: Sendable {
         self.defaultNotify = defaultNotify
         self.forbiddenDirs = forbiddenDirs.map(PathRules.normalize)
         defaultNameFromServer = nameFromServer
+        bodyFileRules = BodyFileRules(forbiddenDirs: self.forbiddenDirs, rpcRoot: self.downloadDir)
     }
 
     /// Where `name`, a name a server gave (made safe: `ServerFileName`),
@@ -114,9 +118,6 @@ public struct JobParser: Sendable {
         }
         return nil
     }
-
-    /// Where a `body_file` may be read from: not the agent's own folders, nor the kernel's; an RPC job's beneath download_dir.
-    public var bodyFileRules: BodyFileRules { BodyFileRules(forbiddenDirs: forbiddenDirs, rpcRoot: downloadDir) }
 
     /// Every key a transfer job may hold (syncagent.job(5) names each).
     public static let transferKeys: Set<String> = [

@@ -140,7 +140,7 @@ public enum Hex {
     }
 
     @inlinable
-    static func digit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 0x30 + nibble : 0x57 + nibble }
+    public static func digit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 0x30 + nibble : 0x57 + nibble }
 
     public static func decode(_ text: String) -> [UInt8]? {
         let chars = Array(text.utf8)

@@ -5,17 +5,22 @@ import Foundation
 public struct SHA256Value: Hashable, Sendable, CustomStringConvertible {
     private var w0: UInt64, w1: UInt64, w2: UInt64, w3: UInt64
 
-    /// Nil unless exactly 32 bytes.
+    /// Nil unless exactly 32 bytes. (No array in between: every file's digest is made here.)
     public init?<Bytes: Sequence>(bytes: Bytes) where Bytes.Element == UInt8 {
-        var words: [UInt64] = [0, 0, 0, 0]
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         var count = 0
         for byte in bytes {
-            guard count < 32 else { return nil }
-            words[count / 8] = words[count / 8] << 8 | UInt64(byte)
+            switch count >> 3 {
+            case 0: words.0 = words.0 << 8 | UInt64(byte)
+            case 1: words.1 = words.1 << 8 | UInt64(byte)
+            case 2: words.2 = words.2 << 8 | UInt64(byte)
+            case 3: words.3 = words.3 << 8 | UInt64(byte)
+            default: return nil
+            }
             count += 1
         }
         guard count == 32 else { return nil }
-        (w0, w1, w2, w3) = (words[0], words[1], words[2], words[3])
+        (w0, w1, w2, w3) = words
     }
 
     /// Nil unless 64 hex digits.
@@ -28,8 +33,19 @@ public struct SHA256Value: Hashable, Sendable, CustomStringConvertible {
         [w0, w1, w2, w3].flatMap { word in (0..<8).reversed().map { UInt8(truncatingIfNeeded: word >> (8 * $0)) } }
     }
 
-    /// Lowercase hex, as `sha256sum` prints it.
-    public var hex: String { Hex.encode(bytes) }
+    /// Lowercase hex, as `sha256sum` prints it: written straight from the
+    /// words (every `progressed` and `finished` event carries some).
+    public var hex: String {
+        String(unsafeUninitializedCapacity: 64) { out in
+            func put(_ word: UInt64, at start: Int) {
+                for nibble in 0..<16 {
+                    out[start + nibble] = Hex.digit(UInt8(truncatingIfNeeded: word >> (60 - 4 * nibble)) & 0x0F)
+                }
+            }
+            put(w0, at: 0); put(w1, at: 16); put(w2, at: 32); put(w3, at: 48)
+            return 64
+        }
+    }
     public var description: String { hex }
 }
 

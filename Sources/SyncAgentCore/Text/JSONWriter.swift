@@ -4,19 +4,35 @@
 public struct JSONWriter {
     private var bytes: [UInt8] = [UInt8(ascii: "{")]
 
-    init() { bytes.reserveCapacity(128) }
+    /// Room for a `created` event with its URL and destination, so the
+    /// array is not grown and copied a few times over for each event.
+    init() { bytes.reserveCapacity(512) }
 
     private mutating func key(_ name: StaticString) {
         if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
         bytes.append(UInt8(ascii: "\""))
         bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
-        bytes.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
     }
 
     mutating func field(_ name: StaticString, _ value: Int64?) {
         guard let value else { return }
         key(name)
-        bytes.append(contentsOf: String(value).utf8)
+        Self.appendDecimal(value, to: &bytes)
+    }
+
+    /// `value` in decimal, as `String(value)` writes it, without making that String.
+    static func appendDecimal(_ value: Int64, to bytes: inout [UInt8]) {
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        // The magnitude as unsigned: Int64.min has none as a signed number.
+        var left = value.magnitude
+        let start = bytes.count
+        repeat {
+            bytes.append(UInt8(ascii: "0") + UInt8(left % 10))
+            left /= 10
+        } while left > 0
+        bytes[start...].reverse()
     }
 
     mutating func field(_ name: StaticString, _ value: Int) { field(name, Int64(value)) }
@@ -37,9 +53,21 @@ public struct JSONWriter {
     /// Escaped as `JSONEncoder` escapes (`status --json` is compared with it byte for byte).
     static func appendQuoted(_ value: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
-        // Most values need no escape: copied whole, not appended a byte at a time.
-        guard value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+        // Most values need no escape: copied whole, not appended a byte at a time,
+        // and looked through as the bytes they are stored as where they are.
+        func needsNoEscape(_ utf8: some Sequence<UInt8>) -> Bool {
+            !utf8.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+        }
+        let plain = value.utf8.withContiguousStorageIfAvailable { stored in
+            guard needsNoEscape(stored) else { return false }
+            bytes.append(contentsOf: stored)
+            return true
+        } ?? {
+            guard needsNoEscape(value.utf8) else { return false }
             bytes.append(contentsOf: value.utf8)
+            return true
+        }()
+        if plain {
             bytes.append(UInt8(ascii: "\""))
             return
         }
