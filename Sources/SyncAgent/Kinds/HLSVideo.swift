@@ -139,7 +139,9 @@ final class HLSVideoRunner: TaskRunner {
             do {
                 renditions = try HLSRenditionChoice.choose(for: variant, options: task.spec.hls ?? HLSOptions())
             } catch let refusal as HLSRenditionChoice.Refusal {
-                context.fail(task, reason: "\(Redaction.url(url)): \(refusal.description)", code: refusal.code, metrics: exchange.metrics)
+                // The URL last: a redacted one runs to the next space when the words are shown.
+                context.fail(task, reason: "\(refusal.description); the master playlist is \(Redaction.url(url))", code: refusal.code,
+                             metrics: exchange.metrics)
                 return
             } catch {
                 context.fail(task, reason: "\(error)", code: .badPlaylist, metrics: exchange.metrics)
