@@ -126,10 +126,10 @@ struct HLSRenditionTests {
                                                    + "language (it offers ../../e\\x07tc)", code: .noRendition)) {
             try choose(hostile, audio: "en")
         }
-        let chosen = try choose(hostile)
-        #expect(chosen.first?.uri == "https://cdn.example.com/a.m3u8")
+        let chosen = try #require(try choose(hostile, audio: "default").first)
+        #expect(chosen.uri == "https://cdn.example.com/a.m3u8")
         let text = HLSLocalMaster.text(HLSRenditions(bandwidth: nil, resolution: "1\n#EXT-X-BAD", codecs: "avc1\",x",
-                                                     tracks: [track(.audio, language: chosen[0].language, name: chosen[0].name)]))
+                                                     tracks: [track(.audio, language: chosen.language, name: chosen.name)]))
         #expect(text == """
             #EXTM3U
             #EXT-X-VERSION:3

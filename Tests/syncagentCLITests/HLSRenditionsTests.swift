@@ -222,6 +222,40 @@ struct HLSRenditionsTests {
         try expectVerifyClean(harness)
     }
 
+    /// Renditions that cannot be served fail the video with the reason, never hang it: a sound
+    /// "playlist" that is the master itself, one the server does not have, and a live video.
+    @Test func renditionsThatCannotBeServedFailSayingWhy() throws {
+        let (harness, nginx, media) = try world()
+        let video = "#EXT-X-STREAM-INF:BANDWIDTH=75900,RESOLUTION=320x240,AUDIO=\"a\"\nhls/rend/vvideo/index.m3u8\n"
+        try ("#EXTM3U\n#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"a\",NAME=\"x\",DEFAULT=YES,URI=\"loop.m3u8\"\n" + video)
+            .write(toFile: nginx.root + "/loop.m3u8", atomically: true, encoding: .utf8)
+        try ("#EXTM3U\n#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"a\",NAME=\"x\",DEFAULT=YES,URI=\"gone/index.m3u8\"\n" + video)
+            .write(toFile: nginx.root + "/missing.m3u8", atomically: true, encoding: .utf8)
+        // A live video: its playlist without an end.
+        let live = try String(contentsOfFile: media.path("rend/vvideo/index.m3u8"), encoding: .utf8)
+            .replacingOccurrences(of: "#EXT-X-ENDLIST", with: "").replacingOccurrences(of: "#EXT-X-PLAYLIST-TYPE:VOD", with: "")
+            .replacingOccurrences(of: "seg0", with: "hls/rend/vvideo/seg0")
+        try live.write(toFile: nginx.root + "/live-video.m3u8", atomically: true, encoding: .utf8)
+        try ("#EXTM3U\n#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"a\",NAME=\"x\",DEFAULT=YES,URI=\"hls/rend/ven/index.m3u8\"\n"
+             + "#EXT-X-STREAM-INF:BANDWIDTH=75900,AUDIO=\"a\"\nlive-video.m3u8\n")
+            .write(toFile: nginx.root + "/live.m3u8", atomically: true, encoding: .utf8)
+        for name in ["loop", "missing", "live"] {
+            try harness.drop("\(name).job", job(name, nginx.url("\(name).m3u8"), "retries = 0\nmax_duration = 60\n"))
+        }
+        try harness.runUntilIdle(expecting: 4)
+        let loop = try task(harness, "loop")
+        #expect(loop["error_code"] as? String == "bad_playlist")
+        #expect((loop["error"] as? String)?.hasPrefix("the sound playlist http://127.0.0.1:\(nginx.port)/loop.m3u8 is a master playlist") == true,
+                "\(loop)")
+        #expect(try task(harness, "missing")["error_code"] as? String == "http_404")
+        let refused = try task(harness, "live")
+        #expect(refused["error_code"] as? String == "separate_audio")
+        #expect((refused["error"] as? String)?.contains("live-video.m3u8 is a live playlist: syncagent takes separate sound and "
+                                                         + "subtitles renditions from VOD playlists only") == true, "\(refused)")
+        #expect(!nginx.requests.contains { $0.uri.hasSuffix(".ts") }, "nothing fetched")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: harness.downloads).isEmpty)
+    }
+
     /// A video with renditions is not retargeted (its sound would stay at the old URL): said at once.
     @Test func aRetargetOfAVideoWithRenditionsIsRefused() throws {
         let (harness, nginx, _) = try world()
