@@ -152,6 +152,14 @@ struct SubmitCommand: ParsableCommand {
     @Option(name: .customLong("max-duration"), help: "HLS jobs: seconds of media to take from a live playlist.")
     var maxDuration: Int?
 
+    @Option(help: ArgumentHelp("HLS jobs: the sound rendition: default (the master's default), none (the variant's own "
+                               + "segments alone) or a language such as en or pt-BR.", valueName: "audio"),
+            completion: .list(["default", "none"]))
+    var audio: String?
+
+    @Option(help: ArgumentHelp("HLS jobs: the subtitles rendition of this language (en, pt-BR …).", valueName: "language"))
+    var subtitles: String?
+
     @Flag(help: ArgumentHelp("Stay until the tasks end, with a live line for each (on stderr), and exit as aria2c does: "
                              + "0 when all finished, else its status for the last failure (3 not found, 24 refused, 32 checksum …)."))
     var wait = false
@@ -337,6 +345,7 @@ struct SubmitCommand: ParsableCommand {
         set("connections", connections.map(String.init)); set("allow_metered", allowMetered.map(String.init))
         set("method", method); set("body_file", bodyFile); set("form_field", formField); set("variant", variant)
         set("output", output); set("max_duration", maxDuration.map(String.init)); set("id", id)
+        set("audio", audio); set("subtitles", subtitles)
         set("protocol", uploadProtocol); set("chunk_size", chunkSize); set("parallel", parallel.map(String.init))
         set("min_speed", minSpeed); set("min_speed_time", minSpeedTime.map(String.init))
         if nameFromServer { set("name_from_server", "true") }

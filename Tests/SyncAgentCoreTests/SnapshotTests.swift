@@ -362,7 +362,7 @@ struct SnapshotTests {
             ("TaskActivity", Mirror(reflecting: task.activity.box!.fields).children.count, 12),
             ("TaskDetails", Mirror(reflecting: task.details.box!.fields).children.count, 19),
             ("HLSProgress", Mirror(reflecting: HLSProgress(playlist: "", targetDurationMs: 0, ended: false, entries: [], mediaMs: 0,
-                                                            lastSequence: nil)).children.count, 6),
+                                                            lastSequence: nil)).children.count, 7),
             ("PublishedFile", Mirror(reflecting: PublishedFile(task: "", url: "", size: 0)).children.count, 7),
             ("Family", Mirror(reflecting: Family()).children.count, 4),
         ]

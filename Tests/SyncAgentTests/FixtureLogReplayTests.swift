@@ -194,7 +194,7 @@ struct FixtureLogReplayTests {
     /// Today's coding writes each row's `data` back to the very bytes it
     /// read. A failure here means the log's wire form changed: old logs
     /// must still replay (the tests above), but the change is worth knowing.
-    @Test(arguments: ["all-events", "retargeted"] + snapshotFormats.map { "snapshot-format-\($0)" })
+    @Test(arguments: ["all-events", "retargeted", "renditions"] + snapshotFormats.map { "snapshot-format-\($0)" })
     func everyRowEncodesBackToItsBytes(fixture: String) throws {
         for (row, event) in try decodedRows(EventStore(readingFrom: copy(fixture))) {
             #expect(EventCoding.data(of: event.body) == row.data, "row \(row.seq) (\(row.type))")
@@ -216,6 +216,28 @@ struct FixtureLogReplayTests {
         #expect(state["dataset"]?.phase == .running && state["dataset"]?.currentURL == "https://mirror.example.com/dataset-2024-03.tar.zst")
         #expect(state["dataset"]?.awaitsRetargetCheck == false && state["dataset"]?.restartReason?.hasPrefix("the new URL serves") == true)
         #expect(state["notes"]?.phase == .paused && state["notes"]?.bytes == 0 && state["notes"]?.restartReason?.hasPrefix("retargeted: ") == true)
+    }
+
+    /// The log of videos with separate renditions (issue 38): its rows folded one by one, at
+    /// every seq; the renditions its `expanded` events hold are the fold's, a snapshot keeps them,
+    /// and each video's family counts the renditions' children with the video's.
+    @Test func theRenditionsLogReplaysAsItsRowsFoldedOneByOne() throws {
+        let store = try EventStore(readingFrom: copy("renditions"))
+        var state = AgentState()
+        for event in try decodedRows(store).map(\.event) {
+            state.apply(event)
+            #expect(try store.replay(through: event.seq) == state, "replay through \(event.seq)")
+        }
+        #expect(try store.replay() == state && state.orphanEvents.isEmpty)
+        #expect(try Snapshot.decode(Snapshot.encode(state)) == state)
+        let concert = try #require(state["concert"])
+        #expect(concert.phase == .finished && concert.spec.hls?.audio == "fr" && concert.spec.hls?.subtitles == "en")
+        #expect(concert.hls?.renditions?.tracks.map(\.kind) == [.audio, .subtitles])
+        #expect(concert.hls?.renditions?.tracks.first?.language == "fr-CA")
+        #expect(state.families["concert"]?.total == 7 && state.families["concert"]?.finished == 7)
+        #expect(state["joined"]?.errorCode == .muxFailed && state.families["joined"]?.finished == 5)
+        #expect(state["german"]?.errorCode == .noRendition && state.families["german"] == nil)
+        #expect(state["lecture"]?.phase == .running && state.families["lecture"]?.finished == 4)
     }
 
     // MARK: Reading snapshots as stored

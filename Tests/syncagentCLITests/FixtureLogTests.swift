@@ -16,7 +16,7 @@ struct FixtureLogTests {
         .appendingPathComponent("../Fixtures/logs").standardizedFileURL.path
 
     static let fixtures = ["all-events", "snapshot-format-2", "snapshot-format-3", "snapshot-format-4", "snapshot-format-5", "snapshot-format-6",
-                           "snapshot-format-7", "snapshot-format-8", "retargeted"]
+                           "snapshot-format-7", "snapshot-format-8", "retargeted", "renditions"]
 
     /// The golden file of each command, as `capture_golden.sh` names them.
     static let goldens = [

@@ -167,9 +167,11 @@ struct HLSTests {
     }
 
     /// A fifth adversary: a variant taking its sound from `#EXT-X-MEDIA:TYPE=AUDIO,URI=…` (the usual
-    /// CMAF layout) was published as a silent video, `finished`. Refused with the reason instead.
-    @Test func aVariantWhoseAudioIsARenditionOfItsOwnIsRefusedNotPublishedSilent() throws {
-        let (harness, nginx, _) = try world()
+    /// CMAF layout) was published as a silent video, `finished`. Its sound is fetched now, with no
+    /// key asking for it; `audio = "none"` takes the variant's own segments alone, as a folder
+    /// laid out as any other (see HLSRenditionsTests for the renditions themselves).
+    @Test func aVariantWhoseAudioIsARenditionOfItsOwnIsPublishedWithItsSound() throws {
+        let (harness, nginx, media) = try world()
         try """
             #EXTM3U
             #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="aud",NAME="en",DEFAULT=YES,URI="hls/lo/index.m3u8"
@@ -178,11 +180,13 @@ struct HLSTests {
 
             """.write(toFile: nginx.root + "/cmaf.m3u8", atomically: true, encoding: .utf8)
         try harness.drop("c.job", "id = \"c\"\nkind = \"hls\"\nurl = \"\(nginx.url("cmaf.m3u8"))\"\ndest = \"c\"\n")
-        try harness.runUntilIdle(expecting: 4)
-        let refused = try task(harness, "c")
-        #expect(refused["error_code"] as? String == "separate_audio")
-        #expect((refused["error"] as? String)?.contains("GROUP-ID=\"aud\"") == true, "\(refused)")
-        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/c"))
+        try harness.drop("n.job", "id = \"n\"\nkind = \"hls\"\nurl = \"\(nginx.url("cmaf.m3u8"))\"\ndest = \"n\"\naudio = \"none\"\n")
+        try harness.runUntilIdle()
+        let master = try String(contentsOfFile: harness.downloads + "/c/index.m3u8", encoding: .utf8)
+        #expect(master.contains("URI=\"audio.m3u8\"") && master.contains("\nvideo.m3u8\n"), "\(master)")
+        #expect(contents(harness.downloads + "/c/audio-0.ts") == contents(media.path("lo/" + (try media.segments(of: "lo/index.m3u8"))[0])))
+        try expectSegments(in: harness.downloads + "/n", of: "hi", media)
+        #expect(!FileManager.default.fileExists(atPath: harness.downloads + "/n/audio.m3u8"))
     }
 
     @Test func aes128SegmentsAreDecryptedAndTheKeyNeverShows() throws {

@@ -30,7 +30,8 @@ enum HLSPublisher {
             throw SystemError(operation: "task \(parent.id) has no playlist to publish", errno: EINVAL)
         }
         let options = parent.spec.hls ?? HLSOptions()
-        let keys = try readKeys(hls.entries, in: state, root: root)
+        let tracks = hls.renditions?.tracks ?? []
+        let keys = try readKeys(hls.entries + tracks.flatMap(\.entries), in: state, root: root)
         let isFMP4 = isFMP4(hls.entries)
         switch options.output {
         case .file where Set(hls.entries.compactMap(\.mapChild)).count > 1:
@@ -43,9 +44,17 @@ enum HLSPublisher {
         case .directory:
             let bytes = try assembleFolder(hls, at: staging, keys: keys, in: state, root: root)
             return Prepared(staging: staging, dest: try finalPath(dest, parent, in: state, root: root), bytes: bytes)
+        case .file where hls.renditions != nil:
+            // The video and its renditions laid out as for a folder, then muxed into one file by ffmpeg.
+            let work = HLSFanOut.workDirectory(of: parent)!
+            _ = try assembleFolder(hls, at: work + "/mux", keys: keys, in: state, root: root)
+            let isMP4 = joinsIntoMP4(hls.entries, hls.renditions)
+            let bytes = try HLSMuxer.mux(folder: work + "/mux", tracks: tracks, isMP4: isMP4, into: staging, root: root)
+            return Prepared(staging: staging, dest: try finalPath(joinedPath(dest, isMP4: isMP4), parent, in: state, root: root),
+                            bytes: bytes)
         case .file:
             let bytes = try concatenate(hls, into: staging, keys: keys, in: state, root: root)
-            return Prepared(staging: staging, dest: try finalPath(joinedPath(dest, isFMP4: isFMP4), parent, in: state, root: root),
+            return Prepared(staging: staging, dest: try finalPath(joinedPath(dest, isMP4: isFMP4), parent, in: state, root: root),
                             bytes: bytes)
         }
     }
@@ -56,12 +65,18 @@ enum HLSPublisher {
     /// Whether the segments are fMP4 (and so the file an `.mp4`): the first one's init segment says.
     static func isFMP4(_ entries: [HLSEntry]) -> Bool { entries.contains { $0.mapChild != nil } }
 
+    /// Whether a joined video is an MP4: fMP4 segments, or subtitles, which MPEG-TS cannot hold
+    /// (they are muxed as `mov_text`).
+    static func joinsIntoMP4(_ entries: [HLSEntry], _ renditions: HLSRenditions?) -> Bool {
+        isFMP4(entries) || renditions?.tracks.contains { $0.kind == .subtitles } == true
+    }
+
     /// The one file a video is joined into. `dest = "talk.ts"` names the file,
     /// not its stem: the extension is the format's, once.
-    static func joinedPath(_ dest: String, isFMP4: Bool) -> String {
+    static func joinedPath(_ dest: String, isMP4: Bool) -> String {
         let lowered = dest.lowercased()
         let stem = lowered.hasSuffix(".ts") ? String(dest.dropLast(3)) : lowered.hasSuffix(".mp4") ? String(dest.dropLast(4)) : dest
-        return stem + (isFMP4 ? ".mp4" : ".ts")
+        return stem + (isMP4 ? ".mp4" : ".ts")
     }
 
     /// `overwrite` for the finished video: rename picks a free name; a
@@ -130,17 +145,42 @@ enum HLSPublisher {
         }
     }
 
-    /// `out/0.ts, 1.ts, …, init.mp4, index.m3u8`. Clear segments are moved,
-    /// not copied; a crash half-way resumes (what is in `out/` is done).
+    /// `out/0.ts, 1.ts, …, init.mp4, index.m3u8`; with renditions, the video's
+    /// playlist is `video.m3u8`, each rendition's files are beside it under
+    /// its prefix (`audio-0.ts`, `subs-0.vtt`, `audio.m3u8` …), and `index.m3u8`
+    /// is the master naming them. Clear segments are moved, not copied; a crash
+    /// half-way resumes (what is in `out/` is done).
     private static func assembleFolder(_ hls: HLSProgress, at staging: String, keys: [String: SymmetricKey],
                                        in state: AgentState, root: DownloadRoot) throws -> Int64 {
         try root.makeDirectory(staging)
-        let (names, inits) = HLSLocalPlaylist.names(of: hls.entries)
+        guard let renditions = hls.renditions else {
+            return try assembleMedia(hls.entries, targetDurationMs: hls.targetDurationMs, playlist: "index.m3u8", at: staging,
+                                     keys: keys, in: state, root: root)
+        }
+        var bytes = try assembleMedia(hls.entries, targetDurationMs: hls.targetDurationMs, playlist: HLSLocalMaster.videoPlaylist,
+                                      at: staging, keys: keys, in: state, root: root)
+        for track in renditions.tracks {
+            bytes += try assembleMedia(track.entries, targetDurationMs: track.targetDurationMs,
+                                       playlist: HLSLocalMaster.playlist(of: track.kind), at: staging,
+                                       prefix: HLSLocalMaster.prefix(of: track.kind), segmentExtension: track.segmentExtension,
+                                       keys: keys, in: state, root: root)
+        }
+        let master = Array(HLSLocalMaster.text(renditions).utf8)
+        try writeFile(master, to: staging + "/index.m3u8", root: root)
+        try root.syncDirectory(of: staging + "/index.m3u8")
+        return bytes + Int64(master.count)
+    }
+
+    /// One media playlist's segments and init segments in `staging`, and its local playlist.
+    private static func assembleMedia(_ entries: [HLSEntry], targetDurationMs: Int64, playlist: String, at staging: String,
+                                      prefix: String = "", segmentExtension: String? = nil, keys: [String: SymmetricKey],
+                                      in state: AgentState, root: DownloadRoot) throws -> Int64 {
+        let (names, inits) = HLSLocalPlaylist.names(of: entries, prefix: prefix, segmentExtension: segmentExtension)
         var bytes: Int64 = 0
         var moves: [(child: String, from: String, to: String)] = inits.compactMap { child, name in
             state[child]?.dest.map { (child, $0, staging + "/" + name) }
         }
-        for (index, entry) in hls.entries.enumerated() {
+        for (index, entry) in entries.enumerated() {
             let target = staging + "/" + names[index]
             if entry.keyChild != nil {
                 if !root.exists(target) { try writeFile(try clearBytes(entry, keys: keys, in: state, root: root), to: target, root: root) }
@@ -153,10 +193,11 @@ enum HLSPublisher {
             try root.rename(move.from, to: move.to)
         }
         for name in names + Array(inits.values) { bytes += root.size(staging + "/" + name) ?? 0 }
-        let playlist = Array(HLSLocalPlaylist.text(entries: hls.entries, targetDurationMs: hls.targetDurationMs).utf8)
-        try writeFile(playlist, to: staging + "/index.m3u8", root: root)
-        try root.syncDirectory(of: staging + "/index.m3u8")
-        return bytes + Int64(playlist.count)
+        let text = Array(HLSLocalPlaylist.text(entries: entries, targetDurationMs: targetDurationMs, prefix: prefix,
+                                               segmentExtension: segmentExtension).utf8)
+        try writeFile(text, to: staging + "/" + playlist, root: root)
+        try root.syncDirectory(of: staging + "/" + playlist)
+        return bytes + Int64(text.count)
     }
 
     /// One file: each init segment where it starts to apply, then every

@@ -10,9 +10,25 @@ import SyncAgentCore
 final class HLSVideoRunner: TaskRunner {
     let taskID: String
     private unowned let context: RunnerContext
-    /// The playlist read in flight: the task's own attempt, or a live playlist read again.
+    /// The playlist read in flight: the task's own attempt, a live playlist read again, or one
+    /// of the playlists a master's variant takes with it.
     private var exchange: Exchange?
-    private var exchangeIsRefresh = false
+    private var exchangeRead = PlaylistRead.attempt
+    enum PlaylistRead { case attempt, refresh, gathering }
+    /// A master's chosen variant whose renditions have playlists of their own: read one after
+    /// another in the task's attempt (its media playlist first), then fanned out together.
+    private var gathering: Gathering?
+    struct Gathering {
+        var variant: HLSVariant
+        /// Renditions still to read, in order.
+        var pending: [HLSRendition]
+        /// The one being read; nil: the variant's own playlist.
+        var current: HLSRendition?
+        var video: (playlist: HLSMediaPlaylist, url: String)?
+        var read: [HLSFanOut.RenditionPlaylist] = []
+        /// Redirects followed for the playlist being read.
+        var hops = 0
+    }
     /// A live video: when its playlist is read again (monotonic ms).
     private var refreshAt: Int64?
     /// Reads in a row that failed.
@@ -41,9 +57,10 @@ final class HLSVideoRunner: TaskRunner {
     func start(_ task: TaskState) {
         // Retargeted, a video reads its playlist at the new URL before its segments go on (`rebase`).
         guard !task.isFannedOut || task.awaitsRetargetCheck else { return resumeFannedOut(task) }
+        gathering = nil
         guard let exchange = makePlaylistRead(task) else { return }
         context.record(.started(Started(attempt: task.nextAttempt, offset: 0, url: task.currentURL)), task: taskID)
-        read(exchange, refresh: false)
+        read(exchange, as: .attempt)
     }
 
     /// A fanned-out video taken from the queue (a restart, a resume): its
@@ -65,29 +82,30 @@ final class HLSVideoRunner: TaskRunner {
         }
     }
 
-    private func read(_ exchange: Exchange, refresh: Bool) {
+    private func read(_ exchange: Exchange, as purpose: PlaylistRead) {
         let id = taskID
         exchange.onRedirected = { [unowned self] hop in
-            // A read again is no attempt of its own: it records nothing.
-            if !refresh { context.record(.redirected(hop), task: id) }
+            // Only the task's own URL moves: a read again, or of a rendition, records nothing.
+            if purpose == .attempt { context.record(.redirected(hop), task: id) }
         }
         exchange.onEnded = { [unowned self] exchange, outcome in ended(exchange, outcome) }
         do {
             try context.exchanges.add(exchange)
         } catch {
             guard let task = context.state[taskID] else { return }
-            if refresh { refreshFailed(task, "\(error)") } else { context.refuseStart(task, error) }
+            if purpose == .refresh { refreshFailed(task, "\(error)") } else { context.refuseStart(task, error) }
             return
         }
         self.exchange = exchange
-        exchangeIsRefresh = refresh
+        exchangeRead = purpose
     }
 
     private func ended(_ exchange: Exchange, _ outcome: AttemptOutcome) {
         self.exchange = nil
         context.needsScheduling = true
         guard let task = context.state[taskID] else { return }
-        if exchangeIsRefresh { return refreshed(task, exchange, outcome) }
+        if exchangeRead == .refresh { return refreshed(task, exchange, outcome) }
+        if exchangeRead == .gathering { return gathered(task, exchange, outcome) }
         guard case .complete = outcome else {
             return context.attemptEnded(task, outcome, on: exchange, metrics: exchange.metrics, durable: exchange.durable)
         }
@@ -116,13 +134,22 @@ final class HLSVideoRunner: TaskRunner {
                              code: .noVariant, metrics: exchange.metrics)
                 return
             }
-            // Its sound in a playlist of its own (a CMAF layout): the video alone would be published
-            // as the whole. Said, not done, until alternate renditions are fetched too.
-            if let group = variant.separateAudio {
-                context.fail(task, reason: "the chosen variant of \(Redaction.url(url)) takes its audio from a rendition of its own "
-                             + "(#EXT-X-MEDIA TYPE=AUDIO, GROUP-ID=\"\(Printable.escaping(group))\"), which syncagent does not fetch: "
-                             + "the video would be silent", code: .separateAudio, metrics: exchange.metrics)
+            // Its sound (or the subtitles asked for) in playlists of their own: read with the variant's.
+            let renditions: [HLSRendition]
+            do {
+                renditions = try HLSRenditionChoice.choose(for: variant, options: task.spec.hls ?? HLSOptions())
+            } catch let refusal as HLSRenditionChoice.Refusal {
+                // The URL last: a redacted one runs to the next space when the words are shown.
+                context.fail(task, reason: "\(refusal.description); the master playlist is \(Redaction.url(url))", code: refusal.code,
+                             metrics: exchange.metrics)
                 return
+            } catch {
+                context.fail(task, reason: "\(error)", code: .badPlaylist, metrics: exchange.metrics)
+                return
+            }
+            if !renditions.isEmpty {
+                gathering = Gathering(variant: variant, pending: renditions)
+                return gather(task, url: variant.uri)
             }
             // A master that leads to masters forever is refused like a redirect loop.
             guard task.redirects < context.settings.maxRedirects else {
@@ -136,6 +163,86 @@ final class HLSVideoRunner: TaskRunner {
             if task.isFannedOut, task.awaitsRetargetCheck { return rebase(task, on: media, url: url) }
             expand(task, with: media, url: url)
         }
+    }
+
+    // MARK: - A variant's renditions
+
+    /// Reads one playlist of the variant being gathered, at `url`, in the task's attempt.
+    private func gather(_ task: TaskState, url: String) {
+        var target = task
+        target.currentURL = url
+        guard let exchange = makePlaylistRead(target) else { return }
+        read(exchange, as: .gathering)
+    }
+
+    /// A playlist of the variant being gathered arrived (or did not): the next is read, and
+    /// once all are, the video fans out with them. A failure is the attempt's, retried from
+    /// the master as any failed attempt is.
+    private func gathered(_ task: TaskState, _ exchange: Exchange, _ outcome: AttemptOutcome) {
+        guard var gathering, task.phase == .running else {
+            gathering = nil
+            return
+        }
+        switch outcome {
+        case .complete:
+            let url = exchange.currentURL
+            let what = gathering.current.map { $0.kind == .audio ? "the sound playlist" : "the subtitles playlist" } ?? "the variant's playlist"
+            let media: HLSMediaPlaylist
+            do {
+                guard case .media(let parsed) = try HLSPlaylist.parse(exchange.memoryBody, base: url) else {
+                    self.gathering = nil
+                    context.fail(task, reason: "\(what) \(Redaction.url(url)) is a master playlist, not a media playlist",
+                                 code: .badPlaylist, metrics: exchange.metrics)
+                    return
+                }
+                media = parsed
+            } catch {
+                self.gathering = nil
+                context.fail(task, reason: "\(what) \(Redaction.url(url)): \(error)", code: .badPlaylist, metrics: exchange.metrics)
+                return
+            }
+            if let rendition = gathering.current {
+                gathering.read.append(HLSFanOut.RenditionPlaylist(rendition: rendition, playlist: media, url: url))
+            } else {
+                gathering.video = (media, url)
+            }
+            gathering.hops = 0
+            guard let next = gathering.pending.first, let uri = next.uri else {
+                self.gathering = nil
+                return gatheredAll(task, gathering, metrics: exchange.metrics)
+            }
+            gathering.pending.removeFirst()
+            gathering.current = next
+            self.gathering = gathering
+            gather(task, url: uri)
+        case .redirect(let target, _):
+            gathering.hops += 1
+            self.gathering = gathering
+            guard gathering.hops <= context.settings.maxRedirects else {
+                self.gathering = nil
+                context.fail(task, reason: "more than \(context.settings.maxRedirects) redirects from \(Redaction.url(exchange.currentURL))",
+                             code: .badPlaylist, metrics: exchange.metrics)
+                return
+            }
+            gather(task, url: target)
+        default:
+            self.gathering = nil
+            context.attemptEnded(task, outcome, on: exchange, metrics: exchange.metrics, durable: exchange.durable)
+        }
+    }
+
+    /// Every playlist of the variant is read: a VOD fans out with its renditions. A live one
+    /// is refused: its renditions would have to be read again in step with it.
+    private func gatheredAll(_ task: TaskState, _ gathering: Gathering, metrics: AttemptMetrics?) {
+        guard let video = gathering.video else { return }
+        let live = [video.url] + gathering.read.filter { !$0.playlist.ended }.map(\.url)
+        guard video.playlist.ended, live.count == 1 else {
+            context.fail(task, reason: "\(Redaction.url(live[video.playlist.ended ? 1 : 0])) is a live playlist: syncagent takes "
+                         + "separate sound and subtitles renditions from VOD playlists only (audio = \"none\", without "
+                         + "subtitles, takes the live video alone)", code: .separateAudio, metrics: metrics)
+            return
+        }
+        expand(task, with: video.playlist, url: video.url, renditions: gathering.read, variant: gathering.variant)
     }
 
     /// A retargeted video read its playlist at the new URL: its segments
@@ -167,10 +274,12 @@ final class HLSVideoRunner: TaskRunner {
     }
 
     /// Records the children a media playlist adds, and when to read it again.
-    private func expand(_ task: TaskState, with media: HLSMediaPlaylist, url: String) {
+    private func expand(_ task: TaskState, with media: HLSMediaPlaylist, url: String,
+                        renditions: [HLSFanOut.RenditionPlaylist] = [], variant: HLSVariant? = nil) {
         let plan: HLSFanOut.Plan
         do {
-            plan = try HLSFanOut.plan(parent: task, playlist: media, url: url, in: context.state)
+            plan = try HLSFanOut.plan(parent: task, playlist: media, url: url, renditions: renditions, variant: variant,
+                                      in: context.state)
         } catch let refusal as HLSFanOut.Refusal {
             context.fail(task, reason: refusal.description, code: refusal.code)
             return
@@ -185,7 +294,8 @@ final class HLSVideoRunner: TaskRunner {
         // The file a joined video would be published as is known now: one that exists
         // ends a `skip` or `fail` task here, before any segment is fetched.
         if !task.isFannedOut, HLSPublisher.joinsIntoOneFile(task.spec), let dest = task.spec.dest,
-           context.endedByExistingDest(task, HLSPublisher.joinedPath(dest, isFMP4: HLSPublisher.isFMP4(plan.expanded.entries))) {
+           context.endedByExistingDest(task, HLSPublisher.joinedPath(dest, isMP4: HLSPublisher.joinsIntoMP4(plan.expanded.entries,
+                                                                                                          plan.expanded.renditions))) {
             return
         }
         if let change = plan.endedBecause {
@@ -232,7 +342,7 @@ final class HLSVideoRunner: TaskRunner {
             let exchange = try context.makeExchange(task, sink: .memory(limit: Self.playlistLimit, overflow: { url in
                 .permanent(reason: "the playlist at \(Redaction.url(url)) is over \(Self.playlistLimit >> 20) MiB", code: .badPlaylist)
             }))
-            read(exchange, refresh: true)
+            read(exchange, as: .refresh)
         } catch {
             refreshFailed(task, "cannot start: \(error)")
         }
@@ -339,6 +449,7 @@ final class HLSVideoRunner: TaskRunner {
 
     func stop(flushing: Bool) -> Stopped? {
         refreshAt = nil
+        gathering = nil
         guard let exchange else { return nil }
         context.exchanges.remove(exchange)
         self.exchange = nil
@@ -350,6 +461,13 @@ final class HLSVideoRunner: TaskRunner {
     func childrenControlled(_ action: ControlJob.Action, of parent: TaskState) {
         refreshAt = nil
         if action == .cancel, let work = HLSFanOut.workDirectory(of: parent) { context.publishing.removeWorkFolder(work) }
+    }
+
+    /// A video with renditions is not moved: `HLSRetarget` matches the video's segments only.
+    static func retargetRefusal(_ task: TaskState, in state: AgentState) -> String? {
+        guard task.hls?.renditions != nil else { return nil }
+        return "its sound or subtitles come from playlists of their own, which a retarget does not move; "
+            + "cancel it and submit the playlist at its new URL"
     }
 
     /// Start-up: a finished video whose rename the log vouches for is

@@ -129,7 +129,7 @@ public struct JobParser: Sendable {
         // resumable uploads:
         "protocol", "chunk_size", "parallel",
         // HLS jobs:
-        "variant", "output", "max_duration",
+        "variant", "output", "max_duration", "audio", "subtitles",
     ]
     /// Every key a control job may hold.
     public static let controlKeys: Set<String> = ["action", "task", "older_than", "url"]
@@ -350,7 +350,7 @@ public struct JobParser: Sendable {
     /// applies to a video made of many files.
     private func parseHLS(_ reader: TOMLReader, kind: TransferKind) throws -> HLSOptions? {
         guard kind == .hls else {
-            for key in ["variant", "output", "max_duration"] where reader.has(key) {
+            for key in ["variant", "output", "max_duration", "audio", "subtitles"] where reader.has(key) {
                 throw KeyError(key: key, "applies to HLS jobs (kind = \"hls\") only")
             }
             return nil
@@ -368,6 +368,18 @@ public struct JobParser: Sendable {
         }
         options.output = try reader.choice("output", HLSOutput.self) ?? .directory
         options.maxDurationS = try reader.int("max_duration", in: 1...(30 * 86_400))
+        if let audio = try reader.string("audio") {
+            guard audio == HLSOptions.defaultAudio || audio == HLSOptions.noAudio || HLSRenditionChoice.isLanguageTag(audio) else {
+                throw KeyError(key: "audio", "must be \"default\", \"none\" or a language such as \"en\" or \"pt-BR\", not \"\(Printable.escaping(String(audio.prefix(40))))\"")
+            }
+            options.audio = audio
+        }
+        if let subtitles = try reader.string("subtitles") {
+            guard HLSRenditionChoice.isLanguageTag(subtitles) else {
+                throw KeyError(key: "subtitles", "must be a language such as \"en\" or \"pt-BR\", not \"\(Printable.escaping(String(subtitles.prefix(40))))\"")
+            }
+            options.subtitles = subtitles
+        }
         return options
     }
 

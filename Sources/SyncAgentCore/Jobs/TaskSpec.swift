@@ -99,8 +99,16 @@ public struct HLSOptions: Codable, Equatable, Sendable {
     public var output: HLSOutput
     /// Seconds of media to take from a live playlist (required for one).
     public var maxDurationS: Int?
-    public init(variant: String = "best", output: HLSOutput = .directory, maxDurationS: Int? = nil) {
+    /// `"default"`, `"none"` or a language: which sound rendition (`HLSRenditionChoice`); nil as `"default"`.
+    public var audio: String?
+    /// A language: which subtitles rendition; nil: none.
+    public var subtitles: String?
+    public static let defaultAudio = "default"
+    public static let noAudio = "none"
+    public init(variant: String = "best", output: HLSOutput = .directory, maxDurationS: Int? = nil,
+                audio: String? = nil, subtitles: String? = nil) {
         self.variant = variant; self.output = output; self.maxDurationS = maxDurationS
+        self.audio = audio; self.subtitles = subtitles
     }
 }
 

@@ -26,7 +26,22 @@ public enum HLSFanOut {
     /// parent's reserved partial name, so no other task can use it.
     public static func workDirectory(of parent: TaskState) -> String? { parent.partPath }
 
-    public static func plan(parent: TaskState, playlist: HLSMediaPlaylist, url: String, in state: AgentState) throws -> Plan {
+    /// A rendition chosen (`HLSRenditionChoice`) and its media playlist as read.
+    public struct RenditionPlaylist: Equatable, Sendable {
+        public var rendition: HLSRendition
+        public var playlist: HLSMediaPlaylist
+        public var url: String
+        public init(rendition: HLSRendition, playlist: HLSMediaPlaylist, url: String) {
+            self.rendition = rendition; self.playlist = playlist; self.url = url
+        }
+    }
+
+    /// - Parameters:
+    ///   - renditions: the variant's separate sound and subtitles, read with its first playlist
+    ///     (a video with them is a VOD: their segments are children once, as the video's are).
+    ///   - variant: the variant chosen from a master, for the local master playlist.
+    public static func plan(parent: TaskState, playlist: HLSMediaPlaylist, url: String, renditions: [RenditionPlaylist] = [],
+                            variant: HLSVariant? = nil, in state: AgentState) throws -> Plan {
         guard let work = workDirectory(of: parent) else {
             throw Refusal(description: "an HLS task needs a destination", code: .localError)
         }
@@ -91,9 +106,49 @@ public enum HLSFanOut {
             mediaMs += segment.durationMs
         }
         if let limitMs, mediaMs >= limitMs { limitReached = true }
+        // A rendition plays beside the video: cut where the video was (`max_duration`), never longer.
+        let videoMs = entries.reduce(Int64(0)) { $0 &+ $1.durationMs }
+        var tracks: [HLSTrack] = []
+        for taken in renditions {
+            let kind = taken.rendition.kind
+            guard let first = taken.playlist.segments.first else {
+                throw Refusal(description: "the \(kind == .audio ? "sound" : "subtitles") playlist \(Redaction.url(taken.url)) has no segments",
+                              code: .badPlaylist)
+            }
+            let segmentExtension = Self.segmentExtension(first, kind: kind)
+            var trackMs: Int64 = 0
+            var trackEntries: [HLSEntry] = []
+            for segment in taken.playlist.segments {
+                if limitReached, trackMs >= videoMs { break }
+                let keyChild = segment.key.map { support("key", ".key", url: $0.uri, range: nil) }
+                let mapChild = segment.map.map { support("init", ".mp4", url: $0.uri, range: $0.range) }
+                let id = child("\(kind == .audio ? "audio" : "subs")\(segment.sequence).\(segmentExtension)", url: segment.uri,
+                               range: segment.range)
+                trackEntries.append(HLSEntry(child: id, durationMs: segment.durationMs, sequence: segment.sequence,
+                                             discontinuity: segment.discontinuity, keyChild: keyChild,
+                                             iv: segment.key.map { Hex.encode($0.iv(forSequence: segment.sequence)) }, mapChild: mapChild))
+                trackMs &+= segment.durationMs
+            }
+            tracks.append(HLSTrack(kind: kind, playlist: taken.url, language: taken.rendition.language, name: taken.rendition.name,
+                                   targetDurationMs: taken.playlist.targetDurationMs, segmentExtension: segmentExtension,
+                                   entries: trackEntries))
+        }
+        let separate = tracks.isEmpty ? nil : HLSRenditions(bandwidth: variant?.bandwidth, resolution: variant?.resolution,
+                                                            codecs: variant?.codecs, tracks: tracks)
         // Child ids name files too: the dest of "<parent>.seg7.ts" is "<work>/seg7.ts".
         return Plan(children: children, expanded: Expanded(playlist: url, targetDurationMs: playlist.targetDurationMs,
-                                                         ended: playlist.ended || limitReached, entries: entries))
+                                                         ended: playlist.ended || limitReached, entries: entries,
+                                                         renditions: separate))
+    }
+
+    /// The extension a rendition's segments are published with: what players tell formats by.
+    /// fMP4 after an init segment; packed audio (`.aac`, `.mp3`, `.ac3`, `.ec3`) as named; WebVTT as `.vtt`.
+    static func segmentExtension(_ segment: HLSSegment, kind: HLSRendition.Kind) -> String {
+        if segment.map != nil { return "m4s" }
+        if kind == .subtitles { return "vtt" }
+        let name = URLComponents(string: segment.uri)?.path.split(separator: "/").last ?? ""
+        let given = name.split(separator: ".").count > 1 ? name.split(separator: ".").last.map { $0.lowercased() } ?? "" : ""
+        return ["aac", "mp3", "ac3", "ec3", "eac3"].contains(given) ? given : "ts"
     }
 
     /// Why a live playlist read again is not the one taken, if it is not: it
@@ -170,20 +225,23 @@ public enum Hex {
 public enum HLSLocalPlaylist {
     /// Local file names: `0.ts`, `1.ts`, … (`.m4s` after an init segment),
     /// init segments `init.mp4` (`init-1.mp4` … when the playlist changes them).
-    public static func names(of entries: [HLSEntry]) -> (segments: [String], inits: [String: String]) {
+    /// A rendition's files take a prefix (`audio-0.ts`) and its segments' extension.
+    public static func names(of entries: [HLSEntry], prefix: String = "",
+                             segmentExtension: String? = nil) -> (segments: [String], inits: [String: String]) {
         var inits: [String: String] = [:]
         var segments: [String] = []
         for (index, entry) in entries.enumerated() {
             if let map = entry.mapChild, inits[map] == nil {
-                inits[map] = inits.isEmpty ? "init.mp4" : "init-\(inits.count).mp4"
+                inits[map] = prefix + (inits.isEmpty ? "init.mp4" : "init-\(inits.count).mp4")
             }
-            segments.append("\(index)" + (entry.mapChild == nil ? ".ts" : ".m4s"))
+            segments.append(prefix + "\(index)" + (segmentExtension.map { "." + $0 } ?? (entry.mapChild == nil ? ".ts" : ".m4s")))
         }
         return (segments, inits)
     }
 
-    public static func text(entries: [HLSEntry], targetDurationMs: Int64) -> String {
-        let (segments, inits) = names(of: entries)
+    public static func text(entries: [HLSEntry], targetDurationMs: Int64, prefix: String = "",
+                            segmentExtension: String? = nil) -> String {
+        let (segments, inits) = names(of: entries, prefix: prefix, segmentExtension: segmentExtension)
         let longest = max(targetDurationMs, entries.map(\.durationMs).max() ?? 0)
         var lines = ["#EXTM3U", "#EXT-X-VERSION:\(inits.isEmpty ? 3 : 7)",
                      "#EXT-X-TARGETDURATION:\((longest + 999) / 1000)", "#EXT-X-MEDIA-SEQUENCE:0",
@@ -200,6 +258,62 @@ public enum HLSLocalPlaylist {
         }
         lines.append("#EXT-X-ENDLIST")
         return lines.joined(separator: "\n") + "\n"
+    }
+}
+
+/// The master playlist of a video published with its renditions: `index.m3u8`
+/// naming `video.m3u8`, `audio.m3u8` and `subs.m3u8` beside it. Every file
+/// name is the agent's own; what the server said (a language, a name, codecs)
+/// is written only when it is safe inside a quoted attribute, else left out.
+public enum HLSLocalMaster {
+    public static let videoPlaylist = "video.m3u8"
+
+    public static func playlist(of kind: HLSRendition.Kind) -> String { kind == .audio ? "audio.m3u8" : "subs.m3u8" }
+    /// What a rendition's segment and init file names start with.
+    public static func prefix(of kind: HLSRendition.Kind) -> String { kind == .audio ? "audio-" : "subs-" }
+
+    public static func text(_ renditions: HLSRenditions) -> String {
+        var lines = ["#EXTM3U", "#EXT-X-VERSION:3"]
+        var stream = ["BANDWIDTH=\(max(renditions.bandwidth ?? 1, 1))"]
+        if let resolution = renditions.resolution, resolution.range(of: #"^[0-9]{1,5}x[0-9]{1,5}$"#, options: .regularExpression) != nil {
+            stream.append("RESOLUTION=\(resolution)")
+        }
+        if let codecs = renditions.codecs, codecs.count <= 200,
+           codecs.range(of: #"^[A-Za-z0-9.,+ -]+$"#, options: .regularExpression) != nil {
+            stream.append("CODECS=\"\(codecs)\"")
+        }
+        for track in renditions.tracks {
+            let group = track.kind == .audio ? "audio" : "subs"
+            var attributes = ["TYPE=\(track.kind == .audio ? "AUDIO" : "SUBTITLES")", "GROUP-ID=\"\(group)\""]
+            let language = track.language.flatMap { HLSRenditionChoice.isLanguageTag($0) ? $0 : nil }
+            attributes.append("NAME=\"\(safeName(track.name) ?? language ?? group)\"")
+            if let language { attributes.append("LANGUAGE=\"\(language)\"") }
+            attributes += ["DEFAULT=YES", "AUTOSELECT=YES", "URI=\"\(playlist(of: track.kind))\""]
+            lines.append("#EXT-X-MEDIA:" + attributes.joined(separator: ","))
+            stream.append("\(track.kind == .audio ? "AUDIO" : "SUBTITLES")=\"\(group)\"")
+        }
+        lines.append("#EXT-X-STREAM-INF:" + stream.joined(separator: ","))
+        lines.append(videoPlaylist)
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// A rendition's NAME, without what would end its quoted attribute or line: at most 64 characters.
+    static func safeName(_ name: String?) -> String? {
+        guard let name else { return nil }
+        let kept = String(String.UnicodeScalarView(name.unicodeScalars.filter {
+            $0 != "\"" && !$0.properties.generalCategory.isControlLike
+        }).prefix(64)).trimmingCharacters(in: .whitespaces)
+        return kept.isEmpty ? nil : kept
+    }
+}
+
+private extension Unicode.GeneralCategory {
+    /// Control, format, separator (line and paragraph), unassigned and private code points.
+    var isControlLike: Bool {
+        switch self {
+        case .control, .format, .lineSeparator, .paragraphSeparator, .unassigned, .privateUse, .surrogate: true
+        default: false
+        }
     }
 }
 

@@ -8,6 +8,8 @@ public enum HLSPlaylist: Equatable, Sendable {
 
     /// At most this many segments in one playlist (a 24-hour VOD in 1 s segments is 86,400).
     public static let maximumSegments = 200_000
+    /// At most this many `#EXT-X-MEDIA` renditions in one master (streaming services offer a few dozen).
+    public static let maximumRenditions = 20_000
 
     public struct ParseError: Error, Equatable, CustomStringConvertible, Sendable {
         public var message: String
@@ -47,6 +49,9 @@ public enum HLSPlaylist: Equatable, Sendable {
         var pendingVariant: HLSVariant?
         /// The `AUDIO` groups whose renditions have a playlist (a URI) of their own.
         var audioGroupsWithPlaylists: Set<String> = []
+        /// `#EXT-X-MEDIA` renditions of sound and subtitles, by type and group, in playlist order.
+        var renditions: [HLSRendition.Kind: [String: [HLSRendition]]] = [:]
+        var renditionCount = 0
         var media = HLSMediaPlaylist()
         var sawMediaTag = false
         // State that applies to the next segment, or to every following one.
@@ -80,11 +85,10 @@ public enum HLSPlaylist: Equatable, Sendable {
                                                 ?? attributes["AVERAGE-BANDWIDTH"].flatMap(HLSNumbers.bitsPerSecond) ?? bandwidth,
                                             resolution: attributes["RESOLUTION"], codecs: attributes["CODECS"],
                                             separateAudio: attributes["AUDIO"])
+                pendingVariant?.audioGroup = attributes["AUDIO"]
+                pendingVariant?.subtitlesGroup = attributes["SUBTITLES"]
             case "#EXT-X-MEDIA":
-                let attributes = HLSAttributes.parse(value)
-                if attributes["TYPE"]?.uppercased() == "AUDIO", attributes["URI"] != nil, let group = attributes["GROUP-ID"] {
-                    audioGroupsWithPlaylists.insert(group)
-                }
+                try takeRendition(HLSAttributes.parse(value))
             case "#EXTINF":
                 sawMediaTag = true
                 let parts = value.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false)
@@ -131,6 +135,23 @@ public enum HLSPlaylist: Equatable, Sendable {
             default:
                 break
             }
+        }
+
+        /// `#EXT-X-MEDIA` of sound or subtitles (video and closed-caption renditions are not fetched).
+        /// A URI is held to the rules of every URI a playlist gives, whether or not it is chosen.
+        mutating func takeRendition(_ attributes: [String: String]) throws {
+            guard let kind = attributes["TYPE"].flatMap({ HLSRendition.Kind(rawValue: $0.lowercased()) }),
+                  let group = attributes["GROUP-ID"] else { return }
+            guard renditionCount < HLSPlaylist.maximumRenditions else {
+                throw ParseError(message: "more than \(HLSPlaylist.maximumRenditions) #EXT-X-MEDIA renditions in one master playlist")
+            }
+            renditionCount += 1
+            let uri = try attributes["URI"].map { try resolve($0, what: "the URI of #EXT-X-MEDIA") }
+            if kind == .audio, uri != nil { audioGroupsWithPlaylists.insert(group) }
+            renditions[kind, default: [:]][group, default: []].append(
+                HLSRendition(kind: kind, group: group, language: attributes["LANGUAGE"], name: attributes["NAME"],
+                             isDefault: attributes["DEFAULT"]?.uppercased() == "YES",
+                             autoselect: attributes["AUTOSELECT"]?.uppercased() == "YES", uri: uri))
         }
 
         /// The tags whose values this parser reads.
@@ -218,6 +239,8 @@ public enum HLSPlaylist: Equatable, Sendable {
                 return .master(variants.map { variant in
                     var variant = variant
                     if let group = variant.separateAudio, !audioGroupsWithPlaylists.contains(group) { variant.separateAudio = nil }
+                    variant.audioRenditions = variant.audioGroup.flatMap { renditions[.audio]?[$0] } ?? []
+                    variant.subtitleRenditions = variant.subtitlesGroup.flatMap { renditions[.subtitles]?[$0] } ?? []
                     variant.isAudioOnly = HLSCodecs.audioOnly(variant.codecs)
                         ?? (variant.resolution == nil && someHaveAPicture)
                     return variant
@@ -246,6 +269,12 @@ public struct HLSVariant: Equatable, Sendable {
     /// Sound without a picture: its `CODECS` are all audio codecs, or, without `CODECS`, it
     /// has no `RESOLUTION` where others of its master have one.
     public var isAudioOnly = false
+    /// Its `AUDIO` and `SUBTITLES` group ids, as written.
+    public var audioGroup: String?
+    public var subtitlesGroup: String?
+    /// The renditions of those groups the master defines, in its order.
+    public var audioRenditions: [HLSRendition] = []
+    public var subtitleRenditions: [HLSRendition] = []
 
     public init(uri: String, bandwidth: Int64? = nil, resolution: String? = nil, codecs: String? = nil,
                 separateAudio: String? = nil, isAudioOnly: Bool = false) {
@@ -271,6 +300,29 @@ public struct HLSVariant: Equatable, Sendable {
             }
             return byBandwidth.last { $0.resolution?.lowercased() == rule.lowercased() }
         }
+    }
+}
+
+/// An `#EXT-X-MEDIA` rendition of sound or subtitles (RFC 8216 §4.3.4.1).
+public struct HLSRendition: Equatable, Sendable {
+    public enum Kind: String, Codable, Sendable {
+        case audio, subtitles
+    }
+
+    public var kind: Kind
+    public var group: String
+    /// RFC 5646, as the server wrote it (untrusted text).
+    public var language: String?
+    public var name: String?
+    public var isDefault: Bool
+    public var autoselect: Bool
+    /// Its media playlist, resolved; nil: it plays from the variant's own segments.
+    public var uri: String?
+
+    public init(kind: Kind, group: String, language: String? = nil, name: String? = nil, isDefault: Bool = false,
+                autoselect: Bool = false, uri: String? = nil) {
+        self.kind = kind; self.group = group; self.language = language; self.name = name
+        self.isDefault = isDefault; self.autoselect = autoselect; self.uri = uri
     }
 }
 

@@ -444,6 +444,7 @@ extension TaskState {
             progress.targetDurationMs = expansion.targetDurationMs
             progress.ended = progress.ended || expansion.ended
             progress.entries += expansion.entries
+            if let renditions = expansion.renditions { progress.renditions = renditions }
             for entry in expansion.entries {
                 progress.mediaMs = progress.mediaMs &+ entry.durationMs
                 progress.lastSequence = max(progress.lastSequence ?? entry.sequence, entry.sequence)

@@ -525,8 +525,42 @@ public struct Expanded: Codable, Equatable, Sendable {
     /// No segment will follow: `#EXT-X-ENDLIST`, or `max_duration` reached.
     public var ended: Bool
     public var entries: [HLSEntry]
-    public init(playlist: String, targetDurationMs: Int64, ended: Bool, entries: [HLSEntry]) {
+    /// The separate renditions (sound, subtitles) taken with the video, in the first
+    /// expansion only; absent when there are none (and in logs older than them).
+    public var renditions: HLSRenditions?
+    public init(playlist: String, targetDurationMs: Int64, ended: Bool, entries: [HLSEntry], renditions: HLSRenditions? = nil) {
         self.playlist = playlist; self.targetDurationMs = targetDurationMs; self.ended = ended; self.entries = entries
+        self.renditions = renditions
+    }
+}
+
+/// A video's `#EXT-X-MEDIA` renditions taken beside its own segments, and
+/// what its local master playlist says of the variant (as the server wrote
+/// it: untrusted, made safe where it is written).
+public struct HLSRenditions: Codable, Equatable, Sendable {
+    public var bandwidth: Int64?
+    public var resolution: String?
+    public var codecs: String?
+    public var tracks: [HLSTrack]
+    public init(bandwidth: Int64? = nil, resolution: String? = nil, codecs: String? = nil, tracks: [HLSTrack]) {
+        self.bandwidth = bandwidth; self.resolution = resolution; self.codecs = codecs; self.tracks = tracks
+    }
+}
+
+/// One rendition's media playlist: its segments as children, like the video's.
+public struct HLSTrack: Codable, Equatable, Sendable {
+    public var kind: HLSRendition.Kind
+    public var playlist: String
+    public var language: String?
+    public var name: String?
+    public var targetDurationMs: Int64
+    /// The extension its segments are published with (`ts`, `aac`, `m4s`, `vtt` …).
+    public var segmentExtension: String
+    public var entries: [HLSEntry]
+    public init(kind: HLSRendition.Kind, playlist: String, language: String?, name: String?, targetDurationMs: Int64,
+                segmentExtension: String, entries: [HLSEntry]) {
+        self.kind = kind; self.playlist = playlist; self.language = language; self.name = name
+        self.targetDurationMs = targetDurationMs; self.segmentExtension = segmentExtension; self.entries = entries
     }
 }
 

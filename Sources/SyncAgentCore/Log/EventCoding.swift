@@ -81,7 +81,9 @@ public enum EventCoding {
             json.field("form_field", p.formField); json.field("headers", json: headersJSON(p.headers))
             json.field("hls", json: p.hls.map { hls in
                 var object = JSONWriter()
+                object.field("audio", hls.audio)
                 object.field("max_duration_s", hls.maxDurationS.map(Int64.init)); object.field("output", hls.output.rawValue)
+                object.field("subtitles", hls.subtitles)
                 object.field("variant", hls.variant)
                 return object.finish()
             })
@@ -533,6 +535,8 @@ extension TaskSpec {
                         case "variant": options.variant = try field.readString()
                         case "output": options.output = try choice(&field, "output")
                         case "max_duration_s": options.maxDurationS = try field.readOptional { Int(clamping: try $0.readInt()) }
+                        case "audio": options.audio = try field.readOptional { try $0.readString() }
+                        case "subtitles": options.subtitles = try field.readOptional { try $0.readString() }
                         default: try field.skipValue()
                         }
                     }

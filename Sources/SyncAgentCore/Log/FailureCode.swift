@@ -24,7 +24,7 @@ public enum FailureCode: Hashable, Sendable, CustomStringConvertible {
     case proxyRefused
     case rangeIgnored
     // HLS.
-    case badPlaylist, noVariant, separateAudio, maxDurationMissing, playlistUnavailable
+    case badPlaylist, noVariant, separateAudio, maxDurationMissing, playlistUnavailable, noRendition, muxFailed
     case segmentFailed, segmentChanged, cannotJoin, decryptFailed, badKey
     // Resumable uploads.
     case partFailed, bodyUnreadable, bodyChanged, uploadRefused, tooLarge
@@ -38,7 +38,7 @@ public enum FailureCode: Hashable, Sendable, CustomStringConvertible {
         (.checksumMismatch, "checksum_mismatch"), (.totalTimeout, "total_timeout"), (.retriesExhausted, "retries_exhausted"),
         (.rangeIgnored, "range_ignored"), (.badPlaylist, "bad_playlist"), (.noVariant, "no_variant"),
         (.separateAudio, "separate_audio"), (.maxDurationMissing, "max_duration_missing"),
-        (.playlistUnavailable, "playlist_unavailable"), (.segmentFailed, "segment_failed"),
+        (.playlistUnavailable, "playlist_unavailable"), (.noRendition, "no_rendition"), (.muxFailed, "mux_failed"), (.segmentFailed, "segment_failed"),
         (.segmentChanged, "segment_changed"), (.cannotJoin, "cannot_join"), (.decryptFailed, "decrypt_failed"),
         (.badKey, "bad_key"), (.partFailed, "part_failed"), (.bodyUnreadable, "body_unreadable"),
         (.bodyChanged, "body_changed"), (.uploadRefused, "upload_refused"), (.tooLarge, "too_large"),

@@ -621,7 +621,9 @@ private struct SnapshotWriter {
         // Job keys added since format 8, by their names in a job file.
         extras([("min_speed", spec.minSpeed.map(SnapshotExtra.int)),
                 ("min_speed_time", spec.minSpeedTimeS.map { .int(Int64($0)) }),
-                ("name_from_server", spec.nameFromServer == true ? .flag : nil)])
+                ("name_from_server", spec.nameFromServer == true ? .flag : nil),
+                ("audio", spec.hls?.audio.map(SnapshotExtra.text)),
+                ("subtitles", spec.hls?.subtitles.map(SnapshotExtra.text))])
     }
 
     /// The extras that are set, each as its name and its value's bytes
@@ -667,7 +669,7 @@ private struct SnapshotWriter {
         if let hls = details.hls {
             bytes.append(1)
             string(EventCoding.data(of: .expanded(Expanded(playlist: hls.playlist, targetDurationMs: hls.targetDurationMs,
-                                                           ended: hls.ended, entries: hls.entries))))
+                                                           ended: hls.ended, entries: hls.entries, renditions: hls.renditions))))
             int(hls.mediaMs); optionalInt(hls.lastSequence)
         } else {
             bytes.append(0)
@@ -1040,6 +1042,8 @@ private struct SnapshotReader {
                 case "min_speed": minSpeed = try value.int()
                 case "min_speed_time": minSpeedTimeS = Int(truncatingIfNeeded: try value.int())
                 case "name_from_server": nameFromServer = try value.flag()
+                case "audio" where hls != nil: hls?.audio = try value.text()
+                case "subtitles" where hls != nil: hls?.subtitles = try value.text()
                 default: return false
                 }
                 return true
@@ -1114,7 +1118,7 @@ private struct SnapshotReader {
             guard case .expanded(let expanded) = try event("expanded") else { throw malformed("a playlist") }
             details.hls = HLSProgress(playlist: expanded.playlist, targetDurationMs: expanded.targetDurationMs,
                                       ended: expanded.ended, entries: expanded.entries, mediaMs: try int(),
-                                      lastSequence: try optionalInt())
+                                      lastSequence: try optionalInt(), renditions: expanded.renditions)
         }
         if format >= 3 {
             let url = try optionalString(), extensions = try optionalString()

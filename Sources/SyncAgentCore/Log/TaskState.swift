@@ -86,6 +86,8 @@ public struct HLSProgress: Equatable, Sendable {
     /// Media seconds taken so far (× 1000), for `max_duration`.
     public var mediaMs: Int64
     public var lastSequence: Int64?
+    /// Sound and subtitles from playlists of their own, taken with the video.
+    public var renditions: HLSRenditions? = nil
 }
 
 /// A parent's children in numbers, kept by the fold as they change.
