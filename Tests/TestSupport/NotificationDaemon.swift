@@ -104,10 +104,19 @@ public final class NotificationDaemon {
         "'" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'"
     }
 
+    /// Everything dbusmock logged so far: each call whole (a notice's body spans lines).
+    public var calls: String { (try? String(contentsOfFile: callLog, encoding: .utf8)) ?? "" }
+
+    /// The id dbusmock gave the first notice whose Notify call mentions
+    /// `words` (it numbers notices 1, 2, … in the order of the calls).
+    public func noticeID(saying words: String) -> UInt32? {
+        let notices = calls.components(separatedBy: " Notify \"syncagent\"").dropFirst()
+        return notices.firstIndex { $0.contains(words) }.map { UInt32($0 - notices.startIndex + 1) }
+    }
+
     /// One entry per Notify call: the line dbusmock logged (app name, summary, body…).
     public var notifyCalls: [String] {
-        let text = (try? String(contentsOfFile: callLog, encoding: .utf8)) ?? ""
-        return text.split(separator: "\n").map(String.init).filter { line in
+        calls.split(separator: "\n").map(String.init).filter { line in
             guard let space = line.firstIndex(of: " ") else { return false }
             return Double(line[..<space]) != nil && line[line.index(after: space)...].hasPrefix("Notify ")
         }
@@ -142,5 +151,27 @@ public final class PrivateBus {
         // SIGKILL: children of the test runner may inherit a blocked SIGTERM.
         daemon.signal(SIGKILL)
         daemon.wait(seconds: 5)
+    }
+}
+
+/// Where every notification test starts: an agent whose session bus has
+/// dbusmock's notification daemon on it, and nginx to download from.
+public struct NotificationWorld {
+    public let harness: AgentHarness
+    public let daemon: NotificationDaemon
+    public let nginx: Nginx
+
+    public init(config: String = "", capabilities: [String]? = nil, answerAfter: Int = 0) throws {
+        harness = try AgentHarness(config: config)
+        daemon = try NotificationDaemon(in: harness.directory, answerAfter: answerAfter, capabilities: capabilities)
+        harness.busAddress = daemon.busAddress
+        nginx = try Nginx(in: harness.directory)
+    }
+
+    /// One download that finishes (`ok.bin`) and one that fails with a 404 (`gone.bin`), dropped as jobs.
+    public func dropOneGoodAndOneMissing() throws {
+        try nginx.serve("ok.bin", size: 1000)
+        try harness.drop("ok.job", "url = \"\(nginx.url("ok.bin"))\"\n")
+        try harness.drop("gone.job", "url = \"\(nginx.url("gone.bin"))\"\n")
     }
 }

@@ -15,12 +15,6 @@ struct NotificationActionTests {
 
     private func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
 
-    /// The id dbusmock gave the first notice whose Notify call mentions `words`.
-    private func notice(saying words: String, in daemon: NotificationDaemon) -> UInt32? {
-        let calls = text(daemon.callLog).components(separatedBy: " Notify \"syncagent\"").dropFirst()
-        return calls.firstIndex { $0.contains(words) }.map { UInt32($0 - calls.startIndex + 1) }
-    }
-
     /// `controlled` events the notices' "Retry" caused (its job files are named `retry-…`).
     private func retries(_ harness: AgentHarness) throws -> [AgentHarness.LoggedEvent] {
         try harness.events().filter { $0.type == "controlled" && ($0.data["file"] as? String)?.hasPrefix("retry-") == true }
@@ -29,18 +23,16 @@ struct NotificationActionTests {
     /// A finished download's notice offers "Open folder"; clicked, the
     /// session's file manager is asked to show the file, selected.
     @Test func openFolderShowsTheFileInTheFileManager() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory, capabilities: Self.withActions)
-        harness.busAddress = daemon.busAddress
+        let world = try NotificationWorld(capabilities: Self.withActions)
+        let (harness, daemon, nginx) = (world.harness, world.daemon, world.nginx)
         let shownLog = try daemon.startFileManager()
-        let nginx = try Nginx(in: harness.directory)
         try nginx.serve("a.bin", size: 1000)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"my report #1.bin\"\n")
-        #expect(eventually(within: 20) { notice(saying: "1 transfer finished", in: daemon) != nil }, "\(text(daemon.callLog))")
-        let id = try #require(notice(saying: "1 transfer finished", in: daemon))
-        let call = text(daemon.callLog)
+        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer finished") != nil }, "\(daemon.calls)")
+        let id = try #require(daemon.noticeID(saying: "1 transfer finished"))
+        let call = daemon.calls
         #expect(call.contains("\"open-folder\", \"Open folder\"") && call.contains("\"default\", \"Open folder\""), "\(call)")
         #expect(!call.contains("\"retry\""), "nothing failed: \(call)")
 
@@ -53,22 +45,20 @@ struct NotificationActionTests {
     /// (here a stub early on PATH that writes down what it was given); a
     /// click on the notice's body does what "Open folder" does.
     @Test func withoutAFileManagerXdgOpenOpensTheFolder() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory, capabilities: Self.withActions)
-        harness.busAddress = daemon.busAddress
+        let world = try NotificationWorld(capabilities: Self.withActions)
+        let (harness, daemon, nginx) = (world.harness, world.daemon, world.nginx)
         let bin = harness.directory.file("bin")
         let opened = harness.directory.file("xdg-open.log")
         try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
         try "#!/bin/sh\nprintf '%s\\n' \"$@\" >> '\(opened)'\n".write(toFile: bin + "/xdg-open", atomically: true, encoding: .utf8)
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: bin + "/xdg-open")
         harness.extraEnvironment["PATH"] = bin + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
-        let nginx = try Nginx(in: harness.directory)
         try nginx.serve("a.bin", size: 1000)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"sub/a.bin\"\n")
-        #expect(eventually(within: 20) { notice(saying: "1 transfer finished", in: daemon) != nil }, "\(text(daemon.callLog))")
-        let id = try #require(notice(saying: "1 transfer finished", in: daemon))
+        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer finished") != nil }, "\(daemon.calls)")
+        let id = try #require(daemon.noticeID(saying: "1 transfer finished"))
 
         try daemon.invoke(action: "default", of: id)
         #expect(eventually(within: 20) { text(opened) == harness.downloads + "/sub\n" }, "\(text(opened)) \(agent.stderr)")
@@ -77,16 +67,14 @@ struct NotificationActionTests {
     /// A failure's notice offers "Retry"; clicked once the server has the
     /// file, the task runs again, through a `resume` control job, and finishes.
     @Test func retryRunsTheFailedTaskAgain() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory, capabilities: Self.withActions)
-        harness.busAddress = daemon.busAddress
-        let nginx = try Nginx(in: harness.directory)
+        let world = try NotificationWorld(capabilities: Self.withActions)
+        let (harness, daemon, nginx) = (world.harness, world.daemon, world.nginx)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("late.job", "id = \"late\"\nurl = \"\(nginx.url("late.bin"))\"\n")
-        #expect(eventually(within: 20) { notice(saying: "1 transfer failed", in: daemon) != nil }, "\(text(daemon.callLog))")
-        let id = try #require(notice(saying: "1 transfer failed", in: daemon))
-        let call = text(daemon.callLog)
+        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer failed") != nil }, "\(daemon.calls)")
+        let id = try #require(daemon.noticeID(saying: "1 transfer failed"))
+        let call = daemon.calls
         #expect(call.contains("\"retry\", \"Retry\"") && !call.contains("\"default\""), "a stray click retries nothing: \(call)")
         #expect(harness.state(of: "late") == "failed")
 
@@ -102,15 +90,11 @@ struct NotificationActionTests {
     /// or `notify_actions = false`: no buttons are asked for.
     @Test func noButtonsWhereTheServerHasNoneOrTheConfigSaysNo() throws {
         for (capabilities, config) in [(nil, ""), (Self.withActions, "notify_actions = false\n")] as [([String]?, String)] {
-            let harness = try AgentHarness(config: config)
-            let daemon = try NotificationDaemon(in: harness.directory, capabilities: capabilities)
-            harness.busAddress = daemon.busAddress
-            let nginx = try Nginx(in: harness.directory)
-            try nginx.serve("ok.bin", size: 1000)
-            try harness.drop("ok.job", "url = \"\(nginx.url("ok.bin"))\"\n")
-            try harness.drop("gone.job", "url = \"\(nginx.url("gone.bin"))\"\n")
+            let world = try NotificationWorld(config: config, capabilities: capabilities)
+            let (harness, daemon) = (world.harness, world.daemon)
+            try world.dropOneGoodAndOneMissing()
             #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
-            let call = text(daemon.callLog)
+            let call = daemon.calls
             #expect(call.contains("1 finished, 1 failed"), "\(call)")
             // The actions array comes after the body, empty.
             #expect(call.contains("✓ ok.bin\" [] {") && !call.contains("\"retry\""), "\(capabilities ?? []) \(config): \(call)")
@@ -122,16 +106,14 @@ struct NotificationActionTests {
     /// once. The agent goes on taking and finishing jobs, and the notice's
     /// "Retry" writes its control job once.
     @Test func clicksFromAHostileServerRetryOnceAndHoldNothingUp() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory, capabilities: Self.withActions)
-        harness.busAddress = daemon.busAddress
+        let world = try NotificationWorld(capabilities: Self.withActions)
+        let (harness, daemon, nginx) = (world.harness, world.daemon, world.nginx)
         let shownLog = try daemon.startFileManager()
-        let nginx = try Nginx(in: harness.directory)
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("gone.bin"))\"\n")
-        #expect(eventually(within: 20) { notice(saying: "1 transfer failed", in: daemon) != nil }, "\(text(daemon.callLog))")
-        let failed = try #require(notice(saying: "1 transfer failed", in: daemon))
+        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer failed") != nil }, "\(daemon.calls)")
+        let failed = try #require(daemon.noticeID(saying: "1 transfer failed"))
 
         try daemon.invoke(action: "retry", of: failed + 100)
         try daemon.invoke(action: "explode", of: failed)
@@ -147,8 +129,8 @@ struct NotificationActionTests {
         try nginx.serve("after.bin", size: 1000)
         try harness.drop("after.job", "id = \"after\"\nurl = \"\(nginx.url("after.bin"))\"\n")
         #expect(eventually(within: 30) { harness.state(of: "after") == "finished" })
-        #expect(eventually(within: 20) { notice(saying: "✓ after.bin", in: daemon) != nil }, "\(text(daemon.callLog))")
-        let finished = try #require(notice(saying: "✓ after.bin", in: daemon))
+        #expect(eventually(within: 20) { daemon.noticeID(saying: "✓ after.bin") != nil }, "\(daemon.calls)")
+        let finished = try #require(daemon.noticeID(saying: "✓ after.bin"))
         try daemon.invoke(action: "open-folder", of: finished)
         #expect(eventually(within: 30) { text(shownLog).contains("after.bin") }, "\(text(shownLog))")
 
@@ -162,16 +144,14 @@ struct NotificationActionTests {
     /// A notice's buttons belong to the agent that posted it: clicked after
     /// a restart (the notice still on screen), they do nothing.
     @Test func aClickAfterARestartDoesNothing() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory, capabilities: Self.withActions)
-        harness.busAddress = daemon.busAddress
+        let world = try NotificationWorld(capabilities: Self.withActions)
+        let (harness, daemon, nginx) = (world.harness, world.daemon, world.nginx)
         let shownLog = try daemon.startFileManager()
-        let nginx = try Nginx(in: harness.directory)
         let first = try harness.startAgent()
         defer { first.signal(SIGKILL) }
         try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("gone.bin"))\"\n")
-        #expect(eventually(within: 20) { notice(saying: "1 transfer failed", in: daemon) != nil }, "\(text(daemon.callLog))")
-        let failed = try #require(notice(saying: "1 transfer failed", in: daemon))
+        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer failed") != nil }, "\(daemon.calls)")
+        let failed = try #require(daemon.noticeID(saying: "1 transfer failed"))
         first.signal(SIGKILL)
         first.wait(seconds: 10)
 
@@ -181,8 +161,8 @@ struct NotificationActionTests {
         try daemon.invoke(action: "retry", of: failed)
         try nginx.serve("after.bin", size: 1000)
         try harness.drop("after.job", "id = \"after\"\nurl = \"\(nginx.url("after.bin"))\"\n")
-        #expect(eventually(within: 20) { notice(saying: "✓ after.bin", in: daemon) != nil }, "\(text(daemon.callLog))")
-        let finished = try #require(notice(saying: "✓ after.bin", in: daemon))
+        #expect(eventually(within: 20) { daemon.noticeID(saying: "✓ after.bin") != nil }, "\(daemon.calls)")
+        let finished = try #require(daemon.noticeID(saying: "✓ after.bin"))
         try daemon.invoke(action: "open-folder", of: finished)
         #expect(eventually(within: 20) { text(shownLog).contains("after.bin") }, "\(text(shownLog))")
         #expect(try retries(harness).isEmpty)

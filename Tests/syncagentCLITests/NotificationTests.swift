@@ -10,17 +10,13 @@ import Glibc
 @Suite("Notifications", .serialized)
 struct NotificationTests {
     @Test func notificationsCarryACategoryAnIconAndTheFailedNames() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory)
-        harness.busAddress = daemon.busAddress
-        let nginx = try Nginx(in: harness.directory)
-        try nginx.serve("ok.bin", size: 1000)
-        try harness.drop("ok.job", "url = \"\(nginx.url("ok.bin"))\"\n")
-        try harness.drop("gone.job", "url = \"\(nginx.url("gone.bin"))\"\n")
+        let world = try NotificationWorld()
+        let (harness, daemon) = (world.harness, world.daemon)
+        try world.dropOneGoodAndOneMissing()
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 60) == 4)
         #expect(daemon.notifyCalls.count == 1, "\(daemon.notifyCalls)")
         // The whole call as dbusmock logged it (the body spans lines): icon, body, hints.
-        let call = try String(contentsOfFile: daemon.callLog, encoding: .utf8)
+        let call = daemon.calls
         #expect(call.contains("\"dialog-error\"") && call.contains("\"category\": \"transfer.error\""), "\(call)")
         #expect(call.contains("✗ gone.bin: server answered 404") && call.contains("✓ ok.bin"), "\(call)")
     }
@@ -30,21 +26,18 @@ struct NotificationTests {
     /// next seconds together), not when the batch ends; the batch's notice
     /// at its end names them among the rest, as before.
     @Test func aFailureTheUserMustMendIsToldAsItHappens() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory)
-        harness.busAddress = daemon.busAddress
-        let nginx = try Nginx(in: harness.directory)
+        let world = try NotificationWorld()
+        let (harness, daemon, nginx) = (world.harness, world.daemon, world.nginx)
         try nginx.serve("slow.bin", size: 2_500_000)
         try harness.drop("slow.job", "id = \"slow\"\nurl = \"\(nginx.url("slow.bin"))\"\nmax_speed = \"300K\"\n")
         for index in 1...3 { try harness.drop("gone\(index).job", "id = \"gone\(index)\"\nurl = \"\(nginx.url("gone\(index).bin"))\"\n") }
         let agent = try harness.startAgent(exitWhenIdle: true)
         defer { agent.signal(SIGKILL) }
-        func told() -> String { (try? String(contentsOfFile: daemon.callLog, encoding: .utf8)) ?? "" }
-        #expect(eventually(within: 20) { (1...3).allSatisfy { told().contains("gone\($0).bin") } }, "\(told())")
+        #expect(eventually(within: 20) { (1...3).allSatisfy { daemon.calls.contains("gone\($0).bin") } }, "\(daemon.calls)")
         #expect(harness.state(of: "slow") == "running", "told before the batch ended")
         let early = daemon.notifyCalls
         #expect((1...2).contains(early.count), "collapsed, not one per failure: \(early)")
-        #expect(told().contains("server answered 404") && told().contains("\"category\": \"transfer.error\""), "\(told())")
+        #expect(daemon.calls.contains("server answered 404") && daemon.calls.contains("\"category\": \"transfer.error\""), "\(daemon.calls)")
 
         #expect(agent.wait(seconds: 60) == 4)
         #expect(daemon.notifyCalls.count == early.count + 1, "the batch's own notice at its end: \(daemon.notifyCalls)")
@@ -57,10 +50,8 @@ struct NotificationTests {
     /// taken, no byte written, SIGTERM after 44 s), and a kill -9 while it waits must not post the
     /// notice again: notices go out on a thread of their own, recorded first.
     @Test func aSlowNotificationServerHoldsNothingUpAndIsNeverPostedTwice() throws {
-        let harness = try AgentHarness()
-        let daemon = try NotificationDaemon(in: harness.directory, answerAfter: 20)
-        harness.busAddress = daemon.busAddress
-        let nginx = try Nginx(in: harness.directory)
+        let world = try NotificationWorld(answerAfter: 20)
+        let (harness, daemon, nginx) = (world.harness, world.daemon, world.nginx)
         try nginx.serve("a.bin", size: 1000)
         try nginx.serve("b.bin", size: 1000)
         let agent = try harness.startAgent()
