@@ -41,6 +41,14 @@ struct SegmentedCoreTests {
         #expect(SegmentPlan.initialRanges(missing: [ByteSpan(0, mib + 1)], connections: 8) == [ByteSpan(0, mib + 1)])
     }
 
+    /// The first answer of a fresh download keeps 64 KiB of the first range; a ranged request takes the rest.
+    @Test func theFirstAnswerKeepsAFirstPieceOfItsRange() {
+        let mib: Int64 = 1 << 20
+        #expect(SegmentPlan.firstPiece(of: ByteSpan(0, 8 * mib)) == ByteSpan(0, 64 << 10))
+        // A range hardly larger than the piece stays whole: a second request would not pay.
+        #expect(SegmentPlan.firstPiece(of: ByteSpan(0, 100 << 10)) == ByteSpan(0, 100 << 10))
+    }
+
     @Test func withoutSpeedsAnIdleConnectionTakesHalfOfTheLargestRemainder() {
         let mib: Int64 = 1 << 20
         let running = [SegmentPlan.Running(position: 0 * mib, end: 4 * mib), SegmentPlan.Running(position: 10 * mib, end: 30 * mib),

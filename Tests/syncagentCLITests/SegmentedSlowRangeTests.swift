@@ -17,6 +17,9 @@ struct SegmentedSlowRangeTests {
     /// One range at 300 B/s, the others at 1 MB/s: a window of `min_speed_time = 1` ends long before they do.
     static let slowRange = "rate=300&chunk=300&slow_start=\(slowStart)&fast_rate=1000000"
     static let config = "min_speed = \"1K\"\nmin_speed_time = 1\nretries = 0\n"
+    /// The plain GET (it keeps the first 64 KiB), three ranges, and the rest of the first range:
+    /// the request after these is the first a move or a split makes.
+    static let plannedRequests = 5
 
     func job(_ url: String) -> String { "url = \"\(url)\"\nid = \"s\"\ndest = \"s.bin\"\nconnections = 4\n" }
 
@@ -60,6 +63,21 @@ struct SegmentedSlowRangeTests {
         #expect(try harness.run(["replay", "--verify"]).status == 0)
     }
 
+    /// With `min_speed` off, nothing ends the crawl: the connections that
+    /// finish their ranges take the lagging one over (as aria2 does).
+    @Test func aRangeFarBehindIsTakenOverByAConnectionThatRanOutOfWork() throws {
+        let harness = try AgentHarness(config: "min_speed = 0\nretries = 0\n")
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("f.bin", size: Self.size)
+        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange)))
+        #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
+        #expect(sha256Hex(ofFile: harness.downloads + "/s.bin") == sha256Hex(data))
+        let moved = try moves(harness)
+        #expect(moved.contains { $0.contains("its own was far behind") }, "\(moved)")
+        #expect(try harness.events().filter { $0.task == "s" && $0.type == "started" }.count == 1)
+        #expect(try harness.run(["replay", "--verify"]).status == 0)
+    }
+
     @Test func aServerSlowOnEveryConnectionEndsTheAttemptNamingTheSpeed() throws {
         let harness = try AgentHarness(config: "min_speed = \"1K\"\nmin_speed_time = 2\nretries = 0\n")
         let server = try FaultServer(in: harness.directory)
@@ -71,23 +89,24 @@ struct SegmentedSlowRangeTests {
         #expect(reason.contains("slower than 1.0 KiB/s (min_speed) for 2 s: ") && reason.contains(" B/s from "), "\(reason)")
         // Not a range was moved: the four connections crawled together, and the attempt ended with the first window.
         #expect(try moves(harness).isEmpty)
+        // (The plain GET's 64 KiB never came whole at 300 B/s: the rest of its range never opened.)
         #expect(server.requests.count == 4, "\(server.requests)")
     }
 
     /// A server that is slow on every connection it opens after the first
-    /// four: moving the range again and again would never end.
+    /// planned ones: moving the range again and again would never end.
     @Test func aServerSlowOnEveryNewConnectionEndsAfterABoundedNumberOfMoves() throws {
         let harness = try AgentHarness(config: Self.config)
         let server = try FaultServer(in: harness.directory)
         try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&slow_from=5")))
+        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&slow_from=\(Self.plannedRequests + 1)")))
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 4)
         let moved = try moves(harness)
         #expect(!moved.isEmpty && moved.count <= 4, "\(moved)")
         let failed = try #require(try harness.events().last { $0.task == "s" && $0.type == "failed" })
         let reason = failed.data["reason"] as? String ?? ""
         #expect(reason.contains("slower than 1.0 KiB/s (min_speed) for 1 s"), "\(reason)")
-        #expect(server.requests.count <= 4 + 4 + 4, "\(server.requests.count) requests")
+        #expect(server.requests.count <= Self.plannedRequests + 4 + 4, "\(server.requests.count) requests")
         #expect(try harness.run(["replay", "--verify"]).status == 0)
     }
 
@@ -122,7 +141,7 @@ struct SegmentedSlowRangeTests {
         let harness = try AgentHarness(config: Self.config)
         let server = try FaultServer(in: harness.directory)
         let data = try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&etag_changes_from=5")))
+        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&etag_changes_from=\(Self.plannedRequests + 1)")))
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
         #expect(sha256Hex(ofFile: harness.downloads + "/s.bin") == sha256Hex(data))
         let from = try #require(movedStart(try moves(harness)))
@@ -142,7 +161,7 @@ struct SegmentedSlowRangeTests {
         let harness = try AgentHarness(config: Self.config)
         let server = try FaultServer(in: harness.directory)
         let data = try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&ignore_range_from=5")))
+        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&ignore_range_from=\(Self.plannedRequests + 1)")))
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
         #expect(sha256Hex(ofFile: harness.downloads + "/s.bin") == sha256Hex(data))
         #expect(try moves(harness).count == 1)

@@ -9,7 +9,7 @@ import SyncAgentCore
 ///
 /// The first request of a fresh download is a plain GET: when its answer
 /// shows the size, a validator and `Accept-Ranges: bytes`, that connection
-/// keeps the first range and others open for the rest (`SegmentedDownload`).
+/// keeps a first piece and ranged requests fetch the rest (`SegmentedDownload`).
 final class DownloadRunner: TransferRunner {
     /// The attempt's connections, when it runs over several.
     private var segmented: SegmentedDownload?

@@ -12,7 +12,7 @@ import Glibc
 ///
 /// The first request of a fresh download is a plain GET: when its answer
 /// shows the size, a validator and `Accept-Ranges: bytes`, that connection
-/// keeps the first range and others open for the rest. A connection that
+/// keeps a first piece of the file and ranged requests fetch the rest. A connection that
 /// runs out of work takes a waiting range, or half of the largest range
 /// still running (`SegmentPlan`), so none idles while work remains.
 final class SegmentedDownload {
@@ -133,8 +133,14 @@ final class SegmentedDownload {
         let ranges = SegmentPlan.initialRanges(missing: [ByteSpan(0, size)], connections: limit)
         guard ranges.count > 1 else { return nil }
         validator = guardValidator
-        exchange.stopAt = ranges[0].end
+        // This answer runs on to the file's end: cut at its range's end, its last bytes come
+        // at the server's pace, not the range's (nginx's limit_rate sends bursts a pause apart,
+        // and the one holding that end came a pause after the other ranges had ended). It keeps
+        // a first piece; a ranged request, opened once it is over, fetches the rest of its range.
+        let first = SegmentPlan.firstPiece(of: ranges[0])
+        exchange.stopAt = first.end
         pending = Array(ranges.dropFirst())
+        if first.end < ranges[0].end { pending.append(ByteSpan(first.end, ranges[0].end)) }
         return nil
     }
 

@@ -97,6 +97,16 @@ public enum SegmentPlan {
         return ranges
     }
 
+    /// What the first answer of a fresh download keeps of the first range
+    /// (the rest goes to a ranged request): an answer that runs on to the
+    /// file's end does not end where the range does. The bytes that come
+    /// with the answer's first packets, about; the whole range when it is small.
+    public static func firstPiece(of range: ByteSpan) -> ByteSpan {
+        range.length >= 2 * firstPieceBytes ? ByteSpan(range.start, range.start + firstPieceBytes) : range
+    }
+
+    public static let firstPieceBytes: Int64 = 64 << 10
+
     /// A running range: its remaining bytes `position ..< end`, and the speed
     /// its connection has been getting lately (nil: not known yet).
     public struct Running: Equatable, Sendable {
