@@ -67,6 +67,9 @@ struct EventCodingTests {
                                digests: [SpanDigest(from: 0, to: 10, sha256: SHA256Value(hex: String(repeating: "ab", count: 32))!),
                                          SpanDigest(from: 50, to: 70, sha256: SHA256Value(hex: String(repeating: "0f", count: 32))!)])),
         .progressed(Progressed(bytes: 8, digests: [], mismatch: "bytes 8-16 of /d/x.part do not match the sha256 logged for them")),
+        // Issue 38: a range of a segmented download moved to another connection.
+        .progressed(Progressed(bytes: 30, total: 100, ranges: [ByteSpan(0, 10), ByteSpan(50, 70)],
+                               moved: "bytes 70-100 moved to another connection: slower than 1.0 KiB/s (min_speed) for 120 s")),
         // Issue 13: forgetting, hooks and the config that arms them.
         .forgotten(Forgotten()),
         .agentStarted(AgentStarted(pid: 9, version: "0.2.0", hooks: ["task_end", "batch_end"])),

@@ -41,15 +41,106 @@ struct SegmentedCoreTests {
         #expect(SegmentPlan.initialRanges(missing: [ByteSpan(0, mib + 1)], connections: 8) == [ByteSpan(0, mib + 1)])
     }
 
-    @Test func anIdleConnectionTakesHalfOfTheLargestRemainder() {
+    /// The first answer of a fresh download keeps 64 KiB of the first range; a ranged request takes the rest.
+    @Test func theFirstAnswerKeepsAFirstPieceOfItsRange() {
         let mib: Int64 = 1 << 20
-        let running = [(position: 0 * mib, end: 4 * mib), (position: 10 * mib, end: 30 * mib), (position: 40 * mib, end: 41 * mib)]
-        let split = SegmentPlan.splitLargest(running: running)
-        #expect(split?.index == 1)
-        #expect(split?.at == 20 * mib)
+        #expect(SegmentPlan.firstPiece(of: ByteSpan(0, 8 * mib)) == ByteSpan(0, 64 << 10))
+        // A range hardly larger than the piece stays whole: a second request would not pay.
+        #expect(SegmentPlan.firstPiece(of: ByteSpan(0, 100 << 10)) == ByteSpan(0, 100 << 10))
+    }
+
+    @Test func withoutSpeedsAnIdleConnectionTakesHalfOfTheLargestRemainder() {
+        let mib: Int64 = 1 << 20
+        let running = [SegmentPlan.Running(position: 0 * mib, end: 4 * mib), SegmentPlan.Running(position: 10 * mib, end: 30 * mib),
+                       SegmentPlan.Running(position: 40 * mib, end: 41 * mib)]
+        #expect(SegmentPlan.relieve(running: running, idleBytesPerS: nil) == .split(index: 1, at: 20 * mib))
         // Nothing worth splitting: the connection goes.
-        #expect(SegmentPlan.splitLargest(running: [(position: 0, end: mib)]) == nil)
-        #expect(SegmentPlan.splitLargest(running: []) == nil)
+        #expect(SegmentPlan.relieve(running: [SegmentPlan.Running(position: 0, end: mib)], idleBytesPerS: nil) == nil)
+        #expect(SegmentPlan.relieve(running: [], idleBytesPerS: nil) == nil)
+    }
+
+    /// The range that would finish last is split, not the largest: a small
+    /// range at a crawl outlasts a large one at full speed.
+    @Test func theRangeThatFinishesLastIsSplitSoBothFinishTogether() {
+        let mib: Int64 = 1 << 20
+        let running = [SegmentPlan.Running(position: 0, end: 8 * mib, bytesPerS: 8 * mib),          // 1 s left
+                       SegmentPlan.Running(position: 10 * mib, end: 14 * mib, bytesPerS: 1 * mib)]  // 4 s left
+        guard case .split(let index, let at)? = SegmentPlan.relieve(running: running, idleBytesPerS: 3 * mib) else {
+            Issue.record("expected a split"); return
+        }
+        #expect(index == 1)
+        // 4 MiB at 1 MiB/s beside a fresh 3 MiB/s: the slow one keeps a quarter (1 s each), on an aligned boundary.
+        #expect(at == 11 * mib)
+        #expect(at % (64 << 10) == 0)
+    }
+
+    @Test func equalSpeedsSplitTheRemainderInHalves() {
+        let mib: Int64 = 1 << 20
+        let running = [SegmentPlan.Running(position: 0, end: 6 * mib, bytesPerS: 5_000_000),
+                       SegmentPlan.Running(position: 8 * mib, end: 10 * mib, bytesPerS: 5_000_000)]
+        #expect(SegmentPlan.relieve(running: running, idleBytesPerS: 5_000_000) == .split(index: 0, at: 3 * mib))
+    }
+
+    /// A piece smaller than a few hundred KiB, or than a tenth of a second
+    /// at the idle connection's speed, is not worth a new request.
+    @Test func aPieceNotWorthARequestIsLeftWhole() {
+        let kib: Int64 = 1 << 10
+        // 400 KiB at 5 MB/s each: the idle one would get 200 KiB.
+        let small = [SegmentPlan.Running(position: 0, end: 400 * kib, bytesPerS: 5_000_000)]
+        #expect(SegmentPlan.relieve(running: small, idleBytesPerS: 5_000_000) == nil)
+        // 4 MiB left at 50 MB/s: the idle one's half (2 MiB) is 40 ms of its 50 MB/s.
+        let fast = [SegmentPlan.Running(position: 0, end: 4 << 20, bytesPerS: 50_000_000)]
+        #expect(SegmentPlan.relieve(running: fast, idleBytesPerS: 50_000_000) == nil)
+        // The same at 5 MB/s is 0.4 s of work: split.
+        let slower = [SegmentPlan.Running(position: 0, end: 4 << 20, bytesPerS: 5_000_000)]
+        #expect(SegmentPlan.relieve(running: slower, idleBytesPerS: 5_000_000) == .split(index: 0, at: 2 << 20))
+    }
+
+    /// A range whose connection would keep less than one aligned block (or
+    /// that has stopped sending) is handed over whole to the idle connection.
+    @Test func aRangeFarBehindIsTakenOverWhole() {
+        let mib: Int64 = 1 << 20
+        let crawling = [SegmentPlan.Running(position: 4 * mib + 700, end: 5 * mib, bytesPerS: 300),
+                        SegmentPlan.Running(position: 6 * mib, end: 7 * mib, bytesPerS: 5_000_000)]
+        #expect(SegmentPlan.relieve(running: crawling, idleBytesPerS: 5_000_000) == .takeOver(index: 0))
+        let silent = [SegmentPlan.Running(position: 0, end: 2 * mib, bytesPerS: 0)]
+        #expect(SegmentPlan.relieve(running: silent, idleBytesPerS: 5_000_000) == .takeOver(index: 0))
+    }
+
+    /// A connection not measured yet is taken to run at the idle one's speed.
+    @Test func anUnmeasuredRangeCountsAtTheIdleSpeed() {
+        let mib: Int64 = 1 << 20
+        let running = [SegmentPlan.Running(position: 0, end: 3 * mib, bytesPerS: nil),
+                       SegmentPlan.Running(position: 8 * mib, end: 10 * mib, bytesPerS: 4 * mib)]
+        #expect(SegmentPlan.relieve(running: running, idleBytesPerS: 2 * mib) == .split(index: 0, at: 3 * mib / 2))
+    }
+
+    /// A connection below `min_speed`: its range moves, unless the others
+    /// crawl too or the moves of this attempt are spent.
+    @Test func aCrawlingRangeMovesUnlessTheServerIsSlowOnEveryConnection() {
+        #expect(SegmentPlan.crawl(others: [5_000_000, 4_000_000, nil], threshold: 1024, moves: 0, maximumMoves: 4) == .move)
+        // Alone: a fresh connection may do better (a bounded number of times).
+        #expect(SegmentPlan.crawl(others: [], threshold: 1024, moves: 1, maximumMoves: 4) == .move)
+        #expect(SegmentPlan.crawl(others: [300, 500, 1000], threshold: 1024, moves: 0, maximumMoves: 4) == .endAttempt)
+        // One other not measured yet: it may be fast.
+        #expect(SegmentPlan.crawl(others: [300, nil], threshold: 1024, moves: 0, maximumMoves: 4) == .move)
+        #expect(SegmentPlan.crawl(others: [5_000_000], threshold: 1024, moves: 4, maximumMoves: 4) == .endAttempt)
+    }
+
+    @Test func aSpeedMeterTellsTheRecentSpeedFromTheFirstByte() {
+        var meter = SpeedMeter()
+        #expect(meter.bytesPerS(nowMs: 0, bytes: 0) == nil)
+        // A slow first answer (2 s) does not count: the speed is measured from the first byte.
+        meter.record(nowMs: 2000, bytes: 1000)
+        #expect(meter.bytesPerS(nowMs: 2400, bytes: 41000) == nil)
+        for step in 1...50 { meter.record(nowMs: 2000 + Int64(step) * 100, bytes: 1000 + Int64(step) * 10_000) }
+        #expect(meter.bytesPerS(nowMs: 7000, bytes: 501_000) == 100_000)
+        // Silence: the speed falls as time passes without a byte.
+        #expect(meter.bytesPerS(nowMs: 10_000, bytes: 501_000) == 0)
+        // Samples come at most every 100 ms.
+        var busy = SpeedMeter()
+        for ms in 0...1000 { busy.record(nowMs: Int64(ms), bytes: Int64(ms) * 1000) }
+        #expect(busy.bytesPerS(nowMs: 1000, bytes: 1_000_000) == 1_000_000)
     }
 
     @Test func theFoldKeepsRangesWhileTheByteCountAgrees() {

@@ -13,6 +13,7 @@ parameters, so one server covers every case:
   release=NAME      release exists (at most 120 s), then send the rest: a test acts
                     mid-body, however slow the machine, and then lets the body end
   ignore_range=1    answer 200 with the whole file even to a Range request
+  ignore_range_from=K  ... from request K of this path on
   ignore_range_end=1  answer bytes=A-B with everything from A to the end of the file
   cap_range=N       answer a range with at most N bytes (an honest, shorter 206)
   wrong_range=1     answer a Range request with 206 from a different offset
@@ -22,6 +23,7 @@ parameters, so one server covers every case:
   range_no_length=1  answer a Range request without Content-Length (the body ends at the close)
   no_content_range=1  answer a Range request with 206 but no Content-Range
   etag_changes=1    a new ETag on every request (If-Range never matches)
+  etag_changes_from=K  another ETag from request K of this path on (the file changed under a download)
   ignore_if_range=1  answer a Range request with 206 even when If-Range names another validator
   no_validators_206=1  send no ETag or Last-Modified with a 206
   no_etag=1         send no ETag at all (Last-Modified is the only validator)
@@ -38,6 +40,10 @@ parameters, so one server covers every case:
   retry_after=S     ... with Retry-After: S
   rate=B            send at most B bytes per second
   chunk=N           send the body N bytes at a time (default 65536): with rate, a trickle
+  slow_start=N      with rate: slow only the answer whose body starts at byte N (one range at a trickle)
+  slow_from=K       with rate: slow only request K and later of this path (the connections opened last)
+  fast_rate=B       with slow_start or slow_from: the rate of the answers not slowed (default: none);
+                    chunk then applies to the slowed ones alone
   set_cookie=NAME   answer with Set-Cookie: NAME=s3cr3t-NAME; Max-Age=3600; Path=/
   require_cookie=NAME  answer 401 unless the request sends that cookie
                     (the value never appears in a URL, so tests can look for it in output)
@@ -1340,6 +1346,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         etag = f'"{stat.st_ino:x}-{size:x}"'
         if query.get("etag_changes"):
             etag = f'"{stat.st_ino:x}-{size:x}-{number}"'
+        if "etag_changes_from" in query and number >= int(query["etag_changes_from"]):
+            etag = f'"{stat.st_ino:x}-{size:x}-changed"'
         weak = query.get("weak_etag") and within("weak_etag_times")
         if weak:
             etag = "W/" + etag
@@ -1350,7 +1358,8 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
         start = 0
         end = None
         status = 200
-        if range_header and range_header.startswith("bytes=") and not query.get("ignore_range"):
+        ignores_range = query.get("ignore_range") or ("ignore_range_from" in query and number >= int(query["ignore_range_from"]))
+        if range_header and range_header.startswith("bytes=") and not ignores_range:
             if_range = self.headers.get("If-Range")
             # (RFC 9110 §13.1.5: If-Range matches a strong validator only; weak, Apache refuses a date too.)
             if if_range is None or (if_range == etag and not weak) or query.get("ignore_if_range"):
@@ -1410,6 +1419,12 @@ class Handler(ResumableHandler, BaseHTTPRequestHandler):
             stall_after = None
         rate = int(query["rate"]) if "rate" in query else None
         piece = max(1, int(query.get("chunk", 64 * 1024)))
+        if "slow_start" in query or "slow_from" in query:
+            slowed = ("slow_start" in query and body_start == int(query["slow_start"])) or \
+                ("slow_from" in query and number >= int(query["slow_from"]))
+            rate = rate if slowed else (int(query["fast_rate"]) if "fast_rate" in query else None)
+            if not slowed:
+                piece = 64 * 1024
         hold_after = int(query["hold_after"]) if "hold_after" in query else None
         sent = 0
         began = time.monotonic()

@@ -9,7 +9,7 @@ import SyncAgentCore
 ///
 /// The first request of a fresh download is a plain GET: when its answer
 /// shows the size, a validator and `Accept-Ranges: bytes`, that connection
-/// keeps the first range and others open for the rest (`SegmentedDownload`).
+/// keeps a first piece and ranged requests fetch the rest (`SegmentedDownload`).
 final class DownloadRunner: TransferRunner {
     /// The attempt's connections, when it runs over several.
     private var segmented: SegmentedDownload?
@@ -223,6 +223,13 @@ final class DownloadRunner: TransferRunner {
             return rangeWritten(download, connection, exchange)
         case .transient(_, _, false) where exchange.stopAt.map({ exchange.written >= $0 }) == true:
             return rangeWritten(download, connection, exchange)
+        case .transient(let reason, _, false) where exchange.crawledAt != nil:
+            guard download.connectionCrawled(connection, reason: reason, nowMs: Posix.monotonicMs) else { return outcome }
+            context.logger.notice("a connection crawled; its range moves to another", metadata: [
+                "task.id": "\(taskID)", "reason": "\(reason)", "moves": "\(download.crawlMoves)"])
+            context.record(.progressed(download.progress()), task: taskID)
+            openConnections(download)
+            return nil
         case .transient(let reason, _, false) where ranged || download.runningCount > 1:
             guard download.connectionFailed(connection) else { return outcome }
             context.logger.notice("a connection failed; the download goes on", metadata: [
@@ -245,7 +252,12 @@ final class DownloadRunner: TransferRunner {
     /// A connection's range is written: the download is complete, or the connection's work goes on elsewhere.
     private func rangeWritten(_ download: SegmentedDownload, _ connection: SegmentedDownload.Connection,
                               _ exchange: Exchange) -> AttemptOutcome? {
-        download.connectionFinished(connection)
+        if let behind = download.connectionFinished(connection, nowMs: Posix.monotonicMs) {
+            // Taken over: another connection fetches the rest of its range; its bytes are claimed with the next sync.
+            context.exchanges.remove(behind.exchange)
+            download.countReceived(behind.exchange)
+            context.record(.progressed(download.progress()), task: taskID)
+        }
         if download.isWritten { return .complete(bytes: download.total ?? exchange.written) }
         openConnections(download)
         return nil

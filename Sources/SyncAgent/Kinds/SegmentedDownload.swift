@@ -12,7 +12,7 @@ import Glibc
 ///
 /// The first request of a fresh download is a plain GET: when its answer
 /// shows the size, a validator and `Accept-Ranges: bytes`, that connection
-/// keeps the first range and others open for the rest. A connection that
+/// keeps a first piece of the file and ranged requests fetch the rest. A connection that
 /// runs out of work takes a waiting range, or half of the largest range
 /// still running (`SegmentPlan`), so none idles while work remains.
 final class SegmentedDownload {
@@ -71,6 +71,7 @@ final class SegmentedDownload {
         self.total = total
         self.validator = validator
         base = done
+        maximumCrawlMoves = max(2, limit)
         pending = missing.map { SegmentPlan.initialRanges(missing: $0, connections: limit) } ?? []
     }
 
@@ -132,8 +133,14 @@ final class SegmentedDownload {
         let ranges = SegmentPlan.initialRanges(missing: [ByteSpan(0, size)], connections: limit)
         guard ranges.count > 1 else { return nil }
         validator = guardValidator
-        exchange.stopAt = ranges[0].end
+        // This answer runs on to the file's end: cut at its range's end, its last bytes come
+        // at the server's pace, not the range's (nginx's limit_rate sends bursts a pause apart,
+        // and the one holding that end came a pause after the other ranges had ended). It keeps
+        // a first piece; a ranged request, opened once it is over, fetches the rest of its range.
+        let first = SegmentPlan.firstPiece(of: ranges[0])
+        exchange.stopAt = first.end
         pending = Array(ranges.dropFirst())
+        if first.end < ranges[0].end { pending.append(ByteSpan(first.end, ranges[0].end)) }
         return nil
     }
 
@@ -172,17 +179,64 @@ final class SegmentedDownload {
     // MARK: - Work for a connection that ran out of it
 
     /// A connection finished its range: the next waiting range goes to a
-    /// new connection, else the largest running range is halved and its
-    /// second half waits for one.
-    func connectionFinished(_ connection: Connection) {
+    /// new connection, else a running range is relieved (`SegmentPlan.relieve`):
+    /// the one expected to finish last is split where both connections would
+    /// finish together, and one far behind is taken over whole. Returns the
+    /// connection taken over: it is to stop now (what it wrote is kept).
+    func connectionFinished(_ connection: Connection, nowMs: Int64) -> Connection? {
         connection.isOver = true
-        guard pending.isEmpty else { return }
+        guard pending.isEmpty else { return nil }
         let running = running
-        let remaining = running.map { (position: $0.exchange.written, end: $0.exchange.stopAt ?? total ?? $0.exchange.written) }
-        guard let (index, at) = SegmentPlan.splitLargest(running: remaining) else { return }
-        running[index].exchange.stopAt = at
-        pending.append(ByteSpan(at, remaining[index].end))
+        let ranges = running.map { running in
+            SegmentPlan.Running(position: running.exchange.written, end: running.exchange.stopAt ?? total ?? running.exchange.written,
+                                bytesPerS: running.exchange.recentBytesPerS(nowMs: nowMs))
+        }
+        switch SegmentPlan.relieve(running: ranges, idleBytesPerS: connection.exchange.recentBytesPerS(nowMs: nowMs)) {
+        case .split(let index, let at)?:
+            running[index].exchange.stopAt = at
+            pending.append(ByteSpan(at, ranges[index].end))
+            return nil
+        case .takeOver(let index)?:
+            let behind = running[index]
+            behind.exchange.stopAt = behind.exchange.written
+            behind.isOver = true
+            pending.append(ByteSpan(ranges[index].position, ranges[index].end))
+            let speed = ranges[index].bytesPerS.map { ByteCount.format($0) + "/s" } ?? "no speed yet"
+            let others = connection.exchange.recentBytesPerS(nowMs: nowMs).map { ByteCount.format($0) + "/s" } ?? "?"
+            movedToLog = "bytes \(ranges[index].position)-\(ranges[index].end) moved to another connection: "
+                + "its own was far behind (\(speed), where another got \(others))"
+            return behind
+        case nil:
+            return nil
+        }
     }
+
+    /// A connection fell below `min_speed` (`crawledAt`): its range's rest
+    /// moves to a fresh connection, unless every other connection crawls
+    /// too or ranges were moved `maximumCrawlMoves` times this attempt (a
+    /// server slow on every connection). Returns false when the attempt
+    /// should end with the low-speed failure instead.
+    func connectionCrawled(_ connection: Connection, reason: String, nowMs: Int64) -> Bool {
+        let exchange = connection.exchange!
+        guard validator != nil, let end = exchange.stopAt, let bar = exchange.lowSpeedBar else { return false }
+        let others = running.filter { $0 !== connection }.map { $0.exchange.recentBytesPerS(nowMs: nowMs) }
+        guard SegmentPlan.crawl(others: others, threshold: bar, moves: crawlMoves, maximumMoves: maximumCrawlMoves) == .move else {
+            return false
+        }
+        crawlMoves += 1
+        connection.isOver = true
+        if exchange.written < end {
+            pending.insert(ByteSpan(exchange.written, end), at: 0)
+            movedToLog = "bytes \(exchange.written)-\(end) moved to another connection: \(reason)"
+        }
+        return true
+    }
+
+    /// Ranges moved for crawling this attempt, and the most it may move.
+    private(set) var crawlMoves = 0
+    let maximumCrawlMoves: Int
+    /// Why a range moved, logged with the next progress.
+    private var movedToLog: String?
 
     /// A connection failed. What it did not write waits for another. One
     /// that had made progress (a reset, a stall) is replaced at once, a few
@@ -252,7 +306,8 @@ final class SegmentedDownload {
             base.insert(ByteSpan(connection.start, connection.claimed))
         }
         connections.removeAll { $0.isOver && $0.claimed >= $0.exchange.written }
-        return durableRanges == before && validatorsToLog == nil && fallbackToLog == nil && digestsToLog.isEmpty ? nil : progress()
+        return durableRanges == before && validatorsToLog == nil && fallbackToLog == nil && movedToLog == nil && digestsToLog.isEmpty
+            ? nil : progress()
     }
 
     /// A connection's attempt claimed bytes (its own `progressed`): kept,
@@ -279,6 +334,8 @@ final class SegmentedDownload {
             progress.fallback = reason
             fallbackToLog = nil
         }
+        progress.moved = movedToLog
+        movedToLog = nil
         return progress
     }
 

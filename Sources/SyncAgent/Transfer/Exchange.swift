@@ -124,6 +124,10 @@ final class Exchange {
     private(set) var lastActivityMs = Posix.monotonicMs
     /// `min_speed` over `min_speed_time` (nil: off).
     private var lowSpeed: LowSpeedWatch?
+    /// The speed `min_speed` judged too low, once it ended the exchange for it.
+    private(set) var crawledAt: Int64?
+    /// Its recent speed into the partial file (a segmented download weighs its ranges by it).
+    private var meter = SpeedMeter()
     /// Where the request body has got to (an upload's bytes moved).
     private var sentPosition: Int64 = 0
     /// The cap curl holds it to now: its share of `max_overall_speed`, else its own.
@@ -468,6 +472,7 @@ final class Exchange {
         written += Int64(count)
         let now = Posix.monotonicMs
         lastActivityMs = now
+        meter.record(nowMs: now, bytes: written)
         if !syncPending, written - durable >= settings.progressIntervalBytes || now - lastFlushMs >= settings.progressIntervalMs {
             // Durable in the background; claimed when the sync returns (`claim(upTo:)`).
             syncPending = true
@@ -686,7 +691,14 @@ final class Exchange {
         lowSpeed?.observe(nowMs: nowMs, bytes: written - plan.ask.offset + sentPosition, cap: speedCapNow)
     }
 
+    /// Bytes a second written lately (nil: too soon to tell).
+    func recentBytesPerS(nowMs: Int64) -> Int64? { meter.bytesPerS(nowMs: nowMs, bytes: written) }
+
+    /// The speed `min_speed` holds it to now (nil: off).
+    var lowSpeedBar: Int64? { lowSpeed?.threshold(cap: speedCapNow) }
+
     func crawlingOutcome(speed: Int64) -> AttemptOutcome {
+        crawledAt = speed
         if let failure = flush() { return failure }
         let bar = lowSpeed.map { ByteCount.format($0.threshold(cap: speedCapNow)) } ?? "?"
         return .retry("slower than \(bar)/s (min_speed) for \(settings.minSpeedTimeS) s: "

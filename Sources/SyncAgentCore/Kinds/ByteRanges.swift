@@ -97,13 +97,108 @@ public enum SegmentPlan {
         return ranges
     }
 
-    /// A connection fell idle while others still work: which running range
-    /// to split (its remaining bytes are `position ..< end`), and where.
-    /// Nil when no remainder is worth a new connection.
-    public static func splitLargest(running: [(position: Int64, end: Int64)]) -> (index: Int, at: Int64)? {
+    /// What the first answer of a fresh download keeps of the first range
+    /// (the rest goes to a ranged request): an answer that runs on to the
+    /// file's end does not end where the range does. The bytes that come
+    /// with the answer's first packets, about; the whole range when it is small.
+    public static func firstPiece(of range: ByteSpan) -> ByteSpan {
+        range.length >= 2 * firstPieceBytes ? ByteSpan(range.start, range.start + firstPieceBytes) : range
+    }
+
+    public static let firstPieceBytes: Int64 = 64 << 10
+
+    /// A running range: its remaining bytes `position ..< end`, and the speed
+    /// its connection has been getting lately (nil: not known yet).
+    public struct Running: Equatable, Sendable {
+        public var position: Int64
+        public var end: Int64
+        public var bytesPerS: Int64?
+        public init(position: Int64, end: Int64, bytesPerS: Int64? = nil) {
+            self.position = position; self.end = end; self.bytesPerS = bytesPerS
+        }
+        var remaining: Int64 { max(0, end - position) }
+    }
+
+    /// What an idle connection does for the running ranges (aria2 hands a lagging range's rest to an idle connection).
+    public enum Relief: Equatable, Sendable {
+        /// The range at `index` stops at `at`; `at ..< end` waits for a connection.
+        case split(index: Int, at: Int64)
+        /// The range at `index` is so far behind that another connection takes
+        /// all of its rest: its connection stops (what it wrote is kept).
+        case takeOver(index: Int)
+    }
+
+    /// No piece is given to a connection for less than this much of its time: less does not pay for a new request.
+    public static let worthRequestMs: Int64 = 100
+    /// Nor for fewer bytes than this, however slow the connections.
+    public static let smallestPiece: Int64 = 256 << 10
+
+    /// A connection fell idle (its recent speed `idleBytesPerS`, nil: not
+    /// known) while others still work: which running range to relieve, and how.
+    ///
+    /// With the speeds known, the range expected to finish last (bytes left
+    /// ÷ its speed) is split where both connections finish together: the
+    /// idle one fetching at its own speed. It is left whole when the piece
+    /// for the idle connection is smaller than `smallestPiece` or than
+    /// `worthRequestMs` of its time; a range so slow that its connection
+    /// would keep less than one aligned block is taken over. Without speeds,
+    /// the largest remainder is halved (each half at least `minimumPiece`).
+    public static func relieve(running: [Running], idleBytesPerS: Int64?) -> Relief? {
+        let known = running.compactMap(\.bytesPerS).filter { $0 > 0 }
+        let fresh = (idleBytesPerS.flatMap { $0 > 0 ? $0 : nil }) ?? median(known)
+        guard let fresh, !running.isEmpty else { return halveLargest(running) }
+        // A connection whose speed is not known yet is taken to get what a fresh one would.
+        func finishMs(_ range: Running) -> Int64 {
+            guard range.remaining > 0 else { return 0 }
+            let speed = range.bytesPerS ?? fresh
+            return speed > 0 ? range.remaining * 1000 / speed : .max
+        }
+        guard let index = running.indices.max(by: { finishMs(running[$0]) < finishMs(running[$1]) }) else { return nil }
+        let range = running[index]
+        let speed = max(0, range.bytesPerS ?? fresh)
+        let least = max(smallestPiece, fresh * worthRequestMs / 1000)
+        guard range.remaining >= least else { return nil }
+        // Kept by its connection: remaining × its speed ÷ both speeds (equal finish times).
+        let kept = Int64((Double(range.remaining) * Double(speed) / Double(speed + fresh)).rounded(.down))
+        var at = range.position + kept
+        at -= at % alignment
+        guard at > range.position else { return .takeOver(index: index) }
+        guard range.end - at >= least else { return nil }
+        return .split(index: index, at: at)
+    }
+
+    /// Today's rule when speeds are unknown: half of the largest remainder.
+    private static func halveLargest(_ running: [Running]) -> Relief? {
         let remaining = running.map { ByteSpan($0.position, $0.end) }
         guard let index = indexOfLargest(remaining), let halves = split(remaining[index]) else { return nil }
-        return (index, halves.0.end)
+        return .split(index: index, at: halves.0.end)
+    }
+
+    private static func median(_ values: [Int64]) -> Int64? {
+        guard !values.isEmpty else { return nil }
+        return values.sorted()[values.count / 2]
+    }
+
+    /// A connection of a segmented download fell below `min_speed` over
+    /// `min_speed_time` (`LowSpeedWatch`): whether its range's rest moves to
+    /// a fresh connection or the attempt ends with the low-speed failure.
+    public enum Crawl: Equatable, Sendable {
+        case move
+        case endAttempt
+    }
+
+    /// - Parameters:
+    ///   - others: the recent speeds of the download's other running
+    ///     connections (nil: one not measured yet).
+    ///   - threshold: the bar, in bytes a second.
+    ///   - moves: ranges moved for crawling so far this attempt; `maximumMoves`: the bound.
+    public static func crawl(others: [Int64?], threshold: Int64, moves: Int, maximumMoves: Int) -> Crawl {
+        // A server slow on every connection would have its ranges moved forever.
+        guard moves < maximumMoves else { return .endAttempt }
+        // Every other connection crawls too: the server is slow, not this connection.
+        let known = others.compactMap { $0 }
+        if !others.isEmpty, known.count == others.count, known.allSatisfy({ $0 < threshold }) { return .endAttempt }
+        return .move
     }
 
     private static func indexOfLargest(_ spans: [ByteSpan]) -> Int? {

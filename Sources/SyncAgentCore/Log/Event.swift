@@ -131,13 +131,17 @@ public struct Progressed: Codable, Equatable, Sendable {
     /// the first answer, before any of its bytes are claimed; the name holds
     /// for the task's life, whatever later answers say.
     public var dest: String?
+    /// A segmented download moved the rest of a range to another connection
+    /// (its own crawled below `min_speed`, or fell far behind the others):
+    /// which bytes, and why. `ranges` is unchanged by it.
+    public var moved: String?
     public init(bytes: Int64, total: Int64? = nil, etag: String? = nil, lastModified: String? = nil,
                 restartReason: String? = nil, ranges: [ByteSpan]? = nil, fallback: String? = nil, chunk: Int64? = nil,
-                digests: [SpanDigest]? = nil, mismatch: String? = nil, dest: String? = nil) {
+                digests: [SpanDigest]? = nil, mismatch: String? = nil, dest: String? = nil, moved: String? = nil) {
         self.bytes = bytes; self.total = total; self.etag = etag
         self.lastModified = lastModified; self.restartReason = restartReason; self.ranges = ranges
         self.fallback = fallback; self.chunk = chunk; self.digests = digests; self.mismatch = mismatch
-        self.dest = dest
+        self.dest = dest; self.moved = moved
     }
 }
 

@@ -34,7 +34,7 @@ public enum EventCoding {
             json.field("bytes", p.bytes); json.field("chunk", p.chunk); json.field("dest", p.dest)
             json.field("digests", json: p.digests.map { "[" + $0.map { "[\($0.from),\($0.to),\"\($0.sha256.hex)\"]" }.joined(separator: ",") + "]" })
             json.field("etag", p.etag); json.field("fallback", p.fallback)
-            json.field("last_modified", p.lastModified); json.field("mismatch", p.mismatch)
+            json.field("last_modified", p.lastModified); json.field("mismatch", p.mismatch); json.field("moved", p.moved)
             json.field("ranges", json: p.ranges.map { "[" + $0.map { "[\($0.start),\($0.end)]" }.joined(separator: ",") + "]" })
             json.field("restart_reason", p.restartReason); json.field("total", p.total)
             return json.finish()
@@ -248,6 +248,7 @@ extension Progressed {
     init(reading reader: inout JSONReader) throws {
         var bytes: Int64?, total: Int64?, etag: String?, lastModified: String?, restartReason: String?
         var ranges: [ByteSpan]?, fallback: String?, chunk: Int64?, digests: [SpanDigest]?, mismatch: String?, dest: String?
+        var moved: String?
         try reader.readObject { key, value in
             switch key {
             case "bytes": bytes = try value.readInt()
@@ -257,6 +258,7 @@ extension Progressed {
             case "mismatch": mismatch = try value.readOptional { try $0.readString() }
             case "ranges": ranges = try value.readOptional { try $0.readArray { try ByteSpan(reading: &$0) } }
             case "fallback": fallback = try value.readOptional { try $0.readString() }
+            case "moved": moved = try value.readOptional { try $0.readString() }
             case "total": total = try value.readOptional { try $0.readInt() }
             case "etag": etag = try value.readOptional { try $0.readString() }
             case "last_modified": lastModified = try value.readOptional { try $0.readString() }
@@ -265,7 +267,7 @@ extension Progressed {
             }
         }
         self.init(bytes: try required(bytes, "bytes"), total: total, etag: etag, lastModified: lastModified, restartReason: restartReason,
-                  ranges: ranges, fallback: fallback, chunk: chunk, digests: digests, mismatch: mismatch, dest: dest)
+                  ranges: ranges, fallback: fallback, chunk: chunk, digests: digests, mismatch: mismatch, dest: dest, moved: moved)
     }
 }
 
