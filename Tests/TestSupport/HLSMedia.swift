@@ -175,16 +175,7 @@ public final class HLSMedia: @unchecked Sendable {
 
     /// ffmpeg's text of the first subtitle stream of a file or playlist, as SubRip.
     public static func subtitles(of file: String) -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/ffmpeg")
-        process.arguments = ["-v", "error", "-i", file, "-map", "0:s:0", "-f", "srt", "-"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return "" }
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return text
+        output(of: "/usr/bin/ffmpeg", ["-v", "error", "-i", file, "-map", "0:s:0", "-f", "srt", "-"])
     }
 
     /// ffprobe's stream types (`video`, `audio`) of a playlist or file.
@@ -193,9 +184,14 @@ public final class HLSMedia: @unchecked Sendable {
     }
 
     private static func probe(_ file: String, _ entries: String) -> String {
+        output(of: "/usr/bin/ffprobe", ["-v", "error", "-show_entries", entries, "-of", "csv=p=0", file])
+    }
+
+    /// What a program prints on stdout ("" when it cannot start); its stderr is dropped.
+    private static func output(of program: String, _ arguments: [String]) -> String {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/ffprobe")
-        process.arguments = ["-v", "error", "-show_entries", entries, "-of", "csv=p=0", file]
+        process.executableURL = URL(fileURLWithPath: program)
+        process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice

@@ -23,6 +23,15 @@ struct SegmentedSlowRangeTests {
 
     func job(_ url: String) -> String { "url = \"\(url)\"\nid = \"s\"\ndest = \"s.bin\"\nconnections = 4\n" }
 
+    /// An agent with `config`, the fault server serving the test's file with `faults`, and the job for it dropped.
+    func dropped(faults: String) throws -> (harness: AgentHarness, server: FaultServer, data: Data) {
+        let harness = try AgentHarness(config: Self.config)
+        let server = try FaultServer(in: harness.directory)
+        let data = try server.serve("f.bin", size: Self.size)
+        try harness.drop("s.job", job(server.url("f.bin", faults)))
+        return (harness, server, data)
+    }
+
     /// Each moved range as the log tells it.
     func moves(_ harness: AgentHarness) throws -> [String] {
         try harness.events().filter { $0.task == "s" && $0.type == "progressed" }.compactMap { $0.data["moved"] as? String }
@@ -40,10 +49,7 @@ struct SegmentedSlowRangeTests {
     }
 
     @Test func aSlowRangeAmongFourMovesAndTheFileIsWhole() throws {
-        let harness = try AgentHarness(config: Self.config)
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange)))
+        let (harness, server, data) = try dropped(faults: Self.slowRange)
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
         #expect(sha256Hex(ofFile: harness.downloads + "/s.bin") == sha256Hex(data))
         let moved = try moves(harness)
@@ -98,10 +104,7 @@ struct SegmentedSlowRangeTests {
     /// A server that is slow on every connection it opens after the first
     /// planned ones: moving the range again and again would never end.
     @Test func aServerSlowOnEveryNewConnectionEndsAfterABoundedNumberOfMoves() throws {
-        let harness = try AgentHarness(config: Self.config)
-        let server = try FaultServer(in: harness.directory)
-        try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&slow_from=\(Self.plannedRequests + 1)")))
+        let (harness, server, _) = try dropped(faults: Self.slowRange + "&slow_from=\(Self.plannedRequests + 1)")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 4)
         let moved = try moves(harness)
         #expect(!moved.isEmpty && moved.count <= 4, "\(moved)")
@@ -114,10 +117,7 @@ struct SegmentedSlowRangeTests {
 
     /// SIGKILL just after a move: the restart fetches only what no range of the log holds.
     @Test func killedRightAfterAMoveItFetchesOnlyWhatNoRangeHolds() throws {
-        let harness = try AgentHarness(config: Self.config)
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange)))
+        let (harness, server, data) = try dropped(faults: Self.slowRange)
         let agent = try harness.startAgent()
         let moved = harness.waitForEvent("progressed", task: "s", within: 60) { $0.data["moved"] != nil }
         agent.signal(SIGKILL)
@@ -140,10 +140,7 @@ struct SegmentedSlowRangeTests {
     /// The moved range's server now has another file (another ETag): the
     /// If-Range of the move keeps the two from being mixed.
     @Test func aMovedRangeAnsweredFromAnotherFileIsNeverMixed() throws {
-        let harness = try AgentHarness(config: Self.config)
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&etag_changes_from=\(Self.plannedRequests + 1)")))
+        let (harness, server, data) = try dropped(faults: Self.slowRange + "&etag_changes_from=\(Self.plannedRequests + 1)")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
         #expect(sha256Hex(ofFile: harness.downloads + "/s.bin") == sha256Hex(data))
         let from = try #require(movedStart(try moves(harness)))
@@ -160,10 +157,7 @@ struct SegmentedSlowRangeTests {
     /// The server ignores Range on the moved range's request (200, the whole
     /// file): the download falls back to one connection from 0.
     @Test func aMovedRangeAnsweredWithTheWholeFileFallsBackToOneConnection() throws {
-        let harness = try AgentHarness(config: Self.config)
-        let server = try FaultServer(in: harness.directory)
-        let data = try server.serve("f.bin", size: Self.size)
-        try harness.drop("s.job", job(server.url("f.bin", Self.slowRange + "&ignore_range_from=\(Self.plannedRequests + 1)")))
+        let (harness, server, data) = try dropped(faults: Self.slowRange + "&ignore_range_from=\(Self.plannedRequests + 1)")
         #expect(try harness.startAgent(exitWhenIdle: true).wait(seconds: 90) == 0)
         #expect(sha256Hex(ofFile: harness.downloads + "/s.bin") == sha256Hex(data))
         #expect(try moves(harness).count == 1)
