@@ -55,8 +55,7 @@ struct StatusCommand: ParsableCommand {
     private func phases(agentRunning: Bool = false) throws -> Set<TaskPhase>? {
         guard !states.isEmpty else { return nil }
         var phases = Set<TaskPhase>()
-        for word in states.flatMap({ $0.split(separator: ",") }) {
-            let name = word.trimmingCharacters(in: .whitespaces)
+        for name in stateWords {
             if name == "interrupted" {
                 if !agentRunning { phases.insert(.running) }
                 continue
@@ -77,24 +76,26 @@ struct StatusCommand: ParsableCommand {
         return phases
     }
 
+    /// The states `--state` names, each option split at its commas.
+    private var stateWords: [String] {
+        states.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+    }
+
     /// `--state retrying` without `queued`: of the queue, only the tasks waiting to retry.
     private var retryingOnly: Bool {
-        let words = states.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
-        return words.contains("retrying") && !words.contains("queued")
+        stateWords.contains("retrying") && !stateWords.contains("queued")
     }
 
     /// Rejected job files are shown unless `--state` names only states of
     /// tasks other than failed (a rejected job is a submission that failed).
     private var showsRejections: Bool {
-        let words = states.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
-        return words.isEmpty || words.contains("rejected") || words.contains("failed")
+        stateWords.isEmpty || stateWords.contains("rejected") || stateWords.contains("failed")
     }
 
     /// Jobs still in the inbox are shown unless `--state` names only states
     /// other than queued (what they become) or waiting.
     private var showsWaiting: Bool {
-        let words = states.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
-        return words.isEmpty || words.contains("waiting") || words.contains("queued")
+        stateWords.isEmpty || stateWords.contains("waiting") || stateWords.contains("queued")
     }
 
     /// What the inbox adds to the log's tasks: jobs it holds, and job files rejected.

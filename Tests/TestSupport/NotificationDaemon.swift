@@ -114,6 +114,14 @@ public final class NotificationDaemon {
         return notices.firstIndex { $0.contains(words) }.map { UInt32($0 - notices.startIndex + 1) }
     }
 
+    /// Waits for a notice whose Notify call mentions `words`: its id, or a failure showing the calls logged.
+    public func awaitNotice(saying words: String, within seconds: Double = 20) throws -> UInt32 {
+        guard eventually(within: seconds, { noticeID(saying: words) != nil }), let id = noticeID(saying: words) else {
+            throw TestFailure("no notice saying \"\(words)\" within \(seconds) s: \(calls)")
+        }
+        return id
+    }
+
     /// One entry per Notify call: the line dbusmock logged (app name, summary, body…).
     public var notifyCalls: [String] {
         calls.split(separator: "\n").map(String.init).filter { line in

@@ -30,8 +30,7 @@ struct NotificationActionTests {
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"my report #1.bin\"\n")
-        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer finished") != nil }, "\(daemon.calls)")
-        let id = try #require(daemon.noticeID(saying: "1 transfer finished"))
+        let id = try daemon.awaitNotice(saying: "1 transfer finished")
         let call = daemon.calls
         #expect(call.contains("\"open-folder\", \"Open folder\"") && call.contains("\"default\", \"Open folder\""), "\(call)")
         #expect(!call.contains("\"retry\""), "nothing failed: \(call)")
@@ -57,8 +56,7 @@ struct NotificationActionTests {
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("a.job", "id = \"a\"\nurl = \"\(nginx.url("a.bin"))\"\ndest = \"sub/a.bin\"\n")
-        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer finished") != nil }, "\(daemon.calls)")
-        let id = try #require(daemon.noticeID(saying: "1 transfer finished"))
+        let id = try daemon.awaitNotice(saying: "1 transfer finished")
 
         try daemon.invoke(action: "default", of: id)
         #expect(eventually(within: 20) { text(opened) == harness.downloads + "/sub\n" }, "\(text(opened)) \(agent.stderr)")
@@ -72,8 +70,7 @@ struct NotificationActionTests {
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("late.job", "id = \"late\"\nurl = \"\(nginx.url("late.bin"))\"\n")
-        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer failed") != nil }, "\(daemon.calls)")
-        let id = try #require(daemon.noticeID(saying: "1 transfer failed"))
+        let id = try daemon.awaitNotice(saying: "1 transfer failed")
         let call = daemon.calls
         #expect(call.contains("\"retry\", \"Retry\"") && !call.contains("\"default\""), "a stray click retries nothing: \(call)")
         #expect(harness.state(of: "late") == "failed")
@@ -112,8 +109,7 @@ struct NotificationActionTests {
         let agent = try harness.startAgent()
         defer { agent.signal(SIGKILL) }
         try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("gone.bin"))\"\n")
-        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer failed") != nil }, "\(daemon.calls)")
-        let failed = try #require(daemon.noticeID(saying: "1 transfer failed"))
+        let failed = try daemon.awaitNotice(saying: "1 transfer failed")
 
         try daemon.invoke(action: "retry", of: failed + 100)
         try daemon.invoke(action: "explode", of: failed)
@@ -129,8 +125,7 @@ struct NotificationActionTests {
         try nginx.serve("after.bin", size: 1000)
         try harness.drop("after.job", "id = \"after\"\nurl = \"\(nginx.url("after.bin"))\"\n")
         #expect(eventually(within: 30) { harness.state(of: "after") == "finished" })
-        #expect(eventually(within: 20) { daemon.noticeID(saying: "✓ after.bin") != nil }, "\(daemon.calls)")
-        let finished = try #require(daemon.noticeID(saying: "✓ after.bin"))
+        let finished = try daemon.awaitNotice(saying: "✓ after.bin")
         try daemon.invoke(action: "open-folder", of: finished)
         #expect(eventually(within: 30) { text(shownLog).contains("after.bin") }, "\(text(shownLog))")
 
@@ -150,8 +145,7 @@ struct NotificationActionTests {
         let first = try harness.startAgent()
         defer { first.signal(SIGKILL) }
         try harness.drop("gone.job", "id = \"gone\"\nurl = \"\(nginx.url("gone.bin"))\"\n")
-        #expect(eventually(within: 20) { daemon.noticeID(saying: "1 transfer failed") != nil }, "\(daemon.calls)")
-        let failed = try #require(daemon.noticeID(saying: "1 transfer failed"))
+        let failed = try daemon.awaitNotice(saying: "1 transfer failed")
         first.signal(SIGKILL)
         first.wait(seconds: 10)
 
@@ -161,8 +155,7 @@ struct NotificationActionTests {
         try daemon.invoke(action: "retry", of: failed)
         try nginx.serve("after.bin", size: 1000)
         try harness.drop("after.job", "id = \"after\"\nurl = \"\(nginx.url("after.bin"))\"\n")
-        #expect(eventually(within: 20) { daemon.noticeID(saying: "✓ after.bin") != nil }, "\(daemon.calls)")
-        let finished = try #require(daemon.noticeID(saying: "✓ after.bin"))
+        let finished = try daemon.awaitNotice(saying: "✓ after.bin")
         try daemon.invoke(action: "open-folder", of: finished)
         #expect(eventually(within: 20) { text(shownLog).contains("after.bin") }, "\(text(shownLog))")
         #expect(try retries(harness).isEmpty)
