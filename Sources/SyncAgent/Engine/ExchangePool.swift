@@ -20,6 +20,11 @@ final class ExchangePool {
     var overallCap: Int64?
     /// A cap was shared: removing it on SIGHUP gives each exchange its own back.
     private var sharingSpeed = false
+    /// Exchanges in flight by task (detached ones left out), kept as they
+    /// come and go: while no task has two and no cap is shared, a start or
+    /// an end has nothing to share, and costs no pass over the others.
+    private var connectionsByTask: [String: Int] = [:]
+    private var tasksWithSeveralConnections = 0
     /// The words of a `total_timeout` that ran out during this exchange.
     var deadlineWords: (Exchange) -> String = { _ in "total_timeout ran out" }
 
@@ -38,7 +43,20 @@ final class ExchangePool {
     func add(_ exchange: Exchange, detached: Bool = false) throws {
         try multi.add(exchange.easy)
         inFlight[exchange.easy] = exchange
-        if detached { self.detached.insert(exchange.easy) } else { shareOverallSpeed() }
+        if detached {
+            self.detached.insert(exchange.easy)
+        } else {
+            countConnection(of: exchange.taskID, by: 1)
+            shareOverallSpeed()
+        }
+    }
+
+    private func countConnection(of taskID: String, by change: Int) {
+        let before = connectionsByTask[taskID] ?? 0
+        let after = before + change
+        connectionsByTask[taskID] = after > 0 ? after : nil
+        if before < 2, after >= 2 { tasksWithSeveralConnections += 1 }
+        if before >= 2, after < 2 { tasksWithSeveralConnections -= 1 }
     }
 
     /// Takes `exchange` back from curl (if it is still in flight): its
@@ -51,7 +69,10 @@ final class ExchangePool {
             logger.error("curl would not give a transfer back", metadata: ["task.id": "\(exchange.taskID)", "error": "\(error)"])
         }
         if exchange.sawSetCookie { saveCookies() }
-        if !wasDetached { shareOverallSpeed() }
+        if !wasDetached {
+            countConnection(of: exchange.taskID, by: -1)
+            shareOverallSpeed()
+        }
     }
 
     /// Gives up every exchange nobody waits for (the agent stops): the server expires what they asked.
@@ -114,17 +135,14 @@ final class ExchangePool {
     /// connections. `capsChanged`: their own caps changed (SIGHUP's
     /// `max_speed`), so each is set even with nothing shared.
     func shareOverallSpeed(capsChanged: Bool = false) {
-        var own: [String: Int64?] = [:], connections: [String: Int64] = [:]
-        for (easy, exchange) in inFlight where !detached.contains(easy) {
-            own[exchange.taskID] = exchange.ownSpeedCap
-            connections[exchange.taskID, default: 0] += 1
-        }
-        let someShareTheirTask = connections.values.contains { $0 > 1 }
+        let someShareTheirTask = tasksWithSeveralConnections > 0
         guard capsChanged || overallCap != nil || sharingSpeed || someShareTheirTask else { return }
         sharingSpeed = overallCap != nil || someShareTheirTask
+        var own: [String: Int64?] = [:]
+        for (easy, exchange) in inFlight where !detached.contains(easy) { own[exchange.taskID] = exchange.ownSpeedCap }
         let shares = SpeedShares.split(overall: overallCap, own: own)
         for (easy, exchange) in inFlight where !detached.contains(easy) {
-            let cap = (shares[exchange.taskID] ?? nil).map { max(1, $0 / max(1, connections[exchange.taskID] ?? 1)) }
+            let cap = (shares[exchange.taskID] ?? nil).map { max(1, $0 / Int64(max(1, connectionsByTask[exchange.taskID] ?? 1))) }
             if !exchange.limitSpeed(to: cap) {
                 logger.warning("curl refused a new speed limit", metadata: ["task.id": "\(exchange.taskID)"])
             }

@@ -116,7 +116,9 @@ enum DurableHashing {
     /// the range is an error (EIO): the bytes the log vouches for are gone.
     static func feed(_ hasher: inout SHA256, from descriptor: Int32, _ range: Range<Int64>, shown: String) throws {
         guard !range.isEmpty else { return }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: pieceBytes, alignment: 64)
+        // No bigger than the range: a 256 KiB block is mapped afresh and given
+        // back on free, page faults and madvise for every small file hashed.
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(min(Int64(pieceBytes), Int64(range.count))), alignment: 64)
         defer { buffer.deallocate() }
         var position = range.lowerBound
         while position < range.upperBound {
