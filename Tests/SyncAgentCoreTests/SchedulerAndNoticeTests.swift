@@ -43,6 +43,23 @@ struct SchedulerTests {
         #expect(SchedulerPolicy.tasksToStart(in: state, nowMs: 5_000_000, limits: roomy).contains("later"))
     }
 
+    /// The next wake follows the queue as timed tasks come and go: a retry's
+    /// backoff sets it, and once that task starts again nothing is waited for.
+    @Test func theNextWakeFollowsTimedTasksInAndOutOfTheQueue() {
+        var log = LogBuilder()
+        log.create("plain")
+        log.create("retried")
+        _ = log.add(.started(Started(attempt: 1, offset: 0, url: "http://x/r")), task: "retried")
+        #expect(SchedulerPolicy.nextWakeMs(in: log.state, nowMs: log.nowMs) == nil)
+        let retried = log.add(.retrying(Retrying(attempt: 1, reason: "reset", delayMs: 4000, bytes: 0)), task: "retried")
+        #expect(log.state.runQueue.timedCount == 1)
+        #expect(SchedulerPolicy.nextWakeMs(in: log.state, nowMs: log.nowMs) == retried.atMs + 4000)
+        _ = log.add(.started(Started(attempt: 2, offset: 0, url: "http://x/r")), task: "retried")
+        #expect(log.state.runQueue.timedCount == 0)
+        #expect(SchedulerPolicy.nextWakeMs(in: log.state, nowMs: log.nowMs) == nil)
+        #expect(SchedulerPolicy.tasksToStart(in: log.state, nowMs: log.nowMs, limits: roomy) == ["plain"])
+    }
+
     @Test func pausedAndEndedTasksNeverStart() {
         var log = LogBuilder()
         log.create("p")

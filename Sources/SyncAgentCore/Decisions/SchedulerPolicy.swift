@@ -36,6 +36,7 @@ public enum SchedulerPolicy {
 
     /// When a queued task that waits (not_before, backoff) becomes startable.
     public static func nextWakeMs(in state: AgentState, nowMs: Int64) -> Int64? {
+        guard state.runQueue.timedCount > 0 else { return nil }
         var earliest: Int64?
         for entry in state.runQueue.entries {
             if let wait = entry.notBeforeMs, wait > nowMs, wait < (earliest ?? .max) { earliest = wait }

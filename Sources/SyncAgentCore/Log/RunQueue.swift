@@ -34,6 +34,10 @@ public struct RunQueue: Equatable, Sendable {
     /// A deque: tasks mostly leave from the front, which an array paid for
     /// by moving every other entry (quadratic in a queue of 100,000).
     public private(set) var entries: Deque<Entry> = []
+    /// Entries that wait for a time (not_before, a retry's backoff): while
+    /// none does, the next wake is known without a walk of the queue, which
+    /// every scheduling pass asks for.
+    public private(set) var timedCount = 0
 
     public init() {}
 
@@ -51,16 +55,20 @@ public struct RunQueue: Equatable, Sendable {
 
     mutating func insert(_ entry: Entry) {
         entries.insert(entry, at: insertionIndex(of: entry))
+        if entry.notBeforeMs != nil { timedCount += 1 }
     }
 
     /// Adds an entry known to follow every other (a snapshot read back in order).
     mutating func append(_ entry: Entry) {
         entries.append(entry)
+        if entry.notBeforeMs != nil { timedCount += 1 }
     }
 
     mutating func remove(priority: Int, seq: Int64) {
         let probe = Entry(priority: priority, seq: seq, position: 0, notBeforeMs: nil)
         let index = insertionIndex(of: probe)
-        if index < entries.count, entries[index].seq == seq { entries.remove(at: index) }
+        if index < entries.count, entries[index].seq == seq {
+            if entries.remove(at: index).notBeforeMs != nil { timedCount -= 1 }
+        }
     }
 }
