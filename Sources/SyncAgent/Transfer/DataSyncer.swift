@@ -28,7 +28,7 @@ final class DataSyncer: Sendable {
         var complete: Bool
         /// Set when the sync failed (errno): nothing may be claimed.
         var error: Int32? = nil
-        /// The digests of what it made durable, hashed after the sync (see `Hashing`).
+        /// The digests of what it made durable (see `Hashing`).
         var digests: [SpanDigest] = []
         /// A chain had already gone past its claim (a later sync overtook
         /// this one): this claim cannot carry its digest, so it is not made.
@@ -41,11 +41,15 @@ final class DataSyncer: Sendable {
         var durableOffset: Int64? { error == nil ? offset : nil }
     }
 
-    /// What to hash once the sync returned: each chain up to its claim, and
-    /// for a complete body the chain from 0 up to the file's end.
+    /// What to hash for a claim: each chain up to its claim, and for a
+    /// complete body the chain from 0 up to the file's end.
     struct Hashing: Sendable {
         var claims: [(chain: DigestChain, to: Int64)]
         var file: (chain: DigestChain, size: Int64)? = nil
+
+        /// At most this many bytes to hash (each chain from its anchor; its
+        /// position is under a lock a worker may hold).
+        var extent: Int64 { max(claims.map { $0.to - $0.chain.anchor }.max() ?? 0, file?.size ?? 0) }
     }
 
     /// Readable when syncs have finished: poll it beside curl's sockets.
@@ -73,7 +77,13 @@ final class DataSyncer: Sendable {
     /// - Parameter name: the file's name, made durable too (its directory
     ///   synced beneath `root`): a new file's bytes are nothing without it.
     /// - Parameter hashing: the digests the claim will carry (SPEC §6 rule 3),
-    ///   read back from the page cache once the bytes are durable.
+    ///   read back from the page cache: the bytes a claim covers were all
+    ///   written before the sync was asked, and nothing writes them again, so
+    ///   they are the bytes the flush makes durable, and the claim waits for
+    ///   both. Many bytes are hashed on a thread of their own while the flush
+    ///   runs: one after the other, a large download's hashing fell behind its
+    ///   flushes and was all left for its end. A few are hashed after the
+    ///   flush, on its thread: a second thread would cost more than they do.
     func sync(_ descriptor: Int32, _ done: Done, naming name: (path: String, root: DownloadRoot)? = nil, hashing: Hashing? = nil) {
         group.enter()
         let shown = "the file of task \(done.taskID)"
@@ -85,9 +95,11 @@ final class DataSyncer: Sendable {
             report(done, error: Self.errno(of: error))
             return
         }
+        let hashApart = hashing.map { $0.extent >= Self.bytesHashedApart } ?? false
+        let halves = Halves(done, descriptor: duplicate, count: hashApart ? 2 : 1)
         threads.run { [self] in
-            var error: Int32?
             var result = done
+            var error: Int32?
             do {
                 if done.complete { try Posix.sync(duplicate, shown: shown) } else { try Posix.dataSync(duplicate, shown: shown) }
                 if let name {
@@ -100,11 +112,62 @@ final class DataSyncer: Sendable {
                 // over data that is gone.
                 error = Self.errno(of: failure)
             }
-            if error == nil, let hashing {
+            if error == nil, !hashApart, let hashing {
                 do { try Self.hash(hashing, through: duplicate, into: &result, shown: shown) } catch let failure { error = Self.errno(of: failure) }
+                if let ended = halves.hashed(result, error: error) { report(ended.done, error: ended.error) }
+            } else if let ended = halves.flushed(error: error) {
+                report(ended.done, error: ended.error)
             }
-            Posix.close(duplicate)
-            report(result, error: error)
+        }
+        guard hashApart, let hashing else { return }
+        threads.run { [self] in
+            var result = done
+            var error: Int32?
+            do { try Self.hash(hashing, through: duplicate, into: &result, shown: shown) } catch let failure { error = Self.errno(of: failure) }
+            if let ended = halves.hashed(result, error: error) { report(ended.done, error: ended.error) }
+        }
+    }
+
+    /// A claim that may cover this much is hashed on a thread of its own, beside its flush.
+    static let bytesHashedApart: Int64 = 1 << 20
+
+    /// The flush and the hash of one sync: the last to finish closes the
+    /// duplicate and says what the sync came to. A failed flush claims
+    /// nothing, whatever the hash found.
+    private final class Halves: @unchecked Sendable {
+        private let lock = NSLock()
+        private let descriptor: Int32
+        private var remaining: Int
+        private var done: Done
+        private var flushError: Int32?
+        private var hashError: Int32?
+
+        init(_ done: Done, descriptor: Int32, count: Int) {
+            self.done = done
+            self.descriptor = descriptor
+            remaining = count
+        }
+
+        func flushed(error: Int32?) -> (done: Done, error: Int32?)? {
+            finish { flushError = error }
+        }
+
+        func hashed(_ result: Done, error: Int32?) -> (done: Done, error: Int32?)? {
+            finish {
+                done = result
+                hashError = error
+            }
+        }
+
+        private func finish(_ note: () -> Void) -> (done: Done, error: Int32?)? {
+            lock.lock()
+            note()
+            remaining -= 1
+            let last = remaining == 0
+            lock.unlock()
+            guard last else { return nil }
+            Posix.close(descriptor)
+            return (done, flushError ?? hashError)
         }
     }
 

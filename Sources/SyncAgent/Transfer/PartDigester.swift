@@ -4,9 +4,9 @@ import Synchronization
 import SyncAgentCore
 
 /// One chain of a partial file's digests (`SpanDigest`): SHA-256 running
-/// from `anchor` over the bytes made durable so far, read back from the
-/// page cache after their fdatasync (a worker's, off the loop). The bytes
-/// hashed are the bytes on disk, not the ones curl handed over: what the
+/// from `anchor` over the bytes claimed so far, read back from the page
+/// cache by a worker (off the loop) while their fdatasync runs or after it.
+/// The bytes hashed are the file's, not the ones curl handed over: what the
 /// log vouches for is what a restart will find.
 ///
 /// Its lock is taken by the worker that hashes it and, briefly, by the loop
