@@ -88,6 +88,40 @@ final class PosixFaultTests {
         #expect(synced.first?.durableOffset == 1000)
     }
 
+    /// A claim of more than `DataSyncer.bytesHashedApart` is hashed on a thread
+    /// of its own while its flush runs, a smaller one after the flush: either
+    /// way the claim carries the file's digest, and a flush or a read that
+    /// fails claims nothing, whatever the other half found.
+    @Test(arguments: [1000, Int(DataSyncer.bytesHashedApart) + 4321])
+    func aClaimWaitsForItsFlushAndItsHashAndEitherFailingClaimsNothing(size: Int) throws {
+        let path = directory.file("claimed-\(size)")
+        let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(bytes)))
+        let fd = try Posix.open(path, O_RDWR)
+        defer { Posix.close(fd) }
+        let task = "claim-\(size)-" + (directory.path as NSString).lastPathComponent
+        let syncer = try DataSyncer()
+        func claim(attempt: UInt64) -> DataSyncer.Done? {
+            let chain = DigestChain(anchor: 0)
+            syncer.sync(fd, .init(taskID: task, attempt: attempt, offset: Int64(size), complete: false),
+                        hashing: .init(claims: [(chain, Int64(size))]))
+            syncer.waitForAll()
+            return syncer.drain().first
+        }
+        let whole = try #require(claim(attempt: 1))
+        #expect(whole.error == nil && whole.durableOffset == Int64(size))
+        #expect(whole.digests.last?.to == Int64(size))
+        #expect(whole.digests.last?.sha256.hex == sha256Hex(ofFile: path))
+
+        Posix.inject(.init(.fdatasync, errno: EIO, matching: "task \(task)", times: 1))
+        let flushFailed = try #require(claim(attempt: 2))
+        #expect(flushFailed.error == EIO && flushFailed.durableOffset == nil, "a failed flush claims nothing")
+
+        Posix.inject(.init(.read, errno: EIO, matching: "task \(task)", times: 1))
+        let readFailed = try #require(claim(attempt: 3))
+        #expect(readFailed.error == EIO && readFailed.durableOffset == nil, "bytes that could not be read back are not vouched for")
+    }
+
     @Test func aSyncThatCannotStartIsReportedAsFailed() throws {
         let syncer = try DataSyncer()
         syncer.sync(-1, .init(taskID: "no-file", attempt: 1, offset: 50, complete: true))
