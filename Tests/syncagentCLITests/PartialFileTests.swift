@@ -164,7 +164,8 @@ struct PartialFileTests {
         let harness = try AgentHarness()
         let server = try FaultServer(in: harness.directory)
         try server.serve("big.bin", size: 3_000_000, seed: 3)
-        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("big.bin", "rate=1000000"))\"\ndest = \"a.bin\"\n")
+        // Held at 1 MB (never released): however slow the machine, the file is partial when the agent stops.
+        try harness.drop("a.job", "id = \"a\"\nurl = \"\(server.url("big.bin", "hold_after=1000000&release=never"))\"\ndest = \"a.bin\"\n")
         let agent = try harness.startAgent()
         #expect(eventually(within: 20) { ((try? harness.tasksByID()["a"]?["bytes"] as? Int) ?? 0) > 0 })
         agent.signal(SIGTERM)
