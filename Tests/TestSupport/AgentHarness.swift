@@ -76,15 +76,13 @@ public final class AgentHarness {
         ((try? FileManager.default.contentsOfDirectory(atPath: inbox)) ?? []).filter { $0.hasSuffix(".job") }.sorted()
     }
 
-    /// Waits (10 s at most) until the agent has opened its log, download_dir and inbox and made
-    /// its own folders: `rejected/` is made last. (`status` says it runs as soon as it holds the
-    /// lock, before any of that, and `.taken/` is made first, to be locked: a test that changes
-    /// those folders must wait for this.)
-    public func pastStartUp() -> Bool {
-        eventually(within: 10) {
-            var isFolder: ObjCBool = false
-            return FileManager.default.fileExists(atPath: self.inbox + "/rejected", isDirectory: &isFolder) && isFolder.boolValue
-        }
+    /// Waits until `agent` is past its start-up: it says "agent started" once
+    /// its own folders are made and checked (`rejected/` last, then `.taken/`
+    /// again). A test that moves or replaces those folders must wait for this:
+    /// one moved while start-up still made them stops the agent there, with
+    /// another error. (`status` says it runs as soon as it holds the lock.)
+    public func pastStartUp(_ agent: ChildProcess) -> Bool {
+        eventually(within: 10) { agent.stderr.contains("agent started") }
     }
 
     /// Whether `status` says an agent runs on this state dir (it has taken its lock).

@@ -125,7 +125,7 @@ struct IntakeTests {
         let harness = try AgentHarness()
         let agent = try harness.startAgent()
         // (Past start-up: taken away while start-up makes it, a folder of the agent's stops it.)
-        #expect(harness.pastStartUp())
+        #expect(harness.pastStartUp(agent))
         try FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
         try harness.drop("bad.job", "colour = \"red\"\n")
         #expect(eventually { FileManager.default.fileExists(atPath: harness.inbox + "/rejected/bad.job.error") },
@@ -143,7 +143,7 @@ struct IntakeTests {
         let harness = try AgentHarness()
         let agent = try harness.startAgent()
         // (A file in rejected/'s way during start-up stops the agent.)
-        #expect(harness.pastStartUp())
+        #expect(harness.pastStartUp(agent))
         try? FileManager.default.removeItem(atPath: harness.inbox + "/rejected")
         try Data("in the way".utf8).write(to: URL(fileURLWithPath: harness.inbox + "/rejected"))
         try harness.drop("bad.job", "url = \"ftp://x/y\"\n")

@@ -189,7 +189,7 @@ struct LocalUserTests {
     @Test func anInboxOpenedWhileTheAgentRunsStopsIt() throws {
         let harness = try harness()
         let agent = try harness.startAgent()
-        #expect(harness.pastStartUp())
+        #expect(harness.pastStartUp(agent))
         #expect(chmod(harness.inbox, 0o777) == 0)
         #expect(agent.wait(seconds: 20) == 1, "\(agent.stderr.suffix(1500))")
         #expect(agent.stderr.contains("syncagent: inbox \(harness.inbox) is writable by its group and others (mode 0777)"))

@@ -585,7 +585,7 @@ struct RPCTests {
         let port = freePort()
         let harness = try AgentHarness(config: "rpc_listen = \"127.0.0.1:\(port)\"\n")
         let agent = try harness.startAgent()
-        #expect(harness.pastStartUp())
+        #expect(harness.pastStartUp(agent))
         #expect(!canConnect(port: port))
         agent.signal(SIGTERM)
         #expect(agent.wait(seconds: 10) == 0)

@@ -307,7 +307,7 @@ struct RetargetTests {
         try FileManager.default.createDirectory(atPath: server.root + "/fresh", withIntermediateDirectories: true)
         guard link(server.root + "/f.bin", server.root + "/fresh/f.bin") == 0 else { throw TestFailure("cannot link") }
         let agent = try harness.startAgent()
-        #expect(harness.pastStartUp())
+        #expect(harness.pastStartUp(agent))
         let ids = (0..<24).map { String(format: "t%02d", $0) }
         for (n, id) in ids.enumerated() {
             try harness.drop("\(id).job", "url = \"\(server.url("f.bin", "n=\(n)"))\"\nid = \"\(id)\"\ndest = \"\(id).bin\"\n")
