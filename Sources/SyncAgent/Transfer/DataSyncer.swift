@@ -98,7 +98,6 @@ final class DataSyncer: Sendable {
         let hashApart = hashing.map { $0.extent >= Self.bytesHashedApart } ?? false
         let halves = Halves(done, descriptor: duplicate, count: hashApart ? 2 : 1)
         threads.run { [self] in
-            var result = done
             var error: Int32?
             do {
                 if done.complete { try Posix.sync(duplicate, shown: shown) } else { try Posix.dataSync(duplicate, shown: shown) }
@@ -113,18 +112,16 @@ final class DataSyncer: Sendable {
                 error = Self.errno(of: failure)
             }
             if error == nil, !hashApart, let hashing {
-                do { try Self.hash(hashing, through: duplicate, into: &result, shown: shown) } catch let failure { error = Self.errno(of: failure) }
-                if let ended = halves.hashed(result, error: error) { report(ended.done, error: ended.error) }
+                let (result, readError) = Self.hashed(hashing, into: done, through: duplicate, shown: shown)
+                if let ended = halves.hashed(result, error: readError) { report(ended.done, error: ended.error) }
             } else if let ended = halves.flushed(error: error) {
                 report(ended.done, error: ended.error)
             }
         }
         guard hashApart, let hashing else { return }
         threads.run { [self] in
-            var result = done
-            var error: Int32?
-            do { try Self.hash(hashing, through: duplicate, into: &result, shown: shown) } catch let failure { error = Self.errno(of: failure) }
-            if let ended = halves.hashed(result, error: error) { report(ended.done, error: ended.error) }
+            let (result, readError) = Self.hashed(hashing, into: done, through: duplicate, shown: shown)
+            if let ended = halves.hashed(result, error: readError) { report(ended.done, error: ended.error) }
         }
     }
 
@@ -168,6 +165,17 @@ final class DataSyncer: Sendable {
             guard last else { return nil }
             Posix.close(descriptor)
             return (done, flushError ?? hashError)
+        }
+    }
+
+    /// `done` with the digests `hashing` asks for, and the errno of a read that failed (which claims nothing).
+    private static func hashed(_ hashing: Hashing, into done: Done, through descriptor: Int32, shown: String) -> (Done, Int32?) {
+        var result = done
+        do {
+            try hash(hashing, through: descriptor, into: &result, shown: shown)
+            return (result, nil)
+        } catch {
+            return (result, errno(of: error))
         }
     }
 

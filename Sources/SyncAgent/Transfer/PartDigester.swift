@@ -118,7 +118,7 @@ enum DurableHashing {
         guard !range.isEmpty else { return }
         // No bigger than the range: a 256 KiB block is mapped afresh and given
         // back on free, page faults and madvise for every small file hashed.
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(min(Int64(pieceBytes), Int64(range.count))), alignment: 64)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: min(pieceBytes, range.count), alignment: 64)
         defer { buffer.deallocate() }
         var position = range.lowerBound
         while position < range.upperBound {
