@@ -149,8 +149,11 @@ public final class Agent {
             "state_dir": "\(paths.stateDir)", "inbox": "\(paths.inbox)", "tasks": "\(log.state.tasks.count)"])
         intake.startBacklog(scan: watcher.scan)
         inboxPoller = makeInboxPoller()
-        // A stop leaves the rest of a backlog for the next start.
-        defer { intake.endBacklog() }
+        // A stop leaves the rest of a backlog for the next start, and no taken file whose task is recorded.
+        defer {
+            intake.endBacklog()
+            intake.finishRemovals()
+        }
 
         let stopSignal = try loop(watcher: watcher, signalFd: signalFd, exitWhenIdle: exitWhenIdle)
         return try stop(after: stopSignal)
@@ -215,6 +218,7 @@ public final class Agent {
                 compaction.startIfDue(intakeIsIdle: intake.isIdle)
             }
             if exitWhenIdle && isIdle(watcher) { return nil }
+            intake.mayRemoveTakenFiles(runners.areIdle)
 
             let extraFds = [watcher.fd, signalFd, syncer.fd, preparer.fd, assembler.fd, compaction.fd] + hooks.fds + network.fds
                 + (rpc.map { [$0.fd] } ?? [])
@@ -292,12 +296,14 @@ public final class Agent {
             announcements.stopHooks(graceMs: 2000)
             log.record(.agentStopped(AgentStopped(reason: signal == SIGINT ? "SIGINT" : "SIGTERM")))
             try commit()
+            intake.mayRemoveTakenFiles(true)
             announcements.finish(within: 1)
             logger.info("agent stopped", metadata: ["signal": "\(signal)"])
             return Self.exitAllFinished
         }
         log.record(.agentStopped(AgentStopped(reason: "idle")))
         try commit()
+        intake.mayRemoveTakenFiles(true)
         // The last batch's notice is on its way: a desktop session answers in milliseconds.
         announcements.finish(within: 5)
         let tasks = log.state.orderedTasks

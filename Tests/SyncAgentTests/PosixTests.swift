@@ -333,6 +333,57 @@ final class PosixFaultTests {
             return
         }
     }
+
+    // MARK: - Taken jobs removed later
+
+    private func takenJobs(_ count: Int, in folder: String) throws -> [String] {
+        try FileManager.default.createDirectory(atPath: directory.file(folder), withIntermediateDirectories: true)
+        return try (0..<count).map { try file("\(folder)/\($0).job", bytes: 20) }
+    }
+
+    private func remaining(_ paths: [String]) -> Int { paths.count { FileManager.default.fileExists(atPath: $0) } }
+
+    @Test func takenJobsWaitWhileFilesAreBeingMadeAndGoOnceTheAgentIsQuiet() throws {
+        let remover = TakenFileRemover()
+        let jobs = try takenJobs(3, in: "taken-quiet")
+        remover.remove(jobs)
+        // Time for a remover that did not wait to do its work: then none may be gone.
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(remaining(jobs) == 3, "removed while transfers were making files")
+        remover.setQuiet(true)
+        #expect(eventually(within: 10) { remaining(jobs) == 0 })
+        // Quiet still: a job recorded now goes without another word.
+        let later = try takenJobs(1, in: "taken-quiet-later")
+        remover.remove(later)
+        #expect(eventually(within: 10) { remaining(later) == 0 })
+        remover.finish()
+        #expect(remover.takeFailures().isEmpty)
+    }
+
+    @Test func aBusyAgentRemovesItsTakenJobsOnceTooManyWait() throws {
+        let remover = TakenFileRemover()
+        let jobs = try takenJobs(TakenFileRemover.heldAtMost, in: "taken-many")
+        remover.remove(Array(jobs.dropLast()))
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(remaining(jobs) == jobs.count, "removed below the bound, while busy")
+        remover.remove([jobs.last!])
+        #expect(eventually(within: 30) { remaining(jobs) == 0 }, "\(remaining(jobs)) of \(jobs.count) left")
+        remover.finish()
+    }
+
+    @Test func aStoppingAgentRemovesEveryTakenJobAndToldWhichItCouldNot() throws {
+        let remover = TakenFileRemover()
+        let jobs = try takenJobs(3, in: "taken-stop")
+        try FileManager.default.removeItem(atPath: jobs[0])
+        Posix.inject(.init(.unlink, errno: EIO, matching: jobs[1], times: 1))
+        remover.remove(jobs)
+        remover.finish()
+        #expect(!FileManager.default.fileExists(atPath: jobs[2]), "left behind though the agent stopped")
+        #expect(FileManager.default.fileExists(atPath: jobs[1]))
+        // A job already gone is what removing it was for; a disk that refused is said.
+        let failures = remover.takeFailures()
+        #expect(failures.map(\.path) == [jobs[1]] && failures.map(\.errno) == [EIO], "\(failures)")
+    }
 }
 
 /// Every message a logger was given, with its metadata.

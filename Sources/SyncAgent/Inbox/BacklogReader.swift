@@ -101,13 +101,9 @@ final class TakenMover: @unchecked Sendable {
 
 /// A backlog of jobs (the inbox at start-up, or after inotify lost count)
 /// moved into `.taken/` and read on a worker thread, in order, while the
-/// loop parses and records the ones before; the worker also removes the
-/// taken files once their commit is done. Taking a job is mostly the
-/// kernel's work on two big directories (a rename, an open and a read, and
-/// the unlink after the commit): on 100,000 queued jobs that was 40% of
-/// the time. All of it now runs beside the parsing, on one thread, so the
-/// renames into `.taken/` and the unlinks from it never wait for each
-/// other's directory lock.
+/// loop parses and records the ones before. Taking a job is mostly the
+/// kernel's work on two big directories (a rename, an open and a read): on
+/// 100,000 queued jobs that was 40% of the time, now beside the parsing.
 ///
 /// At most `capacity` jobs wait in `.taken/` unrecorded, as one did
 /// before: a crash leaves them there and the next start takes them.
@@ -124,14 +120,11 @@ final class BacklogReader: @unchecked Sendable {
     private let condition = NSCondition()
     // Under `condition`:
     private var ready: [Fetched] = []
-    private var removals: [String] = []
     /// Every name was handed over (or the loop stopped listening).
     private var allHanded = false
-    /// No more names will be read and no more removals asked for.
+    /// No more names will be read.
     private var closing = false
     private var finished = false
-    /// Taken files that could not be removed, with errno; read after `close`.
-    private(set) var failedRemovals: [(path: String, errno: Int32)] = []
 
     /// Starts reading `names` but those `skipping`, with `mover`, which is the reader's until `close`.
     init(names: [InboxName], skipping: Set<InboxName>, mover: TakenMover) {
@@ -145,12 +138,8 @@ final class BacklogReader: @unchecked Sendable {
         var next = 0
         while true {
             condition.lock()
-            func mayRead() -> Bool { !allHanded && ready.count < Self.capacity }
-            while removals.isEmpty, !mayRead(), !closing { condition.wait() }
-            let removing = removals
-            removals.removeAll()
-            let reading = mayRead()
-            if removing.isEmpty, !reading, closing {
+            while !allHanded, ready.count >= Self.capacity, !closing { condition.wait() }
+            if allHanded || closing {
                 finished = true
                 condition.broadcast()
                 condition.unlock()
@@ -158,18 +147,6 @@ final class BacklogReader: @unchecked Sendable {
             }
             condition.unlock()
 
-            for path in removing {
-                do {
-                    try Posix.unlink(path)
-                } catch let error as SystemError where error.errno != ENOENT {
-                    condition.lock()
-                    failedRemovals.append((path, error.errno))
-                    condition.unlock()
-                } catch {
-                    // Gone already (ENOENT): what removing it was for.
-                }
-            }
-            guard reading else { continue }
             let name = names[next]
             next += 1
             var fetched: Fetched?
@@ -198,18 +175,9 @@ final class BacklogReader: @unchecked Sendable {
         return batch
     }
 
-    /// Taken files whose tasks are committed: the worker removes them.
-    func remove(_ paths: [String]) {
-        condition.lock()
-        removals.append(contentsOf: paths)
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    /// Reads no further, finishes the removals asked for, and waits for the
-    /// worker: the mover is the caller's again. Jobs moved and not yet
-    /// handed over (only when the loop stopped early, on an error) stay in
-    /// `.taken/` for the next start.
+    /// Reads no further and waits for the worker: the mover is the
+    /// caller's again. Jobs moved and not yet handed over (only when the
+    /// loop stopped early, on an error) stay in `.taken/` for the next start.
     func close() {
         condition.lock()
         allHanded = true

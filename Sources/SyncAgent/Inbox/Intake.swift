@@ -13,8 +13,9 @@ import Glibc
 /// `INBOX/.taken/` (same file system, so the rename is atomic): whatever
 /// a script renames over its name afterwards is a new job in the inbox,
 /// never removed unread. Files in `.taken/` are read, recorded, and
-/// removed after the commit; a restart finds any left there and knows
-/// from their identity whether the log already holds them.
+/// removed after the commit, while the agent is quiet (`TakenFileRemover`);
+/// a restart finds any left there and knows from their identity whether
+/// the log already holds them.
 final class Intake {
     let inbox: String
     let rejectedDirectory: String
@@ -37,6 +38,8 @@ final class Intake {
     private var stuck: Set<InboxName> = []
     /// Moves jobs into `.taken/`: the loop's, or a backlog reader's while it runs.
     private let mover: TakenMover
+    /// Removes taken files once their events are committed.
+    private let remover = TakenFileRemover()
 
     /// Where jobs go once taken, until their tasks are recorded: the agent's own folder in the inbox.
     static func takenDirectory(of inbox: String) -> String { inbox + "/.taken" }
@@ -215,7 +218,19 @@ final class Intake {
         guard let reader = backlog else { return }
         backlog = nil
         reader.close()
-        for (path, error) in reader.failedRemovals { cannotRemove(path, error) }
+    }
+
+    /// Whether taken files may be removed now: no transfer is making files
+    /// and no backlog is being taken (see `TakenFileRemover`).
+    func mayRemoveTakenFiles(_ quiet: Bool) {
+        remover.setQuiet(quiet && backlog == nil)
+        for (path, error) in remover.takeFailures() { cannotRemove(path, error) }
+    }
+
+    /// The agent stops: every taken file whose events are committed is removed now.
+    func finishRemovals() {
+        remover.finish()
+        for (path, error) in remover.takeFailures() { cannotRemove(path, error) }
     }
 
     /// What a move out of the inbox came to; `file` is the moved file already read, if it was.
@@ -398,23 +413,11 @@ final class Intake {
             }
         }
         rejectedAwaitingCommit.removeAll()
-        if let backlog {
-            backlog.remove(takenAwaitingCommit)
-        } else {
-            for path in takenAwaitingCommit {
-                do {
-                    try Posix.unlink(path)
-                } catch let error as SystemError where error.errno != ENOENT {
-                    cannotRemove(path, error.errno)
-                } catch {
-                    // Gone already (ENOENT): what removing it was for.
-                }
-            }
-        }
+        remover.remove(takenAwaitingCommit)
         takenAwaitingCommit.removeAll(keepingCapacity: true)
     }
 
-    /// The reader of the backlog being taken, which removes taken files meanwhile.
+    /// The reader of the backlog being taken.
     private var backlog: BacklogReader?
     /// Names inotify reported while a backlog is taken, taken after it.
     private var takesAfterBacklog: [(InboxName, Bool)] = []
