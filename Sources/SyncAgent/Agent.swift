@@ -84,7 +84,7 @@ public final class Agent {
 
         runStartedAtMs = Posix.nowMs
         log = try EventLog(store: EventStore(writingTo: paths.eventLog))
-        defer { log.store.close() }
+        defer { log.close() }
         held.hold("the event log", at: paths.eventLog, identity: try FileSystem.identity(of: paths.eventLog),
                   trusted: ("file in the state dir", false))
         held.hold("the state dir", at: paths.stateDir, identity: try FileSystem.identity(of: paths.stateDir),
@@ -211,8 +211,8 @@ public final class Agent {
             announcements.tellFailures()
             // Group commit across wake-ups: one WAL fsync per interval at most,
             // however many events the wake-ups in between recorded.
-            if log.hasPending, Posix.monotonicMs - lastCommitMs >= Self.commitIntervalMs {
-                try commit()
+            if log.hasUncommitted, !log.commitInFlight, Posix.monotonicMs - lastCommitMs >= Self.commitIntervalMs {
+                try beginGroupCommit()
             } else if !log.hasPending {
                 // An intake's last commit came while it was still going: its snapshot is due once it is over.
                 compaction.startIfDue(intakeIsIdle: intake.isIdle)
@@ -221,8 +221,9 @@ public final class Agent {
             intake.mayRemoveTakenFiles(runners.areIdle)
 
             let extraFds = [watcher.fd, signalFd, syncer.fd, preparer.fd, assembler.fd, compaction.fd] + hooks.fds + network.fds
-                + (rpc.map { [$0.fd] } ?? [])
+                + (rpc.map { [$0.fd] } ?? []) + (log.commitFd.map { [$0] } ?? [])
             let ready = try context.exchanges.poll(extraFds: extraFds, timeoutMs: pollTimeoutMs())
+            if let done = log.commitFd, ready.contains(done) { try log.finishCommitInFlight() }
             network.refresh(ready: ready)
             network.check()
             if ready.contains(syncer.fd) { runners.synced(syncer.drain()) }
@@ -321,6 +322,8 @@ public final class Agent {
     /// Group commit, then the file-system effects that must follow it:
     /// taken jobs leave the inbox, finished files take their final name.
     func commit() throws {
+        // The group commit in flight first: what follows this one follows it too.
+        try log.finishCommitInFlight()
         let tookJobs = intake?.hasTakenFiles ?? false
         let publishes = context.publishing.hasRenamesDue
         // Before a taken job's file goes or a file is published: the events that
@@ -335,6 +338,37 @@ public final class Agent {
         if publishes { CrashPoint.finishedCommitted.reached() }
         context.publishing.committed()
         compaction.startIfDue(intakeIsIdle: intake?.isIdle ?? false)
+    }
+
+    /// The loop's group commit, written on the commit thread while the loop
+    /// goes on; there too, once it is written, the renames it vouches for
+    /// are made. What must follow it on the loop (lines, notices, answers,
+    /// the bookkeeping of those renames) waits for `finishCommitInFlight`.
+    /// A batch that took jobs commits on the loop: the moves out of the
+    /// inbox are made durable before it, the files removed after.
+    private func beginGroupCommit() throws {
+        guard !(intake?.hasTakenFiles ?? false) else { return try commit() }
+        try log.finishCommitInFlight()
+        let publishing = context.publishing
+        if publishing.hasRenamesDue { try held.check() }
+        let renames = publishing.handOver(), root = publishing.root
+        let failures = RenameFailures()
+        let through = log.state.lastSeq
+        lastCommitMs = Posix.monotonicMs
+        try log.beginCommit(thenOnThread: {
+            guard !renames.isEmpty else { return }
+            CrashPoint.finishedCommitted.reached()
+            failures.list = PublishQueue.renamedOffLoop(renames, root: root)
+        }, thenOnLoop: { [unowned self] in
+            announcements.committed(through: through)
+            publishing.finishedOffLoop(failed: failures.list)
+            compaction.startIfDue(intakeIsIdle: intake?.isIdle ?? false)
+        })
+    }
+
+    /// What the commit thread's renames came to, read on the loop once it is done.
+    private final class RenameFailures: @unchecked Sendable {
+        var list: [(rename: PublishQueue.Rename, error: Error)] = []
     }
 
     // MARK: - Scheduling
@@ -379,7 +413,7 @@ public final class Agent {
         if context.needsScheduling || intake.isTakingBacklog { return 0 }
         let monotonic = Posix.monotonicMs
         var timeout: Int64 = 1000
-        if log.hasPending { timeout = min(timeout, lastCommitMs + Self.commitIntervalMs - monotonic) }
+        if log.hasUncommitted, !log.commitInFlight { timeout = min(timeout, lastCommitMs + Self.commitIntervalMs - monotonic) }
         if let due = intake.nextRetryMs { timeout = min(timeout, due - monotonic) }
         if let wake = nextTimedWakeMs { timeout = min(timeout, wake - Posix.nowMs) }
         if let wake = runners.nextWakeMs { timeout = min(timeout, wake - monotonic) }

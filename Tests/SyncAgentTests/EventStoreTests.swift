@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TestSupport
 @testable import SyncAgent
@@ -152,5 +153,37 @@ struct EventLogTests {
         // Numbering continues across reopen.
         let again = try EventLog(store: EventStore(writingTo: directory.file("events.sqlite")))
         #expect(again.record(.cancelled(Cancelled(bytes: 0)), task: "t").seq == 3)
+    }
+
+    /// The loop's group commit, written on the commit thread: what follows
+    /// it there (the renames) sees its events on disk; what follows it on
+    /// the loop waits for it; what was recorded meanwhile is not in it,
+    /// and a new task's `created` holds its start back until it is durable.
+    @Test func aCommitInFlightIsDurableBeforeWhatFollowsIt() throws {
+        let path = directory.file("events.sqlite")
+        let log = try EventLog(store: EventStore(writingTo: path), clock: { 5000 })
+        var committedSeqs: [[Int64]] = []
+        log.committed = { events in committedSeqs.append(events.map(\.seq)) }
+        log.record(.created(TaskSpec(url: "http://h/x", dest: "/d/x")), task: "t")
+        let onDisk = Mutex<AgentState?>(nil)
+        var followedOnLoop = false
+        try log.beginCommit(thenOnThread: {
+            onDisk.withLock { $0 = try? EventStore(readingFrom: path).replay() }
+        }, thenOnLoop: { followedOnLoop = true })
+        #expect(log.commitInFlight && log.hasPending && !log.hasUncommitted)
+        #expect(log.hasPendingCreations, "a task may start before its created is durable")
+        log.record(.started(Started(attempt: 1, offset: 0, url: "http://h/x")), task: "t")
+        try log.finishCommitInFlight()
+        #expect(followedOnLoop)
+        #expect(committedSeqs == [[1]])
+        #expect(onDisk.withLock { $0?["t"]?.phase } == .queued, "the renames ran before the commit was on disk")
+        #expect(!log.hasPendingCreations && log.hasUncommitted && !log.commitInFlight)
+        // A commit on the loop waits for one in flight, and writes the rest.
+        try log.beginCommit(thenOnThread: {}, thenOnLoop: {})
+        log.record(.cancelled(Cancelled(bytes: 0)), task: "t")
+        try log.commit()
+        #expect(committedSeqs == [[1], [2], [3]])
+        #expect(try EventStore(readingFrom: path).replay() == log.state)
+        log.close()
     }
 }

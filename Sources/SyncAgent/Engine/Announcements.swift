@@ -10,8 +10,8 @@ final class Announcements {
     private unowned let context: RunnerContext
     private let notifier: BackgroundNoticePoster
     let hooks: HookRunner
-    /// Notices recorded as posted, handed to the notifier once that record is committed.
-    private var noticesAfterCommit: [Notice] = []
+    /// Notices recorded as posted, with the record's seq: handed to the notifier once it is committed.
+    private var noticesAfterCommit: [(seq: Int64, notice: Notice)] = []
 
     init(context: RunnerContext, notifier: BackgroundNoticePoster, hooks: HookRunner) {
         self.context = context
@@ -19,15 +19,19 @@ final class Announcements {
         self.hooks = hooks
     }
 
-    /// A commit made them true: the log lines of ends are said, the notices posted.
-    func committed() {
-        for line in context.linesAfterCommit { context.logger.log(level: line.level, line.message, metadata: line.metadata) }
-        context.linesAfterCommit.removeAll()
-        for var notice in noticesAfterCommit {
+    /// A commit made them true, through event `seq` (nil: every event so
+    /// far): the log lines of ends are said, the notices posted.
+    func committed(through seq: Int64? = nil) {
+        let through = seq ?? context.state.lastSeq
+        let lines = context.linesAfterCommit.prefix { $0.seq <= through }
+        for line in lines { context.logger.log(level: line.level, line.message, metadata: line.metadata) }
+        context.linesAfterCommit.removeFirst(lines.count)
+        let notices = noticesAfterCommit.prefix { $0.seq <= through }
+        for (_, var notice) in notices {
             if !context.config.notifyActions { notice.actions = [] }
             notifier.post(notice)
         }
-        noticesAfterCommit.removeAll()
+        noticesAfterCommit.removeFirst(notices.count)
     }
 
     /// Start-up: batches whose notice a crash left owed are announced.
@@ -76,7 +80,7 @@ final class Announcements {
         guard !failed.isEmpty else { return }
         let notice = Notices.failureNotice(for: failed)
         for task in failed { context.record(.notified(Notified(batch: task.spec.batch, summary: notice.summary)), task: task.id) }
-        noticesAfterCommit.append(notice)
+        noticesAfterCommit.append((context.state.lastSeq, notice))
         lastFailureNoticeMs = Posix.monotonicMs
     }
 
@@ -95,7 +99,7 @@ final class Announcements {
     /// in between loses it rather than repeat it, like a hook's run.
     private func post(_ notice: Notice, batch: String?, task: String?) {
         context.record(.notified(Notified(batch: batch, summary: notice.summary)), task: task)
-        noticesAfterCommit.append(notice)
+        noticesAfterCommit.append((context.state.lastSeq, notice))
     }
 
     /// The last notices are on their way: a desktop session answers in milliseconds.

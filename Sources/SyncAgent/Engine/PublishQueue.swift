@@ -12,7 +12,7 @@ import Glibc
 /// their video's rename is done.
 final class PublishQueue {
     /// A finished file's rename, made once `finished` is committed.
-    struct Rename: Equatable {
+    struct Rename: Equatable, Sendable {
         var task: String
         var part: String
         var dest: String
@@ -21,7 +21,7 @@ final class PublishQueue {
         var thenRemoving: String? = nil
     }
 
-    private let root: DownloadRoot
+    let root: DownloadRoot
     private unowned let log: EventLog
     private let logger: Logger
     /// `finished` is recorded with its final path; the rename waits for the commit.
@@ -35,7 +35,10 @@ final class PublishQueue {
         self.logger = logger
     }
 
-    var hasRenamesDue: Bool { !afterCommit.isEmpty }
+    /// Renames handed to the commit thread with the commit that vouches for them.
+    private var inFlight: [Rename] = []
+
+    var hasRenamesDue: Bool { !afterCommit.isEmpty || !inFlight.isEmpty }
 
     /// `part` becomes `dest` once the next commit is done.
     func rename(_ rename: Rename) { afterCommit.append(rename) }
@@ -47,8 +50,10 @@ final class PublishQueue {
     /// in those few milliseconds was refused: the agent's own finished body
     /// looked like a stranger's partial file.)
     func existsOnceRenamed(_ path: String) -> Bool {
-        if afterCommit.contains(where: { $0.dest == path }) { return true }
-        if afterCommit.contains(where: { $0.part == path }) { return false }
+        for renames in [afterCommit, inFlight] {
+            if renames.contains(where: { $0.dest == path }) { return true }
+            if renames.contains(where: { $0.part == path }) { return false }
+        }
         return root.exists(path)
     }
 
@@ -66,6 +71,39 @@ final class PublishQueue {
             }
         }
         afterCommit.removeAll()
+    }
+
+    /// The renames due, handed to the commit thread with the commit that
+    /// vouches for them (`renamedOffLoop` makes them there); until
+    /// `finishedOffLoop`, they count as made.
+    func handOver() -> [Rename] {
+        inFlight = afterCommit
+        afterCommit.removeAll()
+        return inFlight
+    }
+
+    /// On the commit thread, once the commit is written: the renames, and
+    /// their folders synced. Returns those that failed, with why.
+    static func renamedOffLoop(_ renames: [Rename], root: DownloadRoot) -> [(rename: Rename, error: Error)] {
+        var synced = Set<String>()
+        var failed: [(rename: Rename, error: Error)] = []
+        for rename in renames {
+            do { try publish(rename, root: root, synced: &synced) } catch { failed.append((rename, error)) }
+        }
+        return failed
+    }
+
+    /// Back on the loop: the renames handed over are made, but those that
+    /// failed; the work folders of the files that took their names go.
+    func finishedOffLoop(failed: [(rename: Rename, error: Error)]) {
+        for rename in inFlight {
+            if let failure = failed.first(where: { $0.rename == rename }) {
+                cannotPublish(rename, failure.error)
+            } else if let folder = rename.thenRemoving {
+                removeWorkFolder(folder)
+            }
+        }
+        inFlight.removeAll()
     }
 
     /// Died between committing `finished` and the rename: the rename the
@@ -88,6 +126,10 @@ final class PublishQueue {
     /// The rename that publishes a finished file, then its directory synced: the rename is
     /// durable once that is, and one sync serves every file published there (`synced`).
     private func publish(_ rename: Rename, synced: inout Set<String>) throws {
+        try Self.publish(rename, root: root, synced: &synced)
+    }
+
+    private static func publish(_ rename: Rename, root: DownloadRoot, synced: inout Set<String>) throws {
         try Publisher.complete(part: rename.part, to: rename.dest, replacing: rename.replacing, root: root)
         if synced.insert(PathRules.folder(of: rename.dest)).inserted { try root.syncDirectory(of: rename.dest) }
     }

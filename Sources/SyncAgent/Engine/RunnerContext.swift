@@ -32,7 +32,8 @@ final class RunnerContext {
     var stopping = false
     /// "task finished" and "task failed", said once the commit has made them
     /// true: an agent stopping before that commit must not have said them.
-    var linesAfterCommit: [(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata)] = []
+    /// Each with the seq of the last event recorded before it was said.
+    var linesAfterCommit: [(seq: Int64, level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata)] = []
     /// Top-level tasks that failed in a way only the user can mend, and
     /// when (monotonic ms): told as it happened, not when their batch ends
     /// (`Announcements`).
@@ -95,7 +96,7 @@ final class RunnerContext {
 
     /// Said once the next commit is done.
     func sayAfterCommit(_ level: Logger.Level, _ message: Logger.Message, _ metadata: Logger.Metadata) {
-        linesAfterCommit.append((level, message, metadata))
+        linesAfterCommit.append((state.lastSeq, level, message, metadata))
     }
 
     /// `total_timeout` (timeoutIntervalForResource) runs from the task's first

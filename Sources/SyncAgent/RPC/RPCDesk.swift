@@ -19,8 +19,8 @@ final class RPCDesk {
     private let changeSettings: (Int?, Int64??, Int64??) -> [String]
     private var view: RPCView
     private var notifier = RPCNotifier()
-    /// Answers computed from state not yet all committed.
-    private var answersAfterCommit: [() -> Void] = []
+    /// Answers computed from state not yet all committed, with the seq of the last event they saw.
+    private var answersAfterCommit: [(seq: Int64, answer: () -> Void)] = []
 
     init(server: RPCServer, log: EventLog, context: RunnerContext, intake: Intake, control: ControlDesk, downloadDir: String,
          parser: @escaping () -> JobParser, changeSettings: @escaping (Int?, Int64??, Int64??) -> [String]) {
@@ -57,7 +57,7 @@ final class RPCDesk {
             }
         }
         if log.hasPending {
-            answersAfterCommit.append { job.reply(responses) }
+            answersAfterCommit.append((log.state.lastSeq, { job.reply(responses) }))
             // Given time, an answer sent now would reach its client before the crash.
             CrashPoint.rpcRecorded.reached(beforeDying: { Posix.sleep(ms: 300) })
         } else {
@@ -133,9 +133,10 @@ final class RPCDesk {
 
     /// A commit is done: the answers waiting for it go, and the notifications its events make.
     private func committed(_ events: [Event]) {
-        let answers = answersAfterCommit
-        answersAfterCommit.removeAll()
-        for answer in answers { answer() }
+        let through = events.last?.seq ?? log.state.lastSeq
+        let answers = answersAfterCommit.prefix { $0.seq <= through }
+        answersAfterCommit.removeFirst(answers.count)
+        for (_, answer) in answers { answer() }
         server.broadcast(notifier.notifications(for: events, view: view))
     }
 }

@@ -23,20 +23,38 @@ final class EventLog {
         state.apply(event)
         recorded?(event)
         pending.append(event)
-        if case .created = body { hasPendingCreations = true }
+        if case .created = body { creationsUncommitted = true }
         return event
     }
 
-    var hasPending: Bool { !pending.isEmpty }
+    /// Something recorded is not yet known to be durable: waiting for a
+    /// commit, or in the commit in flight.
+    var hasPending: Bool { !pending.isEmpty || inFlight != nil }
+    /// Events recorded since the last commit began.
+    var hasUncommitted: Bool { !pending.isEmpty }
+    /// A group commit was handed to the commit thread and is not finished.
+    var commitInFlight: Bool { inFlight != nil }
+
+    /// The group commit the commit thread writes: its events, whether it
+    /// creates tasks, its error once done, and what follows it on the loop.
+    private var inFlight: (events: [Event], creates: Bool, outcome: CommitOutcome, thenOnLoop: () -> Void)?
+    private final class CommitOutcome: @unchecked Sendable {
+        var error: Error?
+    }
+    /// Made at the first group commit handed over.
+    private var commitThread: CommitThread?
+    /// Readable once the commit in flight is done (`finishCommitInFlight`).
+    var commitFd: Int32? { commitThread?.fd }
 
     /// Told of each event as it is applied, and of each batch once it is
     /// committed (the RPC's view of the downloads, and its notifications).
     var recorded: ((Event) -> Void)?
     var committed: (([Event]) -> Void)?
 
-    /// A task was created since the last commit: it may not start (nor
-    /// create a file on disk) before its `created` is durable.
-    private(set) var hasPendingCreations = false
+    /// A task was created whose `created` is not yet durable: it may not
+    /// start (nor create a file on disk) before it is.
+    var hasPendingCreations: Bool { creationsUncommitted || inFlight?.creates == true }
+    private var creationsUncommitted = false
 
     /// Set once `SpecArchive` reads jobs back from this log (see
     /// `startLettingWaitingJobsGo`): a waiting task's job is then let go
@@ -49,15 +67,70 @@ final class EventLog {
     /// This thread's failed reads of jobs let go, when letting go began.
     private var failuresBefore = 0
 
-    /// One transaction for everything recorded since the last commit.
+    /// One transaction for everything recorded since the last commit,
+    /// once the commit in flight (if any) is finished.
     func commit() throws {
+        try finishCommitInFlight()
         guard !pending.isEmpty else { return }
         try refuseAfterFailedRead()
         try store.append(pending)
         committed?(pending)
         if releasesWaitingJobs { releaseJobs(waitingAfter: pending) }
         pending.removeAll(keepingCapacity: true)
-        hasPendingCreations = false
+        creationsUncommitted = false
+    }
+
+    /// Hands everything recorded so far to the commit thread, and returns:
+    /// `thenOnThread` runs there once it is written (the renames it vouches
+    /// for), `thenOnLoop` on the loop when it is finished
+    /// (`finishCommitInFlight`). Events recorded meanwhile wait for the next
+    /// commit; nothing here reads or writes the store until it is done.
+    func beginCommit(thenOnThread: @escaping @Sendable () -> Void, thenOnLoop: @escaping () -> Void) throws {
+        try finishCommitInFlight()
+        guard !pending.isEmpty else { return thenOnLoop() }
+        try refuseAfterFailedRead()
+        let events = pending, outcome = CommitOutcome()
+        pending.removeAll(keepingCapacity: true)
+        inFlight = (events, creationsUncommitted, outcome, thenOnLoop)
+        creationsUncommitted = false
+        if commitThread == nil { commitThread = try CommitThread() }
+        let store = UncheckedStore(store)
+        commitThread!.start {
+            do {
+                try store.store.append(events)
+                thenOnThread()
+            } catch {
+                outcome.error = error
+            }
+        }
+    }
+
+    /// Waits for the commit in flight, if one is, and finishes it on the
+    /// loop: what waited for its events follows, or its error is thrown
+    /// (as a commit's on the loop would be).
+    func finishCommitInFlight() throws {
+        guard let (events, _, outcome, thenOnLoop) = inFlight else { return }
+        commitThread?.wait()
+        inFlight = nil
+        if let error = outcome.error { throw error }
+        committed?(events)
+        if releasesWaitingJobs { releaseJobs(waitingAfter: events) }
+        thenOnLoop()
+    }
+
+    /// The log closes: a commit in flight is waited for (its error, if any,
+    /// is the agent's already), and the thread ends.
+    func close() {
+        commitThread?.wait()
+        commitThread?.stop()
+        commitThread = nil
+        store.close()
+    }
+
+    /// The store, handed to the commit thread while the loop leaves it alone.
+    private struct UncheckedStore: @unchecked Sendable {
+        let store: EventStore
+        init(_ store: EventStore) { self.store = store }
     }
 
     /// Recorded on a placeholder job (one that could not be read back): never made durable.
