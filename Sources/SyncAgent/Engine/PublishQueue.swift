@@ -60,17 +60,9 @@ final class PublishQueue {
     /// The log is committed: the renames it vouches for are made, and the
     /// work folders of the files that took their names go. (A folder holding
     /// a file whose rename failed stays with it, until it is published.)
+    /// The same steps as a commit written on the commit thread, all on the loop.
     func committed() {
-        var synced = Set<String>()
-        for rename in afterCommit {
-            do {
-                try publish(rename, synced: &synced)
-                if let folder = rename.thenRemoving { removeWorkFolder(folder) }
-            } catch {
-                cannotPublish(rename, error)
-            }
-        }
-        afterCommit.removeAll()
+        finishedOffLoop(failed: Self.renamedOffLoop(handOver(), root: root))
     }
 
     /// The renames due, handed to the commit thread with the commit that

@@ -121,7 +121,6 @@ final class EventLog {
     /// The log closes: a commit in flight is waited for (its error, if any,
     /// is the agent's already), and the thread ends.
     func close() {
-        commitThread?.wait()
         commitThread?.stop()
         commitThread = nil
         store.close()
