@@ -278,14 +278,16 @@ struct RetargetTests {
     }
 
     /// A flood of retargets of one running task, back and forth between two URLs of the same
-    /// file: each is applied in order, the task ends once, the file is whole.
+    /// file: each is applied in order, the task ends once, the file is whole. (At 600 KB/s the
+    /// download outlasts the flood's intake on a loaded machine: a retarget taken after the task
+    /// finished is refused, as it should be, and is not what this test is about.)
     @Test func aFloodOfRetargetsEndsWithOneWholeFile() throws {
         let (harness, server, data) = try world()
-        try harness.drop("x.job", "url = \"\(server.url("f.bin", "rate=2000000"))\"\nid = \"x\"\ndest = \"f.bin\"\n")
+        try harness.drop("x.job", "url = \"\(server.url("f.bin", "rate=600000"))\"\nid = \"x\"\ndest = \"f.bin\"\n")
         let agent = try harness.startAgent()
         #expect(harness.waitForEvent("started", task: "x", within: 30))
         for n in 0..<60 {
-            let url = n % 2 == 0 ? server.url("fresh/f.bin", "n=\(n)&rate=2000000") : server.url("f.bin", "n=\(n)&rate=2000000")
+            let url = n % 2 == 0 ? server.url("fresh/f.bin", "n=\(n)&rate=600000") : server.url("f.bin", "n=\(n)&rate=600000")
             try harness.drop(String(format: "r%02d.job", n), "action = \"retarget\"\ntask = \"x\"\nurl = \"\(url)\"\n")
         }
         #expect(eventually(within: 90) { harness.state(of: "x") == "finished" })
